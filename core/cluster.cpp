@@ -1,0 +1,356 @@
+#include "core/cluster.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <filesystem>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "core/model_io.hpp"
+
+namespace shardcast::core {
+
+namespace {
+
+std::string lower(std::string_view s) {
+    std::string out(s);
+    std::transform(out.begin(), out.end(), out.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    return out;
+}
+
+// Link figures shared by several presets, one direction.
+// PCIe: 16 GT/s (gen4) or 32 GT/s (gen5) x 16 lanes x 128/130 encoding / 8 bits = 31.5 / 63.0 GB/s
+// (PCI-SIG base specifications; tests/data/reference-cases.json "pcie5_x16_GBps_one_way": 63).
+constexpr double kPcie4x16BytesPerS = 31.5e9;
+constexpr double kPcie5x16BytesPerS = 63.0e9;
+// One InfiniBand port per GPU: NDR 400 Gb/s = 50 GB/s, HDR 200 Gb/s = 25 GB/s; 100 Gb/s
+// (EDR IB or 100 GbE) = 12.5 GB/s, the usual fabric of L40S servers.
+constexpr double kIbNdrBytesPerS = 50e9;
+constexpr double kIbHdrBytesPerS = 25e9;
+constexpr double kNet100GbBytesPerS = 12.5e9;
+// Base latency of a collective; defaults of the same order as nccl-tests reports for small
+// messages (a few microseconds on NVLink, tens across nodes). Calibration replaces them.
+constexpr double kIntraNodeLatencyS = 10e-6;
+constexpr double kInterNodeLatencyS = 20e-6;
+// Runtime overhead estimates. CUDA 12 context with lazy module loading (CUDA_MODULE_LOADING=LAZY,
+// the default since 11.7): about 300-600 MiB per process depending on the driver; an estimate.
+constexpr int64_t kCudaContextBytes = 512 * kMiB;
+// PyTorch's default CUBLAS_WORKSPACE_CONFIG (aten/src/ATen/cuda/CublasHandlePool.cpp):
+// ":4096:8" (8 x 4 MiB) on Hopper and newer, ":4096:2:16:8" (2 x 4 MiB + 8 x 16 KiB) before.
+constexpr int64_t kCublasWorkspaceHopperBytes = 8 * 4096 * kKiB;
+constexpr int64_t kCublasWorkspaceOtherBytes = 2 * 4096 * kKiB + 8 * 16 * kKiB;
+// NCCL buffers per communicator (NCCL_BUFFSIZE 4 MiB per channel and peer, plus proxy and
+// registration state): an estimate of what nvidia-smi shows per communicator.
+constexpr int64_t kNcclBytesPerCommunicator = 128 * kMiB;
+
+GpuSpec withDefaults(GpuSpec g) {
+    g.intra_node_latency_s = kIntraNodeLatencyS;
+    g.inter_node_latency_s = kInterNodeLatencyS;
+    g.cuda_context_bytes = kCudaContextBytes;
+    g.nccl_bytes_per_communicator = kNcclBytesPerCommunicator;
+    return g;
+}
+
+std::vector<GpuSpec> makePresets() {
+    std::vector<GpuSpec> presets;
+
+    // A100: NVIDIA A100 Tensor Core GPU data sheet (2021): BF16/FP16 tensor 312 TFLOPS dense,
+    // TF32 156, FP32 19.5; HBM2 1,555 GB/s (40GB) / 2,039 GB/s (80GB SXM); NVLink 600 GB/s
+    // bidirectional = 300 GB/s one direction; PCIe gen4. No FP8.
+    GpuSpec a100;
+    a100.peak_flops_bf16 = 312e12;
+    a100.peak_flops_fp16 = 312e12;
+    a100.peak_flops_tf32 = 156e12;
+    a100.peak_flops_fp32 = 19.5e12;
+    a100.peak_flops_fp8 = 0;
+    a100.nvlink_bytes_per_s = 300e9;
+    a100.network_bytes_per_s = kIbHdrBytesPerS;  // DGX A100: one HDR 200 Gb/s port per GPU
+    a100.host_link_bytes_per_s = kPcie4x16BytesPerS;
+    a100.cublas_workspace_bytes = kCublasWorkspaceOtherBytes;
+    {
+        GpuSpec g = a100;
+        g.name = "A100-40G";
+        g.memory_bytes = int64_t{40960} * kMiB;  // nvidia-smi A100-SXM4-40GB: 40960 MiB
+        g.hbm_bytes_per_s = 1.555e12;
+        g.source = "NVIDIA A100 data sheet; memory: nvidia-smi total 40960 MiB";
+        presets.push_back(withDefaults(g));
+    }
+    {
+        GpuSpec g = a100;
+        g.name = "A100-80G";
+        g.memory_bytes = int64_t{81920} * kMiB;  // nvidia-smi A100-SXM4-80GB: 81920 MiB
+        g.hbm_bytes_per_s = 2.039e12;
+        g.source = "NVIDIA A100 data sheet; memory: nvidia-smi total 81920 MiB";
+        presets.push_back(withDefaults(g));
+    }
+
+    // H100 SXM5: NVIDIA H100 Tensor Core GPU data sheet: BF16/FP16 1,979 TFLOPS with sparsity =
+    // 989.4 dense, TF32 494.7 dense, FP32 66.9 (data sheet rounds to 67), FP8 1,978.9 dense;
+    // HBM3 3.35 TB/s; NVLink 900 GB/s bidirectional = 450 GB/s one direction; PCIe gen5.
+    GpuSpec h100;
+    h100.peak_flops_bf16 = 989.4e12;
+    h100.peak_flops_fp16 = 989.4e12;
+    h100.peak_flops_tf32 = 494.7e12;
+    h100.peak_flops_fp32 = 66.9e12;
+    h100.peak_flops_fp8 = 1978.9e12;
+    h100.nvlink_bytes_per_s = 450e9;
+    h100.network_bytes_per_s = kIbNdrBytesPerS;  // DGX H100: one NDR 400 Gb/s port per GPU
+    h100.host_link_bytes_per_s = kPcie5x16BytesPerS;
+    h100.cublas_workspace_bytes = kCublasWorkspaceHopperBytes;
+    {
+        GpuSpec g = h100;
+        g.name = "H100-SXM";
+        g.memory_bytes = int64_t{81559} * kMiB;  // nvidia-smi H100 80GB HBM3: 81559 MiB
+        g.hbm_bytes_per_s = 3.35e12;
+        g.source = "NVIDIA H100 data sheet (SXM); memory: nvidia-smi total 81559 MiB";
+        presets.push_back(withDefaults(g));
+    }
+    {
+        // H100 PCIe: same data sheet, PCIe column: BF16/FP16 756 dense, TF32 378, FP32 51.2,
+        // FP8 1,513; HBM2e 2.0 TB/s. Without NVLink bridges GPUs talk over PCIe gen5.
+        GpuSpec g = h100;
+        g.name = "H100-PCIe";
+        g.memory_bytes = int64_t{81559} * kMiB;  // nvidia-smi H100 PCIe: 81559 MiB
+        g.peak_flops_bf16 = 756e12;
+        g.peak_flops_fp16 = 756e12;
+        g.peak_flops_tf32 = 378e12;
+        g.peak_flops_fp32 = 51.2e12;
+        g.peak_flops_fp8 = 1513e12;
+        g.hbm_bytes_per_s = 2.0e12;
+        g.nvlink_bytes_per_s = kPcie5x16BytesPerS;
+        g.source = "NVIDIA H100 data sheet (PCIe); memory: nvidia-smi total 81559 MiB";
+        presets.push_back(withDefaults(g));
+    }
+    {
+        // H200 SXM: NVIDIA H200 data sheet: same GH100 compute as H100 SXM; HBM3e 4.8 TB/s.
+        GpuSpec g = h100;
+        g.name = "H200";
+        g.memory_bytes = int64_t{143771} * kMiB;  // nvidia-smi H200 reading, as commonly reported
+        g.hbm_bytes_per_s = 4.8e12;
+        g.source = "NVIDIA H200 data sheet; memory: nvidia-smi total 143771 MiB as commonly reported";
+        presets.push_back(withDefaults(g));
+    }
+    {
+        // B200 (HGX, 1,000 W): NVIDIA HGX B200 data sheet, per GPU: FP16/BF16 4.5 PFLOPS with
+        // sparsity = 2.25 dense, FP8 9 sparse = 4.5 dense, TF32 2.2 sparse = 1.1 dense, FP32 75
+        // TFLOPS; HBM3e 8 TB/s (first data sheet; a later revision lists 7.7 TB/s); NVLink 5
+        // 1.8 TB/s bidirectional = 900 GB/s one direction; PCIe gen5 to the host.
+        GpuSpec g;
+        g.name = "B200";
+        g.memory_bytes = int64_t{183359} * kMiB;  // nvidia-smi B200 reading, as commonly reported
+        g.peak_flops_bf16 = 2.25e15;
+        g.peak_flops_fp16 = 2.25e15;
+        g.peak_flops_tf32 = 1.1e15;
+        g.peak_flops_fp32 = 75e12;
+        g.peak_flops_fp8 = 4.5e15;
+        g.hbm_bytes_per_s = 8.0e12;
+        g.nvlink_bytes_per_s = 900e9;
+        g.network_bytes_per_s = kIbNdrBytesPerS;  // DGX B200: one 400 Gb/s port per GPU
+        g.host_link_bytes_per_s = kPcie5x16BytesPerS;
+        g.cublas_workspace_bytes = kCublasWorkspaceHopperBytes;
+        g.source = "NVIDIA HGX B200 data sheet; memory: nvidia-smi total 183359 MiB as commonly reported";
+        presets.push_back(withDefaults(g));
+    }
+    {
+        // L40S: NVIDIA L40S data sheet: BF16/FP16 tensor 362.05 TFLOPS dense (733 sparse), FP8
+        // 733 dense (1,466 sparse), TF32 183 dense, FP32 91.6; GDDR6 864 GB/s; no NVLink, PCIe gen4.
+        GpuSpec g;
+        g.name = "L40S";
+        g.memory_bytes = int64_t{46068} * kMiB;  // nvidia-smi L40S reading, as commonly reported
+        g.peak_flops_bf16 = 362.05e12;
+        g.peak_flops_fp16 = 362.05e12;
+        g.peak_flops_tf32 = 183e12;
+        g.peak_flops_fp32 = 91.6e12;
+        g.peak_flops_fp8 = 733e12;
+        g.hbm_bytes_per_s = 0.864e12;
+        g.nvlink_bytes_per_s = kPcie4x16BytesPerS;
+        g.network_bytes_per_s = kNet100GbBytesPerS;
+        g.host_link_bytes_per_s = kPcie4x16BytesPerS;
+        g.cublas_workspace_bytes = kCublasWorkspaceOtherBytes;  // Ada (sm_89) is not Hopper
+        g.source = "NVIDIA L40S data sheet; memory: nvidia-smi total 46068 MiB as commonly reported";
+        presets.push_back(withDefaults(g));
+    }
+    return presets;
+}
+
+std::string presetList() {
+    std::string out;
+    for (const auto& g : gpuPresets()) {
+        if (!out.empty()) out += ", ";
+        out += g.name;
+    }
+    return out;
+}
+
+enum class FieldKind { Bytes, Double };
+
+struct Field {
+    const char* key;
+    FieldKind kind;
+    int64_t GpuSpec::*bytes = nullptr;
+    double GpuSpec::*value = nullptr;
+    bool must_be_positive = false;
+};
+
+const std::vector<Field>& numericFields() {
+    static const std::vector<Field> fields = {
+        {"memory_bytes", FieldKind::Bytes, &GpuSpec::memory_bytes, nullptr, true},
+        {"peak_flops_bf16", FieldKind::Double, nullptr, &GpuSpec::peak_flops_bf16, true},
+        {"peak_flops_fp16", FieldKind::Double, nullptr, &GpuSpec::peak_flops_fp16, false},
+        {"peak_flops_tf32", FieldKind::Double, nullptr, &GpuSpec::peak_flops_tf32, false},
+        {"peak_flops_fp32", FieldKind::Double, nullptr, &GpuSpec::peak_flops_fp32, true},
+        {"peak_flops_fp8", FieldKind::Double, nullptr, &GpuSpec::peak_flops_fp8, false},
+        {"hbm_bytes_per_s", FieldKind::Double, nullptr, &GpuSpec::hbm_bytes_per_s, true},
+        {"nvlink_bytes_per_s", FieldKind::Double, nullptr, &GpuSpec::nvlink_bytes_per_s, true},
+        {"network_bytes_per_s", FieldKind::Double, nullptr, &GpuSpec::network_bytes_per_s, true},
+        {"host_link_bytes_per_s", FieldKind::Double, nullptr, &GpuSpec::host_link_bytes_per_s, true},
+        {"intra_node_latency_s", FieldKind::Double, nullptr, &GpuSpec::intra_node_latency_s, false},
+        {"inter_node_latency_s", FieldKind::Double, nullptr, &GpuSpec::inter_node_latency_s, false},
+        {"cuda_context_bytes", FieldKind::Bytes, &GpuSpec::cuda_context_bytes, nullptr, false},
+        {"cublas_workspace_bytes", FieldKind::Bytes, &GpuSpec::cublas_workspace_bytes, nullptr, false},
+        {"nccl_bytes_per_communicator", FieldKind::Bytes, &GpuSpec::nccl_bytes_per_communicator, nullptr, false},
+    };
+    return fields;
+}
+
+std::string validGpuKeys() {
+    std::string out = "name, base, source, memory_gib";
+    for (const auto& f : numericFields()) out += std::string(", ") + f.key;
+    return out;
+}
+
+}  // namespace
+
+double GpuSpec::peakFlops(DType compute) const {
+    switch (compute) {
+        case DType::BF16: return peak_flops_bf16;
+        case DType::F16: return peak_flops_fp16 > 0 ? peak_flops_fp16 : peak_flops_bf16;
+        // PyTorch defaults to torch.backends.cuda.matmul.allow_tf32 = False: fp32 matmuls run
+        // on the FP32 units, not on TF32 tensor cores.
+        case DType::F32: return peak_flops_fp32;
+        case DType::F8: return peak_flops_fp8 > 0 ? peak_flops_fp8 : peak_flops_bf16;
+        case DType::I64:
+        case DType::U8: return peak_flops_fp32;
+    }
+    return peak_flops_fp32;
+}
+
+const std::vector<GpuSpec>& gpuPresets() {
+    static const std::vector<GpuSpec> presets = makePresets();
+    return presets;
+}
+
+std::optional<GpuSpec> findGpuPreset(std::string_view name) {
+    std::string key = lower(name);
+    if (key == "h100") key = "h100-sxm";
+    if (key == "a100") key = "a100-80g";
+    for (const auto& g : gpuPresets()) {
+        if (lower(g.name) == key) return g;
+    }
+    return std::nullopt;
+}
+
+Result<GpuSpec> gpuFromJson(const nlohmann::json& j, const std::string& where) {
+    if (!j.is_object()) {
+        return makeError(where + ": a GPU must be a JSON object (got " + std::string(j.type_name()) + ")");
+    }
+    GpuSpec gpu;
+    gpu.intra_node_latency_s = kIntraNodeLatencyS;
+    gpu.inter_node_latency_s = kInterNodeLatencyS;
+    gpu.cuda_context_bytes = kCudaContextBytes;
+    gpu.cublas_workspace_bytes = kCublasWorkspaceOtherBytes;
+    gpu.nccl_bytes_per_communicator = kNcclBytesPerCommunicator;
+    gpu.name = "custom";
+    if (auto it = j.find("base"); it != j.end()) {
+        if (!it->is_string()) return makeError(where + ": base must be a GPU preset name (one of " + presetList() + ")");
+        auto base = findGpuPreset(it->get<std::string>());
+        if (!base) {
+            return makeError(where + ": base '" + it->get<std::string>() + "' is not a GPU preset; valid: " +
+                             presetList());
+        }
+        gpu = *base;
+        gpu.source = "based on " + base->name + " (" + base->source + ")";
+    } else {
+        gpu.source = where;
+    }
+
+    const auto& fields = numericFields();
+    for (const auto& [key, value] : j.items()) {
+        if (key == "base") continue;
+        if (key == "name" || key == "source") {
+            if (!value.is_string()) return makeError(where + ": " + key + " must be a string");
+            (key == "name" ? gpu.name : gpu.source) = value.get<std::string>();
+            continue;
+        }
+        if (key == "memory_gib") {
+            if (!value.is_number() || value.get<double>() <= 0) {
+                return makeError(where + ": memory_gib must be a positive number (got " + value.dump() + ")");
+            }
+            if (j.contains("memory_bytes")) return makeError(where + ": give memory_bytes or memory_gib, not both");
+            gpu.memory_bytes = static_cast<int64_t>(std::llround(value.get<double>() * static_cast<double>(kGiB)));
+            continue;
+        }
+        auto f = std::find_if(fields.begin(), fields.end(), [&](const Field& x) { return key == x.key; });
+        if (f == fields.end()) {
+            return makeError(where + ": unknown GPU key '" + key + "'; valid keys: " + validGpuKeys());
+        }
+        if (!value.is_number()) {
+            return makeError(where + ": " + key + " must be a number (got " + value.dump() + ")");
+        }
+        const double v = value.get<double>();
+        if (!std::isfinite(v) || v < 0 || (f->must_be_positive && v == 0)) {
+            return makeError(where + ": " + key + " must be " + (f->must_be_positive ? "positive" : "non-negative") +
+                             " (got " + value.dump() + ")");
+        }
+        if (f->kind == FieldKind::Bytes) {
+            if (!value.is_number_integer()) {
+                return makeError(where + ": " + key + " must be an integer number of bytes (got " + value.dump() + ")");
+            }
+            gpu.*(f->bytes) = value.get<int64_t>();
+        } else {
+            gpu.*(f->value) = v;
+        }
+    }
+    // Without a base every capacity must be given.
+    for (const auto& f : fields) {
+        if (!f.must_be_positive) continue;
+        const bool missing = f.kind == FieldKind::Bytes ? gpu.*(f.bytes) <= 0 : gpu.*(f.value) <= 0;
+        if (missing) {
+            return makeError(where + ": " + f.key + " is missing or not positive; give it or a \"base\" preset (" +
+                             presetList() + ")");
+        }
+    }
+    return gpu;
+}
+
+nlohmann::json gpuToJson(const GpuSpec& gpu) {
+    nlohmann::json j;
+    j["name"] = gpu.name;
+    for (const auto& f : numericFields()) {
+        if (f.kind == FieldKind::Bytes) {
+            j[f.key] = gpu.*(f.bytes);
+        } else {
+            j[f.key] = gpu.*(f.value);
+        }
+    }
+    j["source"] = gpu.source;
+    return j;
+}
+
+Result<GpuSpec> resolveGpu(std::string_view name_or_path) {
+    if (auto preset = findGpuPreset(name_or_path)) return *preset;
+    const std::filesystem::path path{std::string(name_or_path)};
+    std::error_code ec;
+    if (std::filesystem::is_regular_file(path, ec)) {
+        auto j = readJsonFile(path);
+        if (!j) return j.error();
+        return gpuFromJson(*j, path.string());
+    }
+    return makeError("GPU '" + std::string(name_or_path) + "' is neither a preset (" + presetList() +
+                     ") nor a GPU JSON file");
+}
+
+}  // namespace shardcast::core

@@ -1,0 +1,57 @@
+#pragma once
+// GPUs and clusters. Preset figures are vendor data sheets and nvidia-smi readings, cited in
+// cluster.cpp next to each number.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "core/result.hpp"
+#include "core/units.hpp"
+
+namespace shardcast::core {
+
+struct GpuSpec {
+    std::string name;                 // "H100-SXM"
+    int64_t memory_bytes = 0;         // as the device reports it (nvidia-smi total, MiB * 2^20)
+    double peak_flops_bf16 = 0;       // dense tensor-core FLOP/s
+    double peak_flops_fp16 = 0;
+    double peak_flops_tf32 = 0;       // used for fp32 matmuls (PyTorch allow_tf32 off by default: see fp32)
+    double peak_flops_fp32 = 0;       // non-tensor FP32
+    double peak_flops_fp8 = 0;        // 0 when unsupported
+    double hbm_bytes_per_s = 0;
+    double nvlink_bytes_per_s = 0;    // per GPU, one direction, inside a node (PCIe if no NVLink)
+    double network_bytes_per_s = 0;   // per GPU, one direction, between nodes
+    double host_link_bytes_per_s = 0; // GPU <-> host (PCIe), one direction
+    double intra_node_latency_s = 0;  // collective base latency inside a node
+    double inter_node_latency_s = 0;  // collective base latency across nodes
+    // Runtime overhead: memory the job holds outside PyTorch's allocator.
+    int64_t cuda_context_bytes = 0;
+    int64_t cublas_workspace_bytes = 0;
+    int64_t nccl_bytes_per_communicator = 0;
+    std::string source;               // where the figures come from
+
+    double peakFlops(DType compute) const;  // dense peak for matmuls in that dtype
+};
+
+const std::vector<GpuSpec>& gpuPresets();
+std::optional<GpuSpec> findGpuPreset(std::string_view name);  // case-insensitive
+
+// A GPU JSON: {"name": ..., "base": "H100-SXM" (optional preset to start from), fields as in
+// GpuSpec with units in the key names}. `where` names the file for errors.
+Result<GpuSpec> gpuFromJson(const nlohmann::json& j, const std::string& where);
+nlohmann::json gpuToJson(const GpuSpec& gpu);
+// A preset name (case-insensitive) or a path to a GPU JSON file.
+Result<GpuSpec> resolveGpu(std::string_view name_or_path);
+
+struct ClusterSpec {
+    GpuSpec gpu;
+    int nodes = 1;
+    int gpus_per_node = 8;
+    int worldSize() const { return nodes * gpus_per_node; }
+};
+
+}  // namespace shardcast::core

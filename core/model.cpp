@@ -1,0 +1,70 @@
+#include "core/model.hpp"
+
+#include <cassert>
+
+namespace shardcast::core {
+
+int64_t Param::numel() const {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+}
+
+int64_t Param::rowNumel() const {
+    int64_t n = 1;
+    for (size_t i = 1; i < shape.size(); ++i) n *= shape[i];
+    return n;
+}
+
+std::string_view opKindName(OpKind k) {
+    switch (k) {
+        case OpKind::Matmul: return "matmul";
+        case OpKind::Attention: return "attention";
+        case OpKind::Norm: return "norm";
+        case OpKind::Elementwise: return "elementwise";
+        case OpKind::Dropout: return "dropout";
+        case OpKind::Embedding: return "embedding";
+        case OpKind::Loss: return "loss";
+        case OpKind::Other: return "other";
+    }
+    return "other";
+}
+
+int64_t Model::numParams() const {
+    int64_t n = 0;
+    for (const Param& p : params) n += p.numel();
+    return n;
+}
+
+int32_t Model::findModule(std::string_view fqn) const {
+    for (size_t i = 0; i < modules.size(); ++i)
+        if (modules[i].name == fqn) return static_cast<int32_t>(i);
+    return -1;
+}
+
+bool Model::isWithin(int32_t m, int32_t ancestor) const {
+    // Parents precede children, so walking up terminates at the root (parent -1).
+    while (m >= 0) {
+        if (m == ancestor) return true;
+        assert(static_cast<size_t>(m) < modules.size());
+        m = modules[static_cast<size_t>(m)].parent;
+    }
+    return false;
+}
+
+double Model::modelFlopsPerToken(int64_t seq_len) const {
+    const double n = static_cast<double>(numParams());
+    const double s = static_cast<double>(seq_len);
+    if (arch.layers > 0) {
+        const double h_attn = static_cast<double>(arch.heads * arch.head_dim);
+        return 6.0 * n + 12.0 * static_cast<double>(arch.layers) * h_attn * s;
+    }
+    // Custom module trees: the s^2 term is forward + backward (3x) of the ops' per-sequence
+    // FLOPs, taken under one implementation so alternative variants are not counted twice.
+    double seq_flops = 0;
+    for (const Op& op : ops)
+        if (op.existsUnder(variant::kFlash, variant::kEagerKernels)) seq_flops += op.flops.per_token_seq;
+    return 6.0 * n + 3.0 * seq_flops * s;
+}
+
+}  // namespace shardcast::core

@@ -1,0 +1,44 @@
+#pragma once
+// A Plan is the model, the cluster, the training setup and the sharding plan, validated.
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "core/cluster.hpp"
+#include "core/model.hpp"
+#include "core/result.hpp"
+#include "core/sharding.hpp"
+#include "core/training.hpp"
+
+namespace shardcast::core {
+
+struct Plan {
+    std::shared_ptr<const Model> model;
+    std::string model_ref;  // how the plan names the model: bundled name or path
+    ClusterSpec cluster;
+    TrainingSpec training;
+    ShardingSpec sharding;
+};
+
+// Derived sizes of a validated plan.
+struct Mesh {
+    int world_size = 1;
+    int shard_size = 1;      // ranks a parameter is sharded over (1 for NO_SHARD)
+    int replicate_size = 1;  // world_size / shard_size
+};
+
+// Checks every field against the others; the error names the field and what would be valid.
+Result<Mesh> validatePlan(const Plan& plan);
+
+// Plan files (docs/plan-format.md). Relative paths inside a plan file resolve against its folder.
+Result<Plan> planFromJson(const nlohmann::json& j, const std::string& where,
+                          const std::filesystem::path& base_dir);
+Result<Plan> loadPlanFile(const std::filesystem::path& path);
+nlohmann::json planToJson(const Plan& plan);
+
+// Wrap policy strings: "whole", "block", "every:K", "min-params:N", "modules:FILE".
+Result<WrapPolicy> parseWrapPolicy(const std::string& text, const std::string& where);
+
+}  // namespace shardcast::core

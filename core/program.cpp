@@ -1,0 +1,64 @@
+#include "core/program.hpp"
+
+namespace shardcast::core {
+
+std::string_view streamName(Stream s) {
+    switch (s) {
+        case Stream::Compute: return "compute";
+        case Stream::AllGatherCopyIn: return "all-gather copy-in";
+        case Stream::AllGather: return "all-gather";
+        case Stream::ReduceScatter: return "reduce-scatter";
+        case Stream::AllReduce: return "all-reduce";
+        case Stream::HostToDevice: return "host-to-device";
+        case Stream::DeviceToHost: return "device-to-host";
+        case Stream::Host: return "host";
+    }
+    return "?";
+}
+
+std::string_view taskKindName(TaskKind k) {
+    switch (k) {
+        case TaskKind::Forward: return "FWD";
+        case TaskKind::Backward: return "BWD";
+        case TaskKind::Recompute: return "RECOMP";
+        case TaskKind::CopyIn: return "COPYIN";
+        case TaskKind::AllGather: return "AG";
+        case TaskKind::CopyOut: return "COPYOUT";
+        case TaskKind::ReduceScatter: return "RS";
+        case TaskKind::AllReduce: return "AR";
+        case TaskKind::HostToDevice: return "H2D";
+        case TaskKind::DeviceToHost: return "D2H";
+        case TaskKind::Cast: return "CAST";
+        case TaskKind::OptimizerStep: return "OPT";
+    }
+    return "?";
+}
+
+void Program::clear() {
+    tasks.clear();
+    deps.clear();
+    mem.clear();
+    units.clear();
+    initial.fill(0);
+    micro_batches = 1;
+    tokens_per_micro_batch = 0;
+    model_flops_per_step = 0;
+    hardware_flops_per_step = 0;
+    host_param_bytes = host_grad_bytes = host_optimizer_bytes = 0;
+}
+
+std::string Program::taskLabel(int32_t id) const {
+    const Task& t = tasks[static_cast<size_t>(id)];
+    std::string label(taskKindName(t.kind));
+    if (t.unit >= 0) {
+        std::string_view name = units[static_cast<size_t>(t.unit)].name;
+        // "model.layers.3" reads better as "layers.3" in a trace lane.
+        if (name.rfind("model.", 0) == 0) name.remove_prefix(6);
+        label += ' ';
+        label += name;
+    }
+    if (micro_batches > 1) label += " mb" + std::to_string(t.micro_batch);
+    return label;
+}
+
+}  // namespace shardcast::core

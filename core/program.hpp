@@ -1,0 +1,119 @@
+#pragma once
+// The lowered form of a Plan (DESIGN.md section 2): for one representative rank, the tasks of one
+// steady-state training step in the order the host issues them, each on a stream, with its work,
+// its cross-stream dependencies and the memory it allocates and frees. The simulator times it;
+// the backends execute it. Nothing downstream needs to know FSDP's rules: they are all here.
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/units.hpp"
+
+namespace shardcast::core {
+
+// CUDA streams as FSDP2 uses them, plus the host (CPU optimizer under offload).
+enum class Stream : uint8_t {
+    Compute,          // default stream: forward, backward, recompute, copy-out, optimizer
+    AllGatherCopyIn,  // cast / copy of the local shard into the all-gather input
+    AllGather,
+    ReduceScatter,
+    AllReduce,        // HSDP replicate all-reduce, DDP gradient all-reduce
+    HostToDevice,     // offload: shard copies to the GPU
+    DeviceToHost,     // offload: gradient copies to the host
+    Host,             // CPU work (the optimizer step under CPU offload)
+};
+constexpr int kStreamCount = 8;
+std::string_view streamName(Stream s);
+
+enum class TaskKind : uint8_t {
+    Forward,
+    Backward,
+    Recompute,      // activation-checkpointing forward replay inside backward
+    CopyIn,         // all-gather copy-in (cast to param_dtype into the flat input)
+    AllGather,
+    CopyOut,        // split the flat all-gather output into the unsharded parameters
+    ReduceScatter,
+    AllReduce,
+    HostToDevice,
+    DeviceToHost,
+    Cast,           // dtype conversion of gradients (reduce dtype -> master dtype, no_sync upcast)
+    OptimizerStep,
+};
+constexpr int kTaskKindCount = 12;
+std::string_view taskKindName(TaskKind k);  // "FWD", "BWD", "RECOMP", "COPYIN", "AG", "COPYOUT", "RS", "AR", "H2D", "D2H", "CAST", "OPT"
+inline bool isCollective(TaskKind k) {
+    return k == TaskKind::AllGather || k == TaskKind::ReduceScatter || k == TaskKind::AllReduce;
+}
+
+// +bytes allocates, -bytes frees, in one category.
+struct MemEvent {
+    int64_t bytes = 0;
+    MemCategory category = MemCategory::Temp;
+};
+
+struct Span {
+    uint32_t offset = 0;
+    uint32_t count = 0;
+};
+
+struct Task {
+    TaskKind kind = TaskKind::Forward;
+    Stream stream = Stream::Compute;
+    int16_t micro_batch = 0;
+    int32_t unit = -1;          // index into Program::units, -1 for step-level tasks
+    // Work. Compute: flops and the HBM bytes it moves (roofline). Collectives: comm_bytes is the
+    // size S in nccl-tests' sense (the gathered size for all-gather and reduce-scatter, the buffer
+    // for all-reduce). Copies: comm_bytes is the bytes moved over the link.
+    int64_t flops = 0;
+    int64_t hbm_bytes = 0;
+    int64_t comm_bytes = 0;
+    int32_t group_size = 0;     // ranks in the collective's group
+    int32_t group_nodes = 0;    // nodes the group spans (1: inside one node)
+    bool host_blocks = false;   // after issuing this task the host waits for it to finish
+    int32_t host_wait = -1;     // before issuing this task the host waits for that earlier task
+                                // to finish (FSDP1's all-gather rate limiter)
+    Span deps;       // ids of earlier tasks (any stream) that must finish before this one starts
+    Span mem_start;  // applied when the task starts
+    Span mem_peak;   // applied and undone at the task's internal peak (transient bytes)
+    Span mem_end;    // applied when the task ends
+};
+
+// Per-unit sizes, for reports and for the tools that draw or search over units.
+struct UnitInfo {
+    std::string name;               // "model.layers.3"; the root unit is "(root)"
+    bool is_root = false;
+    bool reshard_after_forward = true;
+    int32_t blocks = 0;             // transformer blocks inside the unit
+    int64_t params = 0;             // elements owned by the unit
+    int64_t trainable_params = 0;
+    int64_t sharded_bytes = 0;      // per rank, padded, in the master/original dtype
+    int64_t unsharded_bytes = 0;    // all-gathered, padded, in param_dtype
+    int64_t grad_shard_bytes = 0;   // per rank sharded gradient (padded, master dtype)
+    int64_t fwd_flops = 0;          // per micro-batch
+    int64_t activation_bytes = 0;   // saved for backward per micro-batch (after checkpointing)
+};
+
+struct Program {
+    std::vector<Task> tasks;        // host issue order; on one stream tasks run in this order
+    std::vector<int32_t> deps;      // pool for Task::deps
+    std::vector<MemEvent> mem;      // pool for Task::mem_*
+    std::vector<UnitInfo> units;    // forward order; units[0] is the root
+    CategoryBytes initial{};        // live when the step starts (steady state)
+    DType compute_dtype = DType::BF16;
+    int micro_batches = 1;
+    int64_t tokens_per_micro_batch = 0;
+    int64_t model_flops_per_step = 0;     // 6N + 12Lhs convention, per rank
+    int64_t hardware_flops_per_step = 0;  // sum of task FLOPs (recompute counted)
+    // Host (pinned CPU) memory per rank under CPU offload.
+    int64_t host_param_bytes = 0, host_grad_bytes = 0, host_optimizer_bytes = 0;
+
+    void clear();
+    int32_t size() const { return static_cast<int32_t>(tasks.size()); }
+    const int32_t* depsBegin(const Task& t) const { return deps.data() + t.deps.offset; }
+    const MemEvent* memBegin(Span s) const { return mem.data() + s.offset; }
+    std::string taskLabel(int32_t id) const;  // "AG layers.3", "BWD (root)"
+};
+
+}  // namespace shardcast::core

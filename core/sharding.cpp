@@ -1,0 +1,67 @@
+#include "core/sharding.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <string>
+#include <utility>
+
+namespace shardcast::core {
+
+namespace {
+
+std::string lower(std::string_view s) {
+    std::string out(s);
+    std::transform(out.begin(), out.end(), out.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    return out;
+}
+
+// Lower-case spellings; strategyName gives the canonical upper-case one.
+constexpr std::pair<std::string_view, Strategy> kStrategyAliases[] = {
+    {"no_shard", Strategy::NoShard},
+    {"shard_grad_op", Strategy::ShardGradOp},
+    {"full_shard", Strategy::FullShard},
+    {"hybrid_shard", Strategy::HybridShard},
+    {"_hybrid_shard_zero2", Strategy::HybridShardZero2},
+    {"hybrid_shard_zero2", Strategy::HybridShardZero2},
+    {"ddp", Strategy::NoShard},
+    {"zero2", Strategy::ShardGradOp},
+    {"zero3", Strategy::FullShard},
+    {"hsdp", Strategy::HybridShard},
+    {"hsdp-zero2", Strategy::HybridShardZero2},
+    {"hsdp_zero2", Strategy::HybridShardZero2},
+};
+
+}  // namespace
+
+std::string_view strategyName(Strategy s) {
+    switch (s) {
+        case Strategy::NoShard: return "NO_SHARD";
+        case Strategy::ShardGradOp: return "SHARD_GRAD_OP";
+        case Strategy::FullShard: return "FULL_SHARD";
+        case Strategy::HybridShard: return "HYBRID_SHARD";
+        case Strategy::HybridShardZero2: return "_HYBRID_SHARD_ZERO2";
+    }
+    return "?";
+}
+
+std::optional<Strategy> parseStrategy(std::string_view s) {
+    const std::string key = lower(s);
+    for (const auto& [name, value] : kStrategyAliases) {
+        if (name == key) return value;
+    }
+    return std::nullopt;
+}
+
+std::string wrapPolicyString(const WrapPolicy& w) {
+    switch (w.kind) {
+        case WrapKind::Whole: return "whole";
+        case WrapKind::Block: return "block";
+        case WrapKind::EveryK: return "every:" + std::to_string(w.k);
+        case WrapKind::MinParams: return "min-params:" + std::to_string(w.min_params);
+        case WrapKind::Modules: return "modules:" + w.modules_file;
+    }
+    return "?";
+}
+
+}  // namespace shardcast::core

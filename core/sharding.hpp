@@ -1,0 +1,47 @@
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace shardcast::core {
+
+enum class Strategy : uint8_t { NoShard, ShardGradOp, FullShard, HybridShard, HybridShardZero2 };
+std::string_view strategyName(Strategy s);  // "NO_SHARD", "SHARD_GRAD_OP", ..., "_HYBRID_SHARD_ZERO2"
+// Case-insensitive; aliases ddp, zero2, zero3, hsdp (and hsdp-zero2).
+std::optional<Strategy> parseStrategy(std::string_view s);
+inline bool isHybrid(Strategy s) { return s == Strategy::HybridShard || s == Strategy::HybridShardZero2; }
+
+enum class WrapKind : uint8_t { Whole, Block, EveryK, MinParams, Modules };
+
+struct WrapPolicy {
+    WrapKind kind = WrapKind::Block;
+    int64_t k = 1;                     // EveryK: blocks per unit
+    int64_t min_params = 0;            // MinParams: like size_based_auto_wrap_policy(min_num_params)
+    std::vector<std::string> modules;  // Modules: FQNs; "a+b" groups several modules into one unit
+    std::string modules_file;          // where `modules` came from (for messages and write-back)
+};
+// Text form: see parseWrapPolicy in plan.hpp; modules:FILE lists one FQN per line, # comments.
+
+
+std::string wrapPolicyString(const WrapPolicy& w);
+
+enum class ReshardMode : uint8_t { Default, True, False, Count };
+
+struct ShardingSpec {
+    Strategy strategy = Strategy::FullShard;
+    int shard_size = 0;       // 0: world size (or GPUs per node for hybrid strategies)
+    int fsdp_version = 2;     // 2: fully_shard (FSDP2); 1: FullyShardedDataParallel
+    WrapPolicy wrap;
+    ReshardMode reshard_after_forward = ReshardMode::Default;  // Default: per strategy
+    int reshard_after_forward_k = 0;  // Count: re-shard to this many ranks after forward
+    // Prefetch. FSDP2: implicit one-unit-ahead prefetch in forward and backward (depth below).
+    // FSDP1: forward_prefetch (default off), backward_prefetch PRE (default) / POST / NONE.
+    int prefetch_depth = 1;
+    bool forward_prefetch = false;
+    enum class BackwardPrefetch : uint8_t { Pre, Post, None } backward_prefetch = BackwardPrefetch::Pre;
+    bool limit_all_gathers = true;  // FSDP1 rate limiter
+};
+
+}  // namespace shardcast::core

@@ -1,0 +1,117 @@
+#include "core/wrap.hpp"
+
+#include <algorithm>
+
+namespace shardcast::core {
+namespace {
+
+std::string lastComponent(const std::string& fqn) {
+    auto dot = fqn.rfind('.');
+    return dot == std::string::npos ? fqn : fqn.substr(dot + 1);
+}
+
+// "model.layers.0..3" for a run of blocks; the module's own name for one.
+std::string groupName(const Model& model, const std::vector<int32_t>& mods) {
+    const std::string& first = model.modules[mods.front()].name;
+    if (mods.size() == 1) return first;
+    return first + ".." + lastComponent(model.modules[mods.back()].name);
+}
+
+}  // namespace
+
+Status resolveUnits(const Model& model, const WrapPolicy& wrap, UnitAssignment& out) {
+    const auto n_modules = static_cast<int32_t>(model.modules.size());
+    out.units.clear();
+    out.units.push_back(UnitSpec{"(root)", {0}});
+    std::vector<int32_t> own_unit(n_modules, -1);
+    own_unit[0] = 0;
+    auto addUnit = [&](std::vector<int32_t> mods) -> Status {
+        for (int32_t m : mods) {
+            if (own_unit[m] >= 0) {
+                return makeError("wrap: module '" + model.modules[m].name +
+                                 "' is listed in more than one unit");
+            }
+        }
+        const auto id = static_cast<int32_t>(out.units.size());
+        for (int32_t m : mods) own_unit[m] = id;
+        out.units.push_back(UnitSpec{groupName(model, mods), std::move(mods)});
+        return Ok{};
+    };
+
+    switch (wrap.kind) {
+        case WrapKind::Whole:
+            break;
+        case WrapKind::Block:
+        case WrapKind::EveryK: {
+            if (model.blocks.empty()) {
+                return makeError("wrap: model '" + model.name +
+                                 "' has no transformer blocks; use wrap whole, min-params:N or modules:FILE");
+            }
+            const int64_t k = wrap.kind == WrapKind::Block ? 1 : wrap.k;
+            if (k < 1) return makeError("wrap: every:K needs K >= 1 (got " + std::to_string(k) + ")");
+            for (size_t i = 0; i < model.blocks.size(); i += static_cast<size_t>(k)) {
+                const size_t end = std::min(model.blocks.size(), i + static_cast<size_t>(k));
+                std::vector<int32_t> mods(model.blocks.begin() + static_cast<std::ptrdiff_t>(i),
+                                          model.blocks.begin() + static_cast<std::ptrdiff_t>(end));
+                if (auto s = addUnit(std::move(mods)); !s) return s;
+            }
+            break;
+        }
+        case WrapKind::MinParams: {
+            if (wrap.min_params < 1) return makeError("wrap: min-params:N needs N >= 1");
+            std::vector<int64_t> nonwrapped(n_modules, 0);
+            for (const Param& p : model.params) nonwrapped[p.module] += p.numel();
+            std::vector<int32_t> wrapped;
+            // Parents precede children, so the reverse order visits children first (post-order).
+            for (int32_t m = n_modules - 1; m > 0; --m) {
+                const Module& mod = model.modules[m];
+                if (!mod.is_container && nonwrapped[m] >= wrap.min_params) {
+                    wrapped.push_back(m);
+                } else {
+                    nonwrapped[mod.parent] += nonwrapped[m];
+                }
+            }
+            std::sort(wrapped.begin(), wrapped.end());
+            for (int32_t m : wrapped) {
+                if (auto s = addUnit({m}); !s) return s;
+            }
+            break;
+        }
+        case WrapKind::Modules: {
+            for (const std::string& entry : wrap.modules) {
+                std::vector<int32_t> mods;
+                size_t start = 0;
+                while (start <= entry.size()) {
+                    size_t plus = entry.find('+', start);
+                    if (plus == std::string::npos) plus = entry.size();
+                    const std::string fqn = entry.substr(start, plus - start);
+                    const int32_t m = model.findModule(fqn);
+                    if (m < 0) {
+                        return makeError("wrap: module '" + fqn + "' (in " +
+                                         (wrap.modules_file.empty() ? std::string("the module list")
+                                                                    : wrap.modules_file) +
+                                         ") is not a module of " + model.name);
+                    }
+                    if (m == 0) return makeError("wrap: the root module is always a unit; do not list it");
+                    mods.push_back(m);
+                    start = plus + 1;
+                }
+                if (auto s = addUnit(std::move(mods)); !s) return s;
+            }
+            break;
+        }
+    }
+
+    out.module_unit.assign(n_modules, 0);
+    for (int32_t m = 1; m < n_modules; ++m) {
+        out.module_unit[m] = own_unit[m] >= 0 ? own_unit[m] : out.module_unit[model.modules[m].parent];
+    }
+    out.parent_unit.assign(out.units.size(), -1);
+    for (size_t u = 1; u < out.units.size(); ++u) {
+        const int32_t first = out.units[u].modules.front();
+        out.parent_unit[u] = out.module_unit[model.modules[first].parent];
+    }
+    return Ok{};
+}
+
+}  // namespace shardcast::core

@@ -1,0 +1,370 @@
+// FSDP semantics of the lowering and the memory replay, against figures worked out by hand or
+// taken from the ZeRO paper (Rajbhandari et al., SC'20) and tests/data/reference-cases.json.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <numeric>
+
+#include "core/lower.hpp"
+#include "core/memory.hpp"
+#include "core/model_io.hpp"
+#include "core/plan.hpp"
+#include "core/program.hpp"
+
+using namespace shardcast::core;
+
+namespace {
+
+// A model of `blocks` blocks, each one weight of [rows, cols] and one matmul; the root owns no
+// parameter, so every parameter is re-gathered in backward under FULL_SHARD.
+std::shared_ptr<Model> toyModel(int blocks, int64_t rows, int64_t cols) {
+    auto m = std::make_shared<Model>();
+    m->name = "toy";
+    m->modules.push_back(Module{"", -1, false, false});
+    m->modules.push_back(Module{"layers", 0, true, false});
+    for (int b = 0; b < blocks; ++b) {
+        const auto block = static_cast<int32_t>(m->modules.size());
+        m->modules.push_back(Module{"layers." + std::to_string(b), 1, false, true});
+        m->blocks.push_back(block);
+        m->params.push_back(Param{"layers." + std::to_string(b) + ".weight", {rows, cols}, block, std::nullopt});
+        Op op;
+        op.name = "matmul";
+        op.module = block;
+        op.kind = OpKind::Matmul;
+        op.flops.per_token = 2.0 * static_cast<double>(rows * cols);
+        op.bwd_flops_factor = 2;
+        op.saved_act.per_token = static_cast<double>(cols);
+        m->ops.push_back(op);
+    }
+    return m;
+}
+
+Plan makePlan(std::shared_ptr<const Model> model, Strategy strategy, int nodes, int gpus_per_node) {
+    Plan plan;
+    plan.model = std::move(model);
+    plan.model_ref = plan.model->name;
+    plan.cluster.gpu = *findGpuPreset("H100-SXM");
+    plan.cluster.nodes = nodes;
+    plan.cluster.gpus_per_node = gpus_per_node;
+    plan.training.micro_batch = 1;
+    plan.training.seq_len = 128;
+    plan.sharding.strategy = strategy;
+    return plan;
+}
+
+void fp32Everywhere(Plan& plan) {
+    plan.training.param_dtype = std::nullopt;
+    plan.training.reduce_dtype = std::nullopt;
+}
+
+struct Lowered {
+    Mesh mesh;
+    Program program;
+    MemoryReport memory;
+};
+
+Lowered lowerAndReplay(const Plan& plan) {
+    Lowered out;
+    auto mesh = validatePlan(plan);
+    EXPECT_TRUE(mesh.ok()) << (mesh.ok() ? "" : mesh.error().message);
+    out.mesh = *mesh;
+    auto st = lower(plan, out.mesh, out.program);
+    EXPECT_TRUE(st.ok()) << (st.ok() ? "" : st.error().message);
+    replayMemory(out.program, out.memory);
+    return out;
+}
+
+int64_t commBytes(const Program& p, TaskKind kind) {
+    int64_t sum = 0;
+    for (const Task& t : p.tasks) {
+        if (t.kind == kind) sum += t.comm_bytes;
+    }
+    return sum;
+}
+
+int countTasks(const Program& p, TaskKind kind) {
+    int n = 0;
+    for (const Task& t : p.tasks) n += t.kind == kind;
+    return n;
+}
+
+// Every allocation of a step is freed by its end: the state returns to the initial one.
+CategoryBytes finalState(const Program& p) {
+    CategoryBytes cur = p.initial;
+    for (const Task& t : p.tasks) {
+        for (Span s : {t.mem_start, t.mem_end}) {
+            for (uint32_t i = 0; i < s.count; ++i) cur[index(p.mem[s.offset + i].category)] += p.mem[s.offset + i].bytes;
+        }
+    }
+    return cur;
+}
+
+std::shared_ptr<const Model> bundled(const char* name) {
+    auto m = resolveModel(name);
+    EXPECT_TRUE(m.ok()) << (m.ok() ? "" : m.error().message);
+    return std::make_shared<const Model>(std::move(*m));
+}
+
+}  // namespace
+
+// cases.json "fp32_ddp_vs_fsdp" (7B, fp32, Adam): DDP 28 / 28 / 56 GB per GPU.
+TEST(LoweringTest, DdpFp32SevenBillionModelStates) {
+    auto plan = makePlan(toyModel(7, 100000, 10000), Strategy::NoShard, 1, 8);
+    fp32Everywhere(plan);
+    auto r = lowerAndReplay(plan);
+    EXPECT_EQ(r.memory.model_states.params, 28'000'000'000);
+    EXPECT_EQ(r.memory.model_states.grads, 28'000'000'000);
+    EXPECT_EQ(r.memory.model_states.optimizer, 56'000'000'000);
+}
+
+// Same source: FULL_SHARD on 8 GPUs: 3.5 / 3.5 / 7 GB (100,000 rows split evenly, no padding).
+TEST(LoweringTest, FullShardFp32SevenBillionOnEightGpus) {
+    auto plan = makePlan(toyModel(7, 100000, 10000), Strategy::FullShard, 1, 8);
+    fp32Everywhere(plan);
+    auto r = lowerAndReplay(plan);
+    EXPECT_EQ(r.memory.model_states.params, 3'500'000'000);
+    EXPECT_EQ(r.memory.model_states.grads, 3'500'000'000);
+    EXPECT_EQ(r.memory.model_states.optimizer, 7'000'000'000);
+}
+
+// DDP with bf16 compute still keeps fp32 master params, fp32 grads and AdamW: 16 bytes/param.
+TEST(LoweringTest, DdpModelStatesAreSixteenBytesPerParam) {
+    auto model = bundled("llama-3.1-8b");
+    const int64_t P = model->numParams();
+    auto r = lowerAndReplay(makePlan(model, Strategy::NoShard, 1, 8));
+    EXPECT_EQ(r.memory.model_states.params + r.memory.model_states.grads + r.memory.model_states.optimizer, 16 * P);
+}
+
+// FULL_SHARD: 16P/N up to padding. Worked out per parameter: each rank stores ceil(d0/N) rows
+// of params and grads (4 + 4 bytes) and Adam state for its unpadded rows (8 bytes).
+class FullShardScaling : public ::testing::TestWithParam<int> {};
+TEST_P(FullShardScaling, ModelStatesAreSixteenPOverNUpToPadding) {
+    const int world = GetParam();
+    auto model = bundled("llama-3.1-8b");
+    auto r = lowerAndReplay(makePlan(model, Strategy::FullShard, world / 8, 8));
+    int64_t expected = 0;
+    for (const Param& p : model->params) {
+        const int64_t rows = (p.dim0() + world - 1) / world;
+        expected += rows * p.rowNumel() * 8 + std::min(rows, p.dim0()) * p.rowNumel() * 8;
+    }
+    const auto& ms = r.memory.model_states;
+    EXPECT_EQ(ms.params + ms.grads + ms.optimizer, expected);
+    const double ideal = 16.0 * static_cast<double>(model->numParams()) / world;
+    EXPECT_NEAR(static_cast<double>(expected) / ideal, 1.0, 0.01);
+    EXPECT_GE(static_cast<double>(expected), ideal);
+}
+INSTANTIATE_TEST_SUITE_P(Worlds, FullShardScaling, ::testing::Values(8, 64, 512));
+
+// ZeRO paper section 7: per step and rank, DDP moves 2P elements (all-reduce = reduce-scatter
+// + all-gather), ZeRO-2 2P (reduce-scatter grads + all-gather params once), ZeRO-3 3P (params
+// gathered in forward and again in backward). bf16 everywhere: itemsize 2.
+TEST(LoweringTest, CommunicationVolumesMatchZeroPaper) {
+    auto model = toyModel(4, 4096, 1024);
+    const int64_t P = model->numParams();
+    auto volume = [&](Strategy s) {
+        auto plan = makePlan(model, s, 1, 8);
+        plan.training.reduce_dtype = DType::BF16;
+        auto r = lowerAndReplay(plan);
+        return commBytes(r.program, TaskKind::AllGather) + commBytes(r.program, TaskKind::ReduceScatter) +
+               2 * commBytes(r.program, TaskKind::AllReduce);
+    };
+    EXPECT_EQ(volume(Strategy::NoShard), 2 * P * 2);
+    EXPECT_EQ(volume(Strategy::ShardGradOp), 2 * P * 2);
+    EXPECT_EQ(volume(Strategy::FullShard), 3 * P * 2);
+}
+
+// The root unit is not resharded after forward, so its parameters are gathered once.
+TEST(LoweringTest, RootUnitIsGatheredOnce) {
+    auto model = bundled("llama-3.1-8b");
+    auto r = lowerAndReplay(makePlan(model, Strategy::FullShard, 1, 8));
+    int root_gathers = 0, block3_gathers = 0;
+    for (const Task& t : r.program.tasks) {
+        if (t.kind != TaskKind::AllGather) continue;
+        root_gathers += t.unit == 0;
+        block3_gathers += r.program.units[static_cast<size_t>(t.unit)].name == "model.layers.3";
+    }
+    EXPECT_EQ(root_gathers, 1);
+    EXPECT_EQ(block3_gathers, 2);
+    EXPECT_EQ(r.program.units.size(), 33u);
+    EXPECT_EQ(r.program.units[1].name, "model.layers.0");
+}
+
+// Rule 1: d0 = 5 on 4 ranks: ceil(5/4) = 2 rows on every rank; optimizer state uses rank 0's
+// unpadded 2 rows. fp32, 3 columns: shard 2*3*4 = 24 B, unsharded 4*24 = 96 B, Adam 2*24 = 48 B.
+TEST(LoweringTest, PaddedDimZeroShards) {
+    auto plan = makePlan(toyModel(1, 5, 3), Strategy::FullShard, 1, 4);
+    fp32Everywhere(plan);
+    auto r = lowerAndReplay(plan);
+    ASSERT_EQ(r.program.units.size(), 2u);
+    EXPECT_EQ(r.program.units[1].sharded_bytes, 24);
+    EXPECT_EQ(r.program.units[1].unsharded_bytes, 96);
+    EXPECT_EQ(r.program.initial[index(MemCategory::OptState)], 48);
+    EXPECT_EQ(commBytes(r.program, TaskKind::AllGather), 2 * 96);
+}
+
+// FSDP1 FlatParameter: [5,3] then [3] fp32 on 4 ranks: 15 elements, the next start aligned to
+// 16 bytes (16), + 3 = 19, padded to a multiple of 4 = 20; each rank holds 5 elements = 20 B.
+TEST(LoweringTest, Fsdp1FlatParameterPadding) {
+    auto model = toyModel(1, 5, 3);
+    model->params.push_back(Param{"layers.0.bias", {3}, 2, std::nullopt});
+    auto plan = makePlan(model, Strategy::FullShard, 1, 4);
+    plan.sharding.fsdp_version = 1;
+    fp32Everywhere(plan);
+    auto r = lowerAndReplay(plan);
+    EXPECT_EQ(r.program.units[1].sharded_bytes, 20);
+    EXPECT_EQ(r.program.units[1].unsharded_bytes, 80);
+}
+
+// SHARD_GRAD_OP keeps every unit unsharded from its forward to its backward, so when the
+// activations dominate (here 2 KiB per token per block, 64K tokens) the step's peak, at the
+// start of backward, holds all of them.
+TEST(LoweringTest, ShardGradOpPeakHoldsEveryUnitUnsharded) {
+    auto model = toyModel(6, 8192, 1024);
+    auto plan = makePlan(model, Strategy::ShardGradOp, 1, 8);
+    plan.training.seq_len = 65536;
+    auto r = lowerAndReplay(plan);
+    int64_t all_unsharded = 0;
+    for (const UnitInfo& u : r.program.units) all_unsharded += u.unsharded_bytes;
+    EXPECT_EQ(all_unsharded, 6 * 8192 * 1024 * 2);
+    EXPECT_EQ(r.memory.at_peak[index(MemCategory::UnshardedParam)], all_unsharded);
+    EXPECT_EQ(r.memory.at_peak[index(MemCategory::Activation)], 6 * int64_t{65536} * 1024 * 2);
+    plan.sharding.strategy = Strategy::FullShard;
+    auto full = lowerAndReplay(plan);
+    EXPECT_EQ(full.memory.max_per_category[index(MemCategory::UnshardedParam)], r.program.units[1].unsharded_bytes);
+    EXPECT_LT(full.memory.peak_bytes, r.memory.peak_bytes);
+}
+
+// Rule 4: in forward, unit i's flat output lives until unit i+1 waits for its unshard, so
+// two flat outputs coexist, plus the copy-in cast temporary (bf16 of the fp32 shard).
+TEST(LoweringTest, FullShardHoldsAtMostTwoFlatAllGatherOutputs) {
+    auto model = toyModel(6, 8192, 1024);
+    auto r = lowerAndReplay(makePlan(model, Strategy::FullShard, 1, 8));
+    const int64_t flat = 8192 * 1024 * 2;        // bf16 unsharded block
+    const int64_t cast = 8192 / 8 * 1024 * 2;    // bf16 copy of one shard
+    EXPECT_EQ(r.memory.max_per_category[index(MemCategory::AllGather)], 2 * flat + cast);
+}
+
+// Rule 8: with no_sync the unsharded grads, upcast to reduce_dtype, stay across micro-batches:
+// all P elements in fp32 on every rank = 8x the sharded fp32 gradient at 8 ranks.
+TEST(LoweringTest, NoSyncHoldsUnshardedGradients) {
+    auto model = toyModel(6, 8192, 1024);
+    const int64_t P = model->numParams();
+    auto plan = makePlan(model, Strategy::FullShard, 1, 8);
+    plan.training.grad_accum = 4;
+    auto synced = lowerAndReplay(plan);
+    plan.training.no_sync = true;
+    auto nosync = lowerAndReplay(plan);
+    const int64_t block_bf16 = 8192 * 1024 * 2;
+    EXPECT_EQ(nosync.memory.max_per_category[index(MemCategory::UnshardedGrad)], P * 4 + block_bf16);
+    EXPECT_EQ(synced.memory.max_per_category[index(MemCategory::UnshardedGrad)], block_bf16);
+    EXPECT_EQ(countTasks(nosync.program, TaskKind::ReduceScatter), 6);
+    EXPECT_EQ(countTasks(synced.program, TaskKind::ReduceScatter), 24);
+}
+
+// HSDP on 2 nodes x 8: shard inside a node, all-reduce the gradient shard across nodes.
+TEST(LoweringTest, HybridShardAllReducesAcrossNodes) {
+    auto model = toyModel(4, 8192, 1024);
+    const int64_t P = model->numParams();
+    auto r = lowerAndReplay(makePlan(model, Strategy::HybridShard, 2, 8));
+    EXPECT_EQ(r.mesh.shard_size, 8);
+    EXPECT_EQ(r.mesh.replicate_size, 2);
+    for (const Task& t : r.program.tasks) {
+        if (t.kind == TaskKind::AllReduce) {
+            EXPECT_EQ(t.group_size, 2);
+            EXPECT_EQ(t.group_nodes, 2);
+            EXPECT_EQ(t.stream, Stream::AllReduce);
+        }
+        if (t.kind == TaskKind::AllGather) {
+            EXPECT_EQ(t.group_nodes, 1);
+        }
+    }
+    EXPECT_EQ(commBytes(r.program, TaskKind::AllReduce), P / 8 * 4);  // fp32 gradient shard
+    EXPECT_EQ(r.memory.model_states.params, P / 8 * 4);
+}
+
+// Rule 10: CPU offload keeps params, grads and optimizer state on the host; every unshard
+// copies the shard to the GPU first.
+TEST(LoweringTest, CpuOffloadMovesModelStatesToHost) {
+    auto model = toyModel(4, 8192, 1024);
+    const int64_t P = model->numParams();
+    auto plan = makePlan(model, Strategy::FullShard, 1, 8);
+    plan.training.offload = Offload::Cpu;
+    auto r = lowerAndReplay(plan);
+    EXPECT_EQ(r.program.initial[index(MemCategory::ShardedParam)], 0);
+    EXPECT_EQ(r.program.initial[index(MemCategory::OptState)], 0);
+    EXPECT_EQ(r.program.host_param_bytes, P / 8 * 4);
+    EXPECT_EQ(r.program.host_optimizer_bytes, P / 8 * 8);
+    EXPECT_EQ(countTasks(r.program, TaskKind::HostToDevice), countTasks(r.program, TaskKind::AllGather));
+    EXPECT_EQ(countTasks(r.program, TaskKind::DeviceToHost), 4);
+    EXPECT_EQ(r.memory.max_per_category[index(MemCategory::ShardedGrad)], 0);
+    EXPECT_EQ(r.program.tasks.back().stream, Stream::Host);
+}
+
+// Frozen parameters: no grads, no optimizer state, still gathered.
+TEST(LoweringTest, FrozenParametersAreGatheredButNotReduced) {
+    auto model = toyModel(4, 8192, 1024);
+    const int64_t P = model->numParams();
+    auto plan = makePlan(model, Strategy::FullShard, 1, 8);
+    auto all = lowerAndReplay(plan);
+    plan.training.frozen_regex = "layers\\.[01]\\.";
+    auto half = lowerAndReplay(plan);
+    EXPECT_EQ(commBytes(half.program, TaskKind::AllGather), commBytes(all.program, TaskKind::AllGather));
+    EXPECT_EQ(commBytes(half.program, TaskKind::ReduceScatter), P / 2 * 4);
+    EXPECT_EQ(half.memory.model_states.optimizer, P / 2 / 8 * 8);
+    EXPECT_EQ(half.memory.model_states.params, P / 8 * 4);
+    EXPECT_LT(half.program.hardware_flops_per_step, all.program.hardware_flops_per_step);
+}
+
+// Full checkpointing keeps only each block's input: b*s*h bf16 elements per block.
+TEST(LoweringTest, FullCheckpointingKeepsBlockInputs) {
+    auto model = bundled("llama-3.1-8b");
+    auto plan = makePlan(model, Strategy::FullShard, 1, 8);
+    plan.training.seq_len = 8192;
+    plan.training.ac = Checkpointing::Full;
+    auto r = lowerAndReplay(plan);
+    EXPECT_EQ(r.program.units[5].activation_bytes, 8192 * 4096 * 2);
+    EXPECT_EQ(countTasks(r.program, TaskKind::Recompute), 32);
+    plan.training.ac = Checkpointing::None;
+    auto none = lowerAndReplay(plan);
+    EXPECT_GT(none.program.units[5].activation_bytes, 10 * r.program.units[5].activation_bytes);
+    EXPECT_GT(r.program.hardware_flops_per_step, none.program.hardware_flops_per_step);
+}
+
+// Every allocation is freed within the step, for every strategy and option combination.
+TEST(LoweringTest, StepReturnsToInitialState) {
+    auto model = bundled("llama-3.1-8b");
+    for (Strategy s : {Strategy::NoShard, Strategy::ShardGradOp, Strategy::FullShard, Strategy::HybridShard,
+                       Strategy::HybridShardZero2}) {
+        for (int fsdp : {1, 2}) {
+            for (bool no_sync : {false, true}) {
+                for (Checkpointing ac : {Checkpointing::None, Checkpointing::Full, Checkpointing::Selective}) {
+                    auto plan = makePlan(model, s, 2, 8);
+                    plan.sharding.fsdp_version = fsdp;
+                    plan.training.grad_accum = 3;
+                    plan.training.no_sync = no_sync;
+                    plan.training.ac = ac;
+                    auto r = lowerAndReplay(plan);
+                    EXPECT_EQ(finalState(r.program), r.program.initial)
+                        << strategyName(s) << " fsdp" << fsdp << " no_sync=" << no_sync;
+                    for (int c = 0; c < kMemCategoryCount; ++c) EXPECT_GE(r.memory.max_per_category[c], 0);
+                }
+            }
+        }
+    }
+}
+
+// Dependencies point backwards and collectives carry their group.
+TEST(LoweringTest, ProgramIsWellFormed) {
+    auto model = bundled("llama-3.1-8b");
+    auto r = lowerAndReplay(makePlan(model, Strategy::HybridShard, 2, 8));
+    const Program& p = r.program;
+    for (int32_t id = 0; id < p.size(); ++id) {
+        const Task& t = p.tasks[static_cast<size_t>(id)];
+        for (uint32_t i = 0; i < t.deps.count; ++i) EXPECT_LT(p.deps[t.deps.offset + i], id);
+        if (isCollective(t.kind)) {
+            EXPECT_GT(t.comm_bytes, 0);
+            EXPECT_GE(t.group_size, 2);
+        }
+    }
+    EXPECT_EQ(p.taskLabel(1), "AG (root)");
+}

@@ -1,0 +1,310 @@
+// Importing HuggingFace configs: parameter counts, PyTorch names and shapes, and input errors.
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "core/model.hpp"
+#include "core/model_io.hpp"
+
+namespace sc = shardcast::core;
+using nlohmann::json;
+
+namespace {
+
+const std::filesystem::path kModels = std::filesystem::path(SHARDCAST_SOURCE_DIR) / "models";
+
+sc::Model load(const std::string& name) {
+    auto m = sc::loadModelFile(kModels / (name + ".json"));
+    EXPECT_TRUE(m.ok()) << (m.ok() ? "" : m.error().message);
+    return m.ok() ? std::move(m).value() : sc::Model{};
+}
+
+const sc::Param* findParam(const sc::Model& m, const std::string& name) {
+    for (const sc::Param& p : m.params)
+        if (p.name == name) return &p;
+    return nullptr;
+}
+
+std::vector<int64_t> shapeOf(const sc::Model& m, const std::string& name) {
+    const sc::Param* p = findParam(m, name);
+    EXPECT_NE(p, nullptr) << "no parameter " << name;
+    return p ? p->shape : std::vector<int64_t>{};
+}
+
+// Writes `text` to a fresh file under the test's temp dir and returns its path.
+std::filesystem::path writeTemp(const std::string& file, const std::string& text) {
+    const auto dir = std::filesystem::temp_directory_path() / "shardcast_model_import_test";
+    std::filesystem::create_directories(dir);
+    const auto path = dir / file;
+    std::ofstream(path) << text;
+    return path;
+}
+
+std::string errorOf(const std::filesystem::path& path) {
+    auto m = sc::loadModelFile(path);
+    EXPECT_FALSE(m.ok()) << path << " loaded but should not";
+    return m.ok() ? "" : m.error().message;
+}
+
+}  // namespace
+
+TEST(ModelImportTest, EveryBundledConfigHasTheReferenceParameterCount) {
+    std::ifstream in(SHARDCAST_REFERENCE_FILE);
+    const json ref = json::parse(in).at("param_counts");
+    // Counts of the configs added with the importer (the model cards' totals, checked against
+    // the transformers layouts: e.g. Qwen2-7B = 28 * 233,057,792 + 2 * 152064 * 3584 + 3584).
+    std::map<std::string, int64_t> expected = {
+        {"qwen2-7b", 7'615'616'512}, {"gemma-2-9b", 9'241'705'984}, {"pythia-160m", 162'322'944}};
+    for (auto it = ref.begin(); it != ref.end(); ++it)
+        if (it.value().is_number_integer()) expected[it.key()] = it.value().get<int64_t>();
+
+    const auto names = sc::bundledModelNames();
+    ASSERT_GE(names.size(), 10u);
+    for (const std::string& name : names) {
+        SCOPED_TRACE(name);
+        auto m = sc::resolveModel(name);
+        ASSERT_TRUE(m.ok()) << m.error().message;
+        ASSERT_TRUE(expected.count(name)) << "no reference parameter count for bundled model " << name;
+        EXPECT_EQ(m->numParams(), expected.at(name));
+        EXPECT_EQ(m->name, name);
+    }
+}
+
+TEST(ModelImportTest, LlamaGqaShapesAndNamedParametersOrder) {
+    const sc::Model m = load("llama-3.1-8b");
+    EXPECT_EQ(shapeOf(m, "model.layers.0.self_attn.q_proj.weight"), (std::vector<int64_t>{4096, 4096}));
+    EXPECT_EQ(shapeOf(m, "model.layers.0.self_attn.k_proj.weight"), (std::vector<int64_t>{1024, 4096}));
+    EXPECT_EQ(shapeOf(m, "model.layers.31.self_attn.v_proj.weight"), (std::vector<int64_t>{1024, 4096}));
+    EXPECT_EQ(shapeOf(m, "model.layers.5.mlp.down_proj.weight"), (std::vector<int64_t>{4096, 14336}));
+    EXPECT_EQ(shapeOf(m, "lm_head.weight"), (std::vector<int64_t>{128256, 4096}));
+    EXPECT_EQ(findParam(m, "model.layers.0.self_attn.q_proj.bias"), nullptr);
+
+    // named_parameters() order: registration order of LlamaModel / LlamaDecoderLayer.
+    const std::vector<std::string> first = {
+        "model.embed_tokens.weight",
+        "model.layers.0.self_attn.q_proj.weight",
+        "model.layers.0.self_attn.k_proj.weight",
+        "model.layers.0.self_attn.v_proj.weight",
+        "model.layers.0.self_attn.o_proj.weight",
+        "model.layers.0.mlp.gate_proj.weight",
+        "model.layers.0.mlp.up_proj.weight",
+        "model.layers.0.mlp.down_proj.weight",
+        "model.layers.0.input_layernorm.weight",
+        "model.layers.0.post_attention_layernorm.weight",
+        "model.layers.1.self_attn.q_proj.weight",
+    };
+    ASSERT_EQ(m.params.size(), 1 + 32 * 9 + 2u);
+    for (size_t i = 0; i < first.size(); ++i) EXPECT_EQ(m.params[i].name, first[i]);
+    EXPECT_EQ(m.params[m.params.size() - 2].name, "model.norm.weight");
+    EXPECT_EQ(m.params.back().name, "lm_head.weight");
+
+    EXPECT_EQ(m.arch.hidden, 4096);
+    EXPECT_EQ(m.arch.kv_heads, 8);
+    EXPECT_EQ(m.arch.head_dim, 128);
+    EXPECT_FALSE(m.arch.tied_embeddings);
+    ASSERT_EQ(m.buffers.size(), 1u);
+    EXPECT_EQ(m.buffers[0].name, "model.rotary_emb.inv_freq");
+    EXPECT_EQ(m.buffers[0].numel, 64);
+}
+
+TEST(ModelImportTest, ModuleTreeHasEveryIntermediateModuleParentsFirst) {
+    const sc::Model m = load("llama-2-7b");
+    ASSERT_FALSE(m.modules.empty());
+    EXPECT_EQ(m.modules[0].name, "");
+    EXPECT_EQ(m.modules[0].parent, -1);
+    for (size_t i = 1; i < m.modules.size(); ++i) {
+        const sc::Module& mod = m.modules[i];
+        ASSERT_GE(mod.parent, 0);
+        ASSERT_LT(static_cast<size_t>(mod.parent), i) << mod.name;
+        const size_t dot = mod.name.rfind('.');
+        const std::string expected_parent = dot == std::string::npos ? "" : mod.name.substr(0, dot);
+        EXPECT_EQ(m.modules[static_cast<size_t>(mod.parent)].name, expected_parent) << mod.name;
+    }
+    const int32_t layers = m.findModule("model.layers");
+    ASSERT_GE(layers, 0);
+    EXPECT_TRUE(m.modules[static_cast<size_t>(layers)].is_container);
+    ASSERT_EQ(m.blocks.size(), 32u);
+    for (size_t i = 0; i < m.blocks.size(); ++i) {
+        const sc::Module& blk = m.modules[static_cast<size_t>(m.blocks[i])];
+        EXPECT_EQ(blk.name, "model.layers." + std::to_string(i));
+        EXPECT_TRUE(blk.is_block);
+    }
+    const int32_t q = m.findModule("model.layers.3.self_attn.q_proj");
+    ASSERT_GE(q, 0);
+    EXPECT_TRUE(m.isWithin(q, m.blocks[3]));
+    EXPECT_FALSE(m.isWithin(q, m.blocks[2]));
+    EXPECT_TRUE(m.isWithin(q, 0));
+    EXPECT_EQ(m.findModule("model.layers.32"), -1);
+    // Every parameter belongs to the module its name says.
+    for (const sc::Param& p : m.params)
+        EXPECT_EQ(m.modules[static_cast<size_t>(p.module)].name + "." + p.name.substr(p.name.rfind('.') + 1), p.name);
+}
+
+TEST(ModelImportTest, Gpt2KeepsConv1DShapesAndTiesTheHead) {
+    const sc::Model m = load("gpt2");
+    EXPECT_EQ(shapeOf(m, "transformer.h.0.attn.c_attn.weight"), (std::vector<int64_t>{768, 2304}));
+    EXPECT_EQ(shapeOf(m, "transformer.h.0.attn.c_attn.bias"), (std::vector<int64_t>{2304}));
+    EXPECT_EQ(shapeOf(m, "transformer.h.11.mlp.c_proj.weight"), (std::vector<int64_t>{3072, 768}));
+    EXPECT_EQ(shapeOf(m, "transformer.wpe.weight"), (std::vector<int64_t>{1024, 768}));
+    EXPECT_EQ(m.params.front().name, "transformer.wte.weight");
+    EXPECT_EQ(m.params.back().name, "transformer.ln_f.bias");
+    EXPECT_EQ(findParam(m, "lm_head.weight"), nullptr);
+    EXPECT_GE(m.findModule("lm_head"), 0);  // the module exists, its weight is wte's
+    EXPECT_TRUE(m.arch.tied_embeddings);
+    ASSERT_EQ(m.buffers.size(), 12u);
+    EXPECT_EQ(m.buffers[0].name, "transformer.h.0.attn.bias");
+    EXPECT_EQ(m.buffers[0].numel, 1024 * 1024);
+    EXPECT_EQ(m.buffers[0].dtype, sc::DType::U8);
+    // Conv1D shards its [in, out] weight on dim 0 (in).
+    EXPECT_EQ(findParam(m, "transformer.h.0.attn.c_attn.weight")->dim0(), 768);
+    EXPECT_EQ(findParam(m, "transformer.h.0.attn.c_attn.weight")->rowNumel(), 2304);
+}
+
+TEST(ModelImportTest, MixtralExpertsAreNamedLikeTransformers) {
+    const sc::Model m = load("mixtral-8x7b");
+    EXPECT_EQ(shapeOf(m, "model.layers.0.block_sparse_moe.gate.weight"), (std::vector<int64_t>{8, 4096}));
+    EXPECT_EQ(shapeOf(m, "model.layers.0.block_sparse_moe.experts.0.w1.weight"),
+              (std::vector<int64_t>{14336, 4096}));
+    EXPECT_EQ(shapeOf(m, "model.layers.31.block_sparse_moe.experts.7.w2.weight"),
+              (std::vector<int64_t>{4096, 14336}));
+    EXPECT_EQ(shapeOf(m, "model.layers.31.block_sparse_moe.experts.7.w3.weight"),
+              (std::vector<int64_t>{14336, 4096}));
+    EXPECT_EQ(findParam(m, "model.layers.0.block_sparse_moe.experts.8.w1.weight"), nullptr);
+    const int32_t experts = m.findModule("model.layers.0.block_sparse_moe.experts");
+    ASSERT_GE(experts, 0);
+    EXPECT_TRUE(m.modules[static_cast<size_t>(experts)].is_container);
+    EXPECT_EQ(m.arch.experts, 8);
+    EXPECT_EQ(m.arch.experts_per_token, 2);
+}
+
+TEST(ModelImportTest, Qwen2HasQkvBiasButNoOutputBias) {
+    const sc::Model m = load("qwen2-7b");
+    EXPECT_EQ(shapeOf(m, "model.layers.0.self_attn.q_proj.bias"), (std::vector<int64_t>{3584}));
+    EXPECT_EQ(shapeOf(m, "model.layers.0.self_attn.k_proj.bias"), (std::vector<int64_t>{512}));
+    EXPECT_EQ(shapeOf(m, "model.layers.0.self_attn.v_proj.bias"), (std::vector<int64_t>{512}));
+    EXPECT_EQ(findParam(m, "model.layers.0.self_attn.o_proj.bias"), nullptr);
+    EXPECT_EQ(findParam(m, "model.layers.0.mlp.gate_proj.bias"), nullptr);
+    EXPECT_EQ(shapeOf(m, "lm_head.weight"), (std::vector<int64_t>{152064, 3584}));
+}
+
+TEST(ModelImportTest, Gemma2HasExplicitHeadDimFourNormsAndTiedHead) {
+    const sc::Model m = load("gemma-2-9b");
+    // head_dim 256 * 16 heads = 4096 != hidden 3584.
+    EXPECT_EQ(shapeOf(m, "model.layers.0.self_attn.q_proj.weight"), (std::vector<int64_t>{4096, 3584}));
+    EXPECT_EQ(shapeOf(m, "model.layers.0.self_attn.k_proj.weight"), (std::vector<int64_t>{2048, 3584}));
+    EXPECT_EQ(shapeOf(m, "model.layers.0.self_attn.o_proj.weight"), (std::vector<int64_t>{3584, 4096}));
+    for (const char* norm : {"input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
+                             "post_feedforward_layernorm"})
+        EXPECT_EQ(shapeOf(m, std::string("model.layers.41.") + norm + ".weight"), (std::vector<int64_t>{3584}));
+    EXPECT_EQ(findParam(m, "lm_head.weight"), nullptr);
+    EXPECT_TRUE(m.arch.tied_embeddings);
+    EXPECT_EQ(m.buffers.at(0).numel, 128);
+}
+
+TEST(ModelImportTest, PythiaUsesGptNeoxNamesAndPartialRotary) {
+    const sc::Model m = load("pythia-160m");
+    EXPECT_EQ(shapeOf(m, "gpt_neox.layers.0.attention.query_key_value.weight"), (std::vector<int64_t>{2304, 768}));
+    EXPECT_EQ(shapeOf(m, "gpt_neox.layers.0.attention.query_key_value.bias"), (std::vector<int64_t>{2304}));
+    EXPECT_EQ(shapeOf(m, "gpt_neox.layers.0.mlp.dense_h_to_4h.weight"), (std::vector<int64_t>{3072, 768}));
+    EXPECT_EQ(shapeOf(m, "embed_out.weight"), (std::vector<int64_t>{50304, 768}));
+    EXPECT_EQ(m.params[1].name, "gpt_neox.layers.0.input_layernorm.weight");
+    EXPECT_EQ(m.params.back().name, "embed_out.weight");
+    // rotary_ndims = head_dim 64 * rotary_pct 0.25 = 16 -> 8 inverse frequencies.
+    ASSERT_EQ(m.buffers.size(), 1u);
+    EXPECT_EQ(m.buffers[0].name, "gpt_neox.rotary_emb.inv_freq");
+    EXPECT_EQ(m.buffers[0].numel, 8);
+}
+
+TEST(ModelImportTest, ModelFlopsPerTokenFollowsTorchtitan) {
+    const sc::Model m = load("llama-3.1-8b");
+    // 6 * 8,030,261,248 + 12 * 32 layers * 4096 * 8192 (torchtitan's get_num_flop_per_token).
+    EXPECT_DOUBLE_EQ(m.modelFlopsPerToken(8192), 6.0 * 8030261248.0 + 12.0 * 32 * 4096 * 8192);
+}
+
+TEST(ModelImportTest, MalformedJsonNamesFileLineAndColumn) {
+    const auto path = writeTemp("bad.json", "{\n  \"model_type\": \"llama\",\n  hidden_size: 5\n}\n");
+    const std::string e = errorOf(path);
+    EXPECT_NE(e.find(path.string()), std::string::npos) << e;
+    EXPECT_NE(e.find("malformed JSON at line 3, column 3"), std::string::npos) << e;
+}
+
+TEST(ModelImportTest, TruncatedJsonIsAnError) {
+    const auto path = writeTemp("truncated.json", "{\n  \"model_type\": \"llama\",\n  \"hidden_size\": 40");
+    const std::string e = errorOf(path);
+    EXPECT_NE(e.find("truncated.json: malformed JSON at line 3"), std::string::npos) << e;
+}
+
+TEST(ModelImportTest, MissingFileSaysCannotOpen) {
+    auto r = sc::readJsonFile("/nonexistent/dir/x.json");
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.error().message, "cannot open '/nonexistent/dir/x.json': No such file or directory");
+}
+
+TEST(ModelImportTest, UnknownModelTypeListsSupportedTypes) {
+    const auto path = writeTemp("bert.json", R"({"model_type": "bert", "hidden_size": 768})");
+    const std::string e = errorOf(path);
+    EXPECT_NE(e.find("bert.json: unknown model_type 'bert'; supported: llama, mistral, mixtral, qwen2, gemma2, "
+                     "gpt2, gpt_neox"),
+              std::string::npos)
+        << e;
+}
+
+TEST(ModelImportTest, MissingOrInvalidFieldNamesFileAndField) {
+    json cfg = json::parse(std::ifstream(kModels / "llama-3.1-8b.json"));
+    cfg.erase("num_attention_heads");
+    auto path = writeTemp("noheads.json", cfg.dump());
+    std::string e = errorOf(path);
+    EXPECT_NE(e.find("noheads.json: field 'num_attention_heads' is missing"), std::string::npos) << e;
+
+    cfg["num_attention_heads"] = -4;
+    path = writeTemp("negheads.json", cfg.dump());
+    e = errorOf(path);
+    EXPECT_NE(e.find("negheads.json: field 'num_attention_heads' must be a positive integer"), std::string::npos)
+        << e;
+
+    cfg["num_attention_heads"] = 32;
+    cfg["num_key_value_heads"] = 5;
+    path = writeTemp("kv.json", cfg.dump());
+    e = errorOf(path);
+    EXPECT_NE(e.find("kv.json: field 'num_key_value_heads' (5) must divide"), std::string::npos) << e;
+
+    json no_type = cfg;
+    no_type.erase("model_type");
+    path = writeTemp("notype.json", no_type.dump());
+    e = errorOf(path);
+    EXPECT_NE(e.find("notype.json: field 'model_type' is missing"), std::string::npos) << e;
+
+    json gpt2 = json::parse(std::ifstream(kModels / "gpt2.json"));
+    gpt2["attn_pdrop"] = 1.5;
+    path = writeTemp("gpt2drop.json", gpt2.dump());
+    e = errorOf(path);
+    EXPECT_NE(e.find("gpt2drop.json: field 'attn_pdrop' must be a probability"), std::string::npos) << e;
+}
+
+TEST(ModelImportTest, ResolveModelAcceptsBundledNamesAndPathsAndListsNames) {
+    auto by_name = sc::resolveModel("gpt2");
+    ASSERT_TRUE(by_name.ok()) << by_name.error().message;
+    auto by_path = sc::resolveModel((kModels / "gpt2.json").string());
+    ASSERT_TRUE(by_path.ok()) << by_path.error().message;
+    EXPECT_EQ(by_name->numParams(), by_path->numParams());
+
+    auto missing = sc::resolveModel("llama-9");
+    ASSERT_FALSE(missing.ok());
+    EXPECT_NE(missing.error().message.find("unknown model 'llama-9'"), std::string::npos);
+    EXPECT_NE(missing.error().message.find("llama-3.1-8b"), std::string::npos) << missing.error().message;
+}
+
+TEST(ModelImportTest, BundledModelsDirHonoursTheEnvironment) {
+    const auto dir = writeTemp("only.json", "{}").parent_path();
+    ::setenv("SHARDCAST_MODELS_DIR", dir.c_str(), 1);
+    EXPECT_EQ(sc::bundledModelsDir(), dir);
+    const auto names = sc::bundledModelNames();
+    ::unsetenv("SHARDCAST_MODELS_DIR");
+    EXPECT_NE(std::find(names.begin(), names.end(), "only"), names.end());
+    EXPECT_EQ(std::find(names.begin(), names.end(), "gpt2"), names.end());
+}
