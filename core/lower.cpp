@@ -71,10 +71,44 @@ int nodesOfRun(int64_t first, int64_t stride, int64_t count, int64_t gpus_per_no
     return nodes;
 }
 
+}  // namespace
+
+// Scratch vectors of a lowering, kept between calls so that lowering many plans allocates little.
+struct LowerScratch {
+    UnitAssignment ua;
+    std::vector<int32_t> pidx;           // UnitAssignment index -> program unit index
+    std::vector<int32_t> order;          // program unit index -> UnitAssignment index
+    std::vector<int32_t> parent;         // program unit -> enclosing program unit
+    std::vector<UnitSizes> us;
+    std::vector<UnitState> st;
+    std::vector<Segment> segs;
+    std::vector<Item> items;
+    std::vector<int32_t> bwd_order, bwd_pos;
+    std::vector<int32_t> active;         // active op indices, forward order
+    std::vector<int64_t> op_grad_elems;  // per model op: gradient elements produced in its backward
+    std::vector<uint8_t> op_frozen;
+    std::vector<MemEvent> host_pending;  // host-side frees applied at the next task's start
+    std::vector<int32_t> free_queue;     // FSDP1 rate limiter: tasks whose end frees a unit
+    // setup() temporaries
+    std::vector<int32_t> last_op_of_module, depth, block_of, chain;
+    std::vector<int64_t> first_op, last_op, module_params, module_trainable, fsdp1_flat, fsdp1_trainable;
+    std::vector<uint8_t> frozen;
+    struct OpCost {
+        int64_t saved = 0, temp = 0, bwd_temp = 0, flops = 0, bwd_flops = 0, io = 0;
+    };
+    std::vector<OpCost> op_cost;         // per active op (index into active)
+};
+
+namespace {
+
 class Lowering {
 public:
-    Lowering(const Plan& plan, const Mesh& mesh, Program& out)
-        : m_plan(plan), m_model(*plan.model), m_tr(plan.training), m_sh(plan.sharding), m_mesh(mesh), m_p(out) {}
+    Lowering(const Plan& plan, const Mesh& mesh, Program& out, LowerScratch& scratch)
+        : m_plan(plan), m_model(*plan.model), m_tr(plan.training), m_sh(plan.sharding), m_mesh(mesh), m_p(out),
+          m_s(scratch) {
+        m_s.host_pending.clear();
+        m_s.free_queue.clear();
+    }
 
     Status run() {
         m_p.clear();
@@ -97,38 +131,25 @@ private:
     const ShardingSpec& m_sh;
     Mesh m_mesh;
     Program& m_p;
+    LowerScratch& m_s;
 
     int64_t m_W = 1, m_R = 1, m_tokens = 0, m_seq = 0;
     DType m_pdt = DType::BF16, m_rdt = DType::F32, m_master = DType::F32;
     bool m_fsdp1 = false, m_sharded = true, m_mp = false, m_offload = false, m_hybrid = false;
     int m_ag_nodes = 1, m_ag_count_nodes = 1, m_rep_nodes = 1, m_world_nodes = 1;
-    UnitAssignment m_ua;
-    std::vector<int32_t> m_pidx;          // UnitAssignment index -> program unit index
-    std::vector<int32_t> m_order;         // program unit index -> UnitAssignment index
-    std::vector<int32_t> m_parent;        // program unit -> enclosing program unit
-    std::vector<UnitSizes> m_us;
-    std::vector<UnitState> m_st;
-    std::vector<Segment> m_segs;
-    std::vector<Item> m_items;
-    std::vector<int32_t> m_bwd_order, m_bwd_pos;
-    std::vector<int32_t> m_active;        // active op indices, forward order
-    std::vector<int64_t> m_op_grad_elems; // per model op: gradient elements produced in its backward
-    std::vector<uint8_t> m_op_frozen;
 
     // Emission state.
     enum class Phase : uint8_t { Start, Peak, End } m_phase = Phase::Start;
-    std::vector<MemEvent> m_host_pending;  // host-side frees applied at the next task's start
     int32_t m_saved_flat = -1;             // FSDP2: unit whose flat output is kept in all_gather_state
     int32_t m_ag_wait = -1;                // copy-out the all-gather streams wait on
     int64_t m_pending_rs = 0;              // reduce-scatter input awaiting the next reduce
     int32_t m_pending_compute_dep = -1;    // FSDP1: the compute stream waits on this all-gather
-    std::vector<int32_t> m_free_queue;     // FSDP1 rate limiter: tasks whose end frees a unit
     std::array<int32_t, kStreamCount> m_last_on_stream{};
     int32_t m_last_compute = -1;
 
     int64_t actBytes() const { return itemSize(m_pdt); }
 
-    // ---- setup -------------------------------------------------------------------------------
+    // setup.
     Status setup() {
         m_W = m_mesh.shard_size;
         m_R = m_mesh.replicate_size;
@@ -152,59 +173,70 @@ private:
         m_rep_nodes = nodesOfRun(0, m_W, m_R, G);
         m_world_nodes = m_plan.cluster.nodes;
 
-        if (auto s = resolveUnits(m_model, m_sh.wrap, m_ua); !s) return s;
-        const auto n_units = m_ua.units.size();
+        if (auto s = resolveUnits(m_model, m_sh.wrap, m_s.ua); !s) return s;
+        const auto n_units = m_s.ua.units.size();
         const auto n_mod = m_model.modules.size();
 
         // Active ops (the attention kernel and kernel implementation select variants).
         const uint8_t attn_bit = m_tr.attention == AttentionKernel::Flash ? variant::kFlash : variant::kEagerAttn;
         const uint8_t kern_bit = m_tr.kernels == KernelImpl::Eager ? variant::kEagerKernels : variant::kFusedKernels;
-        m_active.clear();
+        m_s.active.clear();
         for (size_t i = 0; i < m_model.ops.size(); ++i) {
-            if (m_model.ops[i].existsUnder(attn_bit, kern_bit)) m_active.push_back(static_cast<int32_t>(i));
+            if (m_model.ops[i].existsUnder(attn_bit, kern_bit)) m_s.active.push_back(static_cast<int32_t>(i));
         }
 
-        // The last forward op inside each module's subtree produces that module's gradients.
-        std::vector<int32_t> last_op_of_module(n_mod, -1);
-        for (int32_t i : m_active) {
-            for (int32_t m = m_model.ops[i].module; m >= 0; m = m_model.modules[m].parent) {
-                last_op_of_module[m] = i;
-            }
+        // First and last forward op inside each module's subtree (children follow parents, so a
+        // reverse sweep folds each module into its parent). The last one produces the module's
+        // gradients in backward.
+        auto& first_of_module = m_s.first_op;
+        auto& last_of_module = m_s.last_op_of_module;
+        first_of_module.assign(n_mod, INT_MAX);
+        last_of_module.assign(n_mod, -1);
+        for (int32_t i : m_s.active) {
+            const int32_t m = m_model.ops[static_cast<size_t>(i)].module;
+            if (first_of_module[m] == INT_MAX) first_of_module[m] = i;
+            last_of_module[m] = i;
+        }
+        for (size_t m = n_mod - 1; m > 0; --m) {
+            const int32_t parent = m_model.modules[m].parent;
+            first_of_module[parent] = std::min(first_of_module[parent], first_of_module[m]);
+            last_of_module[parent] = std::max(last_of_module[parent], last_of_module[m]);
         }
         // Unit forward ranges: the first and last op inside the unit's modules.
-        std::vector<int64_t> first_op(n_units, INT_MAX), last_op(n_units, -1);
-        for (int32_t i : m_active) {
-            for (int32_t u = m_ua.module_unit[m_model.ops[i].module]; u >= 0; u = m_ua.parent_unit[u]) {
-                if (first_op[u] == INT_MAX) first_op[u] = i;
-                last_op[u] = i;
+        auto& unit_first = m_s.last_op;  // reused scratch: first op per unit
+        m_s.depth.assign(n_units, 0);
+        unit_first.assign(n_units, INT_MAX);
+        m_s.order.resize(n_units);
+        m_s.chain.assign(n_units, -1);  // last op per unit
+        for (size_t u = 0; u < n_units; ++u) {
+            for (int32_t m : m_s.ua.units[u].modules) {
+                unit_first[u] = std::min<int64_t>(unit_first[u], first_of_module[m]);
+                m_s.chain[u] = std::max(m_s.chain[u], last_of_module[m]);
             }
+            m_s.order[u] = static_cast<int32_t>(u);
+            for (int32_t a = m_s.ua.parent_unit[u]; a >= 0; a = m_s.ua.parent_unit[a]) ++m_s.depth[u];
         }
         // Program order: by first op, parents before children; units that run no op go last.
-        std::vector<int32_t> order(n_units);
-        for (size_t u = 0; u < n_units; ++u) order[u] = static_cast<int32_t>(u);
-        std::vector<int32_t> depth(n_units, 0);
-        for (size_t u = 1; u < n_units; ++u) {
-            for (int32_t a = m_ua.parent_unit[u]; a >= 0; a = m_ua.parent_unit[a]) ++depth[u];
-        }
-        std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
-            if (first_op[a] != first_op[b]) return first_op[a] < first_op[b];
-            return depth[a] < depth[b];
+        std::stable_sort(m_s.order.begin(), m_s.order.end(), [&](int32_t a, int32_t b) {
+            if (unit_first[a] != unit_first[b]) return unit_first[a] < unit_first[b];
+            return m_s.depth[a] < m_s.depth[b];
         });
-        m_pidx.assign(n_units, 0);
-        for (size_t i = 0; i < n_units; ++i) m_pidx[order[i]] = static_cast<int32_t>(i);
-        m_order = order;
-        m_parent.assign(n_units, -1);
-        m_us.assign(n_units, UnitSizes{});
-        m_st.assign(n_units, UnitState{});
+        m_s.pidx.assign(n_units, 0);
+        for (size_t i = 0; i < n_units; ++i) m_s.pidx[m_s.order[i]] = static_cast<int32_t>(i);
+        m_s.parent.assign(n_units, -1);
+        m_s.us.assign(n_units, UnitSizes{});
+        m_s.st.assign(n_units, UnitState{});
         for (size_t u = 0; u < n_units; ++u) {
-            const int32_t pu = m_pidx[u];
-            m_parent[pu] = m_ua.parent_unit[u] >= 0 ? m_pidx[m_ua.parent_unit[u]] : -1;
-            m_us[pu].first_op = first_op[u];
-            m_us[pu].last_op = last_op[u];
+            const int32_t pu = m_s.pidx[u];
+            m_s.parent[pu] = m_s.ua.parent_unit[u] >= 0 ? m_s.pidx[m_s.ua.parent_unit[u]] : -1;
+            m_s.us[pu].first_op = unit_first[u];
+            m_s.us[pu].last_op = m_s.chain[u];
         }
+        const auto& last_op_of_module = last_of_module;
 
         // Frozen parameters (LoRA-style): no gradient, no optimizer state, still gathered.
-        std::vector<uint8_t> frozen(m_model.params.size(), 0);
+        auto& frozen = m_s.frozen;
+        frozen.assign(m_model.params.size(), 0);
         if (!m_tr.frozen_regex.empty()) {
             std::regex re;
             try {
@@ -218,12 +250,18 @@ private:
         }
 
         // Sizes per unit (DESIGN.md section 3, rules 1-3; FSDP1: one FlatParameter per unit).
-        std::vector<int64_t> module_params(n_mod, 0), module_trainable(n_mod, 0);
-        m_op_grad_elems.assign(m_model.ops.size(), 0);
-        std::vector<int64_t> fsdp1_flat(n_units, 0), fsdp1_trainable(n_units, 0);
+        auto& module_params = m_s.module_params;
+        auto& module_trainable = m_s.module_trainable;
+        auto& fsdp1_flat = m_s.fsdp1_flat;
+        auto& fsdp1_trainable = m_s.fsdp1_trainable;
+        module_params.assign(n_mod, 0);
+        module_trainable.assign(n_mod, 0);
+        fsdp1_flat.assign(n_units, 0);
+        fsdp1_trainable.assign(n_units, 0);
+        m_s.op_grad_elems.assign(m_model.ops.size(), 0);
         for (size_t i = 0; i < m_model.params.size(); ++i) {
             const Param& prm = m_model.params[i];
-            UnitSizes& us = m_us[m_pidx[m_ua.module_unit[prm.module]]];
+            UnitSizes& us = m_s.us[m_s.pidx[m_s.ua.module_unit[prm.module]]];
             const DType orig = prm.dtype.value_or(m_master);
             const int64_t numel = prm.numel();
             const int64_t row = prm.rowNumel();
@@ -241,7 +279,7 @@ private:
                 us.trainable += numel;
                 module_trainable[prm.module] += numel;
                 us.grad_elems += numel;
-                m_op_grad_elems[last_op_of_module[grad_op_module]] += numel;
+                m_s.op_grad_elems[last_op_of_module[grad_op_module]] += numel;
             }
             if (!m_sharded) {
                 us.sharded_bytes += numel * itemSize(orig);
@@ -267,14 +305,14 @@ private:
             } else {
                 // use_orig_params=True: each parameter starts 16-byte aligned in the FlatParameter.
                 const int64_t align = std::max<int64_t>(1, 16 / itemSize(orig));
-                const int32_t pu = m_pidx[m_ua.module_unit[prm.module]];
+                const int32_t pu = m_s.pidx[m_s.ua.module_unit[prm.module]];
                 fsdp1_flat[pu] = ceilDiv(fsdp1_flat[pu], align) * align + numel;
                 if (trainable) fsdp1_trainable[pu] += numel;
             }
         }
         if (m_sharded && m_fsdp1) {
             for (size_t u = 0; u < n_units; ++u) {
-                UnitSizes& us = m_us[u];
+                UnitSizes& us = m_s.us[u];
                 const int64_t total = ceilDiv(fsdp1_flat[u], m_W) * m_W;  // padded to a multiple of W
                 const int64_t shard = total / m_W;
                 us.sharded_bytes = shard * itemSize(m_master);
@@ -288,26 +326,30 @@ private:
                 }
             }
         }
-        m_op_frozen.assign(m_model.ops.size(), 0);
-        for (size_t i = 0; i < m_model.ops.size(); ++i) {
-            const int32_t m = m_model.ops[i].module;
-            m_op_frozen[i] = module_params[m] > 0 && module_trainable[m] == 0;
+        m_s.op_frozen.clear();
+        if (!m_tr.frozen_regex.empty()) {
+            m_s.op_frozen.assign(m_model.ops.size(), 0);
+            for (size_t i = 0; i < m_model.ops.size(); ++i) {
+                const int32_t m = m_model.ops[i].module;
+                m_s.op_frozen[i] = module_params[m] > 0 && module_trainable[m] == 0;
+            }
         }
-        for (int32_t b : m_model.blocks) ++m_us[m_pidx[m_ua.module_unit[b]]].blocks;
+        for (int32_t b : m_model.blocks) ++m_s.us[m_s.pidx[m_s.ua.module_unit[b]]].blocks;
 
         // reshard_after_forward (rule 5): per strategy, overridable; the root never reshards.
         bool raf = m_sh.strategy == Strategy::FullShard || m_sh.strategy == Strategy::HybridShard ||
                    m_sh.strategy == Strategy::NoShard;
         if (m_sh.reshard_after_forward == ReshardMode::True || m_sh.reshard_after_forward == ReshardMode::Count) raf = true;
         if (m_sh.reshard_after_forward == ReshardMode::False) raf = false;
-        for (size_t u = 0; u < n_units; ++u) m_us[u].reshard_after_forward = u == 0 ? false : raf;
+        for (size_t u = 0; u < n_units; ++u) m_s.us[u].reshard_after_forward = u == 0 ? false : raf;
         return Ok{};
     }
 
-    // ---- segments: runs of ops of one unit inside one block ------------------------------------
+    // segments: runs of ops of one unit inside one block.
     void buildSegments() {
         const auto n_mod = m_model.modules.size();
-        std::vector<int32_t> block_of(n_mod, -1);
+        auto& block_of = m_s.block_of;
+        block_of.assign(n_mod, -1);
         for (size_t m = 1; m < n_mod; ++m) {
             block_of[m] = m_model.modules[m].is_block ? static_cast<int32_t>(m) : block_of[m_model.modules[m].parent];
         }
@@ -318,12 +360,12 @@ private:
                    static_cast<int64_t>(u8.at(t, s)) + static_cast<int64_t>(i64.at(t, s)) * 8;
         };
         const Coef none{};
-        m_segs.clear();
+        m_s.segs.clear();
         int32_t cur_unit = -1, cur_block = -2;
         int32_t last_block_seen = -1;
-        for (size_t ai = 0; ai < m_active.size(); ++ai) {
-            const Op& op = m_model.ops[m_active[ai]];
-            const int32_t unit = m_pidx[m_ua.module_unit[op.module]];
+        for (size_t ai = 0; ai < m_s.active.size(); ++ai) {
+            const Op& op = m_model.ops[m_s.active[ai]];
+            const int32_t unit = m_s.pidx[m_s.ua.module_unit[op.module]];
             const int32_t block = block_of[op.module];
             if (unit != cur_unit || block != cur_block) {
                 Segment seg;
@@ -338,42 +380,52 @@ private:
                     seg.saved = hidden_bytes;
                 }
                 if (block >= 0) last_block_seen = block;
-                m_segs.push_back(seg);
+                m_s.segs.push_back(seg);
                 cur_unit = unit;
                 cur_block = block;
             }
-            m_segs.back().op_end = static_cast<int64_t>(ai) + 1;
+            m_s.segs.back().op_end = static_cast<int64_t>(ai) + 1;
         }
         const bool selective = m_tr.ac == Checkpointing::Selective;
         const int64_t grad_item = itemSize(m_pdt);
-        for (Segment& seg : m_segs) {
+        auto& cost = m_s.op_cost;
+        cost.resize(m_s.active.size());
+        for (size_t ai = 0; ai < m_s.active.size(); ++ai) {
+            const auto oi = static_cast<size_t>(m_s.active[ai]);
+            const Op& op = m_model.ops[oi];
+            LowerScratch::OpCost& c = cost[ai];
+            c.saved = bytesOf(op.saved_act, op.saved_f32, op.saved_u8, op.saved_i64);
+            c.temp = bytesOf(op.temp_act, op.temp_f32, none, none);
+            c.bwd_temp = bytesOf(op.bwd_temp_act, op.bwd_temp_f32, none, none);
+            c.flops = static_cast<int64_t>(op.flops.at(t, s));
+            const double bwd_factor =
+                !m_s.op_frozen.empty() && m_s.op_frozen[oi] ? std::max(0.0, op.bwd_flops_factor - 1.0) : op.bwd_flops_factor;
+            c.bwd_flops = static_cast<int64_t>(static_cast<double>(c.flops) * bwd_factor);
+            c.io = static_cast<int64_t>(op.io_act.at(t, s)) * act;
+        }
+        for (Segment& seg : m_s.segs) {
             int64_t cum = 0, best = -1, sel_saved = 0;
             for (int64_t ai = seg.op_begin; ai < seg.op_end; ++ai) {
-                const int32_t oi = m_active[static_cast<size_t>(ai)];
-                const Op& op = m_model.ops[oi];
-                const int64_t saved = bytesOf(op.saved_act, op.saved_f32, op.saved_u8, op.saved_i64);
-                const int64_t temp = bytesOf(op.temp_act, op.temp_f32, none, none);
-                const auto flops = static_cast<int64_t>(op.flops.at(t, s));
-                const double bwd_factor = m_op_frozen[oi] ? std::max(0.0, op.bwd_flops_factor - 1.0) : op.bwd_flops_factor;
-                const int64_t io = static_cast<int64_t>(op.io_act.at(t, s)) * act;
-                seg.fwd_flops += flops;
-                seg.bwd_flops += static_cast<int64_t>(static_cast<double>(flops) * bwd_factor);
-                seg.fwd_hbm += io;
-                seg.bwd_hbm += 2 * io;
-                seg.grad_bytes += m_op_grad_elems[oi] * grad_item;
-                const bool dropped = selective && op.selective_recompute;
+                const auto oi = static_cast<size_t>(m_s.active[static_cast<size_t>(ai)]);
+                const LowerScratch::OpCost& c = cost[static_cast<size_t>(ai)];
+                seg.fwd_flops += c.flops;
+                seg.bwd_flops += c.bwd_flops;
+                seg.fwd_hbm += c.io;
+                seg.bwd_hbm += 2 * c.io;
+                seg.grad_bytes += m_s.op_grad_elems[oi] * grad_item;
+                const bool dropped = selective && m_model.ops[oi].selective_recompute;
                 if (dropped) {
-                    sel_saved += saved;
-                    seg.bwd_flops += flops;  // recomputed inside the backward
+                    sel_saved += c.saved;
+                    seg.bwd_flops += c.flops;  // recomputed inside the backward
                 }
-                cum += saved;
-                if (cum + temp > best) {
-                    best = cum + temp;
+                cum += c.saved;
+                if (cum + c.temp > best) {
+                    best = cum + c.temp;
                     seg.fwd_peak_act = cum;
-                    seg.fwd_peak_temp = temp;
+                    seg.fwd_peak_temp = c.temp;
                 }
-                seg.ckpt_peak_temp = std::max(seg.ckpt_peak_temp, temp + saved);
-                if (!dropped) seg.saved_full += saved;
+                seg.ckpt_peak_temp = std::max(seg.ckpt_peak_temp, c.temp + c.saved);
+                if (!dropped) seg.saved_full += c.saved;
             }
             if (selective) {
                 // Dropped tensors are never held past their op: the forward peak shrinks to match.
@@ -384,15 +436,15 @@ private:
             int64_t freed = 0, grads = 0, bbest = INT64_MIN;
             bool sel_pending = sel_saved > 0;
             for (int64_t ai = seg.op_end - 1; ai >= seg.op_begin; --ai) {
-                const int32_t oi = m_active[static_cast<size_t>(ai)];
-                const Op& op = m_model.ops[oi];
-                const bool dropped = selective && op.selective_recompute;
-                int64_t temp = bytesOf(op.bwd_temp_act, op.bwd_temp_f32, none, none);
+                const auto oi = static_cast<size_t>(m_s.active[static_cast<size_t>(ai)]);
+                const LowerScratch::OpCost& c = cost[static_cast<size_t>(ai)];
+                const bool dropped = selective && m_model.ops[oi].selective_recompute;
+                int64_t temp = c.bwd_temp;
                 if (dropped && sel_pending) {
                     temp += sel_saved;  // the attention core is recomputed at once
                     sel_pending = false;
                 }
-                grads += m_op_grad_elems[oi] * grad_item;
+                grads += m_s.op_grad_elems[oi] * grad_item;
                 const int64_t extra = grads + temp - freed;
                 if (extra > bbest) {
                     bbest = extra;
@@ -400,36 +452,36 @@ private:
                     seg.bwd_peak_temp = temp;
                     seg.bwd_peak_freed = freed;
                 }
-                if (!dropped) freed += bytesOf(op.saved_act, op.saved_f32, op.saved_u8, op.saved_i64);
+                if (!dropped) freed += c.saved;
             }
         }
     }
 
-    // ---- the forward schedule: pre-forward hooks, segments, post-forward hooks -----------------
+    // the forward schedule: pre-forward hooks, segments, post-forward hooks.
     void buildItems() {
-        m_items.clear();
-        std::vector<int32_t> chain;
-        for (size_t si = 0; si < m_segs.size(); ++si) {
-            const Segment& seg = m_segs[si];
-            const int64_t first = m_active[static_cast<size_t>(seg.op_begin)];
-            const int64_t last = m_active[static_cast<size_t>(seg.op_end - 1)];
+        m_s.items.clear();
+        auto& chain = m_s.chain;
+        for (size_t si = 0; si < m_s.segs.size(); ++si) {
+            const Segment& seg = m_s.segs[si];
+            const int64_t first = m_s.active[static_cast<size_t>(seg.op_begin)];
+            const int64_t last = m_s.active[static_cast<size_t>(seg.op_end - 1)];
             chain.clear();
-            for (int32_t u = seg.unit; u >= 0; u = m_parent[u]) {
-                if (m_us[u].first_op == first) chain.push_back(u);
+            for (int32_t u = seg.unit; u >= 0; u = m_s.parent[u]) {
+                if (m_s.us[u].first_op == first) chain.push_back(u);
             }
-            for (auto it = chain.rbegin(); it != chain.rend(); ++it) m_items.push_back({ItemKind::Pre, *it});
-            m_items.push_back({ItemKind::Seg, static_cast<int32_t>(si)});
-            for (int32_t u = seg.unit; u >= 0; u = m_parent[u]) {
-                if (m_us[u].last_op == last) m_items.push_back({ItemKind::Post, u});
+            for (auto it = chain.rbegin(); it != chain.rend(); ++it) m_s.items.push_back({ItemKind::Pre, *it});
+            m_s.items.push_back({ItemKind::Seg, static_cast<int32_t>(si)});
+            for (int32_t u = seg.unit; u >= 0; u = m_s.parent[u]) {
+                if (m_s.us[u].last_op == last) m_s.items.push_back({ItemKind::Post, u});
             }
         }
         // Backward pre-hooks fire in reverse post-forward order.
-        m_bwd_order.clear();
-        for (auto it = m_items.rbegin(); it != m_items.rend(); ++it) {
-            if (it->kind == ItemKind::Post) m_bwd_order.push_back(it->index);
+        m_s.bwd_order.clear();
+        for (auto it = m_s.items.rbegin(); it != m_s.items.rend(); ++it) {
+            if (it->kind == ItemKind::Post) m_s.bwd_order.push_back(it->index);
         }
-        m_bwd_pos.assign(m_us.size(), -1);
-        for (size_t i = 0; i < m_bwd_order.size(); ++i) m_bwd_pos[m_bwd_order[i]] = static_cast<int32_t>(i);
+        m_s.bwd_pos.assign(m_s.us.size(), -1);
+        for (size_t i = 0; i < m_s.bwd_order.size(); ++i) m_s.bwd_pos[m_s.bwd_order[i]] = static_cast<int32_t>(i);
     }
 
     void fillProgramHeader() {
@@ -438,13 +490,13 @@ private:
         m_p.tokens_per_micro_batch = m_tokens;
         m_p.model_flops_per_step = static_cast<int64_t>(m_model.modelFlopsPerToken(m_seq) *
                                                         static_cast<double>(m_tokens * m_tr.grad_accum));
-        m_p.units.resize(m_us.size());
+        m_p.units.resize(m_s.us.size());
         const int states = optimizerStatesPerParam(m_tr.optimizer);
         int64_t sharded = 0, opt = 0, buffers = 0;
-        for (size_t u = 0; u < m_us.size(); ++u) {
-            const UnitSizes& us = m_us[u];
+        for (size_t u = 0; u < m_s.us.size(); ++u) {
+            const UnitSizes& us = m_s.us[u];
             UnitInfo& info = m_p.units[u];
-            const UnitSpec& spec = m_ua.units[static_cast<size_t>(m_order[u])];
+            const UnitSpec& spec = m_s.ua.units[static_cast<size_t>(m_s.order[u])];
             info.name = spec.name;
             info.is_root = u == 0;
             info.reshard_after_forward = us.reshard_after_forward;
@@ -459,7 +511,7 @@ private:
             sharded += us.sharded_bytes;
             opt += us.opt_elems * states * itemSize(m_master);
         }
-        for (const Segment& seg : m_segs) {
+        for (const Segment& seg : m_s.segs) {
             m_p.units[seg.unit].fwd_flops += seg.fwd_flops;
             m_p.units[seg.unit].activation_bytes += seg.saved;
         }
@@ -475,7 +527,7 @@ private:
             m_p.host_param_bytes = sharded;
             m_p.host_optimizer_bytes = opt;
             int64_t grads = 0;
-            for (const UnitSizes& us : m_us) grads += us.grad_shard_elems * itemSize(m_master);
+            for (const UnitSizes& us : m_s.us) grads += us.grad_shard_elems * itemSize(m_master);
             m_p.host_grad_bytes = grads;
         } else {
             m_p.initial[index(MemCategory::ShardedParam)] = sharded;
@@ -483,7 +535,7 @@ private:
         }
     }
 
-    // ---- task emission -------------------------------------------------------------------------
+    // task emission.
     int32_t newTask(TaskKind kind, Stream stream, int32_t unit, int mb) {
         Task t;
         t.kind = kind;
@@ -497,8 +549,8 @@ private:
         m_p.tasks.push_back(t);
         m_phase = Phase::Start;
         const auto id = static_cast<int32_t>(m_p.tasks.size() - 1);
-        for (const MemEvent& e : m_host_pending) start(e.category, e.bytes);
-        m_host_pending.clear();
+        for (const MemEvent& e : m_s.host_pending) start(e.category, e.bytes);
+        m_s.host_pending.clear();
         m_last_on_stream[static_cast<size_t>(stream)] = id;
         if (stream == Stream::Compute) m_last_compute = id;
         return id;
@@ -532,23 +584,23 @@ private:
         push(cur().mem_end, c, bytes);
     }
     void host(MemCategory c, int64_t bytes) {
-        if (bytes != 0) m_host_pending.push_back(MemEvent{bytes, c});
+        if (bytes != 0) m_s.host_pending.push_back(MemEvent{bytes, c});
     }
 
-    bool gathers(int32_t u) const { return m_sharded && m_us[u].first_op != INT_MAX; }
-    int64_t flatBytes(int32_t u) const { return m_us[u].flat_bytes; }
+    bool gathers(int32_t u) const { return m_sharded && m_s.us[u].first_op != INT_MAX; }
+    int64_t flatBytes(int32_t u) const { return m_s.us[u].flat_bytes; }
     int postForwardK() const {
         return m_sh.reshard_after_forward == ReshardMode::Count ? m_sh.reshard_after_forward_k : 0;
     }
 
     void issueUnshard(int32_t u, int mb, bool backward) {
-        UnitState& st = m_st[u];
-        const UnitSizes& us = m_us[u];
+        UnitState& st = m_s.st[u];
+        const UnitSizes& us = m_s.us[u];
         if (st.unsharded || st.ag_pending) return;
         int32_t host_wait = -1;
-        if (m_fsdp1 && m_sh.limit_all_gathers && m_free_queue.size() >= 2) {
-            host_wait = m_free_queue.front();
-            m_free_queue.erase(m_free_queue.begin());
+        if (m_fsdp1 && m_sh.limit_all_gathers && m_s.free_queue.size() >= 2) {
+            host_wait = m_s.free_queue.front();
+            m_s.free_queue.erase(m_s.free_queue.begin());
         }
         int32_t h2d = -1;
         if (m_offload) {
@@ -588,8 +640,8 @@ private:
     }
 
     void waitUnshard(int32_t u, int mb, bool backward) {
-        UnitState& st = m_st[u];
-        const UnitSizes& us = m_us[u];
+        UnitState& st = m_s.st[u];
+        const UnitSizes& us = m_s.us[u];
         if (m_fsdp1) {
             m_pending_compute_dep = st.ag_task;
         } else {
@@ -598,7 +650,7 @@ private:
             cur().hbm_bytes = 2 * us.unsharded_bytes;
             if (!backward && m_saved_flat >= 0) {
                 start(MemCategory::AllGather, -flatBytes(m_saved_flat));
-                m_ag_wait = m_st[m_saved_flat].copyout_task;
+                m_ag_wait = m_s.st[m_saved_flat].copyout_task;
                 m_saved_flat = -1;
             }
             if (st.post_fwd_shard) {
@@ -620,26 +672,26 @@ private:
 
     // NO_SHARD (and shard groups of one rank): parameters are whole; mixed precision casts a copy.
     void castCopy(int32_t u, int mb) {
-        UnitState& st = m_st[u];
+        UnitState& st = m_s.st[u];
         if (st.unsharded) return;
         if (m_mp) {
             newTask(TaskKind::Cast, Stream::Compute, u, mb);
-            cur().hbm_bytes = m_us[u].sharded_bytes + m_us[u].unsharded_bytes;
-            start(MemCategory::UnshardedParam, m_us[u].unsharded_bytes);
+            cur().hbm_bytes = m_s.us[u].sharded_bytes + m_s.us[u].unsharded_bytes;
+            start(MemCategory::UnshardedParam, m_s.us[u].unsharded_bytes);
         }
         st.unsharded = true;
     }
 
     void freeUnsharded(int32_t u, bool count_mode) {
-        UnitState& st = m_st[u];
+        UnitState& st = m_s.st[u];
         if (!st.unsharded) return;
-        if (m_sharded || m_mp) end(MemCategory::UnshardedParam, -m_us[u].unsharded_bytes);
+        if (m_sharded || m_mp) end(MemCategory::UnshardedParam, -m_s.us[u].unsharded_bytes);
         if (count_mode && m_sharded) {
-            end(MemCategory::ShardedParam, m_us[u].unsharded_bytes / postForwardK());
+            end(MemCategory::ShardedParam, m_s.us[u].unsharded_bytes / postForwardK());
             st.post_fwd_shard = true;
         }
         st.unsharded = false;
-        if (m_fsdp1) m_free_queue.push_back(curId());
+        if (m_fsdp1) m_s.free_queue.push_back(curId());
     }
 
     void preForward(int32_t u, int mb) {
@@ -647,7 +699,7 @@ private:
             castCopy(u, mb);
             return;
         }
-        if (m_st[u].unsharded) return;
+        if (m_s.st[u].unsharded) return;
         issueUnshard(u, mb, false);
         waitUnshard(u, mb, false);
     }
@@ -657,12 +709,12 @@ private:
             // The root frees the last deferred all-gather output; it is not resharded.
             if (m_saved_flat >= 0) {
                 end(MemCategory::AllGather, -flatBytes(m_saved_flat));
-                m_ag_wait = m_st[m_saved_flat].copyout_task;
+                m_ag_wait = m_s.st[m_saved_flat].copyout_task;
                 m_saved_flat = -1;
             }
             return;
         }
-        if (!m_us[u].reshard_after_forward) return;
+        if (!m_s.us[u].reshard_after_forward) return;
         freeUnsharded(u, postForwardK() > 0);
     }
 
@@ -675,17 +727,17 @@ private:
     void forwardPass(int mb) {
         bool first = true;
         const int64_t inputs = 2 * 8 * m_tokens;  // input_ids + labels, int64
-        for (const Item& it : m_items) {
+        for (const Item& it : m_s.items) {
             switch (it.kind) {
                 case ItemKind::Pre: preForward(it.index, mb); break;
                 case ItemKind::Post: postForward(it.index); break;
                 case ItemKind::Seg: {
-                    const Segment& seg = m_segs[static_cast<size_t>(it.index)];
+                    const Segment& seg = m_s.segs[static_cast<size_t>(it.index)];
                     computeTask(TaskKind::Forward, seg.unit, mb);
                     if (first) start(MemCategory::Inputs, inputs);
                     first = false;
                     cur().flops = seg.fwd_flops;
-                    cur().hbm_bytes = seg.fwd_hbm + m_us[seg.unit].unsharded_bytes;
+                    cur().hbm_bytes = seg.fwd_hbm + m_s.us[seg.unit].unsharded_bytes;
                     if (seg.checkpointed) {
                         peak(MemCategory::Temp, seg.ckpt_peak_temp);
                     } else {
@@ -704,7 +756,7 @@ private:
             castCopy(u, mb);
             return;
         }
-        if (!m_st[u].unsharded) {
+        if (!m_s.st[u].unsharded) {
             issueUnshard(u, mb, true);
             waitUnshard(u, mb, true);
         }
@@ -714,28 +766,28 @@ private:
 
     void prefetchAfter(int32_t u, int mb) {
         const int depth = m_fsdp1 ? 1 : std::max(1, m_sh.prefetch_depth);
-        const int32_t pos = m_bwd_pos[u];
+        const int32_t pos = m_s.bwd_pos[u];
         for (int d = 1; d <= depth; ++d) {
             const size_t next = static_cast<size_t>(pos + d);
-            if (pos < 0 || next >= m_bwd_order.size()) break;
-            const int32_t v = m_bwd_order[next];
-            if (gathers(v) && !m_st[v].unsharded) issueUnshard(v, mb, true);
+            if (pos < 0 || next >= m_s.bwd_order.size()) break;
+            const int32_t v = m_s.bwd_order[next];
+            if (gathers(v) && !m_s.st[v].unsharded) issueUnshard(v, mb, true);
         }
     }
 
     void backwardSegment(const Segment& seg, int mb) {
-        UnitState& st = m_st[seg.unit];
+        UnitState& st = m_s.st[seg.unit];
         if (seg.checkpointed) {
             computeTask(TaskKind::Recompute, seg.unit, mb);
             cur().flops = seg.fwd_flops;
-            cur().hbm_bytes = seg.fwd_hbm + m_us[seg.unit].unsharded_bytes;
+            cur().hbm_bytes = seg.fwd_hbm + m_s.us[seg.unit].unsharded_bytes;
             peak(MemCategory::Activation, seg.fwd_peak_act);
             peak(MemCategory::Temp, seg.fwd_peak_temp);
             end(MemCategory::Activation, seg.saved_full);
         }
         computeTask(TaskKind::Backward, seg.unit, mb);
         cur().flops = seg.bwd_flops;
-        cur().hbm_bytes = seg.bwd_hbm + 2 * m_us[seg.unit].unsharded_bytes;
+        cur().hbm_bytes = seg.bwd_hbm + 2 * m_s.us[seg.unit].unsharded_bytes;
         // fp32 DDP without mixed precision: autograd writes straight into param.grad.
         const bool direct = !m_sharded && !m_mp;
         const MemCategory gcat = direct ? MemCategory::ShardedGrad : MemCategory::UnshardedGrad;
@@ -751,8 +803,8 @@ private:
     }
 
     void postBackward(int32_t u, int mb) {
-        UnitState& st = m_st[u];
-        const UnitSizes& us = m_us[u];
+        UnitState& st = m_s.st[u];
+        const UnitSizes& us = m_s.us[u];
         const bool sync = !m_tr.no_sync || mb == m_tr.grad_accum - 1;
         const int32_t producer = m_last_compute;
         if (!gathers(u)) {
@@ -789,7 +841,7 @@ private:
         if (st.unsharded) {
             start(MemCategory::UnshardedParam, -us.unsharded_bytes);
             st.unsharded = false;
-            if (m_fsdp1) m_free_queue.push_back(curId());
+            if (m_fsdp1) m_s.free_queue.push_back(curId());
         }
         const int64_t rs_in = us.rs_input_elems * itemSize(m_rdt);
         const int64_t rs_out = us.grad_shard_elems * itemSize(m_rdt);
@@ -841,8 +893,8 @@ private:
     }
 
     void postBackwardNoShard(int32_t u, int mb, bool sync, int32_t producer) {
-        UnitState& st = m_st[u];
-        const UnitSizes& us = m_us[u];
+        UnitState& st = m_s.st[u];
+        const UnitSizes& us = m_s.us[u];
         if (!m_mp && us.grad_elems > 0) st.sharded_grad = true;  // autograd wrote param.grad directly
         if (us.grad_elems == 0 || !sync) {
             if (m_mp && st.unsharded) end(MemCategory::UnshardedParam, -us.unsharded_bytes);
@@ -883,10 +935,10 @@ private:
     }
 
     void backwardPass(int mb) {
-        for (auto it = m_items.rbegin(); it != m_items.rend(); ++it) {
+        for (auto it = m_s.items.rbegin(); it != m_s.items.rend(); ++it) {
             switch (it->kind) {
                 case ItemKind::Post: preBackward(it->index, mb); break;
-                case ItemKind::Seg: backwardSegment(m_segs[static_cast<size_t>(it->index)], mb); break;
+                case ItemKind::Seg: backwardSegment(m_s.segs[static_cast<size_t>(it->index)], mb); break;
                 case ItemKind::Pre: postBackward(it->index, mb); break;
             }
         }
@@ -899,9 +951,9 @@ private:
     void optimizerStep() {
         const int states = optimizerStatesPerParam(m_tr.optimizer);
         int64_t elems = 0, sharded_grads = 0;
-        for (size_t u = 0; u < m_us.size(); ++u) {
-            elems += m_us[u].opt_elems;
-            if (m_st[u].sharded_grad) sharded_grads += m_us[u].grad_shard_elems * itemSize(m_master);
+        for (size_t u = 0; u < m_s.us.size(); ++u) {
+            elems += m_s.us[u].opt_elems;
+            if (m_s.st[u].sharded_grad) sharded_grads += m_s.us[u].grad_shard_elems * itemSize(m_master);
         }
         const std::array<Stream, 4> reduce_streams{Stream::ReduceScatter, Stream::AllReduce, Stream::DeviceToHost,
                                                    Stream::Compute};
@@ -924,10 +976,20 @@ private:
 
 }  // namespace
 
-Status lower(const Plan& plan, const Mesh& mesh, Program& out) {
+Lowerer::Lowerer() : m_scratch(std::make_unique<LowerScratch>()) {}
+Lowerer::~Lowerer() = default;
+Lowerer::Lowerer(Lowerer&&) noexcept = default;
+Lowerer& Lowerer::operator=(Lowerer&&) noexcept = default;
+
+Status Lowerer::lower(const Plan& plan, const Mesh& mesh, Program& out) {
     assert(plan.model && "lower() needs a model");
-    Lowering lowering(plan, mesh, out);
+    Lowering lowering(plan, mesh, out, *m_scratch);
     return lowering.run();
+}
+
+Status lower(const Plan& plan, const Mesh& mesh, Program& out) {
+    Lowerer lowerer;
+    return lowerer.lower(plan, mesh, out);
 }
 
 }  // namespace shardcast::core

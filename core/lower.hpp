@@ -1,4 +1,6 @@
 #pragma once
+#include <memory>
+
 #include "core/plan.hpp"
 #include "core/program.hpp"
 #include "core/result.hpp"
@@ -8,5 +10,20 @@ namespace shardcast::core {
 // Lowers a validated plan into `out` (cleared first; its capacity is reused, so lowering many
 // plans into one Program allocates little). Follows DESIGN.md section 3 rule by rule.
 Status lower(const Plan& plan, const Mesh& mesh, Program& out);
+
+struct LowerScratch;
+
+// Keeps its scratch memory between calls: one per thread when lowering many plans.
+class Lowerer {
+public:
+    Lowerer();
+    ~Lowerer();
+    Lowerer(Lowerer&&) noexcept;
+    Lowerer& operator=(Lowerer&&) noexcept;
+    Status lower(const Plan& plan, const Mesh& mesh, Program& out);
+
+private:
+    std::unique_ptr<LowerScratch> m_scratch;
+};
 
 }  // namespace shardcast::core

@@ -18,7 +18,6 @@ using nlohmann::json;
 
 namespace {
 
-// ---------------------------------------------------------------------------------------------
 // Building the module tree.
 
 class Builder {
@@ -87,7 +86,6 @@ private:
     std::map<std::string, int32_t> m_index;
 };
 
-// ---------------------------------------------------------------------------------------------
 // Op helpers: one description per op kind, shared by every architecture. Element counts are
 // per token; `f` scales an op that only sees a fraction of the tokens (an MoE expert).
 
@@ -333,7 +331,6 @@ void addResidual(Builder& b, int32_t m, int64_t h) {
     addElementwise(b, m, "residual", static_cast<double>(h), 1, 0, 3);
 }
 
-// ---------------------------------------------------------------------------------------------
 // Reading HF config fields with errors that name the file and the field.
 
 const char* const kSupportedTypes = "llama, mistral, mixtral, qwen2, gemma2, gpt2, gpt_neox";
@@ -431,7 +428,6 @@ ActImpl readAct(ConfigReader& r, const char* key, const char* def) {
     return ActImpl::Silu;
 }
 
-// ---------------------------------------------------------------------------------------------
 // Llama family: llama, mistral, qwen2, gemma2, mixtral (LlamaForCausalLM layout).
 
 Result<Model> buildLlamaFamily(const json& cfg, Model model) {
@@ -582,7 +578,6 @@ Result<Model> buildLlamaFamily(const json& cfg, Model model) {
     return model;
 }
 
-// ---------------------------------------------------------------------------------------------
 // GPT-2 (GPT2LMHeadModel). Conv1D keeps weight as [in, out].
 
 Result<Model> buildGpt2(const json& cfg, Model model) {
@@ -676,7 +671,6 @@ Result<Model> buildGpt2(const json& cfg, Model model) {
     return model;
 }
 
-// ---------------------------------------------------------------------------------------------
 // GPT-NeoX (GPTNeoXForCausalLM, e.g. Pythia).
 
 Result<Model> buildGptNeox(const json& cfg, Model model) {
@@ -762,7 +756,6 @@ Result<Model> buildGptNeox(const json& cfg, Model model) {
     return model;
 }
 
-// ---------------------------------------------------------------------------------------------
 // Module-tree format helpers.
 
 std::string where(const std::string& source, size_t index, const std::string& module) {
@@ -784,7 +777,6 @@ bool checkKeys(const json& obj, std::initializer_list<const char*> allowed, cons
 
 }  // namespace
 
-// ---------------------------------------------------------------------------------------------
 
 Result<Model> importHfConfig(const json& config, std::string name, std::string source) {
     if (source.empty()) source = name.empty() ? "<config>" : name;

@@ -1,0 +1,68 @@
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "apps/shardcast/commands.hpp"
+#include "apps/shardcast/plan_options.hpp"
+#include "apps/shardcast/report.hpp"
+#include "core/lower.hpp"
+#include "core/memory.hpp"
+
+namespace shardcast::cli {
+
+namespace {
+
+struct PlanCommandOptions {
+    PlanOptions plan;
+    bool json = false;
+    std::string write_plan;
+};
+
+int runPlan(const PlanCommandOptions& o) {
+    auto validated = buildValidatedPlan(o.plan);
+    if (!validated) return reportInputError(validated.error().message);
+    const core::Plan& plan = validated->plan;
+    const core::Mesh& mesh = validated->mesh;
+
+    core::Program program;
+    if (auto lowered = core::lower(plan, mesh, program); !lowered) {
+        return reportInputError(lowered.error().message);
+    }
+    core::MemoryReport memory;
+    core::replayMemory(program, memory);
+
+    if (!o.write_plan.empty()) {
+        if (auto written = writePlanFile(plan, o.write_plan); !written) {
+            return reportInputError(written.error().message);
+        }
+    }
+
+    const PlanResultView view{plan, mesh, program, memory};
+    if (o.json) {
+        fmt::print("{}\n", planResultJson(view).dump(2));
+    } else {
+        fmt::print("{}", planReportText(view));
+        if (!o.write_plan.empty()) fmt::print("\nPlan written to {}\n", o.write_plan);
+    }
+    std::fflush(stdout);
+    return kExitOk;
+}
+
+}  // namespace
+
+void registerPlanCommand(CLI::App& app, int& exit_code) {
+    auto opts = std::make_shared<PlanCommandOptions>();
+    CLI::App* cmd = app.add_subcommand(
+        "plan", "Per-GPU memory and communication of one plan: will it fit, and what does each rank hold");
+    addPlanOptions(*cmd, opts->plan);
+    cmd->add_flag("--json", opts->json, "Print one JSON object instead of the text report");
+    cmd->add_option("--write-plan", opts->write_plan,
+                    "Also write the resulting plan (plan file + flags) to FILE")
+        ->type_name("FILE");
+    cmd->callback([opts, &exit_code] { exit_code = runPlan(*opts); });
+}
+
+}  // namespace shardcast::cli

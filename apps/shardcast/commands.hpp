@@ -1,0 +1,27 @@
+#pragma once
+// One registration function per subcommand. Each adds its subcommand to the app; when the
+// subcommand runs, it stores the process exit code in `exit_code`.
+#include <string_view>
+
+namespace CLI {
+class App;
+}
+
+namespace shardcast::cli {
+
+constexpr int kExitOk = 0;
+constexpr int kExitRuntimeFailure = 1;
+constexpr int kExitBadInput = 2;
+
+// Prints "shardcast: error: MESSAGE" as exactly one line on stderr; returns kExitBadInput.
+int reportInputError(std::string_view message);
+
+void registerPlanCommand(CLI::App& app, int& exit_code);
+void registerModelsCommand(CLI::App& app, int& exit_code);
+void registerGpusCommand(CLI::App& app, int& exit_code);
+#ifdef SHARDCAST_HAVE_SIMULATOR
+void registerSimulateCommand(CLI::App& app, int& exit_code);
+void registerSweepCommand(CLI::App& app, int& exit_code);
+#endif
+
+}  // namespace shardcast::cli

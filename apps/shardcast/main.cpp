@@ -1,0 +1,60 @@
+// The shardcast command: subcommand dispatch and exit codes (0 ok, 1 runtime failure, 2 bad input).
+#include <exception>
+#include <string>
+#include <string_view>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "apps/shardcast/commands.hpp"
+
+namespace shardcast::cli {
+
+int reportInputError(std::string_view message) {
+    std::string one_line(message);
+    for (char& c : one_line) {
+        if (c == '\n' || c == '\r') c = ' ';
+    }
+    fmt::print(stderr, "shardcast: error: {}\n", one_line);
+    return kExitBadInput;
+}
+
+}  // namespace shardcast::cli
+
+int main(int argc, char** argv) {
+    using namespace shardcast::cli;
+    CLI::App app{"shardcast: plan PyTorch FSDP / ZeRO sharded training before the run", "shardcast"};
+    app.set_version_flag("--version", "shardcast 0.1.0");
+    app.require_subcommand(1);
+    app.get_formatter()->column_width(36);
+    app.footer("Exit codes: 0 ok, 1 runtime failure, 2 bad input. `shardcast COMMAND --help` for details.\n");
+
+    int exit_code = kExitOk;
+    try {
+        // Registration is inside the try: a clash between two commands' options is a bug that
+        // must surface as exit 1 with a message, not as std::terminate.
+        registerPlanCommand(app, exit_code);
+        registerModelsCommand(app, exit_code);
+        registerGpusCommand(app, exit_code);
+#ifdef SHARDCAST_HAVE_SIMULATOR
+        registerSimulateCommand(app, exit_code);
+        registerSweepCommand(app, exit_code);
+#endif
+        app.parse(argc, argv);
+    } catch (const CLI::CallForHelp& e) {
+        return app.exit(e);
+    } catch (const CLI::CallForAllHelp& e) {
+        return app.exit(e);
+    } catch (const CLI::CallForVersion& e) {
+        return app.exit(e);
+    } catch (const CLI::ParseError& e) {
+        return reportInputError(e.what());
+    } catch (const std::exception& e) {
+        fmt::print(stderr, "shardcast: internal error: {}\n", e.what());
+        return kExitRuntimeFailure;
+    } catch (...) {
+        fmt::print(stderr, "shardcast: internal error: unknown exception\n");
+        return kExitRuntimeFailure;
+    }
+    return exit_code;
+}

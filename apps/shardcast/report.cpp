@@ -1,0 +1,261 @@
+#include "apps/shardcast/report.hpp"
+
+#include <algorithm>
+#include <cstddef>
+#include <string_view>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "core/units.hpp"
+
+namespace shardcast::cli {
+
+namespace {
+
+using core::MemCategory;
+
+// Units shown in full before the table is abbreviated to the first and last kUnitEdge rows.
+constexpr std::size_t kMaxUnitRows = 12;
+constexpr std::size_t kUnitEdge = 4;
+constexpr double kGB = 1e9;
+
+double gib(int64_t bytes) { return static_cast<double>(bytes) / static_cast<double>(core::kGiB); }
+double gb(int64_t bytes) { return static_cast<double>(bytes) / kGB; }
+
+int64_t modelLayers(const core::Model& m) {
+    return m.arch.layers > 0 ? m.arch.layers : static_cast<int64_t>(m.blocks.size());
+}
+
+int64_t trainableParams(const core::Program& p) {
+    int64_t n = 0;
+    for (const auto& u : p.units) n += u.trainable_params;
+    return n;
+}
+
+std::string reshardString(const core::ShardingSpec& s) {
+    switch (s.reshard_after_forward) {
+        case core::ReshardMode::Default: return "default";
+        case core::ReshardMode::True: return "true";
+        case core::ReshardMode::False: return "false";
+        case core::ReshardMode::Count: return std::to_string(s.reshard_after_forward_k);
+    }
+    return "default";
+}
+
+std::string billions(int64_t n) { return fmt::format("{:.2f} billion", static_cast<double>(n) / 1e9); }
+
+}  // namespace
+
+CommTotals communicationTotals(const core::Program& program) {
+    CommTotals c;
+    for (const core::Task& t : program.tasks) {
+        switch (t.kind) {
+            case core::TaskKind::AllGather: c.all_gather_bytes += t.comm_bytes; break;
+            case core::TaskKind::ReduceScatter: c.reduce_scatter_bytes += t.comm_bytes; break;
+            case core::TaskKind::AllReduce: c.all_reduce_bytes += t.comm_bytes; break;
+            default: break;
+        }
+    }
+    return c;
+}
+
+nlohmann::ordered_json planResultJson(const PlanResultView& r) {
+    using json = nlohmann::ordered_json;
+    const core::Plan& plan = r.plan;
+    const core::Model& model = *plan.model;
+    const core::TrainingSpec& t = plan.training;
+    const core::MemoryReport& mem = r.memory;
+    const int64_t capacity = plan.cluster.gpu.memory_bytes;
+
+    json j;
+    j["model"] = {
+        {"name", model.name},
+        {"type", model.arch.model_type},
+        {"params", model.numParams()},
+        {"trainable_params", trainableParams(r.program)},
+        {"layers", modelLayers(model)},
+    };
+
+    json units = json::array();
+    for (const core::UnitInfo& u : r.program.units) {
+        units.push_back({
+            {"name", u.name},
+            {"params", u.params},
+            {"sharded_bytes", u.sharded_bytes},
+            {"unsharded_bytes", u.unsharded_bytes},
+            {"activation_bytes", u.activation_bytes},
+        });
+    }
+    j["plan"] = {
+        {"strategy", core::strategyName(plan.sharding.strategy)},
+        {"fsdp", plan.sharding.fsdp_version},
+        {"gpu", plan.cluster.gpu.name},
+        {"nodes", plan.cluster.nodes},
+        {"gpus_per_node", plan.cluster.gpus_per_node},
+        {"world_size", r.mesh.world_size},
+        {"shard_size", r.mesh.shard_size},
+        {"replicate_size", r.mesh.replicate_size},
+        {"wrap", core::wrapPolicyString(plan.sharding.wrap)},
+        {"reshard_after_forward", reshardString(plan.sharding)},
+        {"units", static_cast<int64_t>(r.program.units.size())},
+        {"unit_list", std::move(units)},
+    };
+    j["training"] = {
+        {"micro_batch", t.micro_batch},
+        {"seq_len", t.seq_len},
+        {"grad_accum", t.grad_accum},
+        {"no_sync", t.no_sync},
+        {"optimizer", core::optimizerName(t.optimizer)},
+        {"param_dtype", core::dtypeName(t.computeDtype())},
+        {"reduce_dtype", core::dtypeName(t.reduceDtype())},
+        {"master_dtype", core::dtypeName(t.master_dtype)},
+        {"ac", core::checkpointingName(t.ac)},
+        {"attention", core::attentionName(t.attention)},
+        {"kernels", core::kernelImplName(t.kernels)},
+        {"offload", core::offloadName(t.offload)},
+        {"frozen", t.frozen_regex},
+    };
+
+    json at_peak = json::object();
+    json max_per = json::object();
+    for (int i = 0; i < core::kMemCategoryCount; ++i) {
+        const std::string name(core::categoryName(static_cast<MemCategory>(i)));
+        at_peak[name] = mem.at_peak[i];
+        max_per[name] = mem.max_per_category[i];
+    }
+    j["memory"] = {
+        {"capacity_bytes", capacity},
+        {"peak_bytes", mem.peak_bytes},
+        {"fits", mem.peak_bytes <= capacity},
+        {"spare_bytes", capacity - mem.peak_bytes},
+        {"peak_task", mem.peak_task >= 0 ? r.program.taskLabel(mem.peak_task) : std::string()},
+        {"at_peak", std::move(at_peak)},
+        {"max_per_category", std::move(max_per)},
+        {"runtime_overhead_bytes", mem.max_per_category[core::index(MemCategory::RuntimeOverhead)]},
+        {"model_states",
+         {{"params", mem.model_states.params},
+          {"grads", mem.model_states.grads},
+          {"optimizer", mem.model_states.optimizer}}},
+        {"host",
+         {{"params", r.program.host_param_bytes},
+          {"grads", r.program.host_grad_bytes},
+          {"optimizer", r.program.host_optimizer_bytes}}},
+    };
+
+    const CommTotals c = communicationTotals(r.program);
+    j["communication"] = {
+        {"all_gather_bytes", c.all_gather_bytes},
+        {"reduce_scatter_bytes", c.reduce_scatter_bytes},
+        {"all_reduce_bytes", c.all_reduce_bytes},
+        {"volume_bytes", c.volumeBytes()},
+    };
+    return j;
+}
+
+std::string planReportText(const PlanResultView& r) {
+    const core::Plan& plan = r.plan;
+    const core::Model& model = *plan.model;
+    const core::TrainingSpec& t = plan.training;
+    const core::ShardingSpec& s = plan.sharding;
+    const core::GpuSpec& gpu = plan.cluster.gpu;
+    const core::MemoryReport& mem = r.memory;
+    const core::Program& prog = r.program;
+    const int64_t capacity = gpu.memory_bytes;
+
+    std::string out;
+    auto line = [&out](std::string_view text) {
+        out.append(text);
+        out.push_back('\n');
+    };
+
+    // Header.
+    const int64_t params = model.numParams();
+    const int64_t trainable = trainableParams(prog);
+    line(fmt::format("shardcast plan: {} on {} x {}", model.name, r.mesh.world_size, gpu.name));
+    line(fmt::format("  model        {}{}: {} params ({}), {} trainable, {} layers", model.name,
+                     model.arch.model_type.empty() ? "" : fmt::format(" ({})", model.arch.model_type),
+                     core::formatCount(params), billions(params), core::formatCount(trainable),
+                     modelLayers(model)));
+    line(fmt::format("  cluster      {} node(s) x {} GPU(s) = world size {}; {} with {:.2f} GiB", plan.cluster.nodes,
+                     plan.cluster.gpus_per_node, r.mesh.world_size, gpu.name, gib(capacity)));
+    line(fmt::format("  strategy     {} (FSDP{}), shard {} x replicate {}, reshard after forward: {}",
+                     core::strategyName(s.strategy), s.fsdp_version, r.mesh.shard_size, r.mesh.replicate_size,
+                     reshardString(s)));
+    line(fmt::format("  wrap         {} -> {} units", core::wrapPolicyString(s.wrap), prog.units.size()));
+    line(fmt::format("  batch        micro-batch {} x seq {} = {} tokens; grad accum {}{}", t.micro_batch,
+                     t.seq_len, core::formatCount(t.tokens()), t.grad_accum,
+                     t.no_sync ? " (no_sync: reduce on the last micro-batch)" : ""));
+    line(fmt::format("  dtypes       param {}, reduce {}, master {}; optimizer {}", core::dtypeName(t.computeDtype()),
+                     core::dtypeName(t.reduceDtype()), core::dtypeName(t.master_dtype),
+                     core::optimizerName(t.optimizer)));
+    line(fmt::format("  compute      AC {}, attention {}, kernels {}, offload {}{}", core::checkpointingName(t.ac),
+                     core::attentionName(t.attention), core::kernelImplName(t.kernels), core::offloadName(t.offload),
+                     t.frozen_regex.empty() ? "" : fmt::format(", frozen /{}/", t.frozen_regex)));
+    line("");
+
+    // Units.
+    line(fmt::format("Units ({}, forward order)", prog.units.size()));
+    const std::string unit_fmt = "  {:<28} {:>16} {:>14} {:>12} {:>14}";
+    line(fmt::format(fmt::runtime(unit_fmt), "unit", "params", "sharded/rank", "unsharded", "activations"));
+    line(fmt::format(fmt::runtime(unit_fmt), "", "", "(GiB)", "(GiB)", "(GiB/micro-b)"));
+    auto unitRow = [&](std::string_view name, int64_t p, int64_t sh, int64_t un, int64_t act) {
+        line(fmt::format(fmt::runtime("  {:<28} {:>16} {:>14.3f} {:>12.3f} {:>14.3f}"), name, core::formatCount(p),
+                         gib(sh), gib(un), gib(act)));
+    };
+    const std::size_t n_units = prog.units.size();
+    int64_t tot_p = 0, tot_sh = 0, tot_un = 0, tot_act = 0;
+    for (std::size_t i = 0; i < n_units; ++i) {
+        const core::UnitInfo& u = prog.units[i];
+        tot_p += u.params;
+        tot_sh += u.sharded_bytes;
+        tot_un += u.unsharded_bytes;
+        tot_act += u.activation_bytes;
+        const bool abbreviated = n_units > kMaxUnitRows;
+        if (abbreviated && i == kUnitEdge) line("  ...");
+        if (abbreviated && i >= kUnitEdge && i < n_units - kUnitEdge) continue;
+        unitRow(u.name, u.params, u.sharded_bytes, u.unsharded_bytes, u.activation_bytes);
+    }
+    unitRow(fmt::format("total ({} units)", n_units), tot_p, tot_sh, tot_un, tot_act);
+    line("");
+
+    // Memory.
+    line(fmt::format("Memory per GPU (GiB = 2^30 bytes); peak during {}",
+                     mem.peak_task >= 0 ? prog.taskLabel(mem.peak_task) : std::string("(no tasks)")));
+    const std::string mem_fmt = "  {:<20} {:>14} {:>18}";
+    line(fmt::format(fmt::runtime(mem_fmt), "category", "at peak (GiB)", "max in step (GiB)"));
+    for (int i = 0; i < core::kMemCategoryCount; ++i) {
+        line(fmt::format(fmt::runtime("  {:<20} {:>14.2f} {:>18.2f}"), core::categoryName(static_cast<MemCategory>(i)),
+                         gib(mem.at_peak[i]), gib(mem.max_per_category[i])));
+    }
+    line(fmt::format(fmt::runtime("  {:<20} {:>14.2f}"), "total (peak)", gib(mem.peak_bytes)));
+    line(fmt::format(fmt::runtime("  {:<20} {:>14.2f}"), "capacity", gib(capacity)));
+    if (mem.peak_bytes <= capacity) {
+        line(fmt::format("  => fits with {} to spare", core::formatGiB(capacity - mem.peak_bytes)));
+    } else {
+        line(fmt::format("  => does NOT fit: over by {}", core::formatGiB(mem.peak_bytes - capacity)));
+    }
+    line("");
+
+    const core::ModelStates& ms = mem.model_states;
+    line(fmt::format("Model states per GPU: params {}, grads {}, optimizer {} (total {})", core::formatGiB(ms.params),
+                     core::formatGiB(ms.grads), core::formatGiB(ms.optimizer),
+                     core::formatGiB(ms.params + ms.grads + ms.optimizer)));
+    if (t.offload != core::Offload::None) {
+        line(fmt::format("Host (pinned CPU) memory per rank: params {}, grads {}, optimizer {}",
+                         core::formatGiB(prog.host_param_bytes), core::formatGiB(prog.host_grad_bytes),
+                         core::formatGiB(prog.host_optimizer_bytes)));
+    }
+    line("");
+
+    const CommTotals c = communicationTotals(prog);
+    line("Communication per GPU per step (payload, GB = 1e9 bytes)");
+    line(fmt::format("  all-gather      {:>10.2f} GB", gb(c.all_gather_bytes)));
+    line(fmt::format("  reduce-scatter  {:>10.2f} GB", gb(c.reduce_scatter_bytes)));
+    line(fmt::format("  all-reduce      {:>10.2f} GB", gb(c.all_reduce_bytes)));
+    line(fmt::format("  volume          {:>10.2f} GB  (all-gather + reduce-scatter + 2 x all-reduce)",
+                     gb(c.volumeBytes())));
+    return out;
+}
+
+}  // namespace shardcast::cli

@@ -1,0 +1,21 @@
+#pragma once
+// Chrome Trace Event JSON (opens in Perfetto and chrome://tracing): one track per stream used,
+// complete events named by Program::taskLabel, memory per category as counter tracks.
+#include <filesystem>
+#include <ostream>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "core/program.hpp"
+#include "core/result.hpp"
+#include "simulator/memory_curve.hpp"
+#include "simulator/timeline.hpp"
+
+namespace shardcast::sim {
+
+// `memory` may be null; its curve (TimedMemory::curve) becomes the counter tracks.
+nlohmann::json chromeTrace(const core::Program& program, const Timeline& timeline, const TimedMemory* memory);
+core::Status writeChromeTrace(const std::filesystem::path& path, const core::Program& program,
+                              const Timeline& timeline, const TimedMemory* memory);
+
+}  // namespace shardcast::sim

@@ -1,0 +1,59 @@
+#pragma once
+// Every number the cost models use (DESIGN.md section 4): the GPU's data-sheet figures plus
+// efficiency curves, overheads and contention. Built from a ClusterSpec with documented defaults
+// (hardware_profile.cpp cites each one) and overridable from a JSON profile file.
+#include <cstdint>
+#include <filesystem>
+#include <string>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "core/cluster.hpp"
+#include "core/result.hpp"
+#include "core/units.hpp"
+
+namespace shardcast::sim {
+
+struct HardwareProfile {
+    core::GpuSpec gpu;
+    int gpus_per_node = 8;
+
+    // Compute: eff(f) = eff_max * f / (f + half_flops) for GEMM-heavy tasks (forward, backward,
+    // recompute); time = max(flops / (peak * eff), hbm_bytes / (hbm_bytes_per_s * hbm_efficiency)).
+    double forward_efficiency_max = 0;
+    double backward_efficiency_max = 0;
+    double gemm_half_flops = 0;   // FLOPs at which a task reaches half of eff_max
+    double hbm_efficiency = 0;    // memory-bound kernels (copy-in/out, casts, optimizer) and rooflines
+
+    // Collectives: t = latency + S * factor / busbw(S), busbw(S) = busbw_max * S / (S + half_bytes).
+    double nvlink_all_gather_efficiency = 0;      // busbw_max / nvlink_bytes_per_s
+    double nvlink_reduce_scatter_efficiency = 0;
+    double nvlink_all_reduce_efficiency = 0;
+    double network_efficiency = 0;                // busbw_max / (network_bytes_per_s * GPUs per node in the group)
+    double busbw_half_bytes = 0;                  // S at which busbw reaches half its maximum
+
+    // Host link (CPU offload) and the CPU optimizer.
+    double host_link_efficiency = 0;
+    double cpu_optimizer_bytes_per_s = 0;         // an optimizer task's hbm_bytes processed per second on the CPU
+
+    // Overlap: compute kernels run this many times slower while any collective runs.
+    double overlap_compute_slowdown = 0;
+
+    // Host issue: each task costs launch time; each unit's first task of a pass (forward or
+    // backward of one micro-batch) also costs its FSDP hooks.
+    int64_t task_launch_ns = 0;
+    int64_t unit_hook_ns = 0;
+
+    static HardwareProfile fromCluster(const core::ClusterSpec& cluster);
+    double peakFlops(core::DType compute) const { return gpu.peakFlops(compute); }
+};
+
+// Applies a profile JSON object over `base`: keys as the fields above, plus "gpu" (an object of
+// GPU keys as in core::gpuFromJson, merged over base.gpu). Unknown keys are errors naming the key.
+core::Result<HardwareProfile> profileFromJson(const nlohmann::json& j, const std::string& where,
+                                              const HardwareProfile& base);
+nlohmann::json profileToJson(const HardwareProfile& profile);
+core::Result<HardwareProfile> loadProfile(const std::filesystem::path& path, const HardwareProfile& base);
+core::Status saveProfile(const std::filesystem::path& path, const HardwareProfile& profile);
+
+}  // namespace shardcast::sim

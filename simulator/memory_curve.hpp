@@ -1,0 +1,46 @@
+#pragma once
+// Memory over simulated time: the tasks' MemEvents placed on a Timeline (mem_start at a task's
+// start, mem_peak applied and undone at its midpoint, mem_end at its end), in time order. Unlike
+// core::replayMemory (issue order), the peak here depends on what actually overlaps in time.
+#include <cstdint>
+#include <vector>
+
+#include "core/program.hpp"
+#include "core/units.hpp"
+#include "simulator/timeline.hpp"
+
+namespace shardcast::sim {
+
+struct MemoryPoint {
+    int64_t time_ns = 0;
+    int32_t task = -1;
+    core::CategoryBytes bytes{};
+};
+
+struct TimedMemory {
+    int64_t peak_bytes = 0;
+    int64_t peak_time_ns = 0;
+    int32_t peak_task = -1;              // the task whose event reached the peak; -1: initial state
+    core::CategoryBytes at_peak{};
+    core::CategoryBytes max_per_category{};
+    std::vector<MemoryPoint> curve;      // filled only when asked
+};
+
+// Reusable: keeps its sort buffer between calls.
+class MemoryTimer {
+public:
+    // At equal times: ends before starts before midpoints, then by task id; a task of zero
+    // duration applies start, peak and end in that order.
+    void compute(const core::Program& program, const Timeline& timeline, TimedMemory& out,
+                 bool record_curve = false);
+
+private:
+    struct Point {
+        int64_t time_ns;
+        int32_t task;
+        uint8_t phase;  // 0 end, 1 start (or all three for a zero-duration task), 2 midpoint
+    };
+    std::vector<Point> m_points;
+};
+
+}  // namespace shardcast::sim

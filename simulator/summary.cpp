@@ -1,0 +1,101 @@
+#include "simulator/summary.hpp"
+
+#include <algorithm>
+
+#include <nlohmann/json.hpp>
+
+namespace shardcast::sim {
+
+using core::TaskKind;
+
+void summarizeStep(const core::Program& program, const Timeline& timeline, const TimedMemory& memory,
+                   const HardwareProfile& profile, StepSummary& out, bool per_unit) {
+    constexpr double kNsPerS = 1e9;
+    const int64_t step_ns = timeline.step_ns;
+    const int64_t compute_ns = timeline.busyNs(core::Stream::Compute);
+    out.step_s = static_cast<double>(step_ns) / kNsPerS;
+    out.compute_s = static_cast<double>(compute_ns) / kNsPerS;
+    out.exposed_comm_s = static_cast<double>(std::max<int64_t>(0, step_ns - compute_ns)) / kNsPerS;
+    for (int s = 0; s < core::kStreamCount; ++s) {
+        out.stream_busy_s[s] = static_cast<double>(timeline.stream_busy_ns[s]) / kNsPerS;
+    }
+    int64_t ag = 0, rs = 0, ar = 0;
+    if (per_unit) out.units.assign(program.units.size(), UnitTime{});
+    for (int32_t id = 0; id < program.size(); ++id) {
+        const core::Task& t = program.tasks[id];
+        const int64_t d = timeline.tasks[id].durationNs();
+        int64_t* unit_slot = nullptr;
+        UnitTime* u = per_unit && t.unit >= 0 && static_cast<size_t>(t.unit) < out.units.size()
+                          ? &out.units[t.unit] : nullptr;
+        switch (t.kind) {
+            case TaskKind::AllGather: ag += d; if (u) unit_slot = &u->all_gather_ns; break;
+            case TaskKind::ReduceScatter: rs += d; if (u) unit_slot = &u->reduce_scatter_ns; break;
+            case TaskKind::AllReduce: ar += d; if (u) unit_slot = &u->all_reduce_ns; break;
+            case TaskKind::HostToDevice:
+            case TaskKind::DeviceToHost: if (u) unit_slot = &u->host_copy_ns; break;
+            default: if (u) unit_slot = &u->compute_ns; break;
+        }
+        if (unit_slot) *unit_slot += d;
+    }
+    out.all_gather_s = static_cast<double>(ag) / kNsPerS;
+    out.reduce_scatter_s = static_cast<double>(rs) / kNsPerS;
+    out.all_reduce_s = static_cast<double>(ar) / kNsPerS;
+    const double peak = profile.peakFlops(program.compute_dtype);
+    if (step_ns > 0 && peak > 0) {
+        out.mfu = static_cast<double>(program.model_flops_per_step) / (out.step_s * peak);
+        out.hfu = static_cast<double>(program.hardware_flops_per_step) / (out.step_s * peak);
+    } else {
+        out.mfu = out.hfu = 0;
+    }
+    out.tokens_per_s_per_gpu =
+        step_ns > 0 ? static_cast<double>(program.micro_batches) * static_cast<double>(program.tokens_per_micro_batch) /
+                          out.step_s
+                    : 0;
+    out.peak_bytes = memory.peak_bytes;
+    out.peak_task = memory.peak_task;
+    out.at_peak = memory.at_peak;
+}
+
+StepSummary summarize(const core::Program& program, const Timeline& timeline, const TimedMemory& memory,
+                      const HardwareProfile& profile) {
+    StepSummary s;
+    summarizeStep(program, timeline, memory, profile, s, true);
+    return s;
+}
+
+nlohmann::json summaryToJson(const core::Program& program, const StepSummary& s) {
+    nlohmann::json j;
+    j["step_s"] = s.step_s;
+    j["compute_s"] = s.compute_s;
+    j["exposed_comm_s"] = s.exposed_comm_s;
+    j["comm_s"] = {{"all_gather", s.all_gather_s}, {"reduce_scatter", s.reduce_scatter_s}, {"all_reduce", s.all_reduce_s}};
+    j["mfu"] = s.mfu;
+    j["hfu"] = s.hfu;
+    j["tokens_per_s_per_gpu"] = s.tokens_per_s_per_gpu;
+    j["peak_bytes"] = s.peak_bytes;
+    j["peak_task"] = s.peak_task >= 0 ? program.taskLabel(s.peak_task) : std::string("(initial)");
+    nlohmann::json at_peak = nlohmann::json::object();
+    for (int c = 0; c < core::kMemCategoryCount; ++c) {
+        at_peak[std::string(core::categoryName(static_cast<core::MemCategory>(c)))] = s.at_peak[c];
+    }
+    j["at_peak_bytes"] = at_peak;
+    nlohmann::json streams = nlohmann::json::object();
+    for (int st = 0; st < core::kStreamCount; ++st) {
+        if (s.stream_busy_s[st] > 0) streams[std::string(core::streamName(static_cast<core::Stream>(st)))] = s.stream_busy_s[st];
+    }
+    j["stream_busy_s"] = streams;
+    nlohmann::json units = nlohmann::json::array();
+    for (size_t u = 0; u < s.units.size() && u < program.units.size(); ++u) {
+        const UnitTime& t = s.units[u];
+        units.push_back({{"unit", program.units[u].name},
+                         {"compute_s", static_cast<double>(t.compute_ns) / 1e9},
+                         {"all_gather_s", static_cast<double>(t.all_gather_ns) / 1e9},
+                         {"reduce_scatter_s", static_cast<double>(t.reduce_scatter_ns) / 1e9},
+                         {"all_reduce_s", static_cast<double>(t.all_reduce_ns) / 1e9},
+                         {"host_copy_s", static_cast<double>(t.host_copy_ns) / 1e9}});
+    }
+    j["units"] = units;
+    return j;
+}
+
+}  // namespace shardcast::sim

@@ -1,0 +1,206 @@
+#!/usr/bin/env bash
+# End-to-end checks of shardcast's stable command-line interface: JSON output keys, exit codes
+# and one-line error messages for bad input, listings, plan write-back, and golden plans.
+#   usage: run_cli_tests.sh SHARDCAST_BINARY REPO_ROOT
+set -uo pipefail
+
+bin=${1:?usage: run_cli_tests.sh SHARDCAST_BINARY REPO_ROOT}
+root=${2:?usage: run_cli_tests.sh SHARDCAST_BINARY REPO_ROOT}
+bin=$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")
+root=$(cd "$root" && pwd)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cd "$tmp"
+
+passed=0
+failed=0
+pass() { passed=$((passed + 1)); echo "PASS  $1"; }
+fail() { failed=$((failed + 1)); echo "FAIL  $1"; [ -n "${2:-}" ] && printf '      %s\n' "$2"; }
+
+# expect_ok NAME CMD...: exit 0.
+expect_ok() {
+    local name=$1; shift
+    if "$@" >"$tmp/out" 2>"$tmp/err"; then
+        pass "$name"
+    else
+        fail "$name" "exit $? from: $* -- stderr: $(head -c 400 "$tmp/err")"
+    fi
+}
+
+# expect_bad_input NAME PATTERN CMD...: exit 2 and exactly one stderr line that starts with
+# "shardcast: error: " and matches the extended regex PATTERN (the file or flag it must name).
+expect_bad_input() {
+    local name=$1 pattern=$2; shift 2
+    "$@" >"$tmp/out" 2>"$tmp/err"
+    local rc=$?
+    local lines first
+    lines=$(wc -l <"$tmp/err")
+    first=$(head -n 1 "$tmp/err")
+    if [ "$rc" -ne 2 ]; then
+        fail "$name" "expected exit 2, got $rc -- stderr: $(head -c 400 "$tmp/err")"
+    elif [ "$lines" -ne 1 ]; then
+        fail "$name" "expected one stderr line, got $lines: $(head -c 400 "$tmp/err")"
+    elif [[ "$first" != "shardcast: error: "* ]]; then
+        fail "$name" "stderr does not start with 'shardcast: error: ': $first"
+    elif ! grep -Eq -- "$pattern" <<<"$first"; then
+        fail "$name" "stderr does not name /$pattern/: $first"
+    else
+        pass "$name"
+    fi
+}
+
+# --- plan --json: one JSON object with every documented key -----------------------------------
+check_keys='
+import json, sys
+d = json.load(open(sys.argv[1]))
+required = {
+    "model": ["name", "params", "trainable_params", "layers"],
+    "plan": ["strategy", "world_size", "shard_size", "replicate_size", "units", "unit_list", "fsdp", "wrap"],
+    "memory": ["capacity_bytes", "peak_bytes", "fits", "at_peak", "model_states", "max_per_category",
+               "runtime_overhead_bytes", "host"],
+    "communication": ["all_gather_bytes", "reduce_scatter_bytes", "all_reduce_bytes", "volume_bytes"],
+    "training": [],
+}
+missing = [f"{s}.{k}" for s, keys in required.items() for k in ([] if s not in d else keys) if k not in d[s]]
+missing += [s for s in required if s not in d]
+if not missing:
+    for k in ["params", "grads", "optimizer"]:
+        if k not in d["memory"]["model_states"]: missing.append("memory.model_states." + k)
+    cats = ["Sharded Param", "Unsharded Param", "Buffer", "Sharded Grad", "Unsharded Grad", "Activation",
+            "Temp", "All Gather", "Reduce Scatter", "OptState", "Inputs", "Runtime Overhead"]
+    missing += ["memory.at_peak." + c for c in cats if c not in d["memory"]["at_peak"]]
+    for u in d["plan"]["unit_list"]:
+        missing += ["unit_list[]." + k for k in ["name", "params", "sharded_bytes", "unsharded_bytes",
+                                                  "activation_bytes"] if k not in u]
+        break
+    if d["plan"]["units"] != len(d["plan"]["unit_list"]): missing.append("plan.units == len(unit_list)")
+    if sum(d["memory"]["at_peak"].values()) != d["memory"]["peak_bytes"]: missing.append("sum(at_peak) == peak_bytes")
+    if d["memory"]["fits"] != (d["memory"]["peak_bytes"] <= d["memory"]["capacity_bytes"]): missing.append("fits")
+    c = d["communication"]
+    if c["volume_bytes"] != c["all_gather_bytes"] + c["reduce_scatter_bytes"] + 2 * c["all_reduce_bytes"]:
+        missing.append("communication.volume_bytes")
+if missing:
+    print("missing or inconsistent: " + ", ".join(missing)); sys.exit(1)
+'
+if "$bin" plan --model llama-3.1-8b --gpu h100-sxm --json >"$tmp/plan.json" 2>"$tmp/err"; then
+    if msg=$(python3 -c "$check_keys" "$tmp/plan.json" 2>&1); then
+        pass "plan --json has every documented key"
+    else
+        fail "plan --json has every documented key" "$msg"
+    fi
+else
+    fail "plan --json runs" "stderr: $(head -c 400 "$tmp/err")"
+fi
+
+expect_ok "plan text report" "$bin" plan --model gpt2 --gpu A100-40G --gpus-per-node 4 --strategy NO_SHARD
+if grep -Eq "fits with [0-9.]+ GiB to spare|does NOT fit: over by [0-9.]+ GiB" "$tmp/out"; then
+    pass "text report says whether it fits, in GiB"
+else
+    fail "text report says whether it fits, in GiB" "$(tail -n 20 "$tmp/out")"
+fi
+expect_ok "plan --help" "$bin" plan --help
+expect_ok "shardcast --help" "$bin" --help
+
+# --- bad input: exit 2 and one line naming the file or flag -----------------------------------
+printf '{ "model": "gpt2", \n  oops }\n' >"$tmp/malformed.plan.json"
+expect_bad_input "malformed JSON plan file" "malformed\.plan\.json" "$bin" plan "$tmp/malformed.plan.json"
+
+"$bin" plan --model gpt2 --gpu A100-40G --gpus-per-node 4 --write-plan "$tmp/good.plan.json" >/dev/null 2>&1
+head -c 40 "$tmp/good.plan.json" >"$tmp/truncated.plan.json"
+expect_bad_input "truncated JSON plan file" "truncated\.plan\.json" "$bin" plan "$tmp/truncated.plan.json"
+
+expect_bad_input "missing plan file" "no-such\.plan\.json" "$bin" plan "$tmp/no-such.plan.json"
+
+cat >"$tmp/bogus-config.json" <<'JSON'
+{"model_type": "not_a_model", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+ "intermediate_size": 128, "vocab_size": 1000}
+JSON
+expect_bad_input "unknown model_type config" "bogus-config\.json" "$bin" plan --model "$tmp/bogus-config.json"
+
+expect_bad_input "world size not divisible by --shard-size" "shard[-_]size" \
+    "$bin" plan --model gpt2 --gpus-per-node 8 --shard-size 3
+expect_bad_input "--micro-batch 0" "micro[-_]batch" "$bin" plan --model gpt2 --micro-batch 0
+
+printf '# wrap units\nmodel.layers.0\nmodel.layers.999\n' >"$tmp/units.txt"
+expect_bad_input "unknown module in a modules: wrap file" "units\.txt|model\.layers\.999" \
+    "$bin" plan --model llama-3.1-8b --wrap "modules:$tmp/units.txt"
+
+expect_bad_input "unknown GPU" "--gpu|NOPE-GPU" "$bin" plan --model gpt2 --gpu NOPE-GPU
+expect_bad_input "unknown strategy" "--strategy" "$bin" plan --model gpt2 --strategy ZERO9
+expect_bad_input "unknown model name" "no-such-model" "$bin" plan --model no-such-model
+expect_bad_input "plan without a plan file or --model" "--model" "$bin" plan
+expect_bad_input "unknown flag" "--no-such-flag" "$bin" plan --model gpt2 --no-such-flag
+expect_bad_input "non-integer --seq-len" "--seq-len" "$bin" plan --model gpt2 --seq-len abc
+expect_bad_input "unknown --param-dtype" "--param-dtype" "$bin" plan --model gpt2 --param-dtype int4
+expect_bad_input "no subcommand" "subcommand" "$bin"
+
+# --- listings -------------------------------------------------------------------------------
+expect_ok "shardcast models" "$bin" models
+missing_models=""
+for f in "$root"/models/*.json; do
+    name=$(basename "$f" .json)
+    grep -q -- "$name" "$tmp/out" || missing_models+=" $name"
+done
+if [ -z "$missing_models" ]; then pass "models lists every bundled model"; else fail "models lists every bundled model" "missing:$missing_models"; fi
+
+expect_ok "shardcast gpus" "$bin" gpus
+missing_gpus=""
+for g in A100-40G A100-80G H100-SXM; do grep -q -- "$g" "$tmp/out" || missing_gpus+=" $g"; done
+if [ -z "$missing_gpus" ]; then pass "gpus lists the presets"; else fail "gpus lists the presets" "missing:$missing_gpus"; fi
+
+# --- --write-plan, then reading the written plan back, gives the same result ------------------
+if "$bin" plan --model llama-3.1-8b --gpu H100-SXM --nodes 2 --gpus-per-node 8 --strategy HYBRID_SHARD \
+        --wrap every:2 --micro-batch 2 --seq-len 2048 --grad-accum 4 --no-sync --ac selective \
+        --optimizer sgd-momentum --reshard-after-forward false --json --write-plan "$tmp/written.plan.json" \
+        >"$tmp/first.json" 2>"$tmp/err" &&
+    "$bin" plan "$tmp/written.plan.json" --json >"$tmp/second.json" 2>>"$tmp/err"; then
+    if cmp -s "$tmp/first.json" "$tmp/second.json"; then
+        pass "--write-plan round trip gives the same JSON"
+    else
+        fail "--write-plan round trip gives the same JSON" "$(diff "$tmp/first.json" "$tmp/second.json" | head -n 20)"
+    fi
+else
+    fail "--write-plan round trip runs" "stderr: $(head -c 400 "$tmp/err")"
+fi
+
+# --- golden plans -------------------------------------------------------------------------
+compare='
+import json, sys
+keys = ["model", "plan", "memory", "communication"]
+got = json.load(open(sys.argv[1])); want = json.load(open(sys.argv[2]))
+diffs = []
+def walk(a, b, path):
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in sorted(set(a) | set(b)):
+            if k not in a: diffs.append(f"{path}.{k}: missing in output")
+            elif k not in b: diffs.append(f"{path}.{k}: not in expected file")
+            else: walk(a[k], b[k], f"{path}.{k}")
+    elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        for i, (x, y) in enumerate(zip(a, b)): walk(x, y, f"{path}[{i}]")
+    elif a != b:
+        diffs.append(f"{path}: got {json.dumps(a)[:80]}, expected {json.dumps(b)[:80]}")
+for k in keys: walk(got.get(k), want.get(k), k)
+if diffs:
+    print("\n".join(diffs[:15]) + (f"\n... {len(diffs) - 15} more" if len(diffs) > 15 else "")); sys.exit(1)
+'
+shopt -s nullglob
+goldens=("$root"/tests/golden/*.plan.json)
+if [ "${#goldens[@]}" -eq 0 ]; then fail "golden plans present" "no tests/golden/*.plan.json"; fi
+for plan in "${goldens[@]}"; do
+    name=$(basename "$plan" .plan.json)
+    expected="$root/tests/golden/$name.expected.json"
+    if [ ! -f "$expected" ]; then
+        fail "golden $name" "missing $expected (run tests/golden/update.sh)"
+        continue
+    fi
+    if ! "$bin" plan "$plan" --json >"$tmp/golden.json" 2>"$tmp/err"; then
+        fail "golden $name" "shardcast plan failed: $(head -c 400 "$tmp/err")"
+    elif msg=$(python3 -c "$compare" "$tmp/golden.json" "$expected" 2>&1); then
+        pass "golden $name"
+    else
+        fail "golden $name" "$msg"
+    fi
+done
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
