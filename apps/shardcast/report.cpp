@@ -45,6 +45,44 @@ std::string reshardString(const core::ShardingSpec& s) {
 
 std::string billions(int64_t n) { return fmt::format("{:.2f} billion", static_cast<double>(n) / 1e9); }
 
+double ms(double seconds) { return seconds * 1e3; }
+double ms(int64_t ns) { return static_cast<double>(ns) * 1e-6; }
+
+// Where the step's time goes: per stream, then per unit (abbreviated like the units table).
+void appendTimeSection(std::string& out, const PlanResultView& r) {
+    const sim::StepSummary& ts = *r.time;
+    const core::Program& prog = r.program;
+    auto line = [&out](std::string_view text) {
+        out.append(text);
+        out.push_back('\n');
+    };
+    const core::GpuSpec& gpu = r.plan.cluster.gpu;
+    line("");
+    line("Time per step (simulated with the cost models; ms = 1e-3 s)");
+    line(fmt::format("  step            {:>10.2f} ms   compute stream busy {:.2f} ms, exposed communication {:.2f} ms",
+                     ms(ts.step_s), ms(ts.compute_s), ms(ts.exposed_comm_s)));
+    line(fmt::format("  MFU             {:>10.3f}      model FLOPs (6N + 12Lhs per token) over {:.0f} TFLOP/s {} peak",
+                     ts.mfu, gpu.peakFlops(prog.compute_dtype) / 1e12, core::dtypeName(prog.compute_dtype)));
+    line(fmt::format("  HFU             {:>10.3f}      hardware FLOPs, recompute included", ts.hfu));
+    line(fmt::format("  throughput      {:>10.0f} tokens/s per GPU", ts.tokens_per_s_per_gpu));
+    line(fmt::format("  {:<22}{:>12}", "stream", "busy (ms)"));
+    for (int st = 0; st < core::kStreamCount; ++st) {
+        if (ts.stream_busy_s[st] <= 0) continue;
+        line(fmt::format("  {:<22}{:>12.2f}", core::streamName(static_cast<core::Stream>(st)), ms(ts.stream_busy_s[st])));
+    }
+    if (ts.units.empty()) return;
+    line(fmt::format("  {:<28}{:>12}{:>12}{:>16}{:>12}", "unit (ms)", "compute", "all-gather", "reduce-scatter",
+                     "all-reduce"));
+    const std::size_t n = std::min(ts.units.size(), prog.units.size());
+    for (std::size_t i = 0; i < n; ++i) {
+        if (n > kMaxUnitRows && i == kUnitEdge) line("  ...");
+        if (n > kMaxUnitRows && i >= kUnitEdge && i < n - kUnitEdge) continue;
+        const sim::UnitTime& u = ts.units[i];
+        line(fmt::format("  {:<28}{:>12.2f}{:>12.2f}{:>16.2f}{:>12.2f}", prog.units[i].name, ms(u.compute_ns),
+                         ms(u.all_gather_ns), ms(u.reduce_scatter_ns), ms(u.all_reduce_ns)));
+    }
+}
+
 }  // namespace
 
 CommTotals communicationTotals(const core::Program& program) {
@@ -130,6 +168,8 @@ nlohmann::ordered_json planResultJson(const PlanResultView& r) {
         {"fits", mem.peak_bytes <= capacity},
         {"spare_bytes", capacity - mem.peak_bytes},
         {"peak_task", mem.peak_task >= 0 ? r.program.taskLabel(mem.peak_task) : std::string()},
+        {"peak_source", r.time ? "timed" : "issue_order"},
+        {"issue_order_peak_bytes", r.time ? r.issue_order_peak_bytes : mem.peak_bytes},
         {"at_peak", std::move(at_peak)},
         {"max_per_category", std::move(max_per)},
         {"runtime_overhead_bytes", mem.max_per_category[core::index(MemCategory::RuntimeOverhead)]},
@@ -150,6 +190,35 @@ nlohmann::ordered_json planResultJson(const PlanResultView& r) {
         {"all_reduce_bytes", c.all_reduce_bytes},
         {"volume_bytes", c.volumeBytes()},
     };
+    if (r.time) {
+        const sim::StepSummary& ts = *r.time;
+        j["time"] = {
+            {"step_s", ts.step_s},
+            {"compute_s", ts.compute_s},
+            {"exposed_comm_s", ts.exposed_comm_s},
+            {"comm_s", {{"all_gather", ts.all_gather_s}, {"reduce_scatter", ts.reduce_scatter_s}, {"all_reduce", ts.all_reduce_s}}},
+            {"mfu", ts.mfu},
+            {"hfu", ts.hfu},
+            {"tokens_per_s_per_gpu", ts.tokens_per_s_per_gpu},
+            {"model_flops_per_step", r.program.model_flops_per_step},
+            {"hardware_flops_per_step", r.program.hardware_flops_per_step},
+        };
+        json streams = json::object();
+        for (int st = 0; st < core::kStreamCount; ++st) {
+            if (ts.stream_busy_s[st] > 0) streams[std::string(core::streamName(static_cast<core::Stream>(st)))] = ts.stream_busy_s[st];
+        }
+        j["time"]["stream_busy_s"] = std::move(streams);
+        json per_unit = json::array();
+        for (std::size_t u = 0; u < ts.units.size() && u < r.program.units.size(); ++u) {
+            const sim::UnitTime& ut = ts.units[u];
+            per_unit.push_back({{"name", r.program.units[u].name},
+                                {"compute_s", static_cast<double>(ut.compute_ns) * 1e-9},
+                                {"all_gather_s", static_cast<double>(ut.all_gather_ns) * 1e-9},
+                                {"reduce_scatter_s", static_cast<double>(ut.reduce_scatter_ns) * 1e-9},
+                                {"all_reduce_s", static_cast<double>(ut.all_reduce_ns) * 1e-9}});
+        }
+        j["time"]["units"] = std::move(per_unit);
+    }
     return j;
 }
 
@@ -220,7 +289,7 @@ std::string planReportText(const PlanResultView& r) {
     line("");
 
     // Memory.
-    line(fmt::format("Memory per GPU (GiB = 2^30 bytes); peak during {}",
+    line(fmt::format("Memory per GPU (GiB = 2^30 bytes); {}peak during {}", r.time ? "timed " : "",
                      mem.peak_task >= 0 ? prog.taskLabel(mem.peak_task) : std::string("(no tasks)")));
     const std::string mem_fmt = "  {:<20} {:>14} {:>18}";
     line(fmt::format(fmt::runtime(mem_fmt), "category", "at peak (GiB)", "max in step (GiB)"));
@@ -234,6 +303,11 @@ std::string planReportText(const PlanResultView& r) {
         line(fmt::format("  => fits with {} to spare", core::formatGiB(capacity - mem.peak_bytes)));
     } else {
         line(fmt::format("  => does NOT fit: over by {}", core::formatGiB(mem.peak_bytes - capacity)));
+    }
+    if (r.time) {
+        line(fmt::format("  (allocator view in host issue order: peak {}; the timed curve places each "
+                         "allocation at its simulated time)",
+                         core::formatGiB(r.issue_order_peak_bytes)));
     }
     line("");
 
@@ -255,6 +329,7 @@ std::string planReportText(const PlanResultView& r) {
     line(fmt::format("  all-reduce      {:>10.2f} GB", gb(c.all_reduce_bytes)));
     line(fmt::format("  volume          {:>10.2f} GB  (all-gather + reduce-scatter + 2 x all-reduce)",
                      gb(c.volumeBytes())));
+    if (r.time) appendTimeSection(out, r);
     return out;
 }
 

@@ -9,6 +9,7 @@
 #include "core/memory.hpp"
 #include "core/plan.hpp"
 #include "core/program.hpp"
+#include "simulator/summary.hpp"
 
 namespace shardcast::cli {
 
@@ -22,11 +23,17 @@ struct CommTotals {
 };
 CommTotals communicationTotals(const core::Program& program);
 
+// `memory` holds the peak of the timed memory curve when `time` is set (the simulator placed
+// the allocations at their simulated times); `issue_order_peak_bytes` is the allocator's view
+// in host issue order (core::replayMemory), which is what torch.cuda.max_memory_allocated sees
+// when the host runs ahead.
 struct PlanResultView {
     const core::Plan& plan;
     const core::Mesh& mesh;
     const core::Program& program;
     const core::MemoryReport& memory;
+    const sim::StepSummary* time = nullptr;
+    int64_t issue_order_peak_bytes = 0;
 };
 
 // Keys documented in README.md ("shardcast plan --json"); insertion-ordered for reading.
