@@ -145,6 +145,16 @@ private:
     int64_t m_pending_rs = 0;              // reduce-scatter input awaiting the next reduce
     int32_t m_pending_compute_dep = -1;    // FSDP1: the compute stream waits on this all-gather
     std::array<int32_t, kStreamCount> m_last_on_stream{};
+    // One NCCL communicator runs its collectives in issue order on one internal stream, so an
+    // all-gather issued after a reduce-scatter on the same process group waits for it. This is
+    // why FSDP needs backward prefetch: without it, unit i's all-gather queues behind unit i+1's
+    // reduce-scatter, which waits for unit i+1's backward.
+    enum Pg { kShardPg, kReplicatePg, kPostForwardPg, kWorldPg, kPgCount };
+    std::array<int32_t, kPgCount> m_last_collective{};
+    void collectiveOn(Pg pg) {
+        dep(m_last_collective[pg]);
+        m_last_collective[pg] = curId();
+    }
     int32_t m_last_compute = -1;
 
     int64_t actBytes() const { return itemSize(m_pdt); }
@@ -164,6 +174,7 @@ private:
         m_tokens = m_tr.tokens();
         m_seq = m_tr.seq_len;
         m_last_on_stream.fill(-1);
+        m_last_collective.fill(-1);
         const int64_t G = m_plan.cluster.gpus_per_node;
         for (int64_t g = 0; g < m_R; ++g) {
             m_ag_nodes = std::max(m_ag_nodes, nodesOfRun(g * m_W, 1, m_W, G));
@@ -625,6 +636,7 @@ private:
         st.ag_task = newTask(TaskKind::AllGather, Stream::AllGather, u, mb);
         dep(copy_in);
         const bool count_mode = backward && st.post_fwd_shard;
+        collectiveOn(count_mode ? kPostForwardPg : kShardPg);
         cur().comm_bytes = m_fsdp1 ? us.unsharded_bytes : us.flat_bytes;
         cur().group_size = static_cast<int32_t>(count_mode ? postForwardK() : m_W);
         cur().group_nodes = count_mode ? m_ag_count_nodes : m_ag_nodes;
@@ -838,6 +850,7 @@ private:
         // one in reduce_dtype, free the unsharded grads, reduce-scatter on its own stream.
         newTask(TaskKind::ReduceScatter, Stream::ReduceScatter, u, mb);
         dep(producer);
+        collectiveOn(kShardPg);
         if (st.unsharded) {
             start(MemCategory::UnshardedParam, -us.unsharded_bytes);
             st.unsharded = false;
@@ -862,6 +875,7 @@ private:
             const int32_t rs = curId();
             newTask(TaskKind::AllReduce, Stream::AllReduce, u, mb);
             dep(rs);
+            collectiveOn(kReplicatePg);
             cur().comm_bytes = rs_out;
             cur().group_size = static_cast<int32_t>(m_R);
             cur().group_nodes = m_rep_nodes;
@@ -908,6 +922,7 @@ private:
         }
         newTask(TaskKind::AllReduce, Stream::AllReduce, u, mb);
         dep(producer);
+        collectiveOn(kWorldPg);
         if (m_mp && st.unsharded) start(MemCategory::UnshardedParam, -us.unsharded_bytes);
         st.unsharded = false;
         const int64_t buf = us.rs_input_elems * itemSize(m_rdt);
