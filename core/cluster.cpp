@@ -14,12 +14,6 @@ namespace shardcast::core {
 
 namespace {
 
-std::string lower(std::string_view s) {
-    std::string out(s);
-    std::transform(out.begin(), out.end(), out.begin(),
-                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-    return out;
-}
 
 // Link figures shared by several presets, one direction.
 // PCIe: 16 GT/s (gen4) or 32 GT/s (gen5) x 16 lanes x 128/130 encoding / 8 bits = 31.5 / 63.0 GB/s
@@ -244,11 +238,11 @@ const std::vector<GpuSpec>& gpuPresets() {
 }
 
 std::optional<GpuSpec> findGpuPreset(std::string_view name) {
-    std::string key = lower(name);
+    std::string key = toLower(name);
     if (key == "h100") key = "h100-sxm";
     if (key == "a100") key = "a100-80g";
     for (const auto& g : gpuPresets()) {
-        if (lower(g.name) == key) return g;
+        if (toLower(g.name) == key) return g;
     }
     return std::nullopt;
 }

@@ -1,20 +1,14 @@
 #include "core/sharding.hpp"
 
-#include <algorithm>
-#include <cctype>
 #include <string>
 #include <utility>
+
+#include "core/units.hpp"
 
 namespace shardcast::core {
 
 namespace {
 
-std::string lower(std::string_view s) {
-    std::string out(s);
-    std::transform(out.begin(), out.end(), out.begin(),
-                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-    return out;
-}
 
 // Lower-case spellings; strategyName gives the canonical upper-case one.
 constexpr std::pair<std::string_view, Strategy> kStrategyAliases[] = {
@@ -46,7 +40,7 @@ std::string_view strategyName(Strategy s) {
 }
 
 std::optional<Strategy> parseStrategy(std::string_view s) {
-    const std::string key = lower(s);
+    const std::string key = toLower(s);
     for (const auto& [name, value] : kStrategyAliases) {
         if (name == key) return value;
     }

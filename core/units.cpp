@@ -7,14 +7,15 @@
 
 namespace shardcast::core {
 
-namespace {
-
-std::string lower(std::string_view s) {
+std::string toLower(std::string_view s) {
     std::string out(s);
     std::transform(out.begin(), out.end(), out.begin(),
                    [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
     return out;
 }
+
+namespace {
+
 
 struct DTypeAlias {
     std::string_view name;
@@ -40,7 +41,7 @@ constexpr std::string_view kCategoryNames[kMemCategoryCount] = {
 }  // namespace
 
 std::optional<DType> parseDType(std::string_view name) {
-    const std::string key = lower(name);
+    const std::string key = toLower(name);
     for (const auto& alias : kDTypeAliases) {
         if (alias.name == key) return alias.type;
     }
@@ -60,9 +61,9 @@ std::string_view categoryName(MemCategory c) {
 }
 
 std::optional<MemCategory> parseCategory(std::string_view name) {
-    const std::string key = lower(name);
+    const std::string key = toLower(name);
     for (int i = 0; i < kMemCategoryCount; ++i) {
-        if (lower(kCategoryNames[i]) == key) return static_cast<MemCategory>(i);
+        if (toLower(kCategoryNames[i]) == key) return static_cast<MemCategory>(i);
     }
     return std::nullopt;
 }

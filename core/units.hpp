@@ -57,6 +57,8 @@ std::string formatGiB(int64_t bytes, int decimals = 2);   // "12.34 GiB"
 std::string formatBytes(int64_t bytes);                   // picks B / KiB / MiB / GiB
 std::string formatCount(int64_t n);                       // 8,030,261,248
 
+std::string toLower(std::string_view s);  // ASCII, for case-insensitive names
+
 inline int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 }  // namespace shardcast::core
