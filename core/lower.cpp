@@ -37,6 +37,7 @@ struct Segment {
     int64_t ckpt_peak_temp = 0;                      // forward transient under checkpointing
     int64_t bwd_peak_grad = 0, bwd_peak_temp = 0, bwd_peak_freed = 0;
     int64_t grad_bytes = 0;    // gradients (param_dtype) produced by this segment
+    int64_t weight_bytes = 0;  // unsharded parameters (param_dtype) the segment's ops read
     int64_t op_begin = 0, op_end = 0;
 };
 
@@ -86,11 +87,12 @@ struct LowerScratch {
     std::vector<int32_t> bwd_order, bwd_pos;
     std::vector<int32_t> active;         // active op indices, forward order
     std::vector<int64_t> op_grad_elems;  // per model op: gradient elements produced in its backward
+    std::vector<int64_t> op_weight_elems;  // per model op: parameter elements its module reads
     std::vector<uint8_t> op_frozen;
     std::vector<MemEvent> host_pending;  // host-side frees applied at the next task's start
     std::vector<int32_t> free_queue;     // FSDP1 rate limiter: tasks whose end frees a unit
     // setup() temporaries
-    std::vector<int32_t> last_op_of_module, depth, block_of, chain;
+    std::vector<int32_t> last_op_of_module, depth, block_of, block_index, chain;
     std::vector<int64_t> first_op, last_op, module_params, module_trainable, fsdp1_flat, fsdp1_trainable;
     std::vector<uint8_t> frozen;
     struct OpCost {
@@ -270,6 +272,7 @@ private:
         fsdp1_flat.assign(n_units, 0);
         fsdp1_trainable.assign(n_units, 0);
         m_s.op_grad_elems.assign(m_model.ops.size(), 0);
+        m_s.op_weight_elems.assign(m_model.ops.size(), 0);
         for (size_t i = 0; i < m_model.params.size(); ++i) {
             const Param& prm = m_model.params[i];
             UnitSizes& us = m_s.us[m_s.pidx[m_s.ua.module_unit[prm.module]]];
@@ -284,6 +287,7 @@ private:
                 grad_op_module = m_model.modules[grad_op_module].parent;
             }
             const bool trainable = !frozen[i] && grad_op_module >= 0;
+            if (grad_op_module >= 0) m_s.op_weight_elems[static_cast<size_t>(last_op_of_module[grad_op_module])] += numel;
             module_params[prm.module] += numel;
             us.params += numel;
             if (trainable) {
@@ -361,6 +365,8 @@ private:
         const auto n_mod = m_model.modules.size();
         auto& block_of = m_s.block_of;
         block_of.assign(n_mod, -1);
+        m_s.block_index.assign(n_mod, 0);
+        for (size_t b = 0; b < m_model.blocks.size(); ++b) m_s.block_index[static_cast<size_t>(m_model.blocks[b])] = static_cast<int32_t>(b);
         for (size_t m = 1; m < n_mod; ++m) {
             block_of[m] = m_model.modules[m].is_block ? static_cast<int32_t>(m) : block_of[m_model.modules[m].parent];
         }
@@ -382,7 +388,8 @@ private:
                 Segment seg;
                 seg.unit = unit;
                 seg.op_begin = static_cast<int64_t>(ai);
-                seg.checkpointed = m_tr.ac == Checkpointing::Full && block >= 0;
+                seg.checkpointed = m_tr.ac == Checkpointing::Full && block >= 0 &&
+                                   m_s.block_index[static_cast<size_t>(block)] % m_tr.ac_every == 0;
                 // The checkpoint keeps the block's input once, with its first segment.
                 if (seg.checkpointed && block != last_block_seen) {
                     const int64_t hidden_bytes = m_model.arch.hidden > 0
@@ -424,6 +431,7 @@ private:
                 seg.fwd_hbm += c.io;
                 seg.bwd_hbm += 2 * c.io;
                 seg.grad_bytes += m_s.op_grad_elems[oi] * grad_item;
+                seg.weight_bytes += m_s.op_weight_elems[oi] * grad_item;
                 const bool dropped = selective && m_model.ops[oi].selective_recompute;
                 if (dropped) {
                     sel_saved += c.saved;
@@ -749,7 +757,7 @@ private:
                     if (first) start(MemCategory::Inputs, inputs);
                     first = false;
                     cur().flops = seg.fwd_flops;
-                    cur().hbm_bytes = seg.fwd_hbm + m_s.us[seg.unit].unsharded_bytes;
+                    cur().hbm_bytes = seg.fwd_hbm + seg.weight_bytes;
                     if (seg.checkpointed) {
                         peak(MemCategory::Temp, seg.ckpt_peak_temp);
                     } else {
@@ -792,14 +800,14 @@ private:
         if (seg.checkpointed) {
             computeTask(TaskKind::Recompute, seg.unit, mb);
             cur().flops = seg.fwd_flops;
-            cur().hbm_bytes = seg.fwd_hbm + m_s.us[seg.unit].unsharded_bytes;
+            cur().hbm_bytes = seg.fwd_hbm + seg.weight_bytes;
             peak(MemCategory::Activation, seg.fwd_peak_act);
             peak(MemCategory::Temp, seg.fwd_peak_temp);
             end(MemCategory::Activation, seg.saved_full);
         }
         computeTask(TaskKind::Backward, seg.unit, mb);
         cur().flops = seg.bwd_flops;
-        cur().hbm_bytes = seg.bwd_hbm + 2 * m_s.us[seg.unit].unsharded_bytes;
+        cur().hbm_bytes = seg.bwd_hbm + 2 * seg.weight_bytes;  // read weights, write their grads
         // fp32 DDP without mixed precision: autograd writes straight into param.grad.
         const bool direct = !m_sharded && !m_mp;
         const MemCategory gcat = direct ? MemCategory::ShardedGrad : MemCategory::UnshardedGrad;

@@ -218,7 +218,10 @@ Status readTraining(const json& j, const std::string& where, TrainingSpec& t) {
     r.optionalDType("param_dtype", t.param_dtype);
     r.optionalDType("reduce_dtype", t.reduce_dtype);
     r.enumeration("master_dtype", t.master_dtype, parseDType, "fp32, bf16, fp16");
-    r.enumeration("ac", t.ac, parseCheckpointing, "none, full, selective");
+    AcSpec ac{t.ac, t.ac_every};
+    r.enumeration("ac", ac, parseAcSpec, "none, full, full:K (every K-th block), selective");
+    t.ac = ac.mode;
+    t.ac_every = ac.every;
     r.enumeration("attention", t.attention, parseAttention, "flash, eager");
     r.enumeration("kernels", t.kernels, parseKernelImpl, "eager, fused");
     r.enumeration("offload", t.offload, parseOffload, "none, cpu");
@@ -633,7 +636,7 @@ nlohmann::json planToJson(const Plan& plan) {
     training["param_dtype"] = t.param_dtype ? json(std::string(dtypeName(*t.param_dtype))) : json(nullptr);
     training["reduce_dtype"] = t.reduce_dtype ? json(std::string(dtypeName(*t.reduce_dtype))) : json(nullptr);
     training["master_dtype"] = std::string(dtypeName(t.master_dtype));
-    training["ac"] = std::string(checkpointingName(t.ac));
+    training["ac"] = acString(t.ac, t.ac_every);
     training["attention"] = std::string(attentionName(t.attention));
     training["kernels"] = std::string(kernelImplName(t.kernels));
     training["offload"] = std::string(offloadName(t.offload));

@@ -1,5 +1,7 @@
 #include "core/training.hpp"
 
+#include <charconv>
+
 #include <algorithm>
 #include <cctype>
 #include <utility>
@@ -63,6 +65,28 @@ std::string_view optimizerName(Optimizer o) { return nameOf(kOptimizers, o); }
 std::optional<Optimizer> parseOptimizer(std::string_view s) { return lookup(kOptimizers, s); }
 std::string_view checkpointingName(Checkpointing c) { return nameOf(kCheckpointing, c); }
 std::optional<Checkpointing> parseCheckpointing(std::string_view s) { return lookup(kCheckpointing, s); }
+
+std::optional<AcSpec> parseAcSpec(std::string_view s) {
+    const auto colon = s.find(':');
+    auto mode = parseCheckpointing(s.substr(0, colon));
+    if (!mode) return std::nullopt;
+    if (colon == std::string_view::npos) return AcSpec{*mode, 1};
+    if (*mode != Checkpointing::Full) return std::nullopt;
+    const std::string_view digits = s.substr(colon + 1);
+    int every = 0;
+    const auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), every);
+    if (ec != std::errc() || ptr != digits.data() + digits.size() || every < 1) return std::nullopt;
+    return AcSpec{*mode, every};
+}
+
+std::string acString(Checkpointing mode, int every) {
+    std::string out(checkpointingName(mode));
+    if (mode == Checkpointing::Full && every > 1) {
+        out.push_back(':');
+        out.append(std::to_string(every));
+    }
+    return out;
+}
 std::string_view attentionName(AttentionKernel a) { return nameOf(kAttention, a); }
 std::optional<AttentionKernel> parseAttention(std::string_view s) { return lookup(kAttention, s); }
 std::string_view kernelImplName(KernelImpl k) { return nameOf(kKernels, k); }

@@ -18,6 +18,15 @@ std::string_view optimizerName(Optimizer o);         // "adamw", "sgd", "sgd-mom
 std::optional<Optimizer> parseOptimizer(std::string_view s);
 std::string_view checkpointingName(Checkpointing c); // "none", "full", "selective"
 std::optional<Checkpointing> parseCheckpointing(std::string_view s);
+// Activation checkpointing as written in plans and flags: "none", "selective", "full", or
+// "full:K" = full checkpointing of every K-th block (torchtitan's selective *layer* AC with
+// selective_ac_option K checkpoints blocks whose index is a multiple of K).
+struct AcSpec {
+    Checkpointing mode = Checkpointing::None;
+    int every = 1;
+};
+std::optional<AcSpec> parseAcSpec(std::string_view s);
+std::string acString(Checkpointing mode, int every);
 std::string_view attentionName(AttentionKernel a);   // "flash", "eager"
 std::optional<AttentionKernel> parseAttention(std::string_view s);
 std::string_view kernelImplName(KernelImpl k);       // "eager", "fused"
@@ -38,6 +47,7 @@ struct TrainingSpec {
     std::optional<DType> param_dtype = DType::BF16;   // MixedPrecisionPolicy.param_dtype; unset: master
     std::optional<DType> reduce_dtype = DType::F32;   // MixedPrecisionPolicy.reduce_dtype; unset: param dtype
     Checkpointing ac = Checkpointing::None;
+    int ac_every = 1;           // Full: checkpoint blocks whose index is a multiple of this
     AttentionKernel attention = AttentionKernel::Flash;
     KernelImpl kernels = KernelImpl::Eager;
     Offload offload = Offload::None;

@@ -122,7 +122,7 @@ void addPlanOptions(CLI::App& cmd, PlanOptions& o) {
     addOpt(cmd, "--master-dtype", o.master_dtype, "DTYPE",
            "Dtype of sharded params, grads and optimizer state: fp32 | bf16 | fp16", "fp32");
     addOpt(cmd, "--optimizer", o.optimizer, "NAME", "adamw | sgd | sgd-momentum", "adamw");
-    addOpt(cmd, "--ac", o.ac, "MODE", "Activation checkpointing per block: none | full | selective", "none");
+    addOpt(cmd, "--ac", o.ac, "MODE", "Activation checkpointing: none | full | full:K (every K-th block) | selective", "none");
     addOpt(cmd, "--attention", o.attention, "KERNEL", "Attention kernel: flash | eager", "flash");
     addOpt(cmd, "--kernels", o.kernels, "IMPL",
            "Kernel implementation: eager (HuggingFace modules) | fused (fused norm, loss)", "eager");
@@ -249,9 +249,13 @@ core::Result<core::Plan> buildPlan(const PlanOptions& o) {
         t.optimizer = *v;
     }
     if (o.ac) {
-        auto v = core::parseCheckpointing(*o.ac);
-        if (!v) return makeError(fmt::format("--ac: unknown checkpointing '{}'; valid: none, full, selective", *o.ac));
-        t.ac = *v;
+        auto v = core::parseAcSpec(*o.ac);
+        if (!v) {
+            return makeError(fmt::format(
+                "--ac: unknown checkpointing '{}'; valid: none, full, full:K (every K-th block), selective", *o.ac));
+        }
+        t.ac = v->mode;
+        t.ac_every = v->every;
     }
     if (o.attention) {
         auto v = core::parseAttention(*o.attention);

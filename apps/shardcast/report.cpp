@@ -148,7 +148,7 @@ nlohmann::ordered_json planResultJson(const PlanResultView& r) {
         {"param_dtype", core::dtypeName(t.computeDtype())},
         {"reduce_dtype", core::dtypeName(t.reduceDtype())},
         {"master_dtype", core::dtypeName(t.master_dtype)},
-        {"ac", core::checkpointingName(t.ac)},
+        {"ac", core::acString(t.ac, t.ac_every)},
         {"attention", core::attentionName(t.attention)},
         {"kernels", core::kernelImplName(t.kernels)},
         {"offload", core::offloadName(t.offload)},
@@ -258,7 +258,7 @@ std::string planReportText(const PlanResultView& r) {
     line(fmt::format("  dtypes       param {}, reduce {}, master {}; optimizer {}", core::dtypeName(t.computeDtype()),
                      core::dtypeName(t.reduceDtype()), core::dtypeName(t.master_dtype),
                      core::optimizerName(t.optimizer)));
-    line(fmt::format("  compute      AC {}, attention {}, kernels {}, offload {}{}", core::checkpointingName(t.ac),
+    line(fmt::format("  compute      AC {}, attention {}, kernels {}, offload {}{}", core::acString(t.ac, t.ac_every),
                      core::attentionName(t.attention), core::kernelImplName(t.kernels), core::offloadName(t.offload),
                      t.frozen_regex.empty() ? "" : fmt::format(", frozen /{}/", t.frozen_regex)));
     line("");

@@ -368,3 +368,23 @@ TEST(LoweringTest, ProgramIsWellFormed) {
     }
     EXPECT_EQ(p.taskLabel(1), "AG (root)");
 }
+
+// "full:2" (torchtitan's selective layer AC, option 2) checkpoints blocks 0, 2, 4, ...
+TEST(LoweringTest, CheckpointEveryOtherBlock) {
+    auto model = bundled("llama-3.1-8b");
+    auto plan = makePlan(model, Strategy::FullShard, 1, 8);
+    plan.training.seq_len = 8192;
+    auto spec = parseAcSpec("full:2");
+    ASSERT_TRUE(spec.has_value());
+    plan.training.ac = spec->mode;
+    plan.training.ac_every = spec->every;
+    auto r = lowerAndReplay(plan);
+    EXPECT_EQ(r.program.units[1].activation_bytes, 8192 * 4096 * 2);  // model.layers.0: input only
+    EXPECT_GT(r.program.units[2].activation_bytes, 10 * r.program.units[1].activation_bytes);
+    EXPECT_EQ(r.program.units[3].activation_bytes, 8192 * 4096 * 2);  // model.layers.2
+    EXPECT_EQ(countTasks(r.program, TaskKind::Recompute), 16);
+    EXPECT_EQ(acString(plan.training.ac, plan.training.ac_every), "full:2");
+    EXPECT_FALSE(parseAcSpec("selective:2").has_value());
+    EXPECT_FALSE(parseAcSpec("full:0").has_value());
+    EXPECT_FALSE(parseAcSpec("full:x").has_value());
+}
