@@ -22,6 +22,7 @@ void registerGpusCommand(CLI::App& app, int& exit_code);
 #ifdef SHARDCAST_HAVE_SIMULATOR
 void registerSimulateCommand(CLI::App& app, int& exit_code);
 void registerSweepCommand(CLI::App& app, int& exit_code);
+void registerSearchCommand(CLI::App& app, int& exit_code);
 #endif
 
 }  // namespace shardcast::cli

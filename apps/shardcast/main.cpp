@@ -39,6 +39,7 @@ int main(int argc, char** argv) {
 #ifdef SHARDCAST_HAVE_SIMULATOR
         registerSimulateCommand(app, exit_code);
         registerSweepCommand(app, exit_code);
+        registerSearchCommand(app, exit_code);
 #endif
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {

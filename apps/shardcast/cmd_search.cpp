@@ -1,0 +1,127 @@
+// `shardcast search`: the fastest contiguous grouping of blocks into FSDP units that fits
+// (simulator/wrap_search.hpp), checked with the full simulation, and the PyTorch code applying it.
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "apps/shardcast/commands.hpp"
+#include "apps/shardcast/plan_options.hpp"
+#include "simulator/hardware_profile.hpp"
+#include "simulator/pytorch_code.hpp"
+#include "simulator/wrap_search.hpp"
+
+namespace shardcast::cli {
+namespace {
+
+struct SearchOptions {
+    PlanOptions plan;
+    std::string profile, pytorch;
+    double headroom = 0.05;
+    bool json = false;
+};
+
+double toGiB(int64_t bytes) { return static_cast<double>(bytes) / static_cast<double>(core::kGiB); }
+
+int runSearch(const SearchOptions& o) {
+    if (!(o.headroom >= 0 && o.headroom < 1)) {
+        return reportInputError(fmt::format("--headroom: must be in [0, 1) (got {})", o.headroom));
+    }
+    auto validated = buildValidatedPlan(o.plan);
+    if (!validated) return reportInputError(validated.error().message);
+    const core::Plan& plan = validated->plan;
+    sim::HardwareProfile profile = sim::HardwareProfile::fromCluster(plan.cluster);
+    if (!o.profile.empty()) {
+        auto loaded = sim::loadProfile(o.profile, profile);
+        if (!loaded) return reportInputError("--profile " + loaded.error().message);
+        profile = std::move(*loaded);
+    }
+    sim::WrapSearchOptions options;
+    options.headroom = o.headroom;
+    auto searched = sim::searchWrap(plan, profile, options);
+    if (!searched) return reportInputError(searched.error().message);
+    const sim::WrapSearchResult& r = *searched;
+
+    std::string code;
+    if (!r.ends.empty()) {
+        core::Plan chosen = plan;
+        chosen.sharding.wrap = r.wrap;
+        code = sim::pytorchCode(chosen, validated->mesh, sim::unitsOfPolicy(r.wrap));
+    }
+    if (!o.pytorch.empty() && !code.empty()) {
+        std::ofstream out(o.pytorch);
+        if (!(out << code)) return reportInputError("--pytorch " + o.pytorch + ": cannot write the file");
+    }
+
+    if (o.json) {
+        nlohmann::ordered_json j;
+        j["fits"] = r.fits;
+        j["message"] = r.message;
+        j["grouping"] = sim::groupingString(r.ends);
+        j["unit_ends"] = r.ends;
+        j["units"] = r.units;
+        j["wrap_modules"] = r.wrap.modules;
+        j["capacity_bytes"] = r.capacity_bytes;
+        j["cap_bytes"] = r.cap_bytes;
+        j["headroom"] = o.headroom;
+        j["predicted"] = {{"step_s", r.predicted_step_s}, {"peak_bytes", r.predicted_peak_bytes}};
+        j["full"] = {{"step_s", r.full.step_s},
+                     {"peak_bytes", r.full.peak_bytes},
+                     {"mfu", r.full.mfu},
+                     {"exposed_comm_s", r.full.exposed_comm_s},
+                     {"tokens_per_s_per_gpu", r.full.tokens_per_s_per_gpu}};
+        j["per_block"] = {{"step_s", r.per_block.step_s}, {"peak_bytes", r.per_block.peak_bytes}};
+        j["tightenings"] = r.tightenings;
+        j["notes"] = r.notes;
+        if (o.pytorch.empty()) {
+            j["pytorch"] = code;
+        } else {
+            j["pytorch_file"] = o.pytorch;
+        }
+        fmt::print("{}\n", j.dump(2));
+        std::fflush(stdout);
+        return kExitOk;
+    }
+
+    for (const std::string& note : r.notes) fmt::print("note: {}\n", note);
+    if (!r.ends.empty()) {
+        fmt::print("Grouping            {}\n", sim::groupingString(r.ends));
+        fmt::print("Units               {} (+ root)\n", r.units);
+        fmt::print("{:<20}{:>14} {:>14}\n", "", "model", "full sim");
+        fmt::print("{:<20}{:>14.2f} {:>14.2f}\n", "Step time (ms)", r.predicted_step_s * 1e3, r.full.step_s * 1e3);
+        fmt::print("{:<20}{:>14.2f} {:>14.2f}   cap {:.2f} of {:.2f} GiB\n", "Peak (GiB)", toGiB(r.predicted_peak_bytes),
+                   toGiB(r.full.peak_bytes), toGiB(r.cap_bytes), toGiB(r.capacity_bytes));
+        fmt::print("MFU                 {:14.3f}\n", r.full.mfu);
+        fmt::print("Per block           {:14.2f} ms, peak {:.2f} GiB\n", r.per_block.step_s * 1e3, toGiB(r.per_block.peak_bytes));
+    }
+    if (!r.fits) fmt::print("Does not fit: {}\n", r.message);
+    if (!code.empty()) {
+        if (o.pytorch.empty()) {
+            fmt::print("\n{}", code);
+        } else {
+            fmt::print("\nPyTorch code written to {}\n", o.pytorch);
+        }
+    }
+    std::fflush(stdout);
+    return kExitOk;
+}
+
+}  // namespace
+
+void registerSearchCommand(CLI::App& app, int& exit_code) {
+    auto opts = std::make_shared<SearchOptions>();
+    CLI::App* cmd = app.add_subcommand("search", "Find the fastest grouping of blocks into FSDP units that fits in memory "
+                                                 "(exact DP, checked by the full simulation) and print its PyTorch code");
+    addPlanOptions(*cmd, opts->plan);
+    cmd->add_option("--headroom", opts->headroom, "Fraction of GPU memory kept free")->capture_default_str();
+    cmd->add_option("--profile", opts->profile, "Hardware profile JSON overriding the cost-model defaults")->type_name("FILE");
+    cmd->add_option("--pytorch", opts->pytorch, "Write the PyTorch code to FILE instead of printing it")->type_name("FILE");
+    cmd->add_flag("--json", opts->json, "Print one JSON object");
+    cmd->callback([opts, &exit_code] { exit_code = runSearch(*opts); });
+}
+
+}  // namespace shardcast::cli

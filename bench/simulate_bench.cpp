@@ -1,0 +1,120 @@
+// Speed targets of the simulator (issue 3):
+//   one plan evaluation (lower + simulate + timed memory curve + summary):
+//     Llama-3.1-8B per block on 8 GPUs: >= 20,000 plans/s on one core;
+//     Llama-3.1-405B per block on 16,384 GPUs: <= 2 ms;
+//   the wrap search for Llama-3.1-405B: <= 2 s;  a sweep of 1,000 plans: <= 1 s on two cores.
+#include <benchmark/benchmark.h>
+
+#include <cstdlib>
+#include <memory>
+
+#include "core/lower.hpp"
+#include "core/model_io.hpp"
+#include "core/plan.hpp"
+#include "simulator/memory_curve.hpp"
+#include "simulator/simulator.hpp"
+#include "simulator/summary.hpp"
+#include "simulator/sweep.hpp"
+#include "simulator/wrap_search.hpp"
+
+using namespace shardcast;
+
+namespace {
+
+core::Plan benchPlan(const char* model_name, int nodes) {
+    auto model = core::resolveModel(model_name);
+    if (!model) {
+        std::fprintf(stderr, "%s\n", model.error().message.c_str());
+        std::exit(2);
+    }
+    core::Plan plan;
+    plan.model = std::make_shared<const core::Model>(std::move(*model));
+    plan.model_ref = model_name;
+    plan.cluster.gpu = *core::findGpuPreset("H100-SXM");
+    plan.cluster.nodes = nodes;
+    plan.cluster.gpus_per_node = 8;
+    plan.training.seq_len = 8192;
+    plan.sharding.strategy = core::Strategy::FullShard;
+    plan.sharding.wrap.kind = core::WrapKind::Block;
+    return plan;
+}
+
+void evaluatePlans(benchmark::State& state, const core::Plan& plan) {
+    auto mesh = core::validatePlan(plan);
+    if (!mesh) {
+        state.SkipWithError(mesh.error().message.c_str());
+        return;
+    }
+    const sim::HardwareProfile profile = sim::HardwareProfile::fromCluster(plan.cluster);
+    core::Lowerer lowerer;
+    core::Program program;
+    sim::Simulator simulator(profile);
+    sim::Timeline timeline;
+    sim::MemoryTimer timer;
+    sim::TimedMemory memory;
+    sim::StepSummary summary;
+    for (auto _ : state) {
+        auto st = lowerer.lower(plan, *mesh, program);
+        benchmark::DoNotOptimize(st);
+        simulator.run(program, timeline);
+        timer.compute(program, timeline, memory);
+        sim::summarizeStep(program, timeline, memory, profile, summary, false);
+        benchmark::DoNotOptimize(summary.step_s);
+    }
+    state.counters["plans/s"] = benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+    state.counters["tasks"] = static_cast<double>(program.size());
+}
+
+void BM_Evaluate_Llama8B_8GPUs(benchmark::State& state) {
+    static const core::Plan plan = benchPlan("llama-3.1-8b", 1);
+    evaluatePlans(state, plan);
+}
+BENCHMARK(BM_Evaluate_Llama8B_8GPUs)->Unit(benchmark::kMicrosecond);
+
+void BM_Evaluate_Llama405B_16384GPUs(benchmark::State& state) {
+    static const core::Plan plan = benchPlan("llama-3.1-405b", 2048);
+    evaluatePlans(state, plan);
+}
+BENCHMARK(BM_Evaluate_Llama405B_16384GPUs)->Unit(benchmark::kMicrosecond);
+
+void BM_WrapSearch_Llama405B_16384GPUs(benchmark::State& state) {
+    static const core::Plan plan = [] {
+        core::Plan p = benchPlan("llama-3.1-405b", 2048);
+        p.training.ac = core::Checkpointing::Full;
+        return p;
+    }();
+    const sim::HardwareProfile profile = sim::HardwareProfile::fromCluster(plan.cluster);
+    for (auto _ : state) {
+        auto r = sim::searchWrap(plan, profile, sim::WrapSearchOptions{});
+        if (!r) {
+            state.SkipWithError(r.error().message.c_str());
+            return;
+        }
+        benchmark::DoNotOptimize(r->full.step_s);
+        state.counters["units"] = r->units;
+        state.counters["fits"] = r->fits;
+    }
+}
+BENCHMARK(BM_WrapSearch_Llama405B_16384GPUs)->Unit(benchmark::kMillisecond);
+
+// 1,000 plans of Llama-3.1-8B on 8 GPUs (strategies x wrap policies x micro-batches x AC) on two threads.
+void BM_Sweep1000_Llama8B_TwoThreads(benchmark::State& state) {
+    static const core::Plan plan = benchPlan("llama-3.1-8b", 1);
+    const sim::HardwareProfile profile = sim::HardwareProfile::fromCluster(plan.cluster);
+    sim::SweepOptions options;
+    options.threads = 2;
+    options.acs = {core::Checkpointing::None, core::Checkpointing::Full, core::Checkpointing::Selective};
+    for (int64_t mb = 1; mb <= 8; ++mb) options.micro_batches.push_back(mb);
+    auto candidates = sim::sweepCandidates(plan, options);  // 3 strategies x 15 wraps x 8 x 3 = 1,080
+    candidates.resize(std::min<size_t>(candidates.size(), 1000));
+    for (auto _ : state) {
+        auto results = sim::runSweep(plan, candidates, profile, options);
+        benchmark::DoNotOptimize(results.data());
+    }
+    state.counters["plans"] = static_cast<double>(candidates.size());
+}
+BENCHMARK(BM_Sweep1000_Llama8B_TwoThreads)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+}  // namespace
+
+BENCHMARK_MAIN();

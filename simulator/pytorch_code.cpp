@@ -1,0 +1,136 @@
+#include "simulator/pytorch_code.hpp"
+
+#include <cctype>
+#include <utility>
+
+#include <fmt/format.h>
+
+namespace shardcast::sim {
+namespace {
+
+bool allDigits(std::string_view s) {
+    if (s.empty()) return false;
+    for (char c : s) {
+        if (!std::isdigit(static_cast<unsigned char>(c))) return false;
+    }
+    return true;
+}
+
+std::string torchDtype(core::DType t) {
+    switch (t) {
+        case core::DType::F32: return "torch.float32";
+        case core::DType::BF16: return "torch.bfloat16";
+        case core::DType::F16: return "torch.float16";
+        case core::DType::F8: return "torch.float8_e4m3fn";
+        case core::DType::I64: return "torch.int64";
+        case core::DType::U8: return "torch.uint8";
+    }
+    return "None";
+}
+
+// FSDP2's reshard_after_forward: bool, or an int (re-shard to that many ranks).
+std::string reshardArg(const core::ShardingSpec& s) {
+    switch (s.reshard_after_forward) {
+        case core::ReshardMode::True: return "True";
+        case core::ReshardMode::False: return "False";
+        case core::ReshardMode::Count: return std::to_string(s.reshard_after_forward_k);
+        case core::ReshardMode::Default: break;
+    }
+    const bool raf = s.strategy == core::Strategy::FullShard || s.strategy == core::Strategy::HybridShard ||
+                     s.strategy == core::Strategy::NoShard;
+    return raf ? "True" : "False";
+}
+
+// "model.layers.4" ... "model.layers.13" -> list(model.model.layers[4:14]); empty if the
+// modules are not consecutive entries of one ModuleList.
+std::string sliceExpr(const std::vector<std::string>& unit) {
+    const std::string_view front = unit.front();
+    const size_t dot = front.rfind('.');
+    if (dot == std::string_view::npos) return {};
+    const std::string_view parent = front.substr(0, dot + 1);  // with the trailing dot
+    long expected = -1;
+    for (const std::string& fqn : unit) {
+        const std::string_view name = fqn;
+        if (name.substr(0, parent.size()) != parent) return {};
+        const std::string_view idx = name.substr(parent.size());
+        if (!allDigits(idx)) return {};
+        const long value = std::stol(std::string(idx));
+        if (expected >= 0 && value != expected) return {};
+        expected = value + 1;
+    }
+    const long lo = expected - static_cast<long>(unit.size());
+    return fmt::format("list({}[{}:{}])", pythonModuleExpr(parent.substr(0, parent.size() - 1)), lo, expected);
+}
+
+}  // namespace
+
+std::string pythonModuleExpr(std::string_view fqn, std::string_view root) {
+    std::string out(root);
+    size_t start = 0;
+    while (start < fqn.size()) {
+        size_t dot = fqn.find('.', start);
+        if (dot == std::string_view::npos) dot = fqn.size();
+        const std::string_view part = fqn.substr(start, dot - start);
+        out += allDigits(part) ? fmt::format("[{}]", part) : fmt::format(".{}", part);
+        start = dot + 1;
+    }
+    return out;
+}
+
+std::vector<std::vector<std::string>> unitsOfPolicy(const core::WrapPolicy& wrap) {
+    std::vector<std::vector<std::string>> units;
+    for (const std::string& entry : wrap.modules) {
+        std::vector<std::string> mods;
+        size_t start = 0;
+        while (start <= entry.size()) {
+            size_t plus = entry.find('+', start);
+            if (plus == std::string::npos) plus = entry.size();
+            mods.push_back(entry.substr(start, plus - start));
+            start = plus + 1;
+        }
+        units.push_back(std::move(mods));
+    }
+    return units;
+}
+
+std::string pytorchCode(const core::Plan& plan, const core::Mesh& mesh, const std::vector<std::vector<std::string>>& units) {
+    const core::TrainingSpec& tr = plan.training;
+    const bool two_d = core::isHybrid(plan.sharding.strategy) || plan.sharding.strategy == core::Strategy::NoShard ||
+                       mesh.replicate_size > 1;
+    std::string s;
+    s += fmt::format("# shardcast: {} on {} x {} ({} GPUs)\n", core::strategyName(plan.sharding.strategy),
+                     plan.cluster.nodes, plan.cluster.gpu.name, mesh.world_size);
+    if (plan.sharding.fsdp_version == 1) s += "# The plan models FSDP1; this applies the same units with FSDP2.\n";
+    s += "import torch\n";
+    s += "from torch.distributed.device_mesh import init_device_mesh\n";
+    s += "from torch.distributed.fsdp import fully_shard, MixedPrecisionPolicy\n\n";
+    if (two_d) {
+        const int shard = plan.sharding.strategy == core::Strategy::NoShard ? 1 : mesh.shard_size;
+        const int replicate = mesh.world_size / shard;
+        s += fmt::format("mesh = init_device_mesh(\"cuda\", ({}, {}), mesh_dim_names=(\"replicate\", \"shard\"))\n", replicate,
+                         shard);
+    } else {
+        s += fmt::format("mesh = init_device_mesh(\"cuda\", ({},), mesh_dim_names=(\"shard\",))\n", mesh.world_size);
+    }
+    const std::string param = tr.param_dtype ? torchDtype(*tr.param_dtype) : "None";
+    const std::string reduce = tr.reduce_dtype ? torchDtype(*tr.reduce_dtype) : "None";
+    s += fmt::format("mp = MixedPrecisionPolicy(param_dtype={}, reduce_dtype={})\n", param, reduce);
+    const std::string raf = reshardArg(plan.sharding);
+    for (const auto& unit : units) {
+        std::string target;
+        if (unit.size() == 1) {
+            target = pythonModuleExpr(unit.front());
+        } else if (std::string slice = sliceExpr(unit); !slice.empty()) {
+            target = std::move(slice);
+        } else {
+            target = "[";
+            for (size_t i = 0; i < unit.size(); ++i) target += (i ? ", " : "") + pythonModuleExpr(unit[i]);
+            target += "]";
+        }
+        s += fmt::format("fully_shard({}, mesh=mesh, mp_policy=mp, reshard_after_forward={})\n", target, raf);
+    }
+    s += "fully_shard(model, mesh=mesh, mp_policy=mp)\n";
+    return s;
+}
+
+}  // namespace shardcast::sim

@@ -1,0 +1,624 @@
+#include "simulator/wrap_search.hpp"
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <unordered_map>
+
+#include <fmt/format.h>
+
+#include "core/lower.hpp"
+#include "core/memory.hpp"
+#include "simulator/cost_model.hpp"
+#include "simulator/memory_curve.hpp"
+#include "simulator/simulator.hpp"
+#include "simulator/summary.hpp"
+
+namespace shardcast::sim {
+namespace {
+
+using core::MemCategory;
+using core::TaskKind;
+
+// Time of compute work `compute_ns` sharing the GPU with a collective of `comm_ns` that starts
+// with it: the compute runs `slowdown` times slower while the collective runs (as in the
+// simulator's event loop), and the window ends when both are done.
+double overlapNs(double compute_ns, double comm_ns, double slowdown) {
+    if (comm_ns <= 0) return compute_ns;
+    if (comm_ns >= compute_ns * slowdown) return comm_ns;
+    return compute_ns + comm_ns * (1.0 - 1.0 / slowdown);
+}
+
+int64_t sumOf(const core::Program& p, core::Span span, int64_t sign_filter = 0) {
+    int64_t s = 0;
+    const core::MemEvent* e = p.memBegin(span);
+    for (uint32_t k = 0; k < span.count; ++k) {
+        if (sign_filter > 0 && e[k].bytes < 0) continue;
+        s += e[k].bytes;
+    }
+    return s;
+}
+
+// The bytes a compute task's own work allocates and frees (activations, temporaries, gradients).
+// Parameter and collective buffers that the lowering attaches to the same task (a unit's
+// post-forward reshard, say) are modelled per unit instead.
+int64_t workBytes(const core::Program& p, core::Span span) {
+    int64_t s = 0;
+    const core::MemEvent* e = p.memBegin(span);
+    for (uint32_t k = 0; k < span.count; ++k) {
+        switch (e[k].category) {
+            case MemCategory::ShardedParam:
+            case MemCategory::UnshardedParam:
+            case MemCategory::AllGather:
+            case MemCategory::ReduceScatter: break;
+            default: s += e[k].bytes; break;
+        }
+    }
+    return s;
+}
+
+int64_t sumOf(const core::Program& p, core::Span span, MemCategory c) {
+    int64_t s = 0;
+    const core::MemEvent* e = p.memBegin(span);
+    for (uint32_t k = 0; k < span.count; ++k) {
+        if (e[k].category == c && e[k].bytes > 0) s += e[k].bytes;
+    }
+    return s;
+}
+
+// Applies one compute task's events to a relative running total and its peak.
+void replayInto(const core::Program& p, const core::Task& t, int64_t& running, int64_t& peak) {
+    running += workBytes(p, t.mem_start);
+    peak = std::max(peak, running);
+    if (t.mem_peak.count > 0) peak = std::max(peak, running + workBytes(p, t.mem_peak));
+    running += workBytes(p, t.mem_end);
+    peak = std::max(peak, running);
+}
+
+// One plan's full evaluation, reusing its buffers between calls.
+struct Evaluator {
+    explicit Evaluator(const HardwareProfile& profile) : simulator(profile) {}
+    core::Lowerer lowerer;
+    core::Program program;
+    Simulator simulator;
+    Timeline timeline;
+    MemoryTimer timer;
+    TimedMemory memory;
+    StepSummary summary;
+
+    core::Result<WrapEvaluation> run(const core::Plan& plan) {
+        auto mesh = core::validatePlan(plan);
+        if (!mesh) return mesh.error();
+        if (auto lowered = lowerer.lower(plan, *mesh, program); !lowered) return lowered.error();
+        simulator.run(program, timeline);
+        timer.compute(program, timeline, memory);
+        summarizeStep(program, timeline, memory, simulator.profile(), summary, false);
+        return WrapEvaluation{summary.step_s, summary.peak_bytes, summary.mfu, summary.exposed_comm_s,
+                              summary.tokens_per_s_per_gpu};
+    }
+};
+
+Grouping perBlock(int blocks) {
+    Grouping g(static_cast<size_t>(blocks));
+    for (int b = 0; b < blocks; ++b) g[static_cast<size_t>(b)] = b + 1;
+    return g;
+}
+
+[[maybe_unused]] bool validGrouping(const Grouping& ends, int blocks) {
+    if (ends.empty() || ends.back() != blocks) return false;
+    int32_t prev = 0;
+    for (int32_t e : ends) {
+        if (e <= prev) return false;
+        prev = e;
+    }
+    return true;
+}
+
+}  // namespace
+
+WrapCostModel::WrapCostModel(WrapCostInputs inputs, const HardwareProfile& profile)
+    : m_in(std::move(inputs)), m_profile(profile) {
+    buildTables();
+}
+
+void WrapCostModel::buildTables() {
+    const auto L = static_cast<size_t>(blockCount());
+    auto prefix = [&](auto field, auto& out) {
+        out.assign(L + 1, 0);
+        for (size_t b = 0; b < L; ++b) out[b + 1] = out[b] + field(m_in.blocks[b]);
+    };
+    prefix([](const BlockFigures& f) { return f.fwd_delta_bytes; }, m_act_prefix);
+    prefix([](const BlockFigures& f) { return f.unsharded_bytes; }, m_unsharded_prefix);
+    prefix([](const BlockFigures& f) { return f.fwd_ns; }, m_fwd_prefix);
+    prefix([](const BlockFigures& f) { return f.bwd_ns; }, m_bwd_prefix);
+    prefix([](const BlockFigures& f) { return f.reduce_extra_ns; }, m_reduce_extra_prefix);
+    prefix([](const BlockFigures& f) { return f.gather_extra_ns; }, m_gather_extra_prefix);
+    prefix([](const BlockFigures& f) { return f.ag_bytes; }, m_ag_prefix);
+    prefix([](const BlockFigures& f) { return f.ag_bwd_bytes; }, m_ag_bwd_prefix);
+    prefix([](const BlockFigures& f) { return f.rs_bytes; }, m_rs_prefix);
+    prefix([](const BlockFigures& f) { return f.ar_bytes; }, m_ar_prefix);
+    prefix([](const BlockFigures& f) { return f.flat_bytes; }, m_flat_prefix);
+    prefix([](const BlockFigures& f) { return f.rs_input_bytes; }, m_rs_input_prefix);
+    prefix([](const BlockFigures& f) { return f.fwd_delta_bytes; }, m_fwd_delta_prefix);
+    prefix([](const BlockFigures& f) { return f.bwd_delta_bytes; }, m_bwd_delta_prefix);
+    prefix([](const BlockFigures& f) { return static_cast<int64_t>(f.fwd_tasks); }, m_task_fwd_prefix);
+    prefix([](const BlockFigures& f) { return static_cast<int64_t>(f.bwd_tasks); }, m_task_bwd_prefix);
+    m_grad_shard_suffix.assign(L + 1, 0);
+    for (size_t b = L; b-- > 0;) m_grad_shard_suffix[b] = m_grad_shard_suffix[b + 1] + m_in.blocks[b].grad_shard_bytes;
+
+    const size_t stride = L + 1;
+    m_units.assign(stride * stride, Unit{});
+    for (size_t lo = 0; lo < L; ++lo) {
+        for (size_t hi = lo + 1; hi <= L; ++hi) {
+            m_units[lo * stride + hi] = unit(static_cast<int32_t>(lo), static_cast<int32_t>(hi));
+        }
+    }
+    // Peaks inside a unit: the forward walks blocks in order on top of the activations the unit
+    // already saved; the backward walks them in reverse on top of what the later blocks left.
+    for (size_t lo = 0; lo < L; ++lo) {
+        int64_t best = std::numeric_limits<int64_t>::min();
+        for (size_t hi = lo + 1; hi <= L; ++hi) {
+            const int64_t before = m_fwd_delta_prefix[hi - 1] - m_fwd_delta_prefix[lo];
+            best = std::max(best, before + m_in.blocks[hi - 1].fwd_peak_bytes);
+            m_units[lo * stride + hi].fwd_peak = best;
+        }
+    }
+    for (size_t hi = 1; hi <= L; ++hi) {
+        int64_t best = std::numeric_limits<int64_t>::min();
+        for (size_t lo = hi; lo-- > 0;) {
+            const int64_t after = m_bwd_delta_prefix[hi] - m_bwd_delta_prefix[lo + 1];
+            best = std::max(best, after + m_in.blocks[lo].bwd_peak_bytes);
+            m_units[lo * stride + hi].bwd_peak = best;
+        }
+    }
+    auto rootPart = [&](const BlockFigures& f, int32_t pos) {
+        Unit u;
+        u.fwd_ns = f.fwd_ns;
+        u.bwd_ns = f.bwd_ns;
+        u.fwd_peak = f.fwd_peak_bytes;
+        u.bwd_peak = f.bwd_peak_bytes;
+        u.fwd_delta = f.fwd_delta_bytes;
+        u.bwd_delta = f.bwd_delta_bytes;
+        u.lo = u.hi = pos;
+        return u;
+    };
+    m_root_pre = rootPart(m_in.root_pre, 0);
+    m_root_pre.flat = m_in.root_flat_bytes;
+    m_root_post = rootPart(m_in.root_post, static_cast<int32_t>(L));
+}
+
+WrapCostModel::Unit WrapCostModel::unit(int32_t lo, int32_t hi) const {
+    const CostModel cost(m_profile);
+    Unit u;
+    u.lo = lo;
+    u.hi = hi;
+    auto span = [&](const auto& prefix) { return prefix[static_cast<size_t>(hi)] - prefix[static_cast<size_t>(lo)]; };
+    u.fwd_ns = span(m_fwd_prefix);
+    u.bwd_ns = span(m_bwd_prefix);
+    const int64_t ag = span(m_ag_prefix), ag_bwd = span(m_ag_bwd_prefix), rs = span(m_rs_prefix), ar = span(m_ar_prefix);
+    const double gather_extra = span(m_gather_extra_prefix);
+    if (ag > 0) u.ag_ns = cost.collectiveSeconds(TaskKind::AllGather, ag, m_in.ag_group.size, m_in.ag_group.nodes) * 1e9 + gather_extra;
+    if (ag_bwd > 0) {
+        u.ag_bwd_ns = cost.collectiveSeconds(TaskKind::AllGather, ag_bwd, m_in.ag_bwd_group.size, m_in.ag_bwd_group.nodes) * 1e9 +
+                      gather_extra;
+    }
+    u.reduce_ns = span(m_reduce_extra_prefix);
+    if (rs > 0) u.reduce_ns += cost.collectiveSeconds(TaskKind::ReduceScatter, rs, m_in.rs_group.size, m_in.rs_group.nodes) * 1e9;
+    if (ar > 0) u.reduce_ns += cost.collectiveSeconds(TaskKind::AllReduce, ar, m_in.ar_group.size, m_in.ar_group.nodes) * 1e9;
+    const auto launch = static_cast<double>(m_profile.task_launch_ns);
+    const auto hook = static_cast<double>(m_profile.unit_hook_ns);
+    u.host_fwd_ns = hook + launch * static_cast<double>(m_in.unit_tasks_fwd + span(m_task_fwd_prefix));
+    u.host_bwd_ns = hook + launch * static_cast<double>(m_in.unit_tasks_bwd + span(m_task_bwd_prefix));
+    u.unsharded = span(m_unsharded_prefix);
+    u.flat = span(m_flat_prefix);
+    u.flat_bwd = ag_bwd > 0 ? u.flat : 0;
+    u.rs_input = span(m_rs_input_prefix);
+    u.fwd_delta = span(m_fwd_delta_prefix);
+    u.bwd_delta = span(m_bwd_delta_prefix);
+    return u;
+}
+
+const WrapCostModel::Unit& WrapCostModel::cached(int32_t lo, int32_t hi) const {
+    return m_units[static_cast<size_t>(lo) * static_cast<size_t>(blockCount() + 1) + static_cast<size_t>(hi)];
+}
+
+// x precedes y in forward order. x may be the root's part before the blocks, y the part after.
+double WrapCostModel::pairNs(const Unit& x, const Unit& y) const {
+    const double slow = m_profile.overlap_compute_slowdown;
+    const double m = m_in.micro_batches, synced = m_in.synced_micro_batches;
+    // Forward: y's all-gather is prefetched under x's forward. Backward (y first): x's all-gather
+    // is prefetched under y's backward, and y's reduction runs under x's backward.
+    const double fwd = std::max(overlapNs(x.fwd_ns, y.ag_ns, slow), x.host_fwd_ns);
+    const double bwd_sync = std::max(overlapNs(x.bwd_ns, y.reduce_ns, slow), x.host_bwd_ns);
+    const double bwd_nosync = std::max(x.bwd_ns, x.host_bwd_ns);
+    const double gather_exposed = std::max(0.0, x.ag_bwd_ns - slow * y.bwd_ns);
+    return m * fwd + synced * bwd_sync + (m - synced) * bwd_nosync + m * gather_exposed;
+}
+
+int64_t WrapCostModel::pairBytes(const Unit& x, const Unit& y) const {
+    const auto L = static_cast<int32_t>(blockCount());
+    const bool raf = m_in.reshard_after_forward;
+    auto act = [&](int32_t pos) { return m_act_prefix[static_cast<size_t>(pos)]; };
+    auto grads = [&](int32_t pos) { return m_grad_shard_suffix[static_cast<size_t>(pos)]; };
+    auto params = [&](const Unit& u) { return raf ? u.unsharded : m_unsharded_prefix[static_cast<size_t>(u.hi)]; };
+    const bool y_is_root_post = &y == &m_root_post;
+    // What the root's part after the blocks keeps through the blocks' backward (its gradients).
+    const int64_t root_kept = m_root_post.fwd_delta + m_root_post.bwd_delta;
+    // Forward of x: its parameters and flat buffer, y's prefetched flat buffer.
+    int64_t peak = act(x.lo) + params(x) + x.flat + y.flat + x.fwd_peak;
+    if (y_is_root_post) {
+        // The root's output layers run with x's flat buffer still held.
+        peak = std::max(peak, act(L) + params(y) + x.flat + y.fwd_peak);
+        // The host runs ahead: the backward re-gather of the last unit can be in flight while its
+        // forward still runs.
+        peak = std::max(peak, act(x.lo) + params(x) + x.flat + x.flat_bwd + x.fwd_peak);
+    }
+    // Backward of y with x's all-gather prefetched.
+    const int64_t y_extra = y_is_root_post ? m_root_post.fwd_delta : root_kept;
+    peak = std::max(peak, act(y.hi) + params(y) + x.flat_bwd + y.bwd_peak + grads(y.hi) + y_extra);
+    // Backward of x while y's reduce-scatter input is still held.
+    peak = std::max(peak, act(x.hi) + params(x) + x.bwd_peak + y.rs_input + grads(x.hi) + root_kept);
+    return peak;
+}
+
+double WrapCostModel::stepNs(const Grouping& ends) const {
+    assert(validGrouping(ends, blockCount()));
+    double t = m_in.constant_ns;
+    const Unit* prev = &m_root_pre;
+    int32_t lo = 0;
+    for (int32_t hi : ends) {
+        const Unit& u = cached(lo, hi);
+        t += pairNs(*prev, u);
+        prev = &u;
+        lo = hi;
+    }
+    return t + pairNs(*prev, m_root_post);
+}
+
+int64_t WrapCostModel::peakBytes(const Grouping& ends) const {
+    assert(validGrouping(ends, blockCount()));
+    int64_t peak = std::numeric_limits<int64_t>::min();
+    const Unit* prev = &m_root_pre;
+    int32_t lo = 0;
+    for (int32_t hi : ends) {
+        const Unit& u = cached(lo, hi);
+        peak = std::max(peak, pairBytes(*prev, u));
+        prev = &u;
+        lo = hi;
+    }
+    peak = std::max(peak, pairBytes(*prev, m_root_post));
+    return std::max(m_in.floor_bytes, m_in.base_bytes + peak);
+}
+
+WrapChoice WrapCostModel::best(int64_t cap_bytes) const {
+    WrapChoice choice;
+    const int32_t L = blockCount();
+    if (L == 0 || m_in.floor_bytes > cap_bytes) return choice;
+    const int64_t room = cap_bytes - m_in.base_bytes;
+    const auto stride = static_cast<size_t>(L + 1);
+    constexpr double kInf = std::numeric_limits<double>::infinity();
+    // State (j, i): blocks [0, j) grouped, the last unit is [i, j). Value: the pair terms so far.
+    struct Cell {
+        double ns;
+        int32_t units;
+        int32_t prev;  // start of the unit before [i, j); -1 for the root
+    };
+    std::vector<Cell> cell(stride * stride, Cell{kInf, 0, -1});
+    auto at = [&](int32_t j, int32_t i) -> Cell& { return cell[static_cast<size_t>(j) * stride + static_cast<size_t>(i)]; };
+    auto better = [](double ns, int32_t units, const Cell& c) { return ns < c.ns || (ns == c.ns && units < c.units); };
+    for (int32_t j = 1; j <= L; ++j) {
+        const Unit& u = cached(0, j);
+        if (pairBytes(m_root_pre, u) <= room) at(j, 0) = Cell{pairNs(m_root_pre, u), 1, -1};
+    }
+    for (int32_t j = 1; j < L; ++j) {
+        for (int32_t i = 0; i < j; ++i) {
+            const Cell& c = at(j, i);
+            if (c.ns == kInf) continue;
+            const Unit& x = cached(i, j);
+            for (int32_t k = j + 1; k <= L; ++k) {
+                const Unit& y = cached(j, k);
+                if (pairBytes(x, y) > room) continue;
+                const double ns = c.ns + pairNs(x, y);
+                if (better(ns, c.units + 1, at(k, j))) at(k, j) = Cell{ns, c.units + 1, i};
+            }
+        }
+    }
+    double best_ns = kInf;
+    int32_t best_units = 0, best_i = -1;
+    for (int32_t i = 0; i < L; ++i) {
+        const Cell& c = at(L, i);
+        if (c.ns == kInf) continue;
+        const Unit& x = cached(i, L);
+        if (pairBytes(x, m_root_post) > room) continue;
+        const double ns = c.ns + pairNs(x, m_root_post);
+        if (ns < best_ns || (ns == best_ns && c.units < best_units)) {
+            best_ns = ns;
+            best_units = c.units;
+            best_i = i;
+        }
+    }
+    if (best_i < 0) return choice;
+    for (int32_t j = L, i = best_i; i >= 0;) {
+        choice.ends.push_back(j);
+        const int32_t p = at(j, i).prev;
+        j = i;
+        i = p;
+    }
+    std::reverse(choice.ends.begin(), choice.ends.end());
+    choice.found = true;
+    choice.step_ns = m_in.constant_ns + best_ns;
+    choice.peak_bytes = peakBytes(choice.ends);
+    return choice;
+}
+
+core::Result<WrapCostModel> WrapCostModel::fromPlan(const core::Plan& plan, const HardwareProfile& profile) {
+    const core::Model& model = *plan.model;
+    const auto L = static_cast<int32_t>(model.blocks.size());
+    if (L == 0) return core::makeError("wrap search: model '" + model.name + "' has no transformer blocks to group");
+    core::Plan per_block = plan;
+    per_block.sharding.wrap = core::WrapPolicy{};
+    per_block.sharding.wrap.kind = core::WrapKind::Block;
+    auto mesh = core::validatePlan(per_block);
+    if (!mesh) return mesh.error();
+    core::Program p;
+    if (auto lowered = core::lower(per_block, *mesh, p); !lowered) return lowered.error();
+
+    std::unordered_map<std::string, int32_t> block_of_name;
+    for (int32_t b = 0; b < L; ++b) block_of_name.emplace(model.modules[static_cast<size_t>(model.blocks[static_cast<size_t>(b)])].name, b);
+    std::vector<int32_t> block_of_unit(p.units.size(), -1);
+    for (size_t u = 1; u < p.units.size(); ++u) {
+        auto it = block_of_name.find(p.units[u].name);
+        if (it == block_of_name.end()) {
+            return core::makeError("wrap search: the per-block unit '" + p.units[u].name + "' of model '" + model.name +
+                                   "' is not one of its blocks");
+        }
+        block_of_unit[u] = it->second;
+    }
+
+    WrapCostInputs in;
+    in.blocks.assign(static_cast<size_t>(L), BlockFigures{});
+    in.micro_batches = static_cast<int>(plan.training.grad_accum);
+    in.synced_micro_batches = plan.training.no_sync ? 1 : in.micro_batches;
+    in.reshard_after_forward = p.units.size() > 1 ? p.units[1].reshard_after_forward : true;
+    const CostModel cost(profile);
+    const bool offload = plan.training.offload == core::Offload::Cpu;
+
+    struct Running {
+        int64_t fwd = 0, fwd_peak = 0, bwd = 0, bwd_peak = 0;
+    };
+    std::vector<Running> run(static_cast<size_t>(L) + 2);  // blocks, then root pre and post
+    const size_t kPre = static_cast<size_t>(L), kPost = static_cast<size_t>(L) + 1;
+    bool backward = false, block_fwd_seen = false, block_bwd_seen = false;
+    int64_t root_unsharded = 0;
+    std::vector<uint8_t> gathered(p.units.size(), 0);
+    for (const core::Task& t : p.tasks) {
+        if (t.micro_batch != 0 || t.unit < 0) continue;
+        const bool is_compute = t.kind == TaskKind::Forward || t.kind == TaskKind::Backward || t.kind == TaskKind::Recompute;
+        if (t.kind == TaskKind::Backward || t.kind == TaskKind::Recompute) backward = true;
+        const int32_t b = block_of_unit[static_cast<size_t>(t.unit)];
+        if (b >= 0 && is_compute) (backward ? block_bwd_seen : block_fwd_seen) = true;
+        size_t slot = 0;
+        if (b >= 0) {
+            slot = static_cast<size_t>(b);
+        } else {
+            slot = backward ? (block_bwd_seen ? kPre : kPost) : (block_fwd_seen ? kPost : kPre);
+        }
+        BlockFigures& f = b >= 0 ? in.blocks[slot] : (slot == kPre ? in.root_pre : in.root_post);
+        Running& r = run[slot];
+        double ns = static_cast<double>(cost.durationNs(t, p.compute_dtype));
+        if (!backward && !gathered[static_cast<size_t>(t.unit)]) {
+            const int64_t u = sumOf(p, t.mem_start, MemCategory::UnshardedParam);
+            if (u > 0) {
+                gathered[static_cast<size_t>(t.unit)] = 1;
+                if (b >= 0) {
+                    f.unsharded_bytes = u;
+                } else {
+                    root_unsharded = u;
+                }
+            }
+        }
+        if (is_compute) {
+            if (backward) {
+                f.bwd_ns += ns;
+                ++f.bwd_tasks;
+                replayInto(p, t, r.bwd, r.bwd_peak);
+            } else {
+                f.fwd_ns += ns;
+                ++f.fwd_tasks;
+                replayInto(p, t, r.fwd, r.fwd_peak);
+            }
+            continue;
+        }
+        const bool first_block = b == 0;
+        if (first_block) ++(backward ? in.unit_tasks_bwd : in.unit_tasks_fwd);
+        switch (t.kind) {
+            case TaskKind::CopyOut:
+            case TaskKind::Cast:
+                if (t.stream == core::Stream::Compute) {
+                    (backward ? f.bwd_ns : f.fwd_ns) += ns;
+                } else if (b >= 0) {
+                    f.reduce_extra_ns += ns;
+                }
+                break;
+            case TaskKind::CopyIn:
+                if (!backward) {
+                    const int64_t flat = sumOf(p, t.mem_start, MemCategory::AllGather);
+                    if (b >= 0) {
+                        f.flat_bytes = flat;
+                    } else {
+                        in.root_flat_bytes = flat;
+                    }
+                }
+                break;
+            case TaskKind::HostToDevice:
+                if (!backward && b >= 0) f.gather_extra_ns += ns;
+                break;
+            case TaskKind::DeviceToHost:
+                if (b >= 0) f.reduce_extra_ns += ns;
+                break;
+            case TaskKind::AllGather:
+                if (b < 0) break;
+                if (backward) {
+                    f.ag_bwd_bytes = t.comm_bytes;
+                    in.ag_bwd_group = CollectiveGroup{t.group_size, t.group_nodes};
+                } else {
+                    f.ag_bytes = t.comm_bytes;
+                    in.ag_group = CollectiveGroup{t.group_size, t.group_nodes};
+                }
+                break;
+            case TaskKind::ReduceScatter:
+                if (b < 0) break;
+                f.rs_bytes = t.comm_bytes;
+                f.rs_input_bytes = t.comm_bytes;
+                in.rs_group = CollectiveGroup{t.group_size, t.group_nodes};
+                break;
+            case TaskKind::AllReduce:
+                if (b < 0) break;
+                f.ar_bytes = t.comm_bytes;
+                in.ar_group = CollectiveGroup{t.group_size, t.group_nodes};
+                break;
+            default: break;
+        }
+    }
+    auto finish = [&](BlockFigures& f, const Running& r) {
+        f.fwd_delta_bytes = r.fwd;
+        f.fwd_peak_bytes = r.fwd_peak;
+        f.bwd_delta_bytes = r.bwd;
+        f.bwd_peak_bytes = r.bwd_peak;
+    };
+    for (int32_t b = 0; b < L; ++b) finish(in.blocks[static_cast<size_t>(b)], run[static_cast<size_t>(b)]);
+    finish(in.root_pre, run[kPre]);
+    finish(in.root_post, run[kPost]);
+    for (size_t u = 1; u < p.units.size(); ++u) {
+        in.blocks[static_cast<size_t>(block_of_unit[u])].grad_shard_bytes = offload ? 0 : p.units[u].grad_shard_bytes;
+    }
+    const int64_t initial = core::total(p.initial);
+    in.base_bytes = initial + root_unsharded + in.root_pre.fwd_delta_bytes;
+    int64_t all_grads = 0;
+    if (!offload) {
+        for (const core::UnitInfo& u : p.units) all_grads += u.grad_shard_bytes;
+    }
+    int64_t opt_temp = 0;
+    for (const core::Task& t : p.tasks) {
+        if (t.kind == TaskKind::OptimizerStep) opt_temp = std::max(opt_temp, sumOf(p, t.mem_peak, 1));
+    }
+    in.floor_bytes = initial + all_grads + opt_temp;
+
+    WrapCostModel model_out(std::move(in), profile);
+    // Calibrate the terms outside the pairs (root collectives, optimizer, host start-up) on the
+    // per-block simulation: the model then reproduces it exactly.
+    Simulator simulator(profile);
+    Timeline timeline;
+    simulator.run(p, timeline);
+    model_out.setConstantNs(static_cast<double>(timeline.step_ns) - model_out.stepNs(perBlock(L)));
+    return model_out;
+}
+
+std::string groupingString(const Grouping& ends) {
+    std::string s;
+    int32_t lo = 0;
+    for (int32_t hi : ends) {
+        s += hi - lo == 1 ? fmt::format("[{}]", lo) : fmt::format("[{}-{}]", lo, hi - 1);
+        lo = hi;
+    }
+    return s;
+}
+
+core::WrapPolicy groupingPolicy(const core::Model& model, const Grouping& ends) {
+    core::WrapPolicy w;
+    w.kind = core::WrapKind::Modules;
+    int32_t lo = 0;
+    for (int32_t hi : ends) {
+        std::string entry;
+        for (int32_t b = lo; b < hi; ++b) {
+            if (!entry.empty()) entry += '+';
+            entry += model.modules[static_cast<size_t>(model.blocks[static_cast<size_t>(b)])].name;
+        }
+        w.modules.push_back(std::move(entry));
+        lo = hi;
+    }
+    return w;
+}
+
+std::vector<Grouping> allGroupings(int blocks) {
+    std::vector<Grouping> out;
+    if (blocks <= 0) return out;
+    const uint32_t n = 1u << (blocks - 1);
+    for (uint32_t mask = 0; mask < n; ++mask) {
+        Grouping g;
+        for (int b = 1; b < blocks; ++b) {
+            if (mask & (1u << (b - 1))) g.push_back(b);
+        }
+        g.push_back(blocks);
+        out.push_back(std::move(g));
+    }
+    return out;
+}
+
+core::Result<WrapSearchResult> searchWrap(const core::Plan& plan, const HardwareProfile& profile,
+                                          const WrapSearchOptions& options) {
+    if (!(options.headroom >= 0 && options.headroom < 1)) {
+        return core::makeError(fmt::format("headroom must be in [0, 1) (got {})", options.headroom));
+    }
+    auto model = WrapCostModel::fromPlan(plan, profile);
+    if (!model) return model.error();
+    WrapSearchResult r;
+    r.capacity_bytes = plan.cluster.gpu.memory_bytes;
+    r.cap_bytes = static_cast<int64_t>(static_cast<double>(r.capacity_bytes) * (1.0 - options.headroom));
+    Evaluator evaluator(profile);
+    core::Plan candidate = plan;
+    candidate.sharding.wrap = core::WrapPolicy{};
+    candidate.sharding.wrap.kind = core::WrapKind::Block;
+    auto per_block = evaluator.run(candidate);
+    if (!per_block) return per_block.error();
+    r.per_block = *per_block;
+
+    const double gib = static_cast<double>(core::kGiB);
+    int64_t dp_cap = r.cap_bytes;
+    for (int round = 0;; ++round) {
+        const WrapChoice choice = model->best(dp_cap);
+        if (!choice.found) {
+            r.fits = false;
+            r.message = fmt::format(
+                "no grouping of the {} blocks fits under {:.2f} GiB (capacity {:.2f} GiB less {:.0f}% headroom; per block "
+                "the peak is {:.2f} GiB): try --ac full, a smaller --micro-batch, or more GPUs (--nodes)",
+                model->blockCount(), static_cast<double>(r.cap_bytes) / gib, static_cast<double>(r.capacity_bytes) / gib,
+                options.headroom * 100, static_cast<double>(r.per_block.peak_bytes) / gib);
+            break;
+        }
+        r.ends = choice.ends;
+        r.units = static_cast<int>(choice.ends.size());
+        r.wrap = groupingPolicy(*plan.model, choice.ends);
+        r.predicted_step_s = choice.step_ns / 1e9;
+        r.predicted_peak_bytes = choice.peak_bytes;
+        candidate.sharding.wrap = r.wrap;
+        auto full = evaluator.run(candidate);
+        if (!full) return full.error();
+        r.full = *full;
+        if (r.full.peak_bytes <= r.cap_bytes) {
+            r.fits = true;
+            break;
+        }
+        if (round >= options.max_tightenings) {
+            r.fits = false;
+            r.message = fmt::format("the full evaluation still exceeds {:.2f} GiB after {} tightenings of the model's cap; "
+                                    "try --ac full, a smaller --micro-batch, or more GPUs (--nodes)",
+                                    static_cast<double>(r.cap_bytes) / gib, r.tightenings);
+            break;
+        }
+        const int64_t over = r.full.peak_bytes - r.cap_bytes;
+        const int64_t margin = std::max<int64_t>(core::kMiB, r.cap_bytes / 500);
+        r.notes.push_back(fmt::format("{} ({} units): full evaluation peak {:.2f} GiB exceeds the cap {:.2f} GiB "
+                                      "(model said {:.2f} GiB); tightening the model's cap by {:.2f} GiB",
+                                      groupingString(r.ends), r.units, static_cast<double>(r.full.peak_bytes) / gib,
+                                      static_cast<double>(r.cap_bytes) / gib, static_cast<double>(choice.peak_bytes) / gib,
+                                      static_cast<double>(over + margin) / gib));
+        dp_cap -= over + margin;
+        ++r.tightenings;
+    }
+    return r;
+}
+
+}  // namespace shardcast::sim

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# End-to-end checks of the simulator commands: simulate (Chrome trace), sweep (--json, --csv),
+# search (--json, --pytorch) and their exit codes for bad input.
+#   usage: run_sim_cli_tests.sh SHARDCAST_BINARY REPO_ROOT
+set -uo pipefail
+
+bin=${1:?usage: run_sim_cli_tests.sh SHARDCAST_BINARY REPO_ROOT}
+root=${2:?usage: run_sim_cli_tests.sh SHARDCAST_BINARY REPO_ROOT}
+bin=$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")
+root=$(cd "$root" && pwd)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cd "$tmp"
+
+passed=0
+failed=0
+pass() { passed=$((passed + 1)); echo "PASS  $1"; }
+fail() { failed=$((failed + 1)); echo "FAIL  $1"; [ -n "${2:-}" ] && printf '      %s\n' "$2"; }
+
+# check NAME PYTHON_SNIPPET FILE: the snippet reads sys.argv[1] and raises on failure.
+check() {
+    local name=$1 code=$2 file=$3
+    if python3 -c "$code" "$file" 2>"$tmp/pyerr"; then pass "$name"; else fail "$name" "$(tail -n 3 "$tmp/pyerr")"; fi
+}
+
+# expect_exit NAME CODE CMD...
+expect_exit() {
+    local name=$1 want=$2; shift 2
+    "$@" >"$tmp/out" 2>"$tmp/err"
+    local rc=$?
+    if [ "$rc" -eq "$want" ]; then pass "$name"; else fail "$name" "expected exit $want, got $rc: $(head -c 300 "$tmp/err")"; fi
+}
+
+plan=(--model llama-3.1-8b --gpu H100-SXM --nodes 1 --gpus-per-node 8)
+
+# --- simulate --trace: Chrome trace JSON ------------------------------------------------------
+expect_exit "simulate --trace exits 0" 0 "$bin" simulate "${plan[@]}" --trace "$tmp/trace.json"
+check "trace: traceEvents, one thread_name per stream used, counters" '
+import json, sys
+d = json.load(open(sys.argv[1]))
+ev = d["traceEvents"]
+names = [e for e in ev if e.get("ph") == "M" and e.get("name") == "thread_name"]
+tids_used = {e["tid"] for e in ev if e.get("ph") == "X"}
+tids_named = [e["tid"] for e in names]
+assert sorted(tids_named) == sorted(tids_used), (tids_named, tids_used)
+assert len(set(tids_named)) == len(tids_named)
+assert any(e.get("ph") == "C" for e in ev), "no counter events"
+assert all(e["dur"] >= 0 for e in ev if e.get("ph") == "X")
+' "$tmp/trace.json"
+expect_exit "simulate --json exits 0" 0 "$bin" simulate "${plan[@]}" --json
+check "simulate --json parses with step_s and peak_bytes" '
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["step_s"] > 0 and d["peak_bytes"] > 0
+' "$tmp/out"
+
+# --- sweep --json / --csv ---------------------------------------------------------------------
+expect_exit "sweep --json exits 0" 0 "$bin" sweep "${plan[@]}" --json --threads 2
+check "sweep --json parses" '
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert len(d["results"]) > 0 and "recommendation" in d
+assert all(r["step_s"] > 0 for r in d["results"])
+assert any(r["pareto"] for r in d["results"])
+' "$tmp/out"
+expect_exit "sweep --csv exits 0" 0 "$bin" sweep "${plan[@]}" --csv --threads 2
+check "sweep --csv parses" '
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+assert len(rows) > 0
+assert all(float(r["step_ms"]) > 0 for r in rows)
+' "$tmp/out"
+
+# --- search --json, --pytorch ------------------------------------------------------------------
+expect_exit "search --json exits 0" 0 "$bin" search "${plan[@]}" --json
+check "search --json parses" '
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["fits"] is True, d["message"]
+assert d["grouping"].startswith("[0") and d["unit_ends"][-1] == 32
+assert d["full"]["peak_bytes"] <= d["cap_bytes"]
+assert "fully_shard(model, mesh=mesh, mp_policy=mp)" in d["pytorch"]
+' "$tmp/out"
+expect_exit "search --pytorch FILE exits 0" 0 "$bin" search "${plan[@]}" --pytorch "$tmp/apply.py"
+check "search --pytorch writes valid Python" '
+import ast, sys
+src = open(sys.argv[1]).read()
+ast.parse(src)
+assert "init_device_mesh" in src and "MixedPrecisionPolicy" in src
+' "$tmp/apply.py"
+expect_exit "search: nothing fits is exit 0 with fits=false" 0 "$bin" search --model llama-3.1-70b --nodes 1 --json
+check "search: nothing fits names a flag that would help" '
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["fits"] is False and "--ac full" in d["message"], d["message"]
+' "$tmp/out"
+
+# --- bad input: exit 2 ---------------------------------------------------------------------------
+expect_exit "simulate: unknown model is exit 2" 2 "$bin" simulate --model no-such-model
+expect_exit "sweep: bad --strategies is exit 2" 2 "$bin" sweep "${plan[@]}" --strategies zero9
+expect_exit "sweep: bad --headroom is exit 2" 2 "$bin" sweep "${plan[@]}" --headroom 1.5
+expect_exit "search: bad --headroom is exit 2" 2 "$bin" search "${plan[@]}" --headroom -0.1
+expect_exit "search: missing --profile file is exit 2" 2 "$bin" search "${plan[@]}" --profile "$tmp/nope.json"
+expect_exit "search: unknown flag is exit 2" 2 "$bin" search "${plan[@]}" --no-such-flag
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

@@ -1,0 +1,191 @@
+#include <limits>
+#include <memory>
+
+#include <gtest/gtest.h>
+
+#include "core/model_io.hpp"
+#include "simulator/pytorch_code.hpp"
+#include "simulator/wrap_search.hpp"
+
+namespace shardcast::sim {
+namespace {
+
+HardwareProfile h100Profile(double latency_s) {
+    core::ClusterSpec cluster;
+    cluster.gpu = *core::findGpuPreset("H100-SXM");
+    HardwareProfile p = HardwareProfile::fromCluster(cluster);
+    p.gpu.intra_node_latency_s = latency_s;  // large: merging units saves collective latency
+    return p;
+}
+
+// Eight blocks of different sizes and costs: no symmetry for the search to lean on.
+WrapCostInputs toyInputs() {
+    WrapCostInputs in;
+    for (int b = 0; b < 8; ++b) {
+        BlockFigures f;
+        const int64_t scale = 1 + (b * 5) % 3;
+        f.fwd_ns = 1e5 * static_cast<double>(1 + b % 4);
+        f.bwd_ns = 2 * f.fwd_ns;
+        f.unsharded_bytes = f.flat_bytes = f.ag_bytes = f.ag_bwd_bytes = scale * 200 * core::kMiB;
+        f.rs_bytes = f.rs_input_bytes = 2 * f.ag_bytes;
+        f.grad_shard_bytes = f.rs_bytes / 8;
+        f.fwd_delta_bytes = (100 + 37 * b) * core::kMiB;
+        f.fwd_peak_bytes = f.fwd_delta_bytes + 50 * core::kMiB;
+        f.bwd_delta_bytes = f.unsharded_bytes - f.fwd_delta_bytes;
+        f.bwd_peak_bytes = f.unsharded_bytes + 30 * core::kMiB;
+        f.fwd_tasks = f.bwd_tasks = 1;
+        in.blocks.push_back(f);
+    }
+    in.root_pre.fwd_ns = 5e4;
+    in.root_post.fwd_ns = 3e5;
+    in.root_post.bwd_ns = 6e5;
+    in.ag_group = in.ag_bwd_group = in.rs_group = CollectiveGroup{8, 1};
+    in.unit_tasks_fwd = 3;
+    in.unit_tasks_bwd = 4;
+    in.base_bytes = 10 * core::kGiB;
+    return in;
+}
+
+// The exhaustive optimum under the same model: 2^7 groupings.
+WrapChoice bruteForce(const WrapCostModel& m, int64_t cap) {
+    WrapChoice best;
+    for (const Grouping& g : allGroupings(m.blockCount())) {
+        if (m.peakBytes(g) > cap) continue;
+        const double ns = m.stepNs(g);
+        if (!best.found || ns < best.step_ns || (ns == best.step_ns && g.size() < best.ends.size())) {
+            best = WrapChoice{true, g, ns, m.peakBytes(g)};
+        }
+    }
+    return best;
+}
+
+TEST(WrapSearchTest, AllGroupingsOfFourBlocks) {
+    const auto all = allGroupings(4);
+    ASSERT_EQ(all.size(), 8u);
+    EXPECT_EQ(all.front(), (Grouping{4}));
+    EXPECT_EQ(all.back(), (Grouping{1, 2, 3, 4}));
+}
+
+TEST(WrapSearchTest, DynamicProgramMatchesBruteForce) {
+    for (double latency : {5e-6, 1e-4, 1e-3}) {
+        const WrapCostModel m(toyInputs(), h100Profile(latency));
+        const WrapChoice dp = m.best(std::numeric_limits<int64_t>::max());
+        const WrapChoice brute = bruteForce(m, std::numeric_limits<int64_t>::max());
+        ASSERT_TRUE(dp.found);
+        EXPECT_EQ(dp.ends, brute.ends) << "latency " << latency;
+        EXPECT_DOUBLE_EQ(dp.step_ns, brute.step_ns);
+    }
+}
+
+TEST(WrapSearchTest, TightCapForcesSmallerUnits) {
+    const WrapCostModel m(toyInputs(), h100Profile(1e-3));
+    const WrapChoice free = m.best(std::numeric_limits<int64_t>::max());
+    ASSERT_TRUE(free.found);
+    // With 1 ms per collective, few large units are fastest (the last block alone lets its
+    // all-gather hide under the root's output layers).
+    EXPECT_LE(free.ends.size(), 2u);
+    // A cap just above the per-block peak rules the large units out.
+    const Grouping per_block{1, 2, 3, 4, 5, 6, 7, 8};
+    const int64_t cap = m.peakBytes(per_block) + core::kMiB;
+    ASSERT_LT(cap, free.peak_bytes);
+    const WrapChoice capped = m.best(cap);
+    ASSERT_TRUE(capped.found);
+    EXPECT_LE(capped.peak_bytes, cap);
+    EXPECT_GT(capped.ends.size(), free.ends.size());
+    const WrapChoice brute = bruteForce(m, cap);
+    EXPECT_EQ(capped.ends, brute.ends);
+    EXPECT_DOUBLE_EQ(capped.step_ns, brute.step_ns);
+    // Below every grouping's peak nothing is found.
+    EXPECT_FALSE(m.best(m.inputs().base_bytes).found);
+}
+
+TEST(WrapSearchTest, GroupingStringAndPolicy) {
+    EXPECT_EQ(groupingString({4, 10}), "[0-3][4-9]");
+    EXPECT_EQ(groupingString({7, 8}), "[0-6][7]");
+    auto model = core::resolveModel("llama-3.1-8b");
+    ASSERT_TRUE(model.ok());
+    Grouping g{2};
+    for (int e = 3; e <= 32; ++e) g.push_back(e);
+    const core::WrapPolicy w = groupingPolicy(*model, g);
+    EXPECT_EQ(w.kind, core::WrapKind::Modules);
+    ASSERT_EQ(w.modules.size(), 31u);
+    EXPECT_EQ(w.modules[0], "model.layers.0+model.layers.1");
+    EXPECT_EQ(w.modules[1], "model.layers.2");
+}
+
+TEST(WrapSearchTest, ModelReproducesThePerBlockSimulation) {
+    auto model = core::resolveModel("llama-3.1-8b");
+    ASSERT_TRUE(model.ok());
+    core::Plan plan;
+    plan.model = std::make_shared<const core::Model>(std::move(*model));
+    plan.cluster.gpu = *core::findGpuPreset("H100-SXM");
+    const HardwareProfile profile = HardwareProfile::fromCluster(plan.cluster);
+    auto result = searchWrap(plan, profile, WrapSearchOptions{});
+    ASSERT_TRUE(result.ok()) << result.error().message;
+    EXPECT_TRUE(result->fits);
+    EXPECT_LE(result->full.peak_bytes, result->cap_bytes);
+    EXPECT_EQ(result->ends.back(), 32);
+    // The search never does worse than its own calibration point when that fits.
+    if (result->per_block.peak_bytes <= result->cap_bytes) {
+        EXPECT_LE(result->full.step_s, result->per_block.step_s * 1.001);
+    }
+}
+
+TEST(PytorchCodeTest, PythonAttributeAccess) {
+    EXPECT_EQ(pythonModuleExpr("model.layers.17"), "model.model.layers[17]");
+    EXPECT_EQ(pythonModuleExpr("transformer.h.0.mlp"), "model.transformer.h[0].mlp");
+    EXPECT_EQ(pythonModuleExpr(""), "model");
+}
+
+TEST(PytorchCodeTest, TwoUnitGrouping) {
+    auto model = core::resolveModel("llama-3.1-8b");
+    ASSERT_TRUE(model.ok());
+    core::Plan plan;
+    plan.model = std::make_shared<const core::Model>(std::move(*model));
+    plan.cluster.gpu = *core::findGpuPreset("H100-SXM");
+    plan.cluster.nodes = 1;
+    plan.cluster.gpus_per_node = 8;
+    core::Mesh mesh{8, 8, 1};
+    const std::string code = pytorchCode(plan, mesh, {{"model.layers.0", "model.layers.1"}, {"model.layers.2"}});
+    EXPECT_EQ(code,
+              "# shardcast: FULL_SHARD on 1 x H100-SXM (8 GPUs)\n"
+              "import torch\n"
+              "from torch.distributed.device_mesh import init_device_mesh\n"
+              "from torch.distributed.fsdp import fully_shard, MixedPrecisionPolicy\n"
+              "\n"
+              "mesh = init_device_mesh(\"cuda\", (8,), mesh_dim_names=(\"shard\",))\n"
+              "mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)\n"
+              "fully_shard(list(model.model.layers[0:2]), mesh=mesh, mp_policy=mp, reshard_after_forward=True)\n"
+              "fully_shard(model.model.layers[2], mesh=mesh, mp_policy=mp, reshard_after_forward=True)\n"
+              "fully_shard(model, mesh=mesh, mp_policy=mp)\n");
+}
+
+// Consecutive ModuleList entries become a slice; anything else a list of modules.
+TEST(PytorchCodeTest, NonConsecutiveModulesAreListed) {
+    auto model = core::resolveModel("llama-3.1-8b");
+    ASSERT_TRUE(model.ok());
+    core::Plan plan;
+    plan.model = std::make_shared<const core::Model>(std::move(*model));
+    plan.cluster.gpu = *core::findGpuPreset("H100-SXM");
+    core::Mesh mesh{8, 8, 1};
+    const std::string code = pytorchCode(plan, mesh, {{"model.layers.0", "model.layers.2"}, {"model.norm", "lm_head"}});
+    EXPECT_NE(code.find("fully_shard([model.model.layers[0], model.model.layers[2]], mesh=mesh"), std::string::npos);
+    EXPECT_NE(code.find("fully_shard([model.model.norm, model.lm_head], mesh=mesh"), std::string::npos);
+}
+
+TEST(PytorchCodeTest, HybridUsesATwoDimensionalMesh) {
+    auto model = core::resolveModel("llama-3.1-8b");
+    ASSERT_TRUE(model.ok());
+    core::Plan plan;
+    plan.model = std::make_shared<const core::Model>(std::move(*model));
+    plan.cluster.gpu = *core::findGpuPreset("H100-SXM");
+    plan.cluster.nodes = 2;
+    plan.sharding.strategy = core::Strategy::HybridShard;
+    const std::string code = pytorchCode(plan, core::Mesh{16, 8, 2}, {{"model.layers.0"}});
+    EXPECT_NE(code.find("mesh = init_device_mesh(\"cuda\", (2, 8), mesh_dim_names=(\"replicate\", \"shard\"))\n"),
+              std::string::npos)
+        << code;
+}
+
+}  // namespace
+}  // namespace shardcast::sim
