@@ -99,6 +99,8 @@ struct LowerScratch {
         int64_t saved = 0, temp = 0, bwd_temp = 0, flops = 0, bwd_flops = 0, io = 0;
     };
     std::vector<OpCost> op_cost;         // per active op (index into active)
+    std::vector<OpCost> class_cost;      // per Op::cost_class
+    std::vector<uint8_t> class_done;
 };
 
 namespace {
@@ -406,22 +408,73 @@ private:
         }
         const bool selective = m_tr.ac == Checkpointing::Selective;
         const int64_t grad_item = itemSize(m_pdt);
+        // Op costs for this plan's tokens and dtypes, once per cost class (a repeated block's
+        // ops share classes), then per op where the class cannot be shared.
         auto& cost = m_s.op_cost;
         cost.resize(m_s.active.size());
-        for (size_t ai = 0; ai < m_s.active.size(); ++ai) {
-            const auto oi = static_cast<size_t>(m_s.active[ai]);
-            const Op& op = m_model.ops[oi];
-            LowerScratch::OpCost& c = cost[ai];
+        auto& class_cost = m_s.class_cost;
+        auto& class_done = m_s.class_done;
+        class_cost.resize(m_model.ops.size());
+        class_done.assign(m_model.ops.size(), 0);
+        auto opCost = [&](const Op& op) {
+            LowerScratch::OpCost c;
             c.saved = bytesOf(op.saved_act, op.saved_f32, op.saved_u8, op.saved_i64);
             c.temp = bytesOf(op.temp_act, op.temp_f32, none, none);
             c.bwd_temp = bytesOf(op.bwd_temp_act, op.bwd_temp_f32, none, none);
             c.flops = static_cast<int64_t>(op.flops.at(t, s));
-            const double bwd_factor =
-                !m_s.op_frozen.empty() && m_s.op_frozen[oi] ? std::max(0.0, op.bwd_flops_factor - 1.0) : op.bwd_flops_factor;
-            c.bwd_flops = static_cast<int64_t>(static_cast<double>(c.flops) * bwd_factor);
+            c.bwd_flops = static_cast<int64_t>(static_cast<double>(c.flops) * op.bwd_flops_factor);
             c.io = static_cast<int64_t>(op.io_act.at(t, s)) * act;
+            return c;
+        };
+        for (size_t ai = 0; ai < m_s.active.size(); ++ai) {
+            const auto oi = static_cast<size_t>(m_s.active[ai]);
+            const Op& op = m_model.ops[oi];
+            const int32_t cls = op.cost_class;
+            if (cls < 0) {
+                cost[ai] = opCost(op);
+            } else {
+                if (!class_done[static_cast<size_t>(cls)]) {
+                    class_cost[static_cast<size_t>(cls)] = opCost(op);
+                    class_done[static_cast<size_t>(cls)] = 1;
+                }
+                cost[ai] = class_cost[static_cast<size_t>(cls)];
+            }
+            if (!m_s.op_frozen.empty() && m_s.op_frozen[oi]) {
+                // A frozen weight needs no weight gradient: the backward keeps only dgrad.
+                cost[ai].bwd_flops = static_cast<int64_t>(static_cast<double>(cost[ai].flops) *
+                                                          std::max(0.0, op.bwd_flops_factor - 1.0));
+            }
         }
-        for (Segment& seg : m_s.segs) {
+        // A segment equal to the previous one (same op classes, gradients and weights: the next
+        // block of a uniform model) copies its costs instead of recomputing them.
+        auto sameAsPrevious = [&](size_t si) {
+            if (si == 0) return false;
+            const Segment& a = m_s.segs[si - 1];
+            const Segment& b = m_s.segs[si];
+            if (a.op_end - a.op_begin != b.op_end - b.op_begin || a.checkpointed != b.checkpointed) return false;
+            for (int64_t k = 0; k < a.op_end - a.op_begin; ++k) {
+                const auto oa = static_cast<size_t>(m_s.active[static_cast<size_t>(a.op_begin + k)]);
+                const auto ob = static_cast<size_t>(m_s.active[static_cast<size_t>(b.op_begin + k)]);
+                const int32_t ca = m_model.ops[oa].cost_class;
+                if (ca < 0 || ca != m_model.ops[ob].cost_class) return false;
+                if (m_s.op_grad_elems[oa] != m_s.op_grad_elems[ob] || m_s.op_weight_elems[oa] != m_s.op_weight_elems[ob]) return false;
+                if (!m_s.op_frozen.empty() && m_s.op_frozen[oa] != m_s.op_frozen[ob]) return false;
+            }
+            return true;
+        };
+        for (size_t si = 0; si < m_s.segs.size(); ++si) {
+            Segment& seg = m_s.segs[si];
+            if (sameAsPrevious(si)) {
+                const Segment& prev = m_s.segs[si - 1];
+                const int64_t kept = seg.saved;
+                const Segment copy = seg;
+                seg = prev;
+                seg.unit = copy.unit;
+                seg.op_begin = copy.op_begin;
+                seg.op_end = copy.op_end;
+                seg.saved = seg.checkpointed ? kept : seg.saved_full;
+                continue;
+            }
             int64_t cum = 0, best = -1, sel_saved = 0;
             for (int64_t ai = seg.op_begin; ai < seg.op_end; ++ai) {
                 const auto oi = static_cast<size_t>(m_s.active[static_cast<size_t>(ai)]);

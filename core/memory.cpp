@@ -18,10 +18,12 @@ struct Replay {
     CategoryBytes cur{};
     int64_t cur_total = 0;
 
-    void noteState(int32_t task) {
+    void noteMax() {
         for (int c = 0; c < kMemCategoryCount; ++c) {
             if (cur[c] > out.max_per_category[c]) out.max_per_category[c] = cur[c];
         }
+    }
+    void noteState(int32_t task) {
         if (cur_total > out.peak_bytes) {
             out.peak_bytes = cur_total;
             out.peak_task = task;
@@ -33,10 +35,15 @@ struct Replay {
     void apply(const MemEvent* ev, uint32_t n, int32_t task, int sign) {
         for (uint32_t i = 0; i < n; ++i) {
             const int64_t delta = sign * ev[i].bytes;
-            cur[index(ev[i].category)] += delta;
+            int64_t& bytes = cur[index(ev[i].category)];
+            bytes += delta;
             cur_total += delta;
-            assert(cur[index(ev[i].category)] >= 0 && "a free without a matching allocation");
-            if (delta > 0) noteState(task);
+            assert(bytes >= 0 && "a free without a matching allocation");
+            if (delta > 0) {
+                // Only this category grew: its maximum is the only one that can change.
+                if (bytes > out.max_per_category[index(ev[i].category)]) out.max_per_category[index(ev[i].category)] = bytes;
+                noteState(task);
+            }
         }
     }
     // A transient set mixes allocations and frees that hold at one instant: note it as a whole.
@@ -45,6 +52,7 @@ struct Replay {
             cur[index(ev[i].category)] += ev[i].bytes;
             cur_total += ev[i].bytes;
         }
+        noteMax();
         noteState(task);
         for (uint32_t i = 0; i < n; ++i) {
             cur[index(ev[i].category)] -= ev[i].bytes;
@@ -64,6 +72,7 @@ void replayMemory(const Program& program, MemoryReport& out, bool record_curve) 
     Replay r{out, record_curve};
     r.cur = program.initial;
     r.cur_total = total(program.initial);
+    r.noteMax();
     r.noteState(-1);
     const MemEvent* pool = program.mem.data();
     for (int32_t id = 0; id < program.size(); ++id) {

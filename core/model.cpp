@@ -67,4 +67,38 @@ double Model::modelFlopsPerToken(int64_t seq_len) const {
     return 6.0 * n + 3.0 * seq_flops * s;
 }
 
+namespace {
+
+bool sameCoef(const Coef& a, const Coef& b) { return a.per_token == b.per_token && a.per_token_seq == b.per_token_seq; }
+
+bool sameCosts(const Op& a, const Op& b) {
+    return a.kind == b.kind && a.attention_variants == b.attention_variants && a.kernel_variants == b.kernel_variants &&
+           a.bwd_flops_factor == b.bwd_flops_factor && a.causal == b.causal &&
+           a.selective_recompute == b.selective_recompute && sameCoef(a.flops, b.flops) &&
+           sameCoef(a.saved_act, b.saved_act) && sameCoef(a.saved_f32, b.saved_f32) && sameCoef(a.saved_u8, b.saved_u8) &&
+           sameCoef(a.saved_i64, b.saved_i64) && sameCoef(a.temp_act, b.temp_act) && sameCoef(a.temp_f32, b.temp_f32) &&
+           sameCoef(a.bwd_temp_act, b.bwd_temp_act) && sameCoef(a.bwd_temp_f32, b.bwd_temp_f32) &&
+           sameCoef(a.io_act, b.io_act);
+}
+
+}  // namespace
+
+void Model::assignCostClasses() {
+    std::vector<size_t> representatives;  // first op of each class
+    for (size_t i = 0; i < ops.size(); ++i) {
+        Op& op = ops[i];
+        op.cost_class = -1;
+        for (size_t c = 0; c < representatives.size(); ++c) {
+            if (sameCosts(ops[representatives[c]], op)) {
+                op.cost_class = static_cast<int32_t>(c);
+                break;
+            }
+        }
+        if (op.cost_class < 0) {
+            op.cost_class = static_cast<int32_t>(representatives.size());
+            representatives.push_back(i);
+        }
+    }
+}
+
 }  // namespace shardcast::core

@@ -81,6 +81,7 @@ struct Op {
     Coef bwd_temp_act, bwd_temp_f32;
     Coef io_act;        // activation elements read + written in forward (memory-bound time)
     bool selective_recompute = false;  // dropped and recomputed under selective AC (attention core)
+    int32_t cost_class = -1;  // ops with identical costs share a class (Model::assignCostClasses); -1: unique
 
     bool existsUnder(uint8_t attention_bit, uint8_t kernel_bit) const {
         return (attention_variants & attention_bit) && (kernel_variants & kernel_bit);
@@ -109,6 +110,9 @@ struct Model {
     int32_t findModule(std::string_view fqn) const;  // -1 if absent
     // Is module `m` equal to or nested inside module `ancestor`?
     bool isWithin(int32_t m, int32_t ancestor) const;
+    // Numbers ops whose costs (kind, variants, every Coef and flag) are identical, so the
+    // lowering computes the costs of a repeated block once. The importers call it.
+    void assignCostClasses();
     // FLOPs per token as 6*N + 12*L*h*s (the MFU convention; PaLM appendix B, torchtitan).
     double modelFlopsPerToken(int64_t seq_len) const;
 };

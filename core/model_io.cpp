@@ -791,14 +791,30 @@ Result<Model> importHfConfig(const json& config, std::string name, std::string s
     model.name = std::move(name);
     model.source = source;
     model.arch.model_type = type;
-    if (type == "llama" || type == "mistral" || type == "qwen2" || type == "gemma2" || type == "mixtral")
-        return buildLlamaFamily(config, std::move(model));
-    if (type == "gpt2") return buildGpt2(config, std::move(model));
-    if (type == "gpt_neox") return buildGptNeox(config, std::move(model));
-    return makeError(source + ": unknown model_type '" + type + "'; supported: " + kSupportedTypes);
+    Result<Model> built = makeError(source + ": unknown model_type '" + type + "'; supported: " + kSupportedTypes);
+    if (type == "llama" || type == "mistral" || type == "qwen2" || type == "gemma2" || type == "mixtral") {
+        built = buildLlamaFamily(config, std::move(model));
+    } else if (type == "gpt2") {
+        built = buildGpt2(config, std::move(model));
+    } else if (type == "gpt_neox") {
+        built = buildGptNeox(config, std::move(model));
+    }
+    if (built) built->assignCostClasses();
+    return built;
 }
 
+namespace {
+Result<Model> buildModuleTree(const json& tree, std::string name, std::string source);
+}  // namespace
+
 Result<Model> importModuleTree(const json& tree, std::string name, std::string source) {
+    Result<Model> built = buildModuleTree(tree, std::move(name), std::move(source));
+    if (built) built->assignCostClasses();
+    return built;
+}
+
+namespace {
+Result<Model> buildModuleTree(const json& tree, std::string name, std::string source) {
     if (source.empty()) source = name.empty() ? "<module tree>" : name;
     std::optional<Error> err;
     if (!tree.is_object()) return makeError(source + ": expected a JSON object");
@@ -979,6 +995,7 @@ Result<Model> importModuleTree(const json& tree, std::string name, std::string s
     }
     return model;
 }
+}  // namespace
 
 Result<json> readJsonFile(const std::filesystem::path& path) {
     const std::string shown = path.string();

@@ -21,22 +21,30 @@ std::string groupName(const Model& model, const std::vector<int32_t>& mods) {
 
 Status resolveUnits(const Model& model, const WrapPolicy& wrap, UnitAssignment& out) {
     const auto n_modules = static_cast<int32_t>(model.modules.size());
-    out.units.clear();
-    out.units.push_back(UnitSpec{"(root)", {0}});
-    std::vector<int32_t> own_unit(n_modules, -1);
-    own_unit[0] = 0;
-    auto addUnit = [&](std::vector<int32_t> mods) -> Status {
-        for (int32_t m : mods) {
-            if (own_unit[m] >= 0) {
-                return makeError("wrap: module '" + model.modules[m].name +
+    // The vectors of `out` keep their capacity (and the units' strings theirs) between calls.
+    size_t n_units = 0;
+    std::vector<int32_t>& own_unit = out.module_unit;  // reused as scratch until the end
+    own_unit.assign(static_cast<size_t>(n_modules), -1);
+    auto addUnit = [&](const int32_t* mods, size_t count) -> Status {
+        for (size_t i = 0; i < count; ++i) {
+            if (own_unit[mods[i]] >= 0) {
+                return makeError("wrap: module '" + model.modules[mods[i]].name +
                                  "' is listed in more than one unit");
             }
         }
-        const auto id = static_cast<int32_t>(out.units.size());
-        for (int32_t m : mods) own_unit[m] = id;
-        out.units.push_back(UnitSpec{groupName(model, mods), std::move(mods)});
+        for (size_t i = 0; i < count; ++i) own_unit[mods[i]] = static_cast<int32_t>(n_units);
+        if (out.units.size() <= n_units) out.units.emplace_back();
+        UnitSpec& unit = out.units[n_units++];
+        unit.modules.assign(mods, mods + count);
+        if (n_units == 1) {
+            unit.name = "(root)";
+        } else {
+            unit.name = groupName(model, unit.modules);
+        }
         return Ok{};
     };
+    const int32_t root = 0;
+    (void)addUnit(&root, 1);
 
     switch (wrap.kind) {
         case WrapKind::Whole:
@@ -51,9 +59,7 @@ Status resolveUnits(const Model& model, const WrapPolicy& wrap, UnitAssignment& 
             if (k < 1) return makeError("wrap: every:K needs K >= 1 (got " + std::to_string(k) + ")");
             for (size_t i = 0; i < model.blocks.size(); i += static_cast<size_t>(k)) {
                 const size_t end = std::min(model.blocks.size(), i + static_cast<size_t>(k));
-                std::vector<int32_t> mods(model.blocks.begin() + static_cast<std::ptrdiff_t>(i),
-                                          model.blocks.begin() + static_cast<std::ptrdiff_t>(end));
-                if (auto s = addUnit(std::move(mods)); !s) return s;
+                if (auto st = addUnit(model.blocks.data() + i, end - i); !st) return st;
             }
             break;
         }
@@ -73,7 +79,7 @@ Status resolveUnits(const Model& model, const WrapPolicy& wrap, UnitAssignment& 
             }
             std::sort(wrapped.begin(), wrapped.end());
             for (int32_t m : wrapped) {
-                if (auto s = addUnit({m}); !s) return s;
+                if (auto st = addUnit(&m, 1); !st) return st;
             }
             break;
         }
@@ -96,15 +102,16 @@ Status resolveUnits(const Model& model, const WrapPolicy& wrap, UnitAssignment& 
                     mods.push_back(m);
                     start = plus + 1;
                 }
-                if (auto s = addUnit(std::move(mods)); !s) return s;
+                if (auto st = addUnit(mods.data(), mods.size()); !st) return st;
             }
             break;
         }
     }
 
-    out.module_unit.assign(n_modules, 0);
+    out.units.resize(n_units);
+    // Parents precede children: a module without its own unit inherits its parent's.
     for (int32_t m = 1; m < n_modules; ++m) {
-        out.module_unit[m] = own_unit[m] >= 0 ? own_unit[m] : out.module_unit[model.modules[m].parent];
+        if (own_unit[m] < 0) own_unit[m] = own_unit[model.modules[m].parent];
     }
     out.parent_unit.assign(out.units.size(), -1);
     for (size_t u = 1; u < out.units.size(); ++u) {
