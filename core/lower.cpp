@@ -775,6 +775,15 @@ private:
         if (m_s.st[u].unsharded) return;
         issueUnshard(u, mb, false);
         waitUnshard(u, mb, false);
+        // Explicit forward prefetch (FSDP1 forward_prefetch; FSDP2 set_modules_to_forward_prefetch
+        // when prefetch_depth > 1) issues the next units' all-gathers before this unit computes.
+        // Units are numbered in forward order.
+        const int ahead = m_fsdp1 ? (m_sh.forward_prefetch ? 1 : 0) : std::max(0, m_sh.prefetch_depth - 1);
+        for (int d = 1; d <= ahead; ++d) {
+            const auto v = static_cast<int32_t>(u + d);
+            if (static_cast<size_t>(v) >= m_s.us.size() || !gathers(v)) break;
+            if (!m_s.st[v].unsharded) issueUnshard(v, mb, false);
+        }
     }
 
     void postForward(int32_t u) {

@@ -388,3 +388,26 @@ TEST(LoweringTest, CheckpointEveryOtherBlock) {
     EXPECT_FALSE(parseAcSpec("full:0").has_value());
     EXPECT_FALSE(parseAcSpec("full:x").has_value());
 }
+
+// FSDP1 forward_prefetch issues unit i+1's all-gather before unit i computes, so two units'
+// unsharded FlatParameters coexist in forward (without it, one at a time plus none ahead).
+TEST(LoweringTest, Fsdp1ForwardPrefetchGathersAhead) {
+    auto model = toyModel(4, 8192, 1024);
+    auto plan = makePlan(model, Strategy::FullShard, 1, 8);
+    plan.sharding.fsdp_version = 1;
+    plan.sharding.backward_prefetch = ShardingSpec::BackwardPrefetch::None;
+    auto plain = lowerAndReplay(plan);
+    plan.sharding.forward_prefetch = true;
+    auto ahead = lowerAndReplay(plan);
+    const int64_t block = 8192 * 1024 * 2;
+    EXPECT_EQ(plain.memory.max_per_category[index(MemCategory::UnshardedParam)], block);
+    EXPECT_EQ(ahead.memory.max_per_category[index(MemCategory::UnshardedParam)], 2 * block);
+    // In issue order, the second all-gather comes before the first forward compute.
+    int32_t first_fwd = -1, second_ag = -1, ags = 0;
+    for (int32_t id = 0; id < ahead.program.size(); ++id) {
+        const Task& t = ahead.program.tasks[static_cast<size_t>(id)];
+        if (t.kind == TaskKind::Forward && first_fwd < 0) first_fwd = id;
+        if (t.kind == TaskKind::AllGather && ++ags == 2) second_ag = id;
+    }
+    EXPECT_LT(second_ag, first_fwd);
+}
