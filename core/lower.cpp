@@ -160,6 +160,7 @@ private:
         m_last_collective[pg] = curId();
     }
     int32_t m_last_compute = -1;
+    std::array<int32_t, 2> m_host_pending_deps{-1, -1};  // what the end-of-backward frees wait for
 
     int64_t actBytes() const { return itemSize(m_pdt); }
 
@@ -621,8 +622,14 @@ private:
         m_p.tasks.push_back(t);
         m_phase = Phase::Start;
         const auto id = static_cast<int32_t>(m_p.tasks.size() - 1);
-        for (const MemEvent& e : m_s.host_pending) start(e.category, e.bytes);
-        m_s.host_pending.clear();
+        if (!m_s.host_pending.empty() && (stream == Stream::Compute || stream == Stream::Host)) {
+            // The end-of-backward callback: the compute stream waits for the last reductions,
+            // then their buffers are freed.
+            for (int32_t d : m_host_pending_deps) dep(d);
+            m_host_pending_deps = {-1, -1};
+            for (const MemEvent& e : m_s.host_pending) start(e.category, e.bytes);
+            m_s.host_pending.clear();
+        }
         m_last_on_stream[static_cast<size_t>(stream)] = id;
         if (stream == Stream::Compute) m_last_compute = id;
         return id;
@@ -1027,10 +1034,13 @@ private:
                 case ItemKind::Pre: postBackward(it->index, mb); break;
             }
         }
-        // The final callback waits for the last reduce-scatter and frees its input.
+        // The final callback makes the compute stream wait for the last reduce-scatter (and
+        // all-reduce), then frees the reduce-scatter input; the batch's inputs go too.
         host(MemCategory::ReduceScatter, -m_pending_rs);
         m_pending_rs = 0;
         host(MemCategory::Inputs, -2 * 8 * m_tokens);
+        m_host_pending_deps = {m_last_on_stream[static_cast<size_t>(Stream::ReduceScatter)],
+                               m_last_on_stream[static_cast<size_t>(Stream::AllReduce)]};
     }
 
     void optimizerStep() {

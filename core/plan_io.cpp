@@ -394,6 +394,23 @@ Result<Mesh> validatePlan(const Plan& plan) {
     if (auto st = positive("training.grad_accum", t.grad_accum); !st) return st.error();
     if (auto st = positive("cluster.nodes", c.nodes); !st) return st.error();
     if (auto st = positive("cluster.gpus_per_node", c.gpus_per_node); !st) return st.error();
+    // Upper bounds keep every byte count inside int64 and the Program a sane size.
+    if (t.seq_len > (int64_t{1} << 24)) {
+        return makeError("training.seq_len must be at most 16,777,216 tokens (got " + std::to_string(t.seq_len) + ")");
+    }
+    if (t.micro_batch > (int64_t{1} << 16)) {
+        return makeError("training.micro_batch must be at most 65,536 sequences (got " + std::to_string(t.micro_batch) + ")");
+    }
+    if (t.micro_batch * t.seq_len > (int64_t{1} << 28)) {
+        return makeError("training.micro_batch x training.seq_len must be at most 268,435,456 tokens per micro-batch (got " +
+                         std::to_string(t.micro_batch * t.seq_len) + ")");
+    }
+    if (t.grad_accum > 4096) {
+        return makeError("training.grad_accum must be at most 4096 micro-batches per step (got " + std::to_string(t.grad_accum) + ")");
+    }
+    if (static_cast<int64_t>(c.nodes) * c.gpus_per_node > (int64_t{1} << 20)) {
+        return makeError("cluster.nodes x cluster.gpus_per_node must be at most 1,048,576 GPUs");
+    }
     if (c.gpu.memory_bytes <= 0) {
         return makeError("cluster.gpu.memory_bytes must be positive (GPU '" + c.gpu.name + "')");
     }

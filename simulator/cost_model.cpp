@@ -97,7 +97,7 @@ int64_t CostModel::durationNs(const core::Task& task, core::DType compute) const
         default: s = computeSeconds(task, compute); break;
     }
     assert(s >= 0 && std::isfinite(s));
-    return std::llround(s * 1e9);
+    return roundToInt64(s * 1e9);
 }
 
 }  // namespace shardcast::sim

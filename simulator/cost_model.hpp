@@ -8,6 +8,15 @@
 
 namespace shardcast::sim {
 
+// std::llround (halves away from zero), exact for |x| < 2^63, inlined: the simulator rounds every
+// duration and every rescheduled end, and the libm call showed in profiles.
+inline int64_t roundToInt64(double x) {
+    const double a = x < 0 ? -x : x;
+    const auto whole = static_cast<int64_t>(a);              // truncates; a - whole is exact
+    const int64_t r = whole + (a - static_cast<double>(whole) >= 0.5 ? 1 : 0);
+    return x < 0 ? -r : r;
+}
+
 // nccl-tests' bus-bandwidth factor (doc/PERFORMANCE.md): busbw = algbw * factor.
 double busBandwidthFactor(core::TaskKind kind, int group_size);
 
@@ -15,7 +24,9 @@ class CostModel {
 public:
     explicit CostModel(const HardwareProfile& profile) : m_profile(&profile) {}
 
-    // Duration in ns of `task` running alone; 0 for empty work and groups of one rank.
+    // Duration in ns of `task` running alone; 0 for empty work and groups of one rank. Reads only
+    // the task's kind, stream, flops, hbm_bytes, comm_bytes, group_size and group_nodes: the
+    // Simulator reuses a duration for a task whose fields are the same (keep the two in step).
     int64_t durationNs(const core::Task& task, core::DType compute) const;
 
     double computeSeconds(const core::Task& task, core::DType compute) const;

@@ -2,6 +2,7 @@
 // Memory over simulated time: the tasks' MemEvents placed on a Timeline (mem_start at a task's
 // start, mem_peak applied and undone at its midpoint, mem_end at its end), in time order. Unlike
 // core::replayMemory (issue order), the peak here depends on what actually overlaps in time.
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -26,7 +27,7 @@ struct TimedMemory {
     std::vector<MemoryPoint> curve;      // filled only when asked
 };
 
-// Reusable: keeps its sort buffer between calls.
+// Reusable: keeps its buffers between calls.
 class MemoryTimer {
 public:
     // At equal times: ends before starts before midpoints, then by task id; a task of zero
@@ -40,7 +41,13 @@ private:
         int32_t task;
         uint8_t phase;  // 0 end, 1 start (or all three for a zero-duration task), 2 midpoint
     };
-    std::vector<Point> m_points;
+    void orderPoints(const core::Program& program, const Timeline& timeline);
+
+    // A stream runs its tasks one after another, so its points, taken in Program order, are
+    // usually already in time order: they are merged across streams instead of sorted.
+    std::array<std::vector<Point>, core::kStreamCount> m_stream_points;
+    std::vector<Point> m_points;  // all points in time order
+    std::vector<Point> m_merged;  // scratch for merging
 };
 
 }  // namespace shardcast::sim

@@ -2,13 +2,20 @@
 
 #include <algorithm>
 #include <cassert>
-#include <cmath>
+#include <limits>
 
 namespace shardcast::sim {
 namespace {
 
-enum TaskState : uint8_t { kWaiting, kIssued, kRunning, kDone };
 constexpr int32_t kNoTask = -1;
+constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
+
+// What the event loop needs to know of a task, computed once per run.
+enum TaskTrait : uint8_t {
+    kContends = 1,   // a collective with work: while one runs, compute is slowed
+    kSlowed = 2,     // CostModel::slowedByOverlap
+    kHostWaits = 4,  // the host waits for it after issuing it
+};
 
 int streamIndex(core::Stream s) { return static_cast<int>(s); }
 
@@ -16,33 +23,58 @@ int streamIndex(core::Stream s) { return static_cast<int>(s); }
 
 Simulator::Simulator(HardwareProfile profile) : m_profile(std::move(profile)), m_cost(m_profile) {}
 
-void Simulator::prepare(const core::Program& program) {
+// Consecutive tasks of one kind mostly repeat the same work (block after block), so the duration
+// of the last task of each kind is kept and reused when the next one's work is identical.
+int64_t Simulator::durationNs(const core::Task& t, core::DType compute) {
+    LastDuration& last = m_last_duration[static_cast<int>(t.kind)];
+    if (last.valid && last.stream == t.stream && last.flops == t.flops && last.hbm_bytes == t.hbm_bytes &&
+        last.comm_bytes == t.comm_bytes && last.group_size == t.group_size && last.group_nodes == t.group_nodes) {
+        return last.ns;
+    }
+    last = LastDuration{true, t.stream, t.flops, t.hbm_bytes, t.comm_bytes, t.group_size, t.group_nodes,
+                        m_cost.durationNs(t, compute)};
+    return last.ns;
+}
+
+void Simulator::prepare(const core::Program& program, Timeline& out) {
     const int32_t n = program.size();
     m_work_ns.resize(n);
     m_issue_cost_ns.resize(n);
-    m_pending.resize(n);
-    m_state.assign(n, kWaiting);
-    m_generation.assign(n, 0);
-    m_remaining_ns.assign(n, 0.0);
-    m_last_update_ns.assign(n, 0);
-    m_dependents_offset.assign(n + 1, 0);
-    for (auto& list : m_stream_tasks) list.clear();
+    m_traits.resize(n);
+    m_finished.assign(n, 0);
+    for (StreamState& st : m_streams) {
+        st.tasks.clear();
+        st.next = 0;
+        st.head_deps_done = 0;
+        st.waits_for = kNoTask;
+        st.running = kNoTask;
+    }
+    out.clear();
+    out.tasks.resize(n);
 
     // Host pass per micro-batch: forward until its first backward task; a unit's hooks are charged
     // at its first task of each (micro-batch, pass).
     m_unit_pass.assign(program.units.size(), -1);
+    m_last_duration.fill(LastDuration{});
     int16_t micro_batch = -1;
     bool backward = false;
     for (int32_t id = 0; id < n; ++id) {
         const core::Task& t = program.tasks[id];
-        m_work_ns[id] = m_cost.durationNs(t, program.compute_dtype);
-        m_pending[id] = static_cast<int32_t>(t.deps.count);
-        m_stream_tasks[streamIndex(t.stream)].push_back(id);
+        const int64_t work = durationNs(t, program.compute_dtype);
+        m_work_ns[id] = work;
+        uint8_t traits = 0;
+        if (core::isCollective(t.kind) && work > 0) traits |= kContends;
+        if (CostModel::slowedByOverlap(t)) traits |= kSlowed;
+        if (t.host_blocks || t.stream == core::Stream::Host) traits |= kHostWaits;
+        m_traits[id] = traits;
+        m_streams[streamIndex(t.stream)].tasks.push_back(id);
+        out.tasks[id].stream = t.stream;
+#ifndef NDEBUG
         const int32_t* deps = program.depsBegin(t);
         for (uint32_t k = 0; k < t.deps.count; ++k) {
             assert(deps[k] >= 0 && deps[k] < id && "a task depends only on earlier tasks");
-            ++m_dependents_offset[deps[k] + 1];
         }
+#endif
         if (t.micro_batch != micro_batch) {
             micro_batch = t.micro_batch;
             backward = false;
@@ -59,15 +91,10 @@ void Simulator::prepare(const core::Program& program) {
         }
         m_issue_cost_ns[id] = cost;
     }
-    for (int32_t i = 0; i < n; ++i) m_dependents_offset[i + 1] += m_dependents_offset[i];
-    m_dependents.resize(m_dependents_offset[n]);
-    // Fill in id order so each task's dependents are listed in Program order.
-    std::vector<int32_t>& fill = m_cursor;
-    fill.assign(m_dependents_offset.begin(), m_dependents_offset.end() - 1);
-    for (int32_t id = 0; id < n; ++id) {
-        const core::Task& t = program.tasks[id];
-        const int32_t* deps = program.depsBegin(t);
-        for (uint32_t k = 0; k < t.deps.count; ++k) m_dependents[fill[deps[k]]++] = id;
+    // Streams no task uses never run anything: leave them out of the per-event scans.
+    m_used_stream_count = 0;
+    for (int s = 0; s < core::kStreamCount; ++s) {
+        if (!m_streams[s].tasks.empty()) m_used_streams[m_used_stream_count++] = static_cast<int8_t>(s);
     }
 }
 
@@ -75,110 +102,151 @@ void Simulator::run(const core::Program& program, Timeline& out) {
     m_program = &program;
     m_out = &out;
     const int32_t n = program.size();
-    prepare(program);
-    out.clear();
-    out.tasks.resize(n);
-    for (int32_t id = 0; id < n; ++id) out.tasks[id] = TaskTime{0, 0, program.tasks[id].stream};
+    prepare(program, out);
 
-    m_queue.clear();
-    m_stream_pos.fill(0);
-    m_running.fill(kNoTask);
+    m_slot_ns.fill(kNever);
+    m_slot_seq.fill(0);
+    m_next_seq = 0;
+    m_now_ns = 0;
     m_next_issue = 0;
     m_host_waits_for = kNoTask;
+    m_host_resumes_now = false;
     m_active_collectives = 0;
     m_slowdown = 1.0;
     m_done = 0;
     if (n == 0) return;
 
-    m_queue.push(m_issue_cost_ns[0], kNoTask);
-    while (!m_queue.empty()) {
-        const Event e = m_queue.pop();
-        if (e.task == kNoTask) {
-            issueNext(e.time_ns);
-            continue;
+    schedule(kHostSlot, m_issue_cost_ns[0]);
+    for (;;) {
+        int slot = kHostSlot;
+        int64_t time_ns = m_slot_ns[kHostSlot];
+        uint64_t seq = m_slot_seq[kHostSlot];
+        for (int k = 0; k < m_used_stream_count; ++k) {
+            const int s = m_used_streams[k];
+            if (m_slot_ns[s] < time_ns || (m_slot_ns[s] == time_ns && m_slot_seq[s] < seq)) {
+                slot = s;
+                time_ns = m_slot_ns[s];
+                seq = m_slot_seq[s];
+            }
         }
-        if (m_state[e.task] != kRunning || e.generation != m_generation[e.task]) continue;  // rescheduled
-        finishTask(e.task, e.time_ns);
+        if (time_ns == kNever) break;
+        assert(time_ns >= m_now_ns && "simulated time went backwards");
+        m_now_ns = time_ns;
+        m_slot_ns[slot] = kNever;
+        if (slot == kHostSlot) {
+            issueNext(time_ns);
+        } else {
+            finishTask(slot, time_ns);
+        }
     }
     assert(m_done == n && "every task ends: dependencies point backwards and streams run in order");
-    for (const TaskTime& t : out.tasks) out.step_ns = std::max(out.step_ns, t.end_ns);
+    // Ends fire in time order, so the last one is the step's end.
+    out.step_ns = m_now_ns;
     m_program = nullptr;
     m_out = nullptr;
 }
 
+void Simulator::schedule(int slot, int64_t time_ns) {
+    assert(time_ns >= m_now_ns && "an event may not be scheduled in the past");
+    m_slot_ns[slot] = time_ns;
+    m_slot_seq[slot] = m_next_seq++;
+}
+
 void Simulator::issueNext(int64_t now) {
+    const int32_t wait = m_program->tasks[m_next_issue].host_wait;
+    if (wait >= 0 && !m_finished[wait]) {
+        // FSDP1's rate limiter: the host blocks before issuing this task until `wait` ends; the
+        // issue cost is already paid, so it resumes with no further delay.
+        m_host_waits_for = wait;
+        m_host_resumes_now = true;
+        return;
+    }
     const int32_t id = m_next_issue++;
-    const core::Task& t = m_program->tasks[id];
-    m_state[id] = kIssued;
-    tryStart(streamIndex(t.stream), now);
-    const bool waits = t.host_blocks || t.stream == core::Stream::Host;
-    if (waits && m_state[id] != kDone) {
+    tryStart(streamIndex(m_program->tasks[id].stream), now);
+    if ((m_traits[id] & kHostWaits) && !m_finished[id]) {
         m_host_waits_for = id;
     } else if (m_next_issue < m_program->size()) {
-        m_queue.push(now + m_issue_cost_ns[m_next_issue], kNoTask);
+        schedule(kHostSlot, now + m_issue_cost_ns[m_next_issue]);
     }
 }
 
+// Starts the stream's next task if it is free, that task has been issued and its dependencies have
+// ended. Dependencies are checked in order and the count of those seen ended is kept, so each
+// dependency is looked at about once however often the stream is tried; a blocked stream records
+// the dependency it waits for, so that only that task's end tries it again.
 void Simulator::tryStart(int stream, int64_t now) {
-    if (m_running[stream] != kNoTask) return;
-    const auto& list = m_stream_tasks[stream];
-    const size_t pos = m_stream_pos[stream];
-    if (pos == list.size()) return;
-    const int32_t id = list[pos];
-    if (m_state[id] != kIssued || m_pending[id] > 0) return;
+    StreamState& st = m_streams[stream];
+    if (st.running != kNoTask || st.next == st.tasks.size()) return;
+    const int32_t id = st.tasks[st.next];
+    if (id >= m_next_issue) return;  // not issued yet: issueNext tries it
+    const core::Task& t = m_program->tasks[id];
+    const int32_t* deps = m_program->depsBegin(t);
+    for (; st.head_deps_done < t.deps.count; ++st.head_deps_done) {
+        const int32_t dep = deps[st.head_deps_done];
+        if (!m_finished[dep]) {
+            st.waits_for = dep;
+            return;
+        }
+    }
     startTask(id, now);
 }
 
 void Simulator::startTask(int32_t id, int64_t now) {
-    const core::Task& t = m_program->tasks[id];
-    const int s = streamIndex(t.stream);
-    ++m_stream_pos[s];
-    m_running[s] = id;
-    m_state[id] = kRunning;
+    const int s = streamIndex(m_program->tasks[id].stream);
+    StreamState& st = m_streams[s];
+    ++st.next;
+    st.head_deps_done = 0;
+    st.waits_for = kNoTask;
+    st.running = id;
     m_out->tasks[id].start_ns = now;
     const int64_t work = m_work_ns[id];
-    if (core::isCollective(t.kind) && work > 0) {
-        if (++m_active_collectives == 1) setContention(true, now);
-    }
+    const uint8_t traits = m_traits[id];
+    if ((traits & kContends) && ++m_active_collectives == 1) setContention(true, now);
     int64_t end = now + work;
-    if (CostModel::slowedByOverlap(t)) {
-        m_remaining_ns[id] = static_cast<double>(work);
-        m_last_update_ns[id] = now;
-        end = now + std::llround(m_remaining_ns[id] * m_slowdown);
+    if (traits & kSlowed) {
+        st.remaining_ns = static_cast<double>(work);
+        st.last_update_ns = now;
+        end = now + roundToInt64(st.remaining_ns * m_slowdown);
     }
-    m_queue.push(end, id, ++m_generation[id]);
+    schedule(s, end);
 }
 
-void Simulator::finishTask(int32_t id, int64_t now) {
-    const core::Task& t = m_program->tasks[id];
-    const int s = streamIndex(t.stream);
-    m_state[id] = kDone;
+void Simulator::finishTask(int stream, int64_t now) {
+    StreamState& st = m_streams[stream];
+    const int32_t id = st.running;
+    m_finished[id] = 1;
     ++m_done;
-    m_running[s] = kNoTask;
+    st.running = kNoTask;
     TaskTime& tt = m_out->tasks[id];
     tt.end_ns = now;
-    m_out->stream_busy_ns[s] += now - tt.start_ns;
-    if (core::isCollective(t.kind) && m_work_ns[id] > 0) {
-        if (--m_active_collectives == 0) setContention(false, now);
-    }
-    for (int32_t k = m_dependents_offset[id]; k < m_dependents_offset[id + 1]; ++k) --m_pending[m_dependents[k]];
+    m_out->stream_busy_ns[stream] += now - tt.start_ns;
+    if ((m_traits[id] & kContends) && --m_active_collectives == 0) setContention(false, now);
     if (m_host_waits_for == id) {
         m_host_waits_for = kNoTask;
-        if (m_next_issue < m_program->size()) m_queue.push(now + m_issue_cost_ns[m_next_issue], kNoTask);
+        if (m_next_issue < m_program->size()) {
+            schedule(kHostSlot, m_host_resumes_now ? now : now + m_issue_cost_ns[m_next_issue]);
+        }
+        m_host_resumes_now = false;
     }
-    for (int stream = 0; stream < core::kStreamCount; ++stream) tryStart(stream, now);
+    // Only this stream and those blocked on this task can start now; trying them in stream order
+    // starts them in the order trying every stream would.
+    for (int k = 0; k < m_used_stream_count; ++k) {
+        const int s = m_used_streams[k];
+        if (s == stream || m_streams[s].waits_for == id) tryStart(s, now);
+    }
 }
 
 void Simulator::setContention(bool on, int64_t now) {
     const double slowdown = on ? m_profile.overlap_compute_slowdown : 1.0;
     if (slowdown == m_slowdown) return;
-    for (int stream = 0; stream < core::kStreamCount; ++stream) {
-        const int32_t id = m_running[stream];
-        if (id == kNoTask || !CostModel::slowedByOverlap(m_program->tasks[id])) continue;
-        const double done = static_cast<double>(now - m_last_update_ns[id]) / m_slowdown;
-        m_remaining_ns[id] = std::max(0.0, m_remaining_ns[id] - done);
-        m_last_update_ns[id] = now;
-        m_queue.push(now + std::llround(m_remaining_ns[id] * slowdown), id, ++m_generation[id]);
+    for (int k = 0; k < m_used_stream_count; ++k) {
+        const int s = m_used_streams[k];
+        StreamState& st = m_streams[s];
+        if (st.running == kNoTask || !(m_traits[st.running] & kSlowed)) continue;
+        const double done = static_cast<double>(now - st.last_update_ns) / m_slowdown;
+        st.remaining_ns = std::max(0.0, st.remaining_ns - done);
+        st.last_update_ns = now;
+        schedule(s, now + roundToInt64(st.remaining_ns * slowdown));
     }
     m_slowdown = slowdown;
 }

@@ -2,10 +2,18 @@
 // Discrete-event simulation of a Program (DESIGN.md section 4). Each stream runs its tasks one at
 // a time in Program order; a task starts when its stream is free, its dependencies have ended and
 // the host has issued it. The host issues tasks in Program order, paying a launch cost per task
-// and a hook cost at each unit's first task of a pass, and waits only where Task::host_blocks is
-// set (and for CPU work on Stream::Host, which runs on the host thread). While any collective
+// and a hook cost at each unit's first task of a pass, and waits only where the Program says so:
+// after issuing a Task::host_blocks task (and CPU work on Stream::Host, which runs on the host
+// thread) until it ends, and before issuing a task with Task::host_wait until that task ends
+// (FSDP1's rate limiter). While any collective
 // runs, compute kernels run overlap_compute_slowdown times slower: their remaining work is
 // rescaled exactly whenever that state changes.
+//
+// Events fire in (time, scheduling order): equal times break ties by the order they were
+// scheduled, and an assertion checks that time never goes backwards. Each stream runs one
+// task at a time, so at most kStreamCount task ends and one host issue are ever pending: they live
+// in fixed slots (rescheduling a task's end overwrites its slot) and the next event is the
+// earliest slot.
 //
 // A Simulator keeps its scratch vectors between runs: reuse one per thread to time many plans.
 #include <array>
@@ -14,7 +22,6 @@
 
 #include "core/program.hpp"
 #include "simulator/cost_model.hpp"
-#include "simulator/event_queue.hpp"
 #include "simulator/hardware_profile.hpp"
 #include "simulator/timeline.hpp"
 
@@ -36,38 +43,64 @@ public:
     const std::vector<int64_t>& issueCostNs() const { return m_issue_cost_ns; }
 
 private:
-    void prepare(const core::Program& program);
+    // Slot kStreamCount holds the host's next issue; slots below it, each stream's running task.
+    static constexpr int kHostSlot = core::kStreamCount;
+    static constexpr int kSlotCount = core::kStreamCount + 1;
+
+    struct StreamState {
+        std::vector<int32_t> tasks;      // ids in Program order
+        size_t next = 0;                 // index in `tasks` of the next task to start
+        uint32_t head_deps_done = 0;     // leading deps of tasks[next] already seen finished
+        int32_t waits_for = -1;          // the unfinished dependency tasks[next] was last blocked on
+        int32_t running = -1;
+        double remaining_ns = 0;         // slowed task: uncontended work left at last_update_ns
+        int64_t last_update_ns = 0;
+    };
+
+    // The inputs of CostModel::durationNs besides the kind (and the run's compute dtype).
+    struct LastDuration {
+        bool valid = false;
+        core::Stream stream = core::Stream::Compute;
+        int64_t flops = 0, hbm_bytes = 0, comm_bytes = 0;
+        int32_t group_size = 0, group_nodes = 0;
+        int64_t ns = 0;
+    };
+
+    int64_t durationNs(const core::Task& task, core::DType compute);
+    void prepare(const core::Program& program, Timeline& out);
+    void schedule(int slot, int64_t time_ns);
     void issueNext(int64_t now);
     void tryStart(int stream, int64_t now);
     void startTask(int32_t id, int64_t now);
-    void finishTask(int32_t id, int64_t now);
+    void finishTask(int stream, int64_t now);
     void setContention(bool on, int64_t now);
 
     HardwareProfile m_profile;
     CostModel m_cost;
-    EventQueue m_queue;
     const core::Program* m_program = nullptr;
     Timeline* m_out = nullptr;
 
-    // Per task.
+    // Per task, sized once per run.
     std::vector<int64_t> m_work_ns;       // uncontended duration
     std::vector<int64_t> m_issue_cost_ns;
-    std::vector<int32_t> m_pending;       // dependencies not yet ended
-    std::vector<int32_t> m_dependents_offset, m_dependents;  // reverse edges (CSR)
-    std::vector<uint8_t> m_state;         // TaskState
-    std::vector<uint32_t> m_generation;
-    std::vector<double> m_remaining_ns;   // uncontended work left at m_last_update_ns
-    std::vector<int64_t> m_last_update_ns;
+    std::vector<uint8_t> m_traits;        // TaskTrait bits
+    std::vector<uint8_t> m_finished;      // 1 once the task has ended
     std::vector<int32_t> m_unit_pass;     // scratch: last pass each unit was hooked in
-    std::vector<int32_t> m_cursor;        // scratch: fill position per task in m_dependents
+    std::array<LastDuration, core::kTaskKindCount> m_last_duration{};
 
-    // Per stream.
-    std::array<std::vector<int32_t>, core::kStreamCount> m_stream_tasks;
-    std::array<size_t, core::kStreamCount> m_stream_pos{};
-    std::array<int32_t, core::kStreamCount> m_running{};
+    std::array<StreamState, core::kStreamCount> m_streams;
+    std::array<int8_t, core::kStreamCount> m_used_streams{};  // streams with tasks, ascending
+    int m_used_stream_count = 0;
+
+    // Pending events: time and scheduling sequence number per slot; kNever when empty.
+    std::array<int64_t, kSlotCount> m_slot_ns{};
+    std::array<uint64_t, kSlotCount> m_slot_seq{};
+    uint64_t m_next_seq = 0;
+    int64_t m_now_ns = 0;
 
     int32_t m_next_issue = 0;
     int32_t m_host_waits_for = -1;
+    bool m_host_resumes_now = false;  // the host blocked before issuing (Task::host_wait)
     int m_active_collectives = 0;
     double m_slowdown = 1.0;  // current slowdown of compute tasks
     int32_t m_done = 0;

@@ -207,6 +207,14 @@ TEST(PlanIoTest, ValidationErrorsNameTheField) {
         {"training.micro_batch", [](sc::Plan& p) { p.training.micro_batch = 0; }},
         {"training.seq_len", [](sc::Plan& p) { p.training.seq_len = -1; }},
         {"training.grad_accum", [](sc::Plan& p) { p.training.grad_accum = 0; }},
+        {"training.seq_len", [](sc::Plan& p) { p.training.seq_len = 99'999'999'999; }},
+        {"training.micro_batch", [](sc::Plan& p) { p.training.micro_batch = 1'000'000; }},
+        {"training.micro_batch x training.seq_len",
+         [](sc::Plan& p) {
+             p.training.micro_batch = 1024;
+             p.training.seq_len = 1 << 20;
+         }},
+        {"training.grad_accum", [](sc::Plan& p) { p.training.grad_accum = 100'000; }},
         {"cluster.nodes", [](sc::Plan& p) { p.cluster.nodes = 0; }},
         {"cluster.gpus_per_node", [](sc::Plan& p) { p.cluster.gpus_per_node = 0; }},
         {"sharding.shard_size", [](sc::Plan& p) { p.sharding.shard_size = 4; }},  // FULL_SHARD over 8

@@ -8,6 +8,7 @@
 #include "core/model_io.hpp"
 #include "core/plan.hpp"
 #include "simulator/hardware_profile.hpp"
+#include "simulator/memory_curve.hpp"
 #include "simulator/simulator.hpp"
 #include "simulator/timeline.hpp"
 
@@ -177,4 +178,50 @@ TEST(LoweredTimelineTest, Fsdp1RateLimiterMakesTheHostWait) {
     plan.sharding.limit_all_gathers = false;
     auto unlimited = simulate(plan);
     for (const core::Task& t : unlimited.program.tasks) EXPECT_EQ(t.host_wait, -1);
+}
+
+// A task the rate limiter holds back is issued only after the free it waits for has happened.
+TEST(LoweredTimelineTest, RateLimitedAllGathersWaitForTheFree) {
+    auto plan = basePlan(1);
+    plan.sharding.fsdp_version = 1;
+    auto r = simulate(plan);
+    int checked = 0;
+    for (int32_t id = 0; id < r.program.size(); ++id) {
+        const core::Task& t = r.program.tasks[static_cast<size_t>(id)];
+        if (t.host_wait < 0) continue;
+        ++checked;
+        EXPECT_GE(r.timeline.tasks[static_cast<size_t>(id)].start_ns,
+                  r.timeline.tasks[static_cast<size_t>(t.host_wait)].end_ns);
+    }
+    EXPECT_GT(checked, 30);
+}
+
+// Placed at simulated times, every free still follows its allocation: no category of the timed
+// memory curve goes below zero, across accumulation, no_sync, strategies and offload.
+TEST(LoweredTimelineTest, TimedMemoryNeverGoesNegative) {
+    for (core::Strategy s : {core::Strategy::FullShard, core::Strategy::ShardGradOp, core::Strategy::HybridShard,
+                             core::Strategy::NoShard}) {
+        for (bool no_sync : {false, true}) {
+            for (int fsdp : {1, 2}) {
+                auto plan = basePlan(2);
+                plan.sharding.strategy = s;
+                plan.sharding.fsdp_version = fsdp;
+                plan.training.grad_accum = 3;
+                plan.training.micro_batch = 2;
+                plan.training.no_sync = no_sync;
+                auto r = simulate(plan);
+                sim::MemoryTimer timer;
+                sim::TimedMemory memory;
+                timer.compute(r.program, r.timeline, memory, /*record_curve=*/true);
+                ASSERT_FALSE(memory.curve.empty());
+                for (const sim::MemoryPoint& point : memory.curve) {
+                    for (int c = 0; c < core::kMemCategoryCount; ++c) {
+                        ASSERT_GE(point.bytes[c], 0) << core::categoryName(static_cast<core::MemCategory>(c)) << " at "
+                                                     << r.program.taskLabel(point.task) << " ("
+                                                     << core::strategyName(s) << ", fsdp" << fsdp << ")";
+                    }
+                }
+            }
+        }
+    }
 }

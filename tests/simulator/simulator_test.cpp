@@ -4,7 +4,6 @@
 
 #include "program_builder.hpp"
 #include "simulator/cost_model.hpp"
-#include "simulator/event_queue.hpp"
 #include "simulator/memory_curve.hpp"
 #include "simulator/summary.hpp"
 
@@ -33,20 +32,6 @@ Timeline simulate(const HardwareProfile& profile, const core::Program& program) 
     Timeline t;
     sim.run(program, t);
     return t;
-}
-
-TEST(EventQueueTest, FiresInTimeOrderAndBreaksTiesByPushOrder) {
-    EventQueue q;
-    q.push(5, 1);
-    q.push(5, 2);
-    q.push(3, 3);
-    q.push(5, 4);
-    EXPECT_EQ(q.pop().task, 3);
-    EXPECT_EQ(q.pop().task, 1);
-    EXPECT_EQ(q.pop().task, 2);
-    EXPECT_EQ(q.pop().task, 4);
-    EXPECT_EQ(q.nowNs(), 5);
-    EXPECT_TRUE(q.empty());
 }
 
 TEST(SimulatorTest, PureComputeTakesFlopsOverPeakTimesEfficiency) {
