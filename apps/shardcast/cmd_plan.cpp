@@ -81,7 +81,7 @@ int runPlan(const PlanCommandOptions& o) {
 void registerPlanCommand(CLI::App& app, int& exit_code) {
     auto opts = std::make_shared<PlanCommandOptions>();
     CLI::App* cmd = app.add_subcommand(
-        "plan", "Per-GPU memory and communication of one plan: will it fit, and what does each rank hold");
+        "plan", "Per-GPU memory, communication and step time of one plan: will it fit, what each rank holds, where the time goes");
     addPlanOptions(*cmd, opts->plan);
     cmd->add_flag("--json", opts->json, "Print one JSON object instead of the text report");
     cmd->add_option("--write-plan", opts->write_plan,
