@@ -49,7 +49,7 @@ void evaluatePlans(benchmark::State& state, const core::Plan& plan) {
     core::Lowerer lowerer;
     core::Program program;
     sim::Simulator simulator(profile);
-    sim::Timeline timeline;
+    core::Timeline timeline;
     sim::MemoryTimer timer;
     sim::TimedMemory memory;
     sim::StepSummary summary;

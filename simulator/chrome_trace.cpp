@@ -12,7 +12,7 @@ double toUs(int64_t ns) { return static_cast<double>(ns) / 1e3; }
 
 }  // namespace
 
-nlohmann::json chromeTrace(const core::Program& program, const Timeline& timeline, const TimedMemory* memory) {
+nlohmann::json chromeTrace(const core::Program& program, const core::Timeline& timeline, const TimedMemory* memory) {
     nlohmann::json events = nlohmann::json::array();
     std::array<bool, core::kStreamCount> used{};
     for (const core::Task& t : program.tasks) used[static_cast<int>(t.stream)] = true;
@@ -25,7 +25,7 @@ nlohmann::json chromeTrace(const core::Program& program, const Timeline& timelin
     }
     for (int32_t id = 0; id < program.size(); ++id) {
         const core::Task& t = program.tasks[id];
-        const TaskTime& tt = timeline.tasks[id];
+        const core::TaskTime& tt = timeline.tasks[id];
         nlohmann::json args = {{"task", id}, {"micro_batch", t.micro_batch}};
         if (t.flops) args["flops"] = t.flops;
         if (t.hbm_bytes) args["hbm_bytes"] = t.hbm_bytes;
@@ -57,7 +57,7 @@ nlohmann::json chromeTrace(const core::Program& program, const Timeline& timelin
 }
 
 core::Status writeChromeTrace(const std::filesystem::path& path, const core::Program& program,
-                              const Timeline& timeline, const TimedMemory* memory) {
+                              const core::Timeline& timeline, const TimedMemory* memory) {
     std::ofstream out(path);
     if (!out) return core::makeError(path.string() + ": cannot open the trace file for writing");
     out << chromeTrace(program, timeline, memory).dump() << "\n";

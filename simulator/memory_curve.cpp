@@ -15,12 +15,12 @@ int64_t sum(const core::CategoryBytes& b) {
 
 }  // namespace
 
-void MemoryTimer::orderPoints(const core::Program& program, const Timeline& timeline) {
+void MemoryTimer::orderPoints(const core::Program& program, const core::Timeline& timeline) {
     const int32_t n = program.size();
     for (auto& points : m_stream_points) points.clear();
     for (int32_t id = 0; id < n; ++id) {
         const core::Task& t = program.tasks[id];
-        const TaskTime& tt = timeline.tasks[id];
+        const core::TaskTime& tt = timeline.tasks[id];
         std::vector<Point>& points = m_stream_points[static_cast<int>(t.stream)];
         if (tt.end_ns == tt.start_ns) {
             if (t.mem_start.count + t.mem_peak.count + t.mem_end.count > 0) points.push_back({tt.start_ns, id, 1});
@@ -59,7 +59,7 @@ void MemoryTimer::orderPoints(const core::Program& program, const Timeline& time
     }
 }
 
-void MemoryTimer::compute(const core::Program& program, const Timeline& timeline, TimedMemory& out,
+void MemoryTimer::compute(const core::Program& program, const core::Timeline& timeline, TimedMemory& out,
                           bool record_curve) {
     assert(static_cast<int32_t>(timeline.tasks.size()) == program.size());
     orderPoints(program, timeline);

@@ -8,7 +8,7 @@
 
 #include "core/program.hpp"
 #include "core/units.hpp"
-#include "simulator/timeline.hpp"
+#include "core/timeline.hpp"
 
 namespace shardcast::sim {
 
@@ -32,7 +32,7 @@ class MemoryTimer {
 public:
     // At equal times: ends before starts before midpoints, then by task id; a task of zero
     // duration applies start, peak and end in that order.
-    void compute(const core::Program& program, const Timeline& timeline, TimedMemory& out,
+    void compute(const core::Program& program, const core::Timeline& timeline, TimedMemory& out,
                  bool record_curve = false);
 
 private:
@@ -41,7 +41,7 @@ private:
         int32_t task;
         uint8_t phase;  // 0 end, 1 start (or all three for a zero-duration task), 2 midpoint
     };
-    void orderPoints(const core::Program& program, const Timeline& timeline);
+    void orderPoints(const core::Program& program, const core::Timeline& timeline);
 
     // A stream runs its tasks one after another, so its points, taken in Program order, are
     // usually already in time order: they are merged across streams instead of sorted.

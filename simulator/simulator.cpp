@@ -36,7 +36,7 @@ int64_t Simulator::durationNs(const core::Task& t, core::DType compute) {
     return last.ns;
 }
 
-void Simulator::prepare(const core::Program& program, Timeline& out) {
+void Simulator::prepare(const core::Program& program, core::Timeline& out) {
     const int32_t n = program.size();
     m_work_ns.resize(n);
     m_issue_cost_ns.resize(n);
@@ -98,7 +98,7 @@ void Simulator::prepare(const core::Program& program, Timeline& out) {
     }
 }
 
-void Simulator::run(const core::Program& program, Timeline& out) {
+void Simulator::run(const core::Program& program, core::Timeline& out) {
     m_program = &program;
     m_out = &out;
     const int32_t n = program.size();
@@ -217,7 +217,7 @@ void Simulator::finishTask(int stream, int64_t now) {
     m_finished[id] = 1;
     ++m_done;
     st.running = kNoTask;
-    TaskTime& tt = m_out->tasks[id];
+    core::TaskTime& tt = m_out->tasks[id];
     tt.end_ns = now;
     m_out->stream_busy_ns[stream] += now - tt.start_ns;
     if ((m_traits[id] & kContends) && --m_active_collectives == 0) setContention(false, now);

@@ -23,7 +23,7 @@
 #include "core/program.hpp"
 #include "simulator/cost_model.hpp"
 #include "simulator/hardware_profile.hpp"
-#include "simulator/timeline.hpp"
+#include "core/timeline.hpp"
 
 namespace shardcast::sim {
 
@@ -37,7 +37,7 @@ public:
     void setProfile(const HardwareProfile& profile) { m_profile = profile; }
     const CostModel& costModel() const { return m_cost; }
 
-    void run(const core::Program& program, Timeline& out);
+    void run(const core::Program& program, core::Timeline& out);
 
     // Host time spent issuing each task (launch plus hooks), as charged by the last run.
     const std::vector<int64_t>& issueCostNs() const { return m_issue_cost_ns; }
@@ -67,7 +67,7 @@ private:
     };
 
     int64_t durationNs(const core::Task& task, core::DType compute);
-    void prepare(const core::Program& program, Timeline& out);
+    void prepare(const core::Program& program, core::Timeline& out);
     void schedule(int slot, int64_t time_ns);
     void issueNext(int64_t now);
     void tryStart(int stream, int64_t now);
@@ -78,7 +78,7 @@ private:
     HardwareProfile m_profile;
     CostModel m_cost;
     const core::Program* m_program = nullptr;
-    Timeline* m_out = nullptr;
+    core::Timeline* m_out = nullptr;
 
     // Per task, sized once per run.
     std::vector<int64_t> m_work_ns;       // uncontended duration

@@ -8,7 +8,7 @@ namespace shardcast::sim {
 
 using core::TaskKind;
 
-void summarizeStep(const core::Program& program, const Timeline& timeline, const TimedMemory& memory,
+void summarizeStep(const core::Program& program, const core::Timeline& timeline, const TimedMemory& memory,
                    const HardwareProfile& profile, StepSummary& out, bool per_unit) {
     constexpr double kNsPerS = 1e9;
     const int64_t step_ns = timeline.step_ns;
@@ -56,7 +56,7 @@ void summarizeStep(const core::Program& program, const Timeline& timeline, const
     out.at_peak = memory.at_peak;
 }
 
-StepSummary summarize(const core::Program& program, const Timeline& timeline, const TimedMemory& memory,
+StepSummary summarize(const core::Program& program, const core::Timeline& timeline, const TimedMemory& memory,
                       const HardwareProfile& profile) {
     StepSummary s;
     summarizeStep(program, timeline, memory, profile, s, true);

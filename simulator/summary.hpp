@@ -11,7 +11,7 @@
 #include "core/units.hpp"
 #include "simulator/hardware_profile.hpp"
 #include "simulator/memory_curve.hpp"
-#include "simulator/timeline.hpp"
+#include "core/timeline.hpp"
 
 namespace shardcast::sim {
 
@@ -40,10 +40,10 @@ struct StepSummary {
     std::vector<UnitTime> units;    // per Program::units; step-level tasks are not attributed
 };
 
-StepSummary summarize(const core::Program& program, const Timeline& timeline, const TimedMemory& memory,
+StepSummary summarize(const core::Program& program, const core::Timeline& timeline, const TimedMemory& memory,
                       const HardwareProfile& profile);
 // Fills the scalar fields only (no per-unit vector): cheap enough for sweeps.
-void summarizeStep(const core::Program& program, const Timeline& timeline, const TimedMemory& memory,
+void summarizeStep(const core::Program& program, const core::Timeline& timeline, const TimedMemory& memory,
                    const HardwareProfile& profile, StepSummary& out, bool per_unit = true);
 
 nlohmann::json summaryToJson(const core::Program& program, const StepSummary& s);

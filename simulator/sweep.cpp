@@ -81,7 +81,7 @@ std::vector<SweepResult> runSweep(const core::Plan& base, const std::vector<Swee
     auto worker = [&] {
         core::Program program;
         Simulator simulator(profile);
-        Timeline timeline;
+        core::Timeline timeline;
         MemoryTimer timer;
         TimedMemory memory;
         StepSummary summary;

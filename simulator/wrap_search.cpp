@@ -83,7 +83,7 @@ struct Evaluator {
     core::Lowerer lowerer;
     core::Program program;
     Simulator simulator;
-    Timeline timeline;
+    core::Timeline timeline;
     MemoryTimer timer;
     TimedMemory memory;
     StepSummary summary;
@@ -510,7 +510,7 @@ core::Result<WrapCostModel> WrapCostModel::fromPlan(const core::Plan& plan, cons
     // Calibrate the terms outside the pairs (root collectives, optimizer, host start-up) on the
     // per-block simulation: the model then reproduces it exactly.
     Simulator simulator(profile);
-    Timeline timeline;
+    core::Timeline timeline;
     simulator.run(p, timeline);
     model_out.setConstantNs(static_cast<double>(timeline.step_ns) - model_out.stepNs(perBlock(L)));
     return model_out;

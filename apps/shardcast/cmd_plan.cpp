@@ -47,7 +47,7 @@ int runPlan(const PlanCommandOptions& o) {
         profile = std::move(*loaded);
     }
     sim::Simulator simulator(profile);
-    sim::Timeline timeline;
+    core::Timeline timeline;
     simulator.run(program, timeline);
     sim::MemoryTimer timer;
     sim::TimedMemory timed;

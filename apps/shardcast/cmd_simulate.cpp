@@ -69,7 +69,7 @@ int runSimulate(const SimulateOptions& o) {
         if (auto saved = sim::saveProfile(o.save_profile, profile); !saved) return reportInputError(saved.error().message);
     }
     sim::Simulator simulator(profile);
-    sim::Timeline timeline;
+    core::Timeline timeline;
     simulator.run(program, timeline);
     sim::MemoryTimer timer;
     sim::TimedMemory memory;

@@ -10,7 +10,7 @@
 #include "simulator/hardware_profile.hpp"
 #include "simulator/memory_curve.hpp"
 #include "simulator/simulator.hpp"
-#include "simulator/timeline.hpp"
+#include "core/timeline.hpp"
 
 using namespace shardcast;
 using core::Stream;
@@ -40,7 +40,7 @@ core::Plan basePlan(int nodes) {
 
 struct Run {
     core::Program program;
-    sim::Timeline timeline;
+    core::Timeline timeline;
 };
 
 Run simulate(const core::Plan& plan) {
@@ -109,7 +109,7 @@ TEST(LoweredTimelineTest, HybridAllReduceRunsOnTheNetwork) {
     int all_reduces = 0;
     for (int32_t id = 0; id < r.program.size(); ++id) {
         const core::Task& t = r.program.tasks[static_cast<size_t>(id)];
-        const sim::TaskTime& tt = r.timeline.tasks[static_cast<size_t>(id)];
+        const core::TaskTime& tt = r.timeline.tasks[static_cast<size_t>(id)];
         if (t.kind != TaskKind::AllReduce) continue;
         ++all_reduces;
         EXPECT_EQ(tt.stream, Stream::AllReduce);
@@ -147,7 +147,7 @@ TEST(LoweredTimelineTest, OffloadCopiesBeforeGathering) {
                       r.timeline.tasks[static_cast<size_t>(last_h2d)].end_ns);
         }
     }
-    const sim::TaskTime& opt = r.timeline.tasks.back();
+    const core::TaskTime& opt = r.timeline.tasks.back();
     EXPECT_EQ(opt.stream, Stream::Host);
     EXPECT_EQ(opt.end_ns, r.timeline.step_ns);
     EXPECT_GT(r.timeline.busyNs(Stream::HostToDevice), 0);

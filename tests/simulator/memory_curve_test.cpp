@@ -47,7 +47,7 @@ HardwareProfile noLatency() {
 TEST(MemoryCurveTest, PeakDependsOnWhatOverlapsInTime) {
     Simulator sim(noLatency());
     MemoryTimer timer;
-    Timeline t;
+    core::Timeline t;
     TimedMemory m;
 
     ProgramBuilder concurrent = twoStreams(false);
@@ -72,7 +72,7 @@ TEST(MemoryCurveTest, TransientPeakAppliesAtTheMidpointOnly) {
     b.memPeak(f, {{3 * kGiB, MemCategory::Temp}});
     b.memEnd(f, {{2 * kGiB, MemCategory::ShardedGrad}});
     Simulator sim(roundProfile());
-    Timeline t;
+    core::Timeline t;
     sim.run(b.program(), t);
     MemoryTimer timer;
     TimedMemory m;
@@ -93,7 +93,7 @@ TEST(MemoryCurveTest, ZeroDurationTaskAppliesStartBeforeEnd) {
     b.memStart(c, {{4 * kGiB, MemCategory::Temp}});
     b.memEnd(c, {{-4 * kGiB, MemCategory::Temp}});
     Simulator sim(roundProfile());
-    Timeline t;
+    core::Timeline t;
     sim.run(b.program(), t);
     MemoryTimer timer;
     TimedMemory m;
@@ -105,7 +105,7 @@ TEST(ChromeTraceTest, ParsesWithOneNamedTrackPerStreamUsed) {
     ProgramBuilder b = twoStreams(false);
     b.program().units[1].name = "model.layers.3";
     Simulator sim(noLatency());
-    Timeline t;
+    core::Timeline t;
     sim.run(b.program(), t);
     MemoryTimer timer;
     TimedMemory m;

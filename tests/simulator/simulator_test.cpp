@@ -27,9 +27,9 @@ HardwareProfile noLatency() {
     return p;
 }
 
-Timeline simulate(const HardwareProfile& profile, const core::Program& program) {
+core::Timeline simulate(const HardwareProfile& profile, const core::Program& program) {
     Simulator sim(profile);
-    Timeline t;
+    core::Timeline t;
     sim.run(program, t);
     return t;
 }
@@ -37,7 +37,7 @@ Timeline simulate(const HardwareProfile& profile, const core::Program& program) 
 TEST(SimulatorTest, PureComputeTakesFlopsOverPeakTimesEfficiency) {
     ProgramBuilder b;
     b.compute(TaskKind::Forward, 1, kTwoMsFlops);
-    const Timeline t = simulate(roundProfile(), b.program());
+    const core::Timeline t = simulate(roundProfile(), b.program());
     // 1e12 FLOPs / (1e15 FLOP/s * 0.5) = 2 ms exactly.
     EXPECT_EQ(t.tasks[0].start_ns, 0);
     EXPECT_EQ(t.tasks[0].end_ns, 2 * kMs);
@@ -112,7 +112,7 @@ TEST(SimulatorTest, CommunicationShorterThanComputeIsHidden) {
     const int32_t ag = b.collective(TaskKind::AllGather, 2, kOneMsAllGatherBytes, 2, 1);  // 1 ms
     b.compute(TaskKind::Forward, 1, kTwoMsFlops);                                          // 2 ms
     b.compute(TaskKind::Forward, 2, kTwoMsFlops, {ag});
-    const Timeline t = simulate(noLatency(), b.program());
+    const core::Timeline t = simulate(noLatency(), b.program());
     EXPECT_EQ(t.step_ns, 4 * kMs);
     StepSummary s;
     summarizeStep(b.program(), t, TimedMemory{}, noLatency(), s);
@@ -125,7 +125,7 @@ TEST(SimulatorTest, CommunicationLongerThanComputeIsExposedByTheDifference) {
     const int32_t ag = b.collective(TaskKind::AllGather, 2, 3 * kOneMsAllGatherBytes, 2, 1);  // 3 ms
     b.compute(TaskKind::Forward, 1, kTwoMsFlops);                                              // 2 ms
     b.compute(TaskKind::Forward, 2, kTwoMsFlops, {ag});
-    const Timeline t = simulate(noLatency(), b.program());
+    const core::Timeline t = simulate(noLatency(), b.program());
     EXPECT_EQ(t.tasks[2].start_ns, 3 * kMs);
     EXPECT_EQ(t.step_ns, 5 * kMs);
     StepSummary s;
@@ -154,7 +154,7 @@ TEST(SimulatorTest, OverlapSlowsComputeByContentionFactorExactly) {
     ProgramBuilder b;
     b.collective(TaskKind::AllGather, 2, kOneMsAllGatherBytes, 2, 1);  // 0 - 1 ms
     b.compute(TaskKind::Forward, 1, kTwoMsFlops);                      // 2 ms of work
-    const Timeline t = simulate(p, b.program());
+    const core::Timeline t = simulate(p, b.program());
     // During the first 1 ms the forward does 1 / 1.25 = 0.8 ms of work; the remaining 1.2 ms runs
     // at full speed: it ends at 2.2 ms.
     EXPECT_EQ(t.tasks[0].end_ns, 1 * kMs);
@@ -167,7 +167,7 @@ TEST(SimulatorTest, ComputeStartingDuringACollectiveIsSlowedFromItsStart) {
     ProgramBuilder b;
     b.collective(TaskKind::AllGather, 2, 4 * kOneMsAllGatherBytes, 2, 1);  // 0 - 4 ms
     b.compute(TaskKind::Forward, 1, kTwoMsFlops);                          // 2 ms * 1.5 = 3 ms
-    const Timeline t = simulate(p, b.program());
+    const core::Timeline t = simulate(p, b.program());
     EXPECT_EQ(t.tasks[1].end_ns, 3 * kMs);
 }
 
@@ -177,7 +177,7 @@ TEST(SimulatorTest, HostLaunchOverheadDelaysIssue) {
     ProgramBuilder b;
     b.compute(TaskKind::Forward, 1, kTwoMsFlops);
     b.compute(TaskKind::Forward, 2, kTwoMsFlops);
-    const Timeline t = simulate(p, b.program());
+    const core::Timeline t = simulate(p, b.program());
     // Issued at 1 ms and 2 ms; the host runs ahead, so the second waits only for the stream.
     EXPECT_EQ(t.tasks[0].start_ns, 1 * kMs);
     EXPECT_EQ(t.tasks[1].start_ns, 3 * kMs);
@@ -191,7 +191,7 @@ TEST(SimulatorTest, HostBlocksThrottlesTheHost) {
     const int32_t first = b.compute(TaskKind::Forward, 1, kTwoMsFlops);
     b.task(first).host_blocks = true;
     b.compute(TaskKind::Forward, 2, kTwoMsFlops);
-    const Timeline t = simulate(p, b.program());
+    const core::Timeline t = simulate(p, b.program());
     // The host waits for the first task (1 - 3 ms), then spends 1 ms issuing the second.
     EXPECT_EQ(t.tasks[1].start_ns, 4 * kMs);
     EXPECT_EQ(t.step_ns, 6 * kMs);
@@ -209,7 +209,7 @@ TEST(SimulatorTest, UnitHooksChargedOncePerUnitAndPass) {
     b.compute(TaskKind::Backward, 0, 0);                // unit 0 backward: hooks
     b.add(TaskKind::OptimizerStep, Stream::Compute, -1); // step-level: no hooks
     Simulator sim(p);
-    Timeline t;
+    core::Timeline t;
     sim.run(b.program(), t);
     const std::vector<int64_t> expected = {1010, 10, 10, 1010, 1010, 10};
     EXPECT_EQ(sim.issueCostNs(), expected);
@@ -222,7 +222,7 @@ TEST(SimulatorTest, CpuOptimizerRunsOnTheHostAtItsRate) {
     b.task(opt).hbm_bytes = 16'000'000'000;  // 16 GB at 16 GB/s: 1 s
     const int32_t h2d = b.add(TaskKind::HostToDevice, Stream::HostToDevice, 1);
     b.task(h2d).comm_bytes = 2'000'000'000;  // 2 GB at 20 GB/s: 100 ms
-    const Timeline t = simulate(roundProfile(), b.program());
+    const core::Timeline t = simulate(roundProfile(), b.program());
     EXPECT_EQ(t.tasks[0].end_ns, 1'000 * kMs);
     // The host thread ran the optimizer, so the copy is issued after it.
     EXPECT_EQ(t.tasks[1].start_ns, 1'000 * kMs);
@@ -239,11 +239,11 @@ TEST(SimulatorTest, EqualTimesAreDeterministicAndReusable) {
         b.collective(TaskKind::ReduceScatter, u, kOneMsAllGatherBytes, 2, 1, {f});
     }
     Simulator sim(p);
-    Timeline first, second;
+    core::Timeline first, second;
     sim.run(b.program(), first);
     ProgramBuilder other;
     other.compute(TaskKind::Forward, 1, kTwoMsFlops);
-    Timeline scratch;
+    core::Timeline scratch;
     sim.run(other.program(), scratch);
     sim.run(b.program(), second);
     ASSERT_EQ(first.tasks.size(), second.tasks.size());
@@ -259,7 +259,7 @@ TEST(SimulatorTest, TasksOnOneStreamRunInProgramOrder) {
     ProgramBuilder b;
     b.compute(TaskKind::Forward, 1, kTwoMsFlops);
     b.compute(TaskKind::Forward, 2, kTwoMsFlops);
-    const Timeline t = simulate(roundProfile(), b.program());
+    const core::Timeline t = simulate(roundProfile(), b.program());
     EXPECT_EQ(t.tasks[1].start_ns, t.tasks[0].end_ns);
 }
 
@@ -271,7 +271,7 @@ TEST(SummaryTest, MfuAndThroughputFollowTheirDefinitions) {
     b.program().model_flops_per_step = 500'000'000'000;
     b.program().hardware_flops_per_step = kTwoMsFlops;
     const HardwareProfile p = roundProfile();
-    const Timeline t = simulate(p, b.program());
+    const core::Timeline t = simulate(p, b.program());
     const StepSummary s = summarize(b.program(), t, TimedMemory{}, p);
     EXPECT_DOUBLE_EQ(s.step_s, 2e-3);
     EXPECT_DOUBLE_EQ(s.mfu, 0.25);  // 5e11 / (2e-3 s * 1e15)

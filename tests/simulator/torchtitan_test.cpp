@@ -46,7 +46,7 @@ TEST(TorchtitanCheckTest, Llama3_8BOn64A100WithinFifteenPercent) {
 
     const HardwareProfile profile = HardwareProfile::fromCluster(plan.cluster);
     Simulator sim(profile);
-    Timeline timeline;
+    core::Timeline timeline;
     sim.run(program, timeline);
     MemoryTimer timer;
     TimedMemory memory;

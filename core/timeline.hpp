@@ -7,21 +7,21 @@
 
 #include "core/program.hpp"
 
-namespace shardcast::sim {
+namespace shardcast::core {
 
 struct TaskTime {
     int64_t start_ns = 0;
     int64_t end_ns = 0;
-    core::Stream stream = core::Stream::Compute;
+    Stream stream = Stream::Compute;
     int64_t durationNs() const { return end_ns - start_ns; }
 };
 
 struct Timeline {
     std::vector<TaskTime> tasks;  // indexed by task id
-    std::array<int64_t, core::kStreamCount> stream_busy_ns{};  // sum of task durations per stream
+    std::array<int64_t, kStreamCount> stream_busy_ns{};  // sum of task durations per stream
     int64_t step_ns = 0;  // from 0 (the step's start) to the last task's end
 
-    int64_t busyNs(core::Stream s) const { return stream_busy_ns[static_cast<int>(s)]; }
+    int64_t busyNs(Stream s) const { return stream_busy_ns[static_cast<int>(s)]; }
     void clear() {
         tasks.clear();
         stream_busy_ns.fill(0);
@@ -29,4 +29,4 @@ struct Timeline {
     }
 };
 
-}  // namespace shardcast::sim
+}  // namespace shardcast::core
