@@ -641,15 +641,15 @@ private:
         m_p.deps.push_back(id);
         ++cur().deps.count;
     }
-    void push(Span& span, MemCategory c, int64_t bytes) {
-        m_p.mem.push_back(MemEvent{bytes, c});
+    void push(Span& span, MemCategory c, int64_t bytes, int32_t timed_after = -1) {
+        m_p.mem.push_back(MemEvent{bytes, c, timed_after});
         if (span.count == 0) span.offset = static_cast<uint32_t>(m_p.mem.size() - 1);
         ++span.count;
     }
-    void start(MemCategory c, int64_t bytes) {
+    void start(MemCategory c, int64_t bytes, int32_t timed_after = -1) {
         if (bytes == 0) return;
         assert(m_phase == Phase::Start);
-        push(cur().mem_start, c, bytes);
+        push(cur().mem_start, c, bytes, timed_after);
     }
     void peak(MemCategory c, int64_t bytes) {
         if (bytes == 0) return;
@@ -657,10 +657,10 @@ private:
         m_phase = Phase::Peak;
         push(cur().mem_peak, c, bytes);
     }
-    void end(MemCategory c, int64_t bytes) {
+    void end(MemCategory c, int64_t bytes, int32_t timed_after = -1) {
         if (bytes == 0) return;
         m_phase = Phase::End;
-        push(cur().mem_end, c, bytes);
+        push(cur().mem_end, c, bytes, timed_after);
     }
     void host(MemCategory c, int64_t bytes) {
         if (bytes != 0) m_s.host_pending.push_back(MemEvent{bytes, c});
@@ -729,7 +729,7 @@ private:
             dep(st.ag_task);
             cur().hbm_bytes = 2 * us.unsharded_bytes;
             if (!backward && m_saved_flat >= 0) {
-                start(MemCategory::AllGather, -flatBytes(m_saved_flat));
+                start(MemCategory::AllGather, -flatBytes(m_saved_flat), m_s.st[m_saved_flat].copyout_task);
                 m_ag_wait = m_s.st[m_saved_flat].copyout_task;
                 m_saved_flat = -1;
             }
@@ -797,7 +797,7 @@ private:
         if (u == 0) {
             // The root frees the last deferred all-gather output; it is not resharded.
             if (m_saved_flat >= 0) {
-                end(MemCategory::AllGather, -flatBytes(m_saved_flat));
+                end(MemCategory::AllGather, -flatBytes(m_saved_flat), m_s.st[m_saved_flat].copyout_task);
                 m_ag_wait = m_s.st[m_saved_flat].copyout_task;
                 m_saved_flat = -1;
             }

@@ -47,10 +47,15 @@ inline bool isCollective(TaskKind k) {
     return k == TaskKind::AllGather || k == TaskKind::ReduceScatter || k == TaskKind::AllReduce;
 }
 
-// +bytes allocates, -bytes frees, in one category.
+// +bytes allocates, -bytes frees, in one category. A free the host performs after the buffer's
+// last GPU use has been enqueued (FSDP2 drops the previous all-gather output when the next unit
+// waits for its unshard) names that last user in `timed_after`: in issue order the free happens
+// with its own task, on the simulated timeline when that user ends, since the caching allocator
+// then hands the block to the next allocation on the stream.
 struct MemEvent {
     int64_t bytes = 0;
     MemCategory category = MemCategory::Temp;
+    int32_t timed_after = -1;
 };
 
 struct Span {

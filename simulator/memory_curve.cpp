@@ -18,25 +18,38 @@ int64_t sum(const core::CategoryBytes& b) {
 void MemoryTimer::orderPoints(const core::Program& program, const core::Timeline& timeline) {
     const int32_t n = program.size();
     for (auto& points : m_stream_points) points.clear();
+    m_deferred.clear();
+    auto deferFrees = [&](core::Span span, int32_t id) {
+        const core::MemEvent* e = program.memBegin(span);
+        for (uint32_t k = 0; k < span.count; ++k) {
+            if (e[k].timed_after < 0) continue;
+            const int64_t at = timeline.tasks[static_cast<size_t>(e[k].timed_after)].end_ns;
+            m_deferred.push_back({at, id, kDeferred, static_cast<int32_t>(span.offset + k)});
+        }
+    };
     for (int32_t id = 0; id < n; ++id) {
         const core::Task& t = program.tasks[id];
         const core::TaskTime& tt = timeline.tasks[id];
         std::vector<Point>& points = m_stream_points[static_cast<int>(t.stream)];
+        deferFrees(t.mem_start, id);
+        deferFrees(t.mem_end, id);
         if (tt.end_ns == tt.start_ns) {
-            if (t.mem_start.count + t.mem_peak.count + t.mem_end.count > 0) points.push_back({tt.start_ns, id, 1});
+            if (t.mem_start.count + t.mem_peak.count + t.mem_end.count > 0) points.push_back({tt.start_ns, id, kStart});
             continue;
         }
-        if (t.mem_start.count > 0) points.push_back({tt.start_ns, id, 1});
-        if (t.mem_peak.count > 0) points.push_back({tt.start_ns + (tt.end_ns - tt.start_ns) / 2, id, 2});
-        if (t.mem_end.count > 0) points.push_back({tt.end_ns, id, 0});
+        if (t.mem_start.count > 0) points.push_back({tt.start_ns, id, kStart});
+        if (t.mem_peak.count > 0) points.push_back({tt.start_ns + (tt.end_ns - tt.start_ns) / 2, id, kMid});
+        if (t.mem_end.count > 0) points.push_back({tt.end_ns, id, kEnd});
     }
 
-    // (time, phase, task) is a total order: no two points share a task and a phase.
+    // (time, phase, task, event) is a total order.
     auto before = [](const Point& a, const Point& b) {
         if (a.time_ns != b.time_ns) return a.time_ns < b.time_ns;
         if (a.phase != b.phase) return a.phase < b.phase;
-        return a.task < b.task;
+        if (a.task != b.task) return a.task < b.task;
+        return a.event < b.event;
     };
+    std::sort(m_deferred.begin(), m_deferred.end(), before);
     m_points.clear();
     bool in_order = true;
     for (const auto& points : m_stream_points) {
@@ -45,18 +58,20 @@ void MemoryTimer::orderPoints(const core::Program& program, const core::Timeline
     if (!in_order) {
         // A stream's tasks overlap (a measured timeline may): fall back to sorting everything.
         for (const auto& points : m_stream_points) m_points.insert(m_points.end(), points.begin(), points.end());
+        m_points.insert(m_points.end(), m_deferred.begin(), m_deferred.end());
         std::sort(m_points.begin(), m_points.end(), before);
         return;
     }
-    // Merge the streams' runs into the result one at a time, the compute stream (which holds most
-    // points) last so that its points are copied once.
-    for (int s = core::kStreamCount - 1; s >= 0; --s) {
-        const std::vector<Point>& run = m_stream_points[s];
-        if (run.empty()) continue;
+    // Merge the time-ordered runs into the result one at a time, the compute stream (which holds
+    // most points) last so that its points are copied once.
+    auto mergeRun = [&](const std::vector<Point>& run) {
+        if (run.empty()) return;
         m_merged.resize(m_points.size() + run.size());
         std::merge(m_points.begin(), m_points.end(), run.begin(), run.end(), m_merged.begin(), before);
         m_points.swap(m_merged);
-    }
+    };
+    mergeRun(m_deferred);
+    for (int s = core::kStreamCount - 1; s >= 0; --s) mergeRun(m_stream_points[s]);
 }
 
 void MemoryTimer::compute(const core::Program& program, const core::Timeline& timeline, TimedMemory& out,
@@ -74,47 +89,65 @@ void MemoryTimer::compute(const core::Program& program, const core::Timeline& ti
     out.curve.clear();
     if (record_curve) out.curve.push_back({0, -1, bytes});
 
-    auto apply = [&](core::Span span, int sign) {
-        const core::MemEvent* e = program.memBegin(span);
-        for (uint32_t k = 0; k < span.count; ++k) {
-            const int c = core::index(e[k].category);
-            const int64_t delta = sign * e[k].bytes;
-            bytes[c] += delta;
-            total += delta;
-            assert(bytes[c] >= 0 && "a free matches an earlier allocation");
-            if (bytes[c] > max_per_category[c]) max_per_category[c] = bytes[c];
-        }
-    };
-    auto observe = [&](int64_t time_ns, int32_t task) {
+    auto notePeak = [&](int64_t time_ns, int32_t task) {
         if (total > out.peak_bytes) {
             out.peak_bytes = total;
             out.peak_time_ns = time_ns;
             out.peak_task = task;
             out.at_peak = bytes;
         }
+    };
+    auto change = [&](const core::MemEvent& e, int64_t delta) {
+        const int c = core::index(e.category);
+        bytes[c] += delta;
+        total += delta;
+        assert(bytes[c] >= 0 && "a free matches an earlier allocation");
+        if (bytes[c] > max_per_category[c]) max_per_category[c] = bytes[c];
+    };
+    // A task's start or end events apply in their order, each allocation a possible peak (as in
+    // core::replayMemory); frees deferred to their buffer's last use are skipped here.
+    auto applyInOrder = [&](core::Span span, int64_t time_ns, int32_t task) {
+        const core::MemEvent* e = program.memBegin(span);
+        for (uint32_t k = 0; k < span.count; ++k) {
+            if (e[k].timed_after >= 0) continue;
+            change(e[k], e[k].bytes);
+            if (e[k].bytes > 0) notePeak(time_ns, task);
+        }
+        if (record_curve) out.curve.push_back({time_ns, task, bytes});
+    };
+    // A task's transient events hold at one instant: noted as a whole, then undone.
+    auto applyTransient = [&](core::Span span, int64_t time_ns, int32_t task) {
+        const core::MemEvent* e = program.memBegin(span);
+        for (uint32_t k = 0; k < span.count; ++k) change(e[k], e[k].bytes);
+        notePeak(time_ns, task);
+        if (record_curve) out.curve.push_back({time_ns, task, bytes});
+        for (uint32_t k = 0; k < span.count; ++k) change(e[k], -e[k].bytes);
         if (record_curve) out.curve.push_back({time_ns, task, bytes});
     };
 
     for (const Point& p : m_points) {
         const core::Task& t = program.tasks[p.task];
-        if (p.phase == 0) {
-            apply(t.mem_end, +1);
-            observe(p.time_ns, p.task);
-        } else if (p.phase == 1) {
-            apply(t.mem_start, +1);
-            observe(p.time_ns, p.task);
-            if (timeline.tasks[p.task].end_ns == timeline.tasks[p.task].start_ns) {
-                apply(t.mem_peak, +1);
-                observe(p.time_ns, p.task);
-                apply(t.mem_peak, -1);
-                apply(t.mem_end, +1);
-                observe(p.time_ns, p.task);
+        switch (p.phase) {
+            case kDeferred: {
+                const core::MemEvent& e = program.mem[static_cast<size_t>(p.event)];
+                change(e, e.bytes);
+                if (e.bytes > 0) notePeak(p.time_ns, p.task);
+                if (record_curve) out.curve.push_back({p.time_ns, p.task, bytes});
+                break;
             }
-        } else {
-            apply(t.mem_peak, +1);
-            observe(p.time_ns, p.task);
-            apply(t.mem_peak, -1);
-            if (record_curve) out.curve.push_back({p.time_ns, p.task, bytes});
+            case kEnd:
+                applyInOrder(t.mem_end, p.time_ns, p.task);
+                break;
+            case kStart:
+                applyInOrder(t.mem_start, p.time_ns, p.task);
+                if (timeline.tasks[p.task].end_ns == timeline.tasks[p.task].start_ns) {
+                    if (t.mem_peak.count > 0) applyTransient(t.mem_peak, p.time_ns, p.task);
+                    applyInOrder(t.mem_end, p.time_ns, p.task);
+                }
+                break;
+            case kMid:
+                applyTransient(t.mem_peak, p.time_ns, p.task);
+                break;
         }
     }
     out.max_per_category = max_per_category;

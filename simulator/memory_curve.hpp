@@ -36,10 +36,13 @@ public:
                  bool record_curve = false);
 
 private:
+    // Points in time order; at equal times: deferred frees, ends, starts, midpoints, then by task.
+    enum Phase : uint8_t { kDeferred = 0, kEnd = 1, kStart = 2, kMid = 3 };
     struct Point {
         int64_t time_ns;
-        int32_t task;
-        uint8_t phase;  // 0 end, 1 start (or all three for a zero-duration task), 2 midpoint
+        int32_t task;   // the task whose events apply (for kDeferred: the task carrying the event)
+        uint8_t phase;  // Phase; kStart covers all three phases of a zero-duration task
+        int32_t event = -1;  // kDeferred: index of the event in Program::mem
     };
     void orderPoints(const core::Program& program, const core::Timeline& timeline);
 
@@ -48,6 +51,7 @@ private:
     std::array<std::vector<Point>, core::kStreamCount> m_stream_points;
     std::vector<Point> m_points;  // all points in time order
     std::vector<Point> m_merged;  // scratch for merging
+    std::vector<Point> m_deferred;  // frees placed at their buffer's last use (MemEvent::timed_after)
 };
 
 }  // namespace shardcast::sim

@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "core/lower.hpp"
+#include "core/memory.hpp"
 #include "core/model_io.hpp"
 #include "core/plan.hpp"
 #include "simulator/hardware_profile.hpp"
@@ -224,4 +225,23 @@ TEST(LoweredTimelineTest, TimedMemoryNeverGoesNegative) {
             }
         }
     }
+}
+
+// Rule 4 on the timeline too: the previous unit's flat all-gather output is released when its
+// copy-out ends (the allocator then hands its block to the next all-gather), so however far the
+// copy-in stream runs ahead, at most two flat outputs are counted, as in issue order.
+TEST(LoweredTimelineTest, TimedCurveHoldsAtMostTwoFlatOutputs) {
+    auto plan = basePlan(1);
+    auto r = simulate(plan);
+    core::MemoryReport issue_order;
+    core::replayMemory(r.program, issue_order);
+    sim::MemoryTimer timer;
+    sim::TimedMemory timed;
+    timer.compute(r.program, r.timeline, timed);
+    const int ag = core::index(core::MemCategory::AllGather);
+    EXPECT_EQ(timed.max_per_category[ag], issue_order.max_per_category[ag]);
+    // The root's flat output (embeddings + head) and one block's, plus the block's cast copy.
+    const int64_t root_flat = r.program.units[0].unsharded_bytes;
+    const int64_t block_flat = r.program.units[1].unsharded_bytes;
+    EXPECT_EQ(timed.max_per_category[ag], root_flat + block_flat + block_flat / 8);
 }
