@@ -19,10 +19,8 @@ int reportInputError(std::string_view message);
 void registerPlanCommand(CLI::App& app, int& exit_code);
 void registerModelsCommand(CLI::App& app, int& exit_code);
 void registerGpusCommand(CLI::App& app, int& exit_code);
-#ifdef SHARDCAST_HAVE_SIMULATOR
 void registerSimulateCommand(CLI::App& app, int& exit_code);
 void registerSweepCommand(CLI::App& app, int& exit_code);
 void registerSearchCommand(CLI::App& app, int& exit_code);
-#endif
 
 }  // namespace shardcast::cli

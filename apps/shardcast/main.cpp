@@ -36,11 +36,9 @@ int main(int argc, char** argv) {
         registerPlanCommand(app, exit_code);
         registerModelsCommand(app, exit_code);
         registerGpusCommand(app, exit_code);
-#ifdef SHARDCAST_HAVE_SIMULATOR
         registerSimulateCommand(app, exit_code);
         registerSweepCommand(app, exit_code);
         registerSearchCommand(app, exit_code);
-#endif
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {
         return app.exit(e);
