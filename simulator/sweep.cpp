@@ -56,14 +56,14 @@ std::vector<SweepCandidate> sweepCandidates(const core::Plan& base, const SweepO
     }
     std::vector<int64_t> mbs = options.micro_batches.empty() ? std::vector<int64_t>{base.training.micro_batch}
                                                              : options.micro_batches;
-    std::vector<core::Checkpointing> acs = options.acs.empty() ? std::vector<core::Checkpointing>{base.training.ac}
-                                                               : options.acs;
+    std::vector<core::AcSpec> acs = options.acs;
+    if (acs.empty()) acs.push_back(core::AcSpec{base.training.ac, base.training.ac_every});
     const std::vector<core::WrapPolicy> wraps = wrapCandidates(*base.model);
     std::vector<SweepCandidate> out;
     for (core::Strategy s : strategies) {
         for (const auto& w : wraps) {
             for (int64_t mb : mbs) {
-                for (core::Checkpointing ac : acs) out.push_back(SweepCandidate{s, w, mb, ac});
+                for (const core::AcSpec& ac : acs) out.push_back(SweepCandidate{s, w, mb, ac});
             }
         }
     }
@@ -79,6 +79,7 @@ std::vector<SweepResult> runSweep(const core::Plan& base, const std::vector<Swee
     const double capacity = static_cast<double>(base.cluster.gpu.memory_bytes) * (1.0 - options.headroom);
 
     auto worker = [&] {
+        core::Lowerer lowerer;
         core::Program program;
         Simulator simulator(profile);
         core::Timeline timeline;
@@ -94,11 +95,12 @@ std::vector<SweepResult> runSweep(const core::Plan& base, const std::vector<Swee
             plan.sharding.shard_size = 0;
             plan.sharding.wrap = c.wrap;
             plan.training.micro_batch = c.micro_batch;
-            plan.training.ac = c.ac;
+            plan.training.ac = c.ac.mode;
+            plan.training.ac_every = c.ac.every;
             auto mesh = core::validatePlan(plan);
             if (!mesh) {
                 r.error = mesh.error().message;
-            } else if (auto lowered = core::lower(plan, *mesh, program); !lowered) {
+            } else if (auto lowered = lowerer.lower(plan, *mesh, program); !lowered) {
                 r.error = lowered.error().message;
             } else {
                 simulator.run(program, timeline);
@@ -162,7 +164,7 @@ int64_t recommend(const std::vector<SweepResult>& results) {
 
 std::string candidateLabel(const SweepCandidate& c) {
     return std::string(core::strategyName(c.strategy)) + " " + core::wrapPolicyString(c.wrap) + " mb" +
-           std::to_string(c.micro_batch) + " ac=" + std::string(core::checkpointingName(c.ac));
+           std::to_string(c.micro_batch) + " ac=" + core::acString(c.ac.mode, c.ac.every);
 }
 
 }  // namespace shardcast::sim

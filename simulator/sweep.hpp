@@ -17,7 +17,7 @@ struct SweepCandidate {
     core::Strategy strategy = core::Strategy::FullShard;
     core::WrapPolicy wrap;
     int64_t micro_batch = 1;
-    core::Checkpointing ac = core::Checkpointing::None;
+    core::AcSpec ac;
 };
 
 struct SweepResult {
@@ -36,7 +36,7 @@ struct SweepResult {
 struct SweepOptions {
     std::vector<core::Strategy> strategies;   // empty: those valid for the cluster
     std::vector<int64_t> micro_batches;       // empty: the base plan's
-    std::vector<core::Checkpointing> acs;     // empty: the base plan's
+    std::vector<core::AcSpec> acs;            // empty: the base plan's
     double headroom = 0.05;                   // fraction of GPU memory kept free
     int threads = 0;                          // 0: std::thread::hardware_concurrency()
     std::function<void(size_t done, size_t total)> progress;  // called from worker threads, serialised

@@ -48,8 +48,8 @@ int runSweepCommand(const SweepCommandOptions& o) {
         options.strategies.push_back(*parsed);
     }
     for (const auto& a : o.acs) {
-        auto parsed = core::parseCheckpointing(a);
-        if (!parsed) return reportInputError("--sweep-ac: '" + a + "' is not a checkpointing mode (none, full, selective)");
+        auto parsed = core::parseAcSpec(a);
+        if (!parsed) return reportInputError("--sweep-ac: '" + a + "' is not a checkpointing mode (none, full, full:K, selective)");
         options.acs.push_back(*parsed);
     }
     for (int64_t mb : o.micro_batches) {
@@ -87,7 +87,7 @@ int runSweepCommand(const SweepCommandOptions& o) {
         for (size_t i : order) {
             const auto& r = results[i];
             fmt::print("{},{},{},{},{},{:.3f},{:.3f},{},{:.3f},{:.4f},{:.1f},{}\n", core::strategyName(r.candidate.strategy),
-                       core::wrapPolicyString(r.candidate.wrap), r.candidate.micro_batch, core::checkpointingName(r.candidate.ac),
+                       core::wrapPolicyString(r.candidate.wrap), r.candidate.micro_batch, core::acString(r.candidate.ac.mode, r.candidate.ac.every),
                        r.units, r.step_s * 1e3, toGiB(r.peak_bytes), r.fits ? 1 : 0, r.exposed_comm_s * 1e3, r.mfu,
                        r.tokens_per_s_per_gpu, onFront(i) ? 1 : 0);
         }
@@ -103,7 +103,7 @@ int runSweepCommand(const SweepCommandOptions& o) {
             rows.push_back({{"strategy", core::strategyName(r.candidate.strategy)},
                             {"wrap", core::wrapPolicyString(r.candidate.wrap)},
                             {"micro_batch", r.candidate.micro_batch},
-                            {"ac", core::checkpointingName(r.candidate.ac)},
+                            {"ac", core::acString(r.candidate.ac.mode, r.candidate.ac.every)},
                             {"units", r.units},
                             {"step_s", r.step_s},
                             {"peak_bytes", r.peak_bytes},
@@ -135,7 +135,7 @@ int runSweepCommand(const SweepCommandOptions& o) {
         const auto& r = results[i];
         fmt::print("{:<3} {:<20} {:<18} {:>4} {:<10} {:>5} {:>11.2f} {:>13.2f} {:>4} {:>14.2f} {:>6.3f} {:>12.0f}\n",
                    onFront(i) ? "*" : "", core::strategyName(r.candidate.strategy), core::wrapPolicyString(r.candidate.wrap),
-                   r.candidate.micro_batch, core::checkpointingName(r.candidate.ac), r.units, r.step_s * 1e3, toGiB(r.peak_bytes),
+                   r.candidate.micro_batch, core::acString(r.candidate.ac.mode, r.candidate.ac.every), r.units, r.step_s * 1e3, toGiB(r.peak_bytes),
                    r.fits ? "yes" : "no", r.exposed_comm_s * 1e3, r.mfu, r.tokens_per_s_per_gpu);
     }
     fmt::print("\n* on the Pareto front of (peak memory, step time)\n");
@@ -159,7 +159,7 @@ void registerSweepCommand(CLI::App& app, int& exit_code) {
     addPlanOptions(*cmd, opts->plan);
     cmd->add_option("--strategies", opts->strategies, "Strategies to try (default: all valid for the cluster)")->delimiter(',');
     cmd->add_option("--micro-batches", opts->micro_batches, "Also vary the micro-batch over these values")->delimiter(',');
-    cmd->add_option("--sweep-ac", opts->acs, "Also vary activation checkpointing over these (none, full, selective)")->delimiter(',');
+    cmd->add_option("--sweep-ac", opts->acs, "Also vary activation checkpointing over these (none, full, full:K, selective)")->delimiter(',');
     cmd->add_option("--profile", opts->profile, "Hardware profile JSON overriding the cost-model defaults")->type_name("FILE");
     cmd->add_option("--headroom", opts->headroom, "Fraction of GPU memory kept free when judging fit")->capture_default_str();
     cmd->add_option("--threads", opts->threads, "Worker threads (0: every core)")->capture_default_str();
