@@ -355,10 +355,7 @@ private:
         for (int32_t b : m_model.blocks) ++m_s.us[m_s.pidx[m_s.ua.module_unit[b]]].blocks;
 
         // reshard_after_forward (rule 5): per strategy, overridable; the root never reshards.
-        bool raf = m_sh.strategy == Strategy::FullShard || m_sh.strategy == Strategy::HybridShard ||
-                   m_sh.strategy == Strategy::NoShard;
-        if (m_sh.reshard_after_forward == ReshardMode::True || m_sh.reshard_after_forward == ReshardMode::Count) raf = true;
-        if (m_sh.reshard_after_forward == ReshardMode::False) raf = false;
+        const bool raf = reshardsAfterForward(m_sh);
         for (size_t u = 0; u < n_units; ++u) m_s.us[u].reshard_after_forward = u == 0 ? false : raf;
         return Ok{};
     }

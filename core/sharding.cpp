@@ -58,4 +58,14 @@ std::string wrapPolicyString(const WrapPolicy& w) {
     return "?";
 }
 
+bool reshardsAfterForward(const ShardingSpec& s) {
+    switch (s.reshard_after_forward) {
+        case ReshardMode::True:
+        case ReshardMode::Count: return true;
+        case ReshardMode::False: return false;
+        case ReshardMode::Default: break;
+    }
+    return s.strategy == Strategy::FullShard || s.strategy == Strategy::HybridShard || s.strategy == Strategy::NoShard;
+}
+
 }  // namespace shardcast::core

@@ -44,4 +44,9 @@ struct ShardingSpec {
     bool limit_all_gathers = true;  // FSDP1 rate limiter
 };
 
+// Whether non-root units reshard after forward (rule 5): per strategy (FULL_SHARD, HYBRID_SHARD
+// and NO_SHARD's cast copies yes; SHARD_GRAD_OP and _HYBRID_SHARD_ZERO2 no) unless overridden;
+// Count reshards to reshard_after_forward_k ranks. The root never reshards after forward.
+bool reshardsAfterForward(const ShardingSpec& s);
+
 }  // namespace shardcast::core

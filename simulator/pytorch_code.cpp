@@ -30,15 +30,8 @@ std::string torchDtype(core::DType t) {
 
 // FSDP2's reshard_after_forward: bool, or an int (re-shard to that many ranks).
 std::string reshardArg(const core::ShardingSpec& s) {
-    switch (s.reshard_after_forward) {
-        case core::ReshardMode::True: return "True";
-        case core::ReshardMode::False: return "False";
-        case core::ReshardMode::Count: return std::to_string(s.reshard_after_forward_k);
-        case core::ReshardMode::Default: break;
-    }
-    const bool raf = s.strategy == core::Strategy::FullShard || s.strategy == core::Strategy::HybridShard ||
-                     s.strategy == core::Strategy::NoShard;
-    return raf ? "True" : "False";
+    if (s.reshard_after_forward == core::ReshardMode::Count) return std::to_string(s.reshard_after_forward_k);
+    return core::reshardsAfterForward(s) ? "True" : "False";
 }
 
 // "model.layers.4" ... "model.layers.13" -> list(model.model.layers[4:14]); empty if the
