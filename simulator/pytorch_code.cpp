@@ -116,9 +116,12 @@ std::string pytorchCode(const core::Plan& plan, const core::Mesh& mesh, const st
         } else if (std::string slice = sliceExpr(unit); !slice.empty()) {
             target = std::move(slice);
         } else {
-            target = "[";
-            for (size_t i = 0; i < unit.size(); ++i) target += (i ? ", " : "") + pythonModuleExpr(unit[i]);
-            target += "]";
+            target.push_back('[');
+            for (size_t i = 0; i < unit.size(); ++i) {
+                if (i > 0) target.append(", ");
+                target.append(pythonModuleExpr(unit[i]));
+            }
+            target.push_back(']');
         }
         s += fmt::format("fully_shard({}, mesh=mesh, mp_policy=mp, reshard_after_forward={})\n", target, raf);
     }
