@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/model_io.hpp"
+#include "core/wrap.hpp"
 
 namespace shardcast::core {
 
@@ -105,13 +106,7 @@ std::vector<std::string> closestModules(const Model& model, std::string_view fqn
 // Splits a "a+b" unit into trimmed FQNs; empty parts are returned as empty strings.
 std::vector<std::string> unitModules(std::string_view unit) {
     std::vector<std::string> out;
-    size_t start = 0;
-    while (true) {
-        const size_t plus = unit.find('+', start);
-        out.push_back(trim(unit.substr(start, plus == std::string_view::npos ? std::string_view::npos : plus - start)));
-        if (plus == std::string_view::npos) break;
-        start = plus + 1;
-    }
+    for (const std::string_view part : splitUnitEntry(unit)) out.push_back(trim(part));
     return out;
 }
 

@@ -19,6 +19,17 @@ std::string groupName(const Model& model, const std::vector<int32_t>& mods) {
 
 }  // namespace
 
+std::vector<std::string_view> splitUnitEntry(std::string_view entry) {
+    std::vector<std::string_view> parts;
+    size_t start = 0;
+    for (;;) {
+        const size_t plus = entry.find('+', start);
+        parts.push_back(entry.substr(start, plus == std::string_view::npos ? std::string_view::npos : plus - start));
+        if (plus == std::string_view::npos) return parts;
+        start = plus + 1;
+    }
+}
+
 Status resolveUnits(const Model& model, const WrapPolicy& wrap, UnitAssignment& out) {
     const auto n_modules = static_cast<int32_t>(model.modules.size());
     // The vectors of `out` keep their capacity (and the units' strings theirs) between calls.
@@ -86,11 +97,8 @@ Status resolveUnits(const Model& model, const WrapPolicy& wrap, UnitAssignment& 
         case WrapKind::Modules: {
             for (const std::string& entry : wrap.modules) {
                 std::vector<int32_t> mods;
-                size_t start = 0;
-                while (start <= entry.size()) {
-                    size_t plus = entry.find('+', start);
-                    if (plus == std::string::npos) plus = entry.size();
-                    const std::string fqn = entry.substr(start, plus - start);
+                for (const std::string_view fqn_view : splitUnitEntry(entry)) {
+                    const std::string fqn(fqn_view);
                     const int32_t m = model.findModule(fqn);
                     if (m < 0) {
                         return makeError("wrap: module '" + fqn + "' (in " +
@@ -100,7 +108,6 @@ Status resolveUnits(const Model& model, const WrapPolicy& wrap, UnitAssignment& 
                     }
                     if (m == 0) return makeError("wrap: the root module is always a unit; do not list it");
                     mods.push_back(m);
-                    start = plus + 1;
                 }
                 if (auto st = addUnit(mods.data(), mods.size()); !st) return st;
             }

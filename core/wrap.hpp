@@ -2,6 +2,7 @@
 // Resolving a wrap policy into FSDP units (the modules each fully_shard call covers).
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/model.hpp"
@@ -27,5 +28,8 @@ struct UnitAssignment {
 // descendants reach the threshold; ModuleLists/ModuleDicts are never wrapped. Modules: the given
 // FQNs ("a+b" = one unit of several modules).
 Status resolveUnits(const Model& model, const WrapPolicy& wrap, UnitAssignment& out);
+
+// The modules of one WrapPolicy::modules entry: "a+b" -> {"a", "b"} (parts as written).
+std::vector<std::string_view> splitUnitEntry(std::string_view entry);
 
 }  // namespace shardcast::core

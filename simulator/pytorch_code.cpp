@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "core/wrap.hpp"
+
 namespace shardcast::sim {
 namespace {
 
@@ -74,13 +76,7 @@ std::vector<std::vector<std::string>> unitsOfPolicy(const core::WrapPolicy& wrap
     std::vector<std::vector<std::string>> units;
     for (const std::string& entry : wrap.modules) {
         std::vector<std::string> mods;
-        size_t start = 0;
-        while (start <= entry.size()) {
-            size_t plus = entry.find('+', start);
-            if (plus == std::string::npos) plus = entry.size();
-            mods.push_back(entry.substr(start, plus - start));
-            start = plus + 1;
-        }
+        for (const std::string_view fqn : core::splitUnitEntry(entry)) mods.emplace_back(fqn);
         units.push_back(std::move(mods));
     }
     return units;
