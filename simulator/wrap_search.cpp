@@ -379,11 +379,19 @@ core::Result<WrapCostModel> WrapCostModel::fromPlan(const core::Plan& plan, cons
 
     WrapCostInputs in;
     in.blocks.assign(static_cast<size_t>(L), BlockFigures{});
-    in.micro_batches = static_cast<int>(plan.training.grad_accum);
-    in.synced_micro_batches = plan.training.no_sync ? 1 : in.micro_batches;
+    // How many micro-batches reduce gradients (all, or the last one under no_sync), and whether
+    // model states live on the host: read off the lowered Program, not the plan's flags.
+    in.micro_batches = p.micro_batches;
+    {
+        std::vector<uint8_t> reduces(static_cast<size_t>(p.micro_batches), 0);
+        for (const core::Task& t : p.tasks) {
+            if (t.kind == TaskKind::ReduceScatter || t.kind == TaskKind::AllReduce) reduces[static_cast<size_t>(t.micro_batch)] = 1;
+        }
+        in.synced_micro_batches = std::max(1, static_cast<int>(std::count(reduces.begin(), reduces.end(), 1)));
+    }
     in.reshard_after_forward = p.units.size() > 1 ? p.units[1].reshard_after_forward : true;
     const CostModel cost(profile);
-    const bool offload = plan.training.offload == core::Offload::Cpu;
+    const bool offload = p.host_param_bytes > 0;
 
     struct Running {
         int64_t fwd = 0, fwd_peak = 0, bwd = 0, bwd_peak = 0;
@@ -496,6 +504,14 @@ core::Result<WrapCostModel> WrapCostModel::fromPlan(const core::Plan& plan, cons
     }
     const int64_t initial = core::total(p.initial);
     in.base_bytes = initial + root_unsharded + in.root_pre.fwd_delta_bytes;
+    if (in.synced_micro_batches < in.micro_batches) {
+        // no_sync: every unit's unsharded gradients stay across micro-batches whatever the
+        // grouping. Their most in the per-block step (which adds one block's fresh gradients,
+        // so this errs high) is held under every pair.
+        core::MemoryReport replay;
+        core::replayMemory(p, replay);
+        in.base_bytes += replay.max_per_category[core::index(MemCategory::UnshardedGrad)];
+    }
     int64_t all_grads = 0;
     if (!offload) {
         for (const core::UnitInfo& u : p.units) all_grads += u.grad_shard_bytes;
@@ -610,12 +626,15 @@ core::Result<WrapSearchResult> searchWrap(const core::Plan& plan, const Hardware
         }
         const int64_t over = r.full.peak_bytes - r.cap_bytes;
         const int64_t margin = std::max<int64_t>(core::kMiB, r.cap_bytes / 500);
+        // Lower the model's cap by the overshoot, and at least below what the model said of this
+        // grouping, so that the next round cannot pick it again.
+        const int64_t new_cap = std::min(dp_cap - over - margin, choice.peak_bytes - margin);
         r.notes.push_back(fmt::format("{} ({} units): full evaluation peak {:.2f} GiB exceeds the cap {:.2f} GiB "
-                                      "(model said {:.2f} GiB); tightening the model's cap by {:.2f} GiB",
+                                      "(model said {:.2f} GiB); lowering the model's cap to {:.2f} GiB",
                                       groupingString(r.ends), r.units, static_cast<double>(r.full.peak_bytes) / gib,
                                       static_cast<double>(r.cap_bytes) / gib, static_cast<double>(choice.peak_bytes) / gib,
-                                      static_cast<double>(over + margin) / gib));
-        dp_cap -= over + margin;
+                                      static_cast<double>(new_cap) / gib));
+        dp_cap = new_cap;
         ++r.tightenings;
     }
     return r;

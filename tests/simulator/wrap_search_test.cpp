@@ -131,6 +131,27 @@ TEST(WrapSearchTest, ModelReproducesThePerBlockSimulation) {
     }
 }
 
+// no_sync keeps every unit's unsharded gradients across micro-batches: the model counts them,
+// so its first choice already fits under the full simulation (no tightening round).
+TEST(WrapSearchTest, NoSyncGradientsAreInTheMemoryModel) {
+    auto model = core::resolveModel("llama-3.1-8b");
+    ASSERT_TRUE(model.ok());
+    core::Plan plan;
+    plan.model = std::make_shared<const core::Model>(std::move(*model));
+    plan.cluster.gpu = *core::findGpuPreset("H100-SXM");
+    plan.training.grad_accum = 3;
+    plan.training.no_sync = true;
+    plan.training.ac = core::Checkpointing::Full;
+    const HardwareProfile profile = HardwareProfile::fromCluster(plan.cluster);
+    auto result = searchWrap(plan, profile, WrapSearchOptions{});
+    ASSERT_TRUE(result.ok()) << result.error().message;
+    EXPECT_TRUE(result->fits);
+    EXPECT_EQ(result->tightenings, 0);
+    EXPECT_GE(result->predicted_peak_bytes, result->full.peak_bytes);
+    // 8.03e9 fp32 gradients held on every rank: well above the sharded states alone.
+    EXPECT_GT(result->full.peak_bytes, int64_t{8'030'261'248} * 4);
+}
+
 TEST(PytorchCodeTest, PythonAttributeAccess) {
     EXPECT_EQ(pythonModuleExpr("model.layers.17"), "model.model.layers[17]");
     EXPECT_EQ(pythonModuleExpr("transformer.h.0.mlp"), "model.transformer.h[0].mlp");
