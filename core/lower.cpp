@@ -92,8 +92,9 @@ struct LowerScratch {
     std::vector<MemEvent> host_pending;  // host-side frees applied at the next task's start
     std::vector<int32_t> free_queue;     // FSDP1 rate limiter: tasks whose end frees a unit
     // setup() temporaries
-    std::vector<int32_t> last_op_of_module, depth, block_of, block_index, chain;
-    std::vector<int64_t> first_op, last_op, module_params, module_trainable, fsdp1_flat, fsdp1_trainable;
+    std::vector<int32_t> last_op_of_module, depth, block_of, block_index, chain, unit_last_op;
+    std::vector<int64_t> first_op_of_module, unit_first_op, module_params, module_trainable, fsdp1_flat,
+        fsdp1_trainable;
     std::vector<uint8_t> frozen;
     struct OpCost {
         int64_t saved = 0, temp = 0, bwd_temp = 0, flops = 0, bwd_flops = 0, io = 0;
@@ -204,7 +205,7 @@ private:
         // First and last forward op inside each module's subtree (children follow parents, so a
         // reverse sweep folds each module into its parent). The last one produces the module's
         // gradients in backward.
-        auto& first_of_module = m_s.first_op;
+        auto& first_of_module = m_s.first_op_of_module;
         auto& last_of_module = m_s.last_op_of_module;
         first_of_module.assign(n_mod, INT_MAX);
         last_of_module.assign(n_mod, -1);
@@ -219,15 +220,15 @@ private:
             last_of_module[parent] = std::max(last_of_module[parent], last_of_module[m]);
         }
         // Unit forward ranges: the first and last op inside the unit's modules.
-        auto& unit_first = m_s.last_op;  // reused scratch: first op per unit
+        auto& unit_first = m_s.unit_first_op;
         m_s.depth.assign(n_units, 0);
         unit_first.assign(n_units, INT_MAX);
         m_s.order.resize(n_units);
-        m_s.chain.assign(n_units, -1);  // last op per unit
+        m_s.unit_last_op.assign(n_units, -1);
         for (size_t u = 0; u < n_units; ++u) {
             for (int32_t m : m_s.ua.units[u].modules) {
                 unit_first[u] = std::min<int64_t>(unit_first[u], first_of_module[m]);
-                m_s.chain[u] = std::max(m_s.chain[u], last_of_module[m]);
+                m_s.unit_last_op[u] = std::max(m_s.unit_last_op[u], last_of_module[m]);
             }
             m_s.order[u] = static_cast<int32_t>(u);
             for (int32_t a = m_s.ua.parent_unit[u]; a >= 0; a = m_s.ua.parent_unit[a]) ++m_s.depth[u];
@@ -246,7 +247,7 @@ private:
             const int32_t pu = m_s.pidx[u];
             m_s.parent[pu] = m_s.ua.parent_unit[u] >= 0 ? m_s.pidx[m_s.ua.parent_unit[u]] : -1;
             m_s.us[pu].first_op = unit_first[u];
-            m_s.us[pu].last_op = m_s.chain[u];
+            m_s.us[pu].last_op = m_s.unit_last_op[u];
         }
         const auto& last_op_of_module = last_of_module;
 
