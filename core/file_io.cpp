@@ -21,7 +21,10 @@ Error ioError(const std::filesystem::path& path, std::string_view what) {
 
 Status writeFileAtomically(const std::filesystem::path& path, std::string_view content) {
     const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
-    std::string tmpl = (dir / ("." + path.filename().string() + ".tmp-XXXXXX")).string();
+    std::string name = ".";  // appended, not concatenated: GCC 12 -Wrestrict false positive on "." + string
+    name += path.filename().string();
+    name += ".tmp-XXXXXX";
+    std::string tmpl = (dir / name).string();
     const int fd = ::mkstemp(tmpl.data());
     if (fd < 0) return ioError(path, "creating a temporary file in '" + dir.string() + "'");
     auto fail = [&](std::string_view what) {
