@@ -1,5 +1,5 @@
 // Speed targets of the simulator (issue 3):
-//   one plan evaluation (lower + simulate + timed memory curve + summary):
+//   one plan evaluation (validate + lower + simulate + timed memory curve + summary + fit):
 //     Llama-3.1-8B per block on 8 GPUs: >= 20,000 plans/s on one core;
 //     Llama-3.1-405B per block on 16,384 GPUs: <= 2 ms;
 //   the wrap search for Llama-3.1-405B: <= 2 s;  a sweep of 1,000 plans: <= 1 s on two cores.
@@ -8,12 +8,9 @@
 #include <cstdlib>
 #include <memory>
 
-#include "core/lower.hpp"
 #include "core/model_io.hpp"
 #include "core/plan.hpp"
-#include "simulator/memory_curve.hpp"
-#include "simulator/simulator.hpp"
-#include "simulator/summary.hpp"
+#include "simulator/evaluation.hpp"
 #include "simulator/sweep.hpp"
 #include "simulator/wrap_search.hpp"
 
@@ -39,30 +36,25 @@ core::Plan benchPlan(const char* model_name, int nodes) {
     return plan;
 }
 
+// The evaluation the sweeps and the search run per candidate (sim::Evaluator without the issue-order
+// replay and the per-unit breakdown).
 void evaluatePlans(benchmark::State& state, const core::Plan& plan) {
-    auto mesh = core::validatePlan(plan);
-    if (!mesh) {
-        state.SkipWithError(mesh.error().message.c_str());
-        return;
-    }
     const sim::HardwareProfile profile = sim::HardwareProfile::fromCluster(plan.cluster);
-    core::Lowerer lowerer;
-    core::Program program;
-    sim::Simulator simulator(profile);
-    core::Timeline timeline;
-    sim::MemoryTimer timer;
-    sim::TimedMemory memory;
-    sim::StepSummary summary;
+    sim::EvaluationOptions options;
+    options.issue_order_memory = false;
+    options.per_unit = false;
+    sim::Evaluator evaluator;
+    sim::Evaluation e;
     for (auto _ : state) {
-        auto st = lowerer.lower(plan, *mesh, program);
-        benchmark::DoNotOptimize(st);
-        simulator.run(program, timeline);
-        timer.compute(program, timeline, memory);
-        sim::summarizeStep(program, timeline, memory, profile, summary, false);
-        benchmark::DoNotOptimize(summary.step_s);
+        auto st = evaluator.evaluate(plan, &profile, options, e);
+        if (!st) {
+            state.SkipWithError(st.error().message.c_str());
+            return;
+        }
+        benchmark::DoNotOptimize(e.summary.step_s);
     }
     state.counters["plans/s"] = benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
-    state.counters["tasks"] = static_cast<double>(program.size());
+    state.counters["tasks"] = static_cast<double>(e.program.size());
 }
 
 void BM_Evaluate_Llama8B_8GPUs(benchmark::State& state) {

@@ -35,6 +35,7 @@ struct GpuSpec {
     std::string source;               // where the figures come from
 
     double peakFlops(DType compute) const;  // dense peak for matmuls in that dtype
+    bool operator==(const GpuSpec&) const = default;
 };
 
 const std::vector<GpuSpec>& gpuPresets();

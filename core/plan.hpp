@@ -33,6 +33,9 @@ struct Mesh {
 Result<Mesh> validatePlan(const Plan& plan);
 
 // Plan files (docs/plan-format.md). Relative paths inside a plan file resolve against its folder.
+// planToJson writes {"format": "shardcast-plan", "version": kPlanFormatVersion, ...}; planFromJson
+// accepts files without that header (hand-written) and refuses a newer version.
+inline constexpr int kPlanFormatVersion = 1;
 Result<Plan> planFromJson(const nlohmann::json& j, const std::string& where,
                           const std::filesystem::path& base_dir);
 Result<Plan> loadPlanFile(const std::filesystem::path& path);

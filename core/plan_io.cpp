@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/file_io.hpp"
 #include "core/model_io.hpp"
 #include "core/wrap.hpp"
 
@@ -557,9 +558,15 @@ Result<Plan> planFromJson(const nlohmann::json& j, const std::string& where,
                           const std::filesystem::path& base_dir) {
     if (!j.is_object()) return makeError(where + ": a plan must be a JSON object (got " + std::string(j.type_name()) + ")");
     for (const auto& [key, value] : j.items()) {
-        if (key != "model" && key != "cluster" && key != "training" && key != "sharding" && key != "about") {
-            return makeError(where + ": unknown key '" + key + "'; valid keys: model, cluster, training, sharding, about");
+        if (key != "model" && key != "cluster" && key != "training" && key != "sharding" && key != "about" &&
+            key != "format" && key != "version") {
+            return makeError(where + ": unknown key '" + key +
+                             "'; valid keys: format, version, model, cluster, training, sharding, about");
         }
+    }
+    // Hand-written plans may leave the header out; a written one carries it, and a newer version is refused.
+    if (j.contains("format") || j.contains("version")) {
+        if (auto s = checkDocumentHeader(j, "plan", kPlanFormatVersion, where); !s) return s.error();
     }
     Plan plan;
     plan.cluster.gpu = *findGpuPreset("H100-SXM");
@@ -627,7 +634,7 @@ Result<Plan> loadPlanFile(const std::filesystem::path& path) {
 }
 
 nlohmann::json planToJson(const Plan& plan) {
-    json j;
+    json j = documentHeader("plan", kPlanFormatVersion);
     j["model"] = plan.model_ref;
 
     const ClusterSpec& c = plan.cluster;

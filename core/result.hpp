@@ -10,6 +10,7 @@ namespace shardcast::core {
 
 struct Error {
     std::string message;  // names the file or flag, the field and what would be valid
+    bool cancelled = false;  // the work was abandoned on request (not the input's fault)
 };
 
 template <class T>
@@ -36,6 +37,7 @@ private:
 struct Ok {};
 using Status = Result<Ok>;
 
-inline Error makeError(std::string message) { return Error{std::move(message)}; }
+inline Error makeError(std::string message) { return Error{std::move(message), false}; }
+inline Error cancelledError() { return Error{"cancelled", true}; }
 
 }  // namespace shardcast::core

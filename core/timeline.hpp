@@ -14,6 +14,7 @@ struct TaskTime {
     int64_t end_ns = 0;
     Stream stream = Stream::Compute;
     int64_t durationNs() const { return end_ns - start_ns; }
+    bool operator==(const TaskTime&) const = default;
 };
 
 struct Timeline {
@@ -21,6 +22,7 @@ struct Timeline {
     std::array<int64_t, kStreamCount> stream_busy_ns{};  // sum of task durations per stream
     int64_t step_ns = 0;  // from 0 (the step's start) to the last task's end
 
+    bool operator==(const Timeline&) const = default;
     int64_t busyNs(Stream s) const { return stream_busy_ns[static_cast<int>(s)]; }
     void clear() {
         tasks.clear();

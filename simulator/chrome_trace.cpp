@@ -1,8 +1,9 @@
 #include "simulator/chrome_trace.hpp"
 
-#include <fstream>
 
 #include <nlohmann/json.hpp>
+
+#include "core/file_io.hpp"
 
 namespace shardcast::sim {
 namespace {
@@ -12,7 +13,7 @@ double toUs(int64_t ns) { return static_cast<double>(ns) / 1e3; }
 
 }  // namespace
 
-nlohmann::json chromeTrace(const core::Program& program, const core::Timeline& timeline, const TimedMemory* memory) {
+nlohmann::json chromeTrace(const core::Program& program, const core::Timeline& timeline, const core::TimedMemory* memory) {
     nlohmann::json events = nlohmann::json::array();
     std::array<bool, core::kStreamCount> used{};
     for (const core::Task& t : program.tasks) used[static_cast<int>(t.stream)] = true;
@@ -44,7 +45,7 @@ nlohmann::json chromeTrace(const core::Program& program, const core::Timeline& t
                           {"args", std::move(args)}});
     }
     if (memory) {
-        for (const MemoryPoint& p : memory->curve) {
+        for (const core::MemoryPoint& p : memory->curve) {
             nlohmann::json args = nlohmann::json::object();
             for (int c = 0; c < core::kMemCategoryCount; ++c) {
                 args[std::string(core::categoryName(static_cast<core::MemCategory>(c)))] =
@@ -57,12 +58,8 @@ nlohmann::json chromeTrace(const core::Program& program, const core::Timeline& t
 }
 
 core::Status writeChromeTrace(const std::filesystem::path& path, const core::Program& program,
-                              const core::Timeline& timeline, const TimedMemory* memory) {
-    std::ofstream out(path);
-    if (!out) return core::makeError(path.string() + ": cannot open the trace file for writing");
-    out << chromeTrace(program, timeline, memory).dump() << "\n";
-    if (!out) return core::makeError(path.string() + ": write failed");
-    return core::Ok{};
+                              const core::Timeline& timeline, const core::TimedMemory* memory) {
+    return core::writeFileAtomically(path, chromeTrace(program, timeline, memory).dump() + "\n");
 }
 
 }  // namespace shardcast::sim

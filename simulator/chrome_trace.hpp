@@ -8,14 +8,14 @@
 
 #include "core/program.hpp"
 #include "core/result.hpp"
-#include "simulator/memory_curve.hpp"
+#include "core/timed_memory.hpp"
 #include "core/timeline.hpp"
 
 namespace shardcast::sim {
 
 // `memory` may be null; its curve (TimedMemory::curve) becomes the counter tracks.
-nlohmann::json chromeTrace(const core::Program& program, const core::Timeline& timeline, const TimedMemory* memory);
+nlohmann::json chromeTrace(const core::Program& program, const core::Timeline& timeline, const core::TimedMemory* memory);
 core::Status writeChromeTrace(const std::filesystem::path& path, const core::Program& program,
-                              const core::Timeline& timeline, const TimedMemory* memory);
+                              const core::Timeline& timeline, const core::TimedMemory* memory);
 
 }  // namespace shardcast::sim

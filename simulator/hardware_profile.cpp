@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <variant>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "core/file_io.hpp"
+#include "core/model_io.hpp"
 
 namespace shardcast::sim {
 namespace {
@@ -62,16 +64,14 @@ constexpr int64_t kUnitHookNs = 100'000;
 
 using DoubleField = double HardwareProfile::*;
 using Int64Field = int64_t HardwareProfile::*;
-using IntField = int HardwareProfile::*;
 struct Field {
     const char* key;
-    std::variant<DoubleField, Int64Field, IntField> member;
+    std::variant<DoubleField, Int64Field> member;
     bool positive;  // must be > 0 (otherwise >= 0)
 };
 
 const std::vector<Field>& fields() {
     static const std::vector<Field> f = {
-        {"gpus_per_node", &HardwareProfile::gpus_per_node, true},
         {"forward_efficiency_max", &HardwareProfile::forward_efficiency_max, true},
         {"backward_efficiency_max", &HardwareProfile::backward_efficiency_max, true},
         {"gemm_half_flops", &HardwareProfile::gemm_half_flops, false},
@@ -101,7 +101,6 @@ std::string validKeys() {
 HardwareProfile HardwareProfile::fromCluster(const core::ClusterSpec& cluster) {
     HardwareProfile p;
     p.gpu = cluster.gpu;
-    p.gpus_per_node = cluster.gpus_per_node;
     p.forward_efficiency_max = kForwardEfficiencyMax;
     p.backward_efficiency_max = kBackwardEfficiencyMax;
     p.gemm_half_flops = kGemmHalfSeconds * cluster.gpu.peak_flops_bf16;
@@ -137,6 +136,10 @@ core::Result<HardwareProfile> profileFromJson(const nlohmann::json& j, const std
             p.gpu = std::move(*gpu);
             continue;
         }
+        if (key == "gpus_per_node") {
+            return core::makeError(where + ": gpus_per_node is not a profile key (earlier versions wrote it): "
+                                   "the cluster's shape comes from the plan (--gpus-per-node); remove the key");
+        }
         const auto& fs = fields();
         auto f = std::find_if(fs.begin(), fs.end(), [&](const Field& x) { return key == x.key; });
         if (f == fs.end()) {
@@ -154,11 +157,7 @@ core::Result<HardwareProfile> profileFromJson(const nlohmann::json& j, const std
             if (!value.is_number_integer()) {
                 return core::makeError(where + ": " + key + " must be an integer (got " + value.dump() + ")");
             }
-            if (const auto* i64 = std::get_if<Int64Field>(&f->member)) {
-                p.**i64 = value.get<int64_t>();
-            } else {
-                p.*std::get<IntField>(f->member) = value.get<int>();
-            }
+            p.*std::get<Int64Field>(f->member) = value.get<int64_t>();
         }
     }
     return p;
@@ -174,23 +173,19 @@ nlohmann::json profileToJson(const HardwareProfile& profile) {
 }
 
 core::Result<HardwareProfile> loadProfile(const std::filesystem::path& path, const HardwareProfile& base) {
-    std::ifstream in(path);
-    if (!in) return core::makeError(path.string() + ": cannot open the hardware profile");
-    nlohmann::json j;
-    try {
-        in >> j;
-    } catch (const nlohmann::json::parse_error& e) {
-        return core::makeError(path.string() + ": not valid JSON: " + e.what());
-    }
-    return profileFromJson(j, path.string(), base);
+    auto j = core::readJsonFile(path);
+    if (!j) return j.error();
+    return profileFromJson(*j, path.string(), base);
 }
 
 core::Status saveProfile(const std::filesystem::path& path, const HardwareProfile& profile) {
-    std::ofstream out(path);
-    if (!out) return core::makeError(path.string() + ": cannot write the hardware profile");
-    out << profileToJson(profile).dump(2) << "\n";
-    if (!out) return core::makeError(path.string() + ": write failed");
-    return core::Ok{};
+    return core::writeFileAtomically(path, profileToJson(profile).dump(2) + "\n");
+}
+
+core::Result<HardwareProfile> resolveProfile(const core::ClusterSpec& cluster, const std::filesystem::path& file) {
+    HardwareProfile defaults = HardwareProfile::fromCluster(cluster);
+    if (file.empty()) return defaults;
+    return loadProfile(file, defaults);
 }
 
 }  // namespace shardcast::sim

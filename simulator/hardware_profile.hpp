@@ -14,9 +14,11 @@
 
 namespace shardcast::sim {
 
+// The only place the simulator and the reports read GPU figures from: capacity, peak FLOP/s (the MFU
+// label and its denominator), bandwidths and the runtime overhead the lowering charges. The cluster's
+// shape (nodes, GPUs per node) belongs to the plan.
 struct HardwareProfile {
     core::GpuSpec gpu;
-    int gpus_per_node = 8;
 
     // Compute: eff(f) = eff_max * f / (f + half_flops) for GEMM-heavy tasks (forward, backward,
     // recompute); time = max(flops / (peak * eff), hbm_bytes / (hbm_bytes_per_s * hbm_efficiency)).
@@ -45,6 +47,7 @@ struct HardwareProfile {
     int64_t unit_hook_ns = 0;
 
     static HardwareProfile fromCluster(const core::ClusterSpec& cluster);
+    bool operator==(const HardwareProfile&) const = default;
     double peakFlops(core::DType compute) const { return gpu.peakFlops(compute); }
 };
 
@@ -55,5 +58,7 @@ core::Result<HardwareProfile> profileFromJson(const nlohmann::json& j, const std
 nlohmann::json profileToJson(const HardwareProfile& profile);
 core::Result<HardwareProfile> loadProfile(const std::filesystem::path& path, const HardwareProfile& base);
 core::Status saveProfile(const std::filesystem::path& path, const HardwareProfile& profile);
+// The defaults for `cluster`'s GPU with `file` (if not empty) applied over them; errors name the file.
+core::Result<HardwareProfile> resolveProfile(const core::ClusterSpec& cluster, const std::filesystem::path& file);
 
 }  // namespace shardcast::sim

@@ -6,10 +6,7 @@
 #include <set>
 #include <thread>
 
-#include "core/lower.hpp"
-#include "simulator/memory_curve.hpp"
-#include "simulator/simulator.hpp"
-#include "simulator/summary.hpp"
+#include "simulator/evaluation.hpp"
 
 namespace shardcast::sim {
 
@@ -76,18 +73,18 @@ std::vector<SweepResult> runSweep(const core::Plan& base, const std::vector<Swee
     std::atomic<size_t> next{0};
     std::atomic<size_t> done{0};
     std::mutex progress_mutex;
-    const double capacity = static_cast<double>(base.cluster.gpu.memory_bytes) * (1.0 - options.headroom);
+    EvaluationOptions eval_options;
+    eval_options.headroom = options.headroom;
+    eval_options.issue_order_memory = false;
+    eval_options.per_unit = false;
+    eval_options.cancel = options.cancel;
 
     auto worker = [&] {
-        core::Lowerer lowerer;
-        core::Program program;
-        Simulator simulator(profile);
-        core::Timeline timeline;
-        MemoryTimer timer;
-        TimedMemory memory;
-        StepSummary summary;
+        Evaluator evaluator;
+        Evaluation e;
         core::Plan plan = base;
         for (size_t i = next++; i < candidates.size(); i = next++) {
+            if (options.cancel && options.cancel->cancelled()) return;
             const SweepCandidate& c = candidates[i];
             SweepResult& r = results[i];
             r.candidate = c;
@@ -97,23 +94,18 @@ std::vector<SweepResult> runSweep(const core::Plan& base, const std::vector<Swee
             plan.training.micro_batch = c.micro_batch;
             plan.training.ac = c.ac.mode;
             plan.training.ac_every = c.ac.every;
-            auto mesh = core::validatePlan(plan);
-            if (!mesh) {
-                r.error = mesh.error().message;
-            } else if (auto lowered = lowerer.lower(plan, *mesh, program); !lowered) {
-                r.error = lowered.error().message;
+            if (auto s = evaluator.evaluate(plan, &profile, eval_options, e); !s) {
+                if (s.error().cancelled) return;
+                r.error = s.error().message;
             } else {
-                simulator.run(program, timeline);
-                timer.compute(program, timeline, memory);
-                summarizeStep(program, timeline, memory, profile, summary, false);
                 r.ok = true;
-                r.units = static_cast<int>(program.units.size());
-                r.step_s = summary.step_s;
-                r.exposed_comm_s = summary.exposed_comm_s;
-                r.mfu = summary.mfu;
-                r.tokens_per_s_per_gpu = summary.tokens_per_s_per_gpu;
-                r.peak_bytes = summary.peak_bytes;
-                r.fits = static_cast<double>(summary.peak_bytes) <= capacity;
+                r.units = static_cast<int>(e.program.units.size());
+                r.step_s = e.summary.step_s;
+                r.exposed_comm_s = e.summary.exposed_comm_s;
+                r.mfu = e.summary.mfu;
+                r.tokens_per_s_per_gpu = e.summary.tokens_per_s_per_gpu;
+                r.peak_bytes = e.summary.peak_bytes;
+                r.fits = e.fit.fits;
             }
             const size_t d = ++done;
             if (options.progress) {

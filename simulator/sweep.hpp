@@ -9,7 +9,12 @@
 #include <vector>
 
 #include "core/plan.hpp"
+#include "core/fit.hpp"
 #include "simulator/hardware_profile.hpp"
+
+namespace shardcast::sim {
+class CancelToken;
+}
 
 namespace shardcast::sim {
 
@@ -30,16 +35,20 @@ struct SweepResult {
     double mfu = 0;
     double tokens_per_s_per_gpu = 0;
     int64_t peak_bytes = 0;
-    bool fits = false;          // peak <= capacity * (1 - headroom)
+    bool fits = false;          // core::judgeFit with SweepOptions::headroom
+    bool evaluated() const { return ok || !error.empty(); }
 };
 
 struct SweepOptions {
     std::vector<core::Strategy> strategies;   // empty: those valid for the cluster
     std::vector<int64_t> micro_batches;       // empty: the base plan's
     std::vector<core::AcSpec> acs;            // empty: the base plan's
-    double headroom = 0.05;                   // fraction of GPU memory kept free
+    double headroom = core::kDefaultHeadroom; // fraction of GPU memory kept free (core::judgeFit)
     int threads = 0;                          // 0: std::thread::hardware_concurrency()
     std::function<void(size_t done, size_t total)> progress;  // called from worker threads, serialised
+    // Cancelled: the workers stop after their current candidate; results not reached keep ok=false
+    // and an empty error (SweepResult::evaluated() is false).
+    const CancelToken* cancel = nullptr;
 };
 
 // Wrap policies worth trying for a model of L blocks: whole, every k blocks for each k that gives a

@@ -12,9 +12,8 @@
 #include "core/lower.hpp"
 #include "core/memory.hpp"
 #include "simulator/cost_model.hpp"
-#include "simulator/memory_curve.hpp"
+#include "simulator/evaluation.hpp"
 #include "simulator/simulator.hpp"
-#include "simulator/summary.hpp"
 
 namespace shardcast::sim {
 namespace {
@@ -77,26 +76,22 @@ void replayInto(const core::Program& p, const core::Task& t, int64_t& running, i
     peak = std::max(peak, running);
 }
 
-// One plan's full evaluation, reusing its buffers between calls.
-struct Evaluator {
-    explicit Evaluator(const HardwareProfile& profile) : simulator(profile) {}
-    core::Lowerer lowerer;
-    core::Program program;
-    Simulator simulator;
-    core::Timeline timeline;
-    MemoryTimer timer;
-    TimedMemory memory;
-    StepSummary summary;
+// One plan's full evaluation through the shared planning chain, reusing its buffers between calls.
+struct FullEvaluator {
+    explicit FullEvaluator(const HardwareProfile& p, double headroom) : profile(p) {
+        options.headroom = headroom;
+        options.issue_order_memory = false;
+        options.per_unit = false;
+    }
+    HardwareProfile profile;
+    EvaluationOptions options;
+    Evaluator evaluator;
+    Evaluation e;
 
     core::Result<WrapEvaluation> run(const core::Plan& plan) {
-        auto mesh = core::validatePlan(plan);
-        if (!mesh) return mesh.error();
-        if (auto lowered = lowerer.lower(plan, *mesh, program); !lowered) return lowered.error();
-        simulator.run(program, timeline);
-        timer.compute(program, timeline, memory);
-        summarizeStep(program, timeline, memory, simulator.profile(), summary, false);
-        return WrapEvaluation{summary.step_s, summary.peak_bytes, summary.mfu, summary.exposed_comm_s,
-                              summary.tokens_per_s_per_gpu};
+        if (auto s = evaluator.evaluate(plan, &profile, options, e); !s) return s.error();
+        return WrapEvaluation{e.summary.step_s, e.summary.peak_bytes, e.summary.mfu, e.summary.exposed_comm_s,
+                              e.summary.tokens_per_s_per_gpu};
     }
 };
 
@@ -583,7 +578,7 @@ core::Result<WrapSearchResult> searchWrap(const core::Plan& plan, const Hardware
     WrapSearchResult r;
     r.capacity_bytes = plan.cluster.gpu.memory_bytes;
     r.cap_bytes = static_cast<int64_t>(static_cast<double>(r.capacity_bytes) * (1.0 - options.headroom));
-    Evaluator evaluator(profile);
+    FullEvaluator evaluator(profile, options.headroom);
     core::Plan candidate = plan;
     candidate.sharding.wrap = core::WrapPolicy{};
     candidate.sharding.wrap.kind = core::WrapKind::Block;

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "core/fit.hpp"
 #include "core/plan.hpp"
 #include "core/result.hpp"
 #include "simulator/hardware_profile.hpp"
@@ -117,7 +118,7 @@ private:
 };
 
 struct WrapSearchOptions {
-    double headroom = 0.05;    // fraction of GPU memory kept free
+    double headroom = core::kDefaultHeadroom;  // fraction of GPU memory kept free (core::judgeFit)
     int max_tightenings = 8;   // re-runs of the DP with a lower cap when the full evaluation overflows
 };
 

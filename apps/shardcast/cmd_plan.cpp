@@ -8,68 +8,42 @@
 #include "apps/shardcast/commands.hpp"
 #include "apps/shardcast/plan_options.hpp"
 #include "apps/shardcast/report.hpp"
-#include "core/lower.hpp"
-#include "core/memory.hpp"
-#include "simulator/hardware_profile.hpp"
-#include "simulator/memory_curve.hpp"
-#include "simulator/simulator.hpp"
-#include "simulator/summary.hpp"
+#include "core/plan_build.hpp"
+#include "simulator/evaluation.hpp"
 
 namespace shardcast::cli {
 
 namespace {
 
 struct PlanCommandOptions {
-    PlanOptions plan;
+    core::PlanOverrides plan;
     bool json = false;
     std::string write_plan;
     std::string profile;
+    double headroom = core::kDefaultHeadroom;
 };
 
 int runPlan(const PlanCommandOptions& o) {
-    auto validated = buildValidatedPlan(o.plan);
-    if (!validated) return reportInputError(validated.error().message);
-    const core::Plan& plan = validated->plan;
-    const core::Mesh& mesh = validated->mesh;
+    auto plan = core::buildPlan(o.plan);
+    if (!plan) return reportInputError(plan.error().message);
+    auto profile = sim::resolveProfile(plan->cluster, o.profile);
+    if (!profile) return reportInputError("--profile " + profile.error().message);
 
-    core::Program program;
-    if (auto lowered = core::lower(plan, mesh, program); !lowered) {
-        return reportInputError(lowered.error().message);
-    }
-    core::MemoryReport memory;
-    core::replayMemory(program, memory);
-
-    // Time the step; the reported peak is the timed curve's (prefetch and overlap move it).
-    sim::HardwareProfile profile = sim::HardwareProfile::fromCluster(plan.cluster);
-    if (!o.profile.empty()) {
-        auto loaded = sim::loadProfile(o.profile, profile);
-        if (!loaded) return reportInputError("--profile " + loaded.error().message);
-        profile = std::move(*loaded);
-    }
-    sim::Simulator simulator(profile);
-    core::Timeline timeline;
-    simulator.run(program, timeline);
-    sim::MemoryTimer timer;
-    sim::TimedMemory timed;
-    timer.compute(program, timeline, timed);
-    const sim::StepSummary summary = sim::summarize(program, timeline, timed, profile);
-    const int64_t issue_order_peak = memory.peak_bytes;
-    memory.peak_bytes = timed.peak_bytes;
-    memory.peak_task = timed.peak_task;
-    memory.at_peak = timed.at_peak;
-    memory.max_per_category = timed.max_per_category;
+    sim::EvaluationOptions options;
+    options.headroom = o.headroom;
+    sim::Evaluator evaluator;
+    sim::Evaluation evaluation;
+    if (auto s = evaluator.evaluate(*plan, &*profile, options, evaluation); !s) return reportInputError(s.error().message);
 
     if (!o.write_plan.empty()) {
-        if (auto written = writePlanFile(plan, o.write_plan); !written) {
-            return reportInputError(written.error().message);
+        if (auto written = core::writePlanFile(*plan, o.write_plan); !written) {
+            return reportInputError("--write-plan: " + written.error().message);
         }
     }
-
-    const PlanResultView view{plan, mesh, program, memory, &summary, issue_order_peak};
     if (o.json) {
-        fmt::print("{}\n", planResultJson(view).dump(2));
+        fmt::print("{}\n", planResultJson(*plan, evaluation).dump(2));
     } else {
-        fmt::print("{}", planReportText(view));
+        fmt::print("{}", planReportText(*plan, evaluation));
         if (!o.write_plan.empty()) fmt::print("\nPlan written to {}\n", o.write_plan);
     }
     std::fflush(stdout);
@@ -83,6 +57,7 @@ void registerPlanCommand(CLI::App& app, int& exit_code) {
     CLI::App* cmd = app.add_subcommand(
         "plan", "Per-GPU memory, communication and step time of one plan: will it fit, what each rank holds, where the time goes");
     addPlanOptions(*cmd, opts->plan);
+    addHeadroomOption(*cmd, opts->headroom);
     cmd->add_flag("--json", opts->json, "Print one JSON object instead of the text report");
     cmd->add_option("--write-plan", opts->write_plan,
                     "Also write the resulting plan (plan file + flags) to FILE")

@@ -1,7 +1,6 @@
 // `shardcast search`: the fastest contiguous grouping of blocks into FSDP units that fits
 // (simulator/wrap_search.hpp), checked with the full simulation, and the PyTorch code applying it.
 #include <cstdio>
-#include <fstream>
 #include <memory>
 #include <string>
 
@@ -11,6 +10,8 @@
 
 #include "apps/shardcast/commands.hpp"
 #include "apps/shardcast/plan_options.hpp"
+#include "core/file_io.hpp"
+#include "core/plan_build.hpp"
 #include "simulator/hardware_profile.hpp"
 #include "simulator/pytorch_code.hpp"
 #include "simulator/wrap_search.hpp"
@@ -19,27 +20,23 @@ namespace shardcast::cli {
 namespace {
 
 struct SearchOptions {
-    PlanOptions plan;
+    core::PlanOverrides plan;
     std::string profile, pytorch;
-    double headroom = 0.05;
+    double headroom = core::kDefaultHeadroom;
     bool json = false;
 };
 
 double toGiB(int64_t bytes) { return static_cast<double>(bytes) / static_cast<double>(core::kGiB); }
 
 int runSearch(const SearchOptions& o) {
-    if (!(o.headroom >= 0 && o.headroom < 1)) {
-        return reportInputError(fmt::format("--headroom: must be in [0, 1) (got {})", o.headroom));
-    }
-    auto validated = buildValidatedPlan(o.plan);
-    if (!validated) return reportInputError(validated.error().message);
-    const core::Plan& plan = validated->plan;
-    sim::HardwareProfile profile = sim::HardwareProfile::fromCluster(plan.cluster);
-    if (!o.profile.empty()) {
-        auto loaded = sim::loadProfile(o.profile, profile);
-        if (!loaded) return reportInputError("--profile " + loaded.error().message);
-        profile = std::move(*loaded);
-    }
+    auto built = core::buildPlan(o.plan);
+    if (!built) return reportInputError(built.error().message);
+    const core::Plan& plan = *built;
+    auto mesh = core::validatePlan(plan);
+    if (!mesh) return reportInputError(mesh.error().message);
+    auto resolved = sim::resolveProfile(plan.cluster, o.profile);
+    if (!resolved) return reportInputError("--profile " + resolved.error().message);
+    const sim::HardwareProfile& profile = *resolved;
     sim::WrapSearchOptions options;
     options.headroom = o.headroom;
     auto searched = sim::searchWrap(plan, profile, options);
@@ -50,11 +47,12 @@ int runSearch(const SearchOptions& o) {
     if (!r.ends.empty()) {
         core::Plan chosen = plan;
         chosen.sharding.wrap = r.wrap;
-        code = sim::pytorchCode(chosen, validated->mesh, sim::unitsOfPolicy(r.wrap));
+        code = sim::pytorchCode(chosen, *mesh, sim::unitsOfPolicy(r.wrap));
     }
     if (!o.pytorch.empty() && !code.empty()) {
-        std::ofstream out(o.pytorch);
-        if (!(out << code)) return reportInputError("--pytorch " + o.pytorch + ": cannot write the file");
+        if (auto written = core::writeFileAtomically(o.pytorch, code); !written) {
+            return reportInputError("--pytorch: " + written.error().message);
+        }
     }
 
     if (o.json) {
@@ -117,7 +115,7 @@ void registerSearchCommand(CLI::App& app, int& exit_code) {
     CLI::App* cmd = app.add_subcommand("search", "Find the fastest grouping of blocks into FSDP units that fits in memory "
                                                  "(exact DP, checked by the full simulation) and print its PyTorch code");
     addPlanOptions(*cmd, opts->plan);
-    cmd->add_option("--headroom", opts->headroom, "Fraction of GPU memory kept free")->capture_default_str();
+    addHeadroomOption(*cmd, opts->headroom);
     cmd->add_option("--profile", opts->profile, "Hardware profile JSON overriding the cost-model defaults")->type_name("FILE");
     cmd->add_option("--pytorch", opts->pytorch, "Write the PyTorch code to FILE instead of printing it")->type_name("FILE");
     cmd->add_flag("--json", opts->json, "Print one JSON object");

@@ -13,6 +13,7 @@
 
 #include "apps/shardcast/commands.hpp"
 #include "apps/shardcast/plan_options.hpp"
+#include "core/plan_build.hpp"
 #include "simulator/hardware_profile.hpp"
 #include "simulator/sweep.hpp"
 
@@ -20,11 +21,11 @@ namespace shardcast::cli {
 namespace {
 
 struct SweepCommandOptions {
-    PlanOptions plan;
+    core::PlanOverrides plan;
     std::vector<std::string> strategies, acs;
     std::vector<int64_t> micro_batches;
     std::string profile;
-    double headroom = 0.05;
+    double headroom = core::kDefaultHeadroom;
     int threads = 0;
     int top = 20;
     bool json = false, csv = false;
@@ -33,10 +34,10 @@ struct SweepCommandOptions {
 double toGiB(int64_t bytes) { return static_cast<double>(bytes) / static_cast<double>(core::kGiB); }
 
 int runSweepCommand(const SweepCommandOptions& o) {
-    auto validated = buildValidatedPlan(o.plan);
-    if (!validated) return reportInputError(validated.error().message);
-    const core::Plan& base = validated->plan;
-    if (o.headroom < 0 || o.headroom >= 1) return reportInputError("--headroom must be in [0, 1) (got " + std::to_string(o.headroom) + ")");
+    auto built = core::buildPlan(o.plan);
+    if (!built) return reportInputError(built.error().message);
+    const core::Plan& base = *built;
+    if (auto mesh = core::validatePlan(base); !mesh) return reportInputError(mesh.error().message);
 
     sim::SweepOptions options;
     options.headroom = o.headroom;
@@ -55,12 +56,9 @@ int runSweepCommand(const SweepCommandOptions& o) {
     for (int64_t mb : o.micro_batches) {
         if (mb <= 0) return reportInputError("--micro-batches: values must be positive (got " + std::to_string(mb) + ")");
     }
-    sim::HardwareProfile profile = sim::HardwareProfile::fromCluster(base.cluster);
-    if (!o.profile.empty()) {
-        auto loaded = sim::loadProfile(o.profile, profile);
-        if (!loaded) return reportInputError("--profile " + loaded.error().message);
-        profile = std::move(*loaded);
-    }
+    auto resolved = sim::resolveProfile(base.cluster, o.profile);
+    if (!resolved) return reportInputError("--profile " + resolved.error().message);
+    const sim::HardwareProfile& profile = *resolved;
     const bool tty = isatty(STDERR_FILENO) != 0 && !o.json && !o.csv;
     if (tty) {
         options.progress = [](size_t done, size_t total) {
@@ -95,7 +93,7 @@ int runSweepCommand(const SweepCommandOptions& o) {
     }
     if (o.json) {
         nlohmann::ordered_json j;
-        j["capacity_bytes"] = base.cluster.gpu.memory_bytes;
+        j["capacity_bytes"] = profile.gpu.memory_bytes;
         j["headroom"] = o.headroom;
         nlohmann::ordered_json rows = nlohmann::ordered_json::array();
         for (size_t i : order) {
@@ -126,7 +124,7 @@ int runSweepCommand(const SweepCommandOptions& o) {
     }
 
     fmt::print("{} candidates ({} valid), capacity {} with {:.0f}% headroom\n\n", results.size(), order.size(),
-               core::formatGiB(base.cluster.gpu.memory_bytes), o.headroom * 100);
+               core::formatGiB(profile.gpu.memory_bytes), o.headroom * 100);
     fmt::print("{:<3} {:<20} {:<18} {:>4} {:<10} {:>5} {:>11} {:>13} {:>4} {:>14} {:>6} {:>12}\n", "", "strategy", "wrap", "mb", "ac",
                "units", "step (ms)", "peak (GiB)", "fits", "exp. comm (ms)", "MFU", "tok/s/GPU");
     int shown = 0;
@@ -161,7 +159,7 @@ void registerSweepCommand(CLI::App& app, int& exit_code) {
     cmd->add_option("--micro-batches", opts->micro_batches, "Also vary the micro-batch over these values")->delimiter(',');
     cmd->add_option("--sweep-ac", opts->acs, "Also vary activation checkpointing over these (none, full, full:K, selective)")->delimiter(',');
     cmd->add_option("--profile", opts->profile, "Hardware profile JSON overriding the cost-model defaults")->type_name("FILE");
-    cmd->add_option("--headroom", opts->headroom, "Fraction of GPU memory kept free when judging fit")->capture_default_str();
+    addHeadroomOption(*cmd, opts->headroom);
     cmd->add_option("--threads", opts->threads, "Worker threads (0: every core)")->capture_default_str();
     cmd->add_option("--top", opts->top, "Rows of the table to print (0: all)")->capture_default_str();
     cmd->add_flag("--json", opts->json, "Print one JSON object");

@@ -1,25 +1,13 @@
 #include "apps/shardcast/plan_options.hpp"
 
-#include <algorithm>
-#include <filesystem>
-#include <fstream>
-#include <memory>
-#include <regex>
-#include <string_view>
-#include <system_error>
-#include <utility>
+#include <exception>
+#include <string>
+
+#include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
-
-#include "core/model_io.hpp"
 
 namespace shardcast::cli {
-
-namespace fs = std::filesystem;
-using core::Error;
-using core::makeError;
 
 namespace {
 
@@ -32,61 +20,9 @@ void addOpt(CLI::App& cmd, const std::string& name, std::optional<T>& target, co
     if (!shown_default.empty()) opt->default_str(shown_default);
 }
 
-core::Status checkAtLeast(const std::optional<int64_t>& v, int64_t min, std::string_view flag) {
-    if (v && *v < min) {
-        return makeError(fmt::format("{}: must be an integer >= {} (got {})", flag, min, *v));
-    }
-    return core::Ok{};
-}
-
-// For fields stored as int: keeps nodes * gpus_per_node well inside int range.
-core::Status checkRange(const std::optional<int64_t>& v, int64_t min, int64_t max, std::string_view flag) {
-    if (v && (*v < min || *v > max)) {
-        return makeError(fmt::format("{}: must be an integer from {} to {} (got {})", flag, min, max, *v));
-    }
-    return core::Ok{};
-}
-
-constexpr int64_t kMaxNodes = 1'000'000;
-constexpr int64_t kMaxGpusPerNode = 1024;
-
-std::optional<core::DType> parseMixedDType(std::string_view s) {
-    auto t = core::parseDType(s);
-    if (t && (*t == core::DType::F32 || *t == core::DType::BF16 || *t == core::DType::F16)) return t;
-    return std::nullopt;
-}
-
-// A model or modules-file reference that is a file (not a bundled name), made absolute so it
-// still resolves after the plan is written elsewhere. Tries the working directory, then the
-// plan file's folder.
-std::string absolutizeRef(const std::string& ref, const fs::path& plan_dir) {
-    if (ref.empty()) return ref;
-    std::error_code ec;
-    fs::path p(ref);
-    if (p.is_relative() && !fs::exists(p, ec) && !plan_dir.empty() && fs::exists(plan_dir / p, ec)) {
-        p = plan_dir / p;
-    }
-    if (!fs::exists(p, ec)) return ref;
-    fs::path abs = fs::absolute(p, ec);
-    return ec ? ref : abs.lexically_normal().string();
-}
-
-bool isBundledModel(const std::string& ref) {
-    const auto names = core::bundledModelNames();
-    return std::find(names.begin(), names.end(), ref) != names.end();
-}
-
-std::string relativeTo(const std::string& ref, const fs::path& dir) {
-    fs::path p(ref);
-    if (!p.is_absolute()) return ref;
-    std::error_code ec;
-    fs::path rel = fs::relative(p, dir, ec);
-    return (ec || rel.empty()) ? ref : rel.generic_string();
-}
-
 }  // namespace
 
-void addPlanOptions(CLI::App& cmd, PlanOptions& o) {
+void addPlanOptions(CLI::App& cmd, core::PlanOverrides& o) {
     cmd.add_option("plan", o.plan_file, "Plan file (docs/plan-format.md); flags below override its fields")
         ->type_name("PLAN.json");
 
@@ -95,10 +31,10 @@ void addPlanOptions(CLI::App& cmd, PlanOptions& o) {
            "JSON; required without a plan file",
            "");
     addOpt(cmd, "--gpu", o.gpu, "NAME|GPU.json", "GPU preset (see `shardcast gpus`, case-insensitive) or a GPU JSON file",
-           kDefaultGpu);
-    addOpt(cmd, "--nodes", o.nodes, "N", "Number of nodes", std::to_string(kDefaultNodes));
+           core::kDefaultGpu);
+    addOpt(cmd, "--nodes", o.nodes, "N", "Number of nodes", std::to_string(core::kDefaultNodes));
     addOpt(cmd, "--gpus-per-node", o.gpus_per_node, "G", "GPUs per node",
-           std::to_string(kDefaultGpusPerNode));
+           std::to_string(core::kDefaultGpusPerNode));
     addOpt(cmd, "--strategy", o.strategy, "S",
            "NO_SHARD | SHARD_GRAD_OP | FULL_SHARD | HYBRID_SHARD | _HYBRID_SHARD_ZERO2 "
            "(aliases ddp, zero2, zero3, hsdp, hsdp-zero2)",
@@ -133,178 +69,26 @@ void addPlanOptions(CLI::App& cmd, PlanOptions& o) {
            "Regex (std::regex_search on parameter FQNs) of frozen parameters", "");
 }
 
-core::Result<core::Plan> buildPlan(const PlanOptions& o) {
-    core::Plan plan;
-    fs::path plan_dir;
-    if (!o.plan_file.empty()) {
-        auto loaded = core::loadPlanFile(o.plan_file);
-        if (!loaded) return loaded.error();
-        plan = std::move(loaded).value();
-        plan_dir = fs::path(o.plan_file).parent_path();
-    } else {
-        if (!o.model) {
-            return makeError(
-                "plan: give a plan file or --model NAME|CONFIG.json (bundled models: see `shardcast models`)");
-        }
-        auto gpu = core::resolveGpu(kDefaultGpu);
-        if (!gpu) return gpu.error();
-        plan.cluster.gpu = std::move(gpu).value();
-        plan.cluster.nodes = kDefaultNodes;
-        plan.cluster.gpus_per_node = kDefaultGpusPerNode;
-    }
-
-    // Flag-level checks first, so the message names the flag rather than the plan field.
-    for (auto status : {checkRange(o.nodes, 1, kMaxNodes, "--nodes"),
-                        checkRange(o.gpus_per_node, 1, kMaxGpusPerNode, "--gpus-per-node"),
-                        checkRange(o.shard_size, 0, kMaxNodes * kMaxGpusPerNode, "--shard-size"),
-                        checkAtLeast(o.micro_batch, 1, "--micro-batch"),
-                        checkAtLeast(o.seq_len, 1, "--seq-len"),
-                        checkAtLeast(o.grad_accum, 1, "--grad-accum")}) {
-        if (!status) return status.error();
-    }
-
-    if (o.model) {
-        auto model = core::resolveModel(*o.model);
-        if (!model) return makeError("--model: " + model.error().message);
-        plan.model = std::make_shared<const core::Model>(std::move(model).value());
-        plan.model_ref = isBundledModel(*o.model) ? *o.model : absolutizeRef(*o.model, {});
-    } else if (!isBundledModel(plan.model_ref)) {
-        plan.model_ref = absolutizeRef(plan.model_ref, plan_dir);
-    }
-    if (o.gpu) {
-        auto gpu = core::resolveGpu(*o.gpu);
-        if (!gpu) return makeError("--gpu: " + gpu.error().message);
-        plan.cluster.gpu = std::move(gpu).value();
-    }
-    if (o.nodes) plan.cluster.nodes = static_cast<int>(*o.nodes);
-    if (o.gpus_per_node) plan.cluster.gpus_per_node = static_cast<int>(*o.gpus_per_node);
-
-    core::ShardingSpec& s = plan.sharding;
-    if (o.strategy) {
-        auto strategy = core::parseStrategy(*o.strategy);
-        if (!strategy) {
-            return makeError(fmt::format(
-                "--strategy: unknown strategy '{}'; valid: NO_SHARD, SHARD_GRAD_OP, FULL_SHARD, "
-                "HYBRID_SHARD, _HYBRID_SHARD_ZERO2 (aliases ddp, zero2, zero3, hsdp, hsdp-zero2)",
-                *o.strategy));
-        }
-        s.strategy = *strategy;
-    }
-    if (o.shard_size) s.shard_size = static_cast<int>(*o.shard_size);
-    if (o.fsdp) {
-        if (*o.fsdp != 1 && *o.fsdp != 2) {
-            return makeError(fmt::format("--fsdp: must be 1 or 2 (got {})", *o.fsdp));
-        }
-        s.fsdp_version = static_cast<int>(*o.fsdp);
-    }
-    if (o.wrap) {
-        auto wrap = core::parseWrapPolicy(*o.wrap, "--wrap");
-        if (!wrap) return wrap.error();
-        s.wrap = std::move(wrap).value();
-    }
-    if (!s.wrap.modules_file.empty()) s.wrap.modules_file = absolutizeRef(s.wrap.modules_file, plan_dir);
-    if (o.reshard_after_forward) {
-        const std::string& v = *o.reshard_after_forward;
-        if (v == "true") {
-            s.reshard_after_forward = core::ReshardMode::True;
-        } else if (v == "false") {
-            s.reshard_after_forward = core::ReshardMode::False;
-        } else {
-            int k = 0;
-            const bool digits = !v.empty() && v.size() < 9 &&
-                                std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; });
-            if (digits) k = std::stoi(v);
-            if (k < 1) {
-                return makeError(fmt::format(
-                    "--reshard-after-forward: expected true, false or a positive rank count K (got '{}')", v));
-            }
-            s.reshard_after_forward = core::ReshardMode::Count;
-            s.reshard_after_forward_k = k;
-        }
-    }
-
-    core::TrainingSpec& t = plan.training;
-    if (o.micro_batch) t.micro_batch = *o.micro_batch;
-    if (o.seq_len) t.seq_len = *o.seq_len;
-    if (o.grad_accum) t.grad_accum = *o.grad_accum;
-    if (o.no_sync) t.no_sync = true;
-
-    struct DTypeFlag {
-        const std::optional<std::string>& value;
-        std::string_view flag;
-    };
-    for (const DTypeFlag& f : {DTypeFlag{o.param_dtype, "--param-dtype"},
-                               DTypeFlag{o.reduce_dtype, "--reduce-dtype"},
-                               DTypeFlag{o.master_dtype, "--master-dtype"}}) {
-        if (!f.value) continue;
-        auto d = parseMixedDType(*f.value);
-        if (!d) return makeError(fmt::format("{}: unknown dtype '{}'; valid: fp32, bf16, fp16", f.flag, *f.value));
-        if (f.flag == "--param-dtype") t.param_dtype = *d;
-        else if (f.flag == "--reduce-dtype") t.reduce_dtype = *d;
-        else t.master_dtype = *d;
-    }
-    if (o.optimizer) {
-        auto v = core::parseOptimizer(*o.optimizer);
-        if (!v) return makeError(fmt::format("--optimizer: unknown optimizer '{}'; valid: adamw, sgd, sgd-momentum", *o.optimizer));
-        t.optimizer = *v;
-    }
-    if (o.ac) {
-        auto v = core::parseAcSpec(*o.ac);
-        if (!v) {
-            return makeError(fmt::format(
-                "--ac: unknown checkpointing '{}'; valid: none, full, full:K (every K-th block), selective", *o.ac));
-        }
-        t.ac = v->mode;
-        t.ac_every = v->every;
-    }
-    if (o.attention) {
-        auto v = core::parseAttention(*o.attention);
-        if (!v) return makeError(fmt::format("--attention: unknown kernel '{}'; valid: flash, eager", *o.attention));
-        t.attention = *v;
-    }
-    if (o.kernels) {
-        auto v = core::parseKernelImpl(*o.kernels);
-        if (!v) return makeError(fmt::format("--kernels: unknown implementation '{}'; valid: eager, fused", *o.kernels));
-        t.kernels = *v;
-    }
-    if (o.offload) {
-        auto v = core::parseOffload(*o.offload);
-        if (!v) return makeError(fmt::format("--offload: unknown offload '{}'; valid: none, cpu", *o.offload));
-        t.offload = *v;
-    }
-    if (o.frozen) {
-        try {
-            std::regex check(*o.frozen);
-        } catch (const std::regex_error& e) {
-            return makeError(fmt::format("--frozen: invalid regular expression '{}' ({})", *o.frozen, e.what()));
-        }
-        t.frozen_regex = *o.frozen;
-    }
-    return plan;
-}
-
-core::Result<ValidatedPlan> buildValidatedPlan(const PlanOptions& opts) {
-    auto plan = buildPlan(opts);
-    if (!plan) return plan.error();
-    auto mesh = core::validatePlan(*plan);
-    if (!mesh) return mesh.error();
-    return ValidatedPlan{std::move(plan).value(), *mesh};
-}
-
-core::Status writePlanFile(const core::Plan& plan, const std::string& path) {
-    std::error_code ec;
-    const fs::path out_dir = fs::absolute(fs::path(path), ec).parent_path();
-    core::Plan copy = plan;
-    if (!isBundledModel(copy.model_ref)) copy.model_ref = relativeTo(copy.model_ref, out_dir);
-    if (!copy.sharding.wrap.modules_file.empty()) {
-        copy.sharding.wrap.modules_file = relativeTo(copy.sharding.wrap.modules_file, out_dir);
-    }
-    std::ofstream out(path);
-    if (!out) return makeError(fmt::format("--write-plan: cannot open '{}' for writing", path));
-    out << core::planToJson(copy).dump(2) << '\n';
-    out.close();
-    if (!out) return makeError(fmt::format("--write-plan: failed writing '{}'", path));
-    return core::Ok{};
+void addHeadroomOption(CLI::App& cmd, double& headroom) {
+    headroom = core::kDefaultHeadroom;
+    cmd.add_option("--headroom", headroom,
+                   "Fraction of GPU memory kept free when judging whether a plan fits (peak <= capacity x (1 - H))")
+        ->type_name("H")
+        ->check(CLI::Validator(
+            [](std::string& value) -> std::string {
+                double h = -1;
+                try {
+                    size_t used = 0;
+                    h = std::stod(value, &used);
+                    if (used != value.size()) h = -1;
+                } catch (const std::exception&) {
+                    h = -1;
+                }
+                if (h >= 0.0 && h < 1.0) return {};
+                return "must be a fraction from 0 (inclusive) to 1 (exclusive), e.g. 0.05 (got '" + value + "')";
+            },
+            "H in [0, 1)"))
+        ->capture_default_str();
 }
 
 }  // namespace shardcast::cli

@@ -49,20 +49,19 @@ double ms(double seconds) { return seconds * 1e3; }
 double ms(int64_t ns) { return static_cast<double>(ns) * 1e-6; }
 
 // Where the step's time goes: per stream, then per unit (abbreviated like the units table).
-void appendTimeSection(std::string& out, const PlanResultView& r) {
-    const sim::StepSummary& ts = *r.time;
-    const core::Program& prog = r.program;
+void appendTimeSection(std::string& out, const sim::Evaluation& e) {
+    const core::StepSummary& ts = e.summary;
+    const core::Program& prog = e.program;
     auto line = [&out](std::string_view text) {
         out.append(text);
         out.push_back('\n');
     };
-    const core::GpuSpec& gpu = r.plan.cluster.gpu;
     line("");
     line("Time per step (simulated with the cost models; ms = 1e-3 s)");
     line(fmt::format("  step            {:>10.2f} ms   compute stream busy {:.2f} ms, exposed communication {:.2f} ms",
                      ms(ts.step_s), ms(ts.compute_s), ms(ts.exposed_comm_s)));
     line(fmt::format("  MFU             {:>10.3f}      model FLOPs (6N + 12Lhs per token) over {:.0f} TFLOP/s {} peak",
-                     ts.mfu, gpu.peakFlops(prog.compute_dtype) / 1e12, core::dtypeName(prog.compute_dtype)));
+                     ts.mfu, ts.peak_flops / 1e12, core::dtypeName(prog.compute_dtype)));
     line(fmt::format("  HFU             {:>10.3f}      hardware FLOPs, recompute included", ts.hfu));
     line(fmt::format("  throughput      {:>10.0f} tokens/s per GPU", ts.tokens_per_s_per_gpu));
     line(fmt::format("  {:<22}{:>12}", "stream", "busy (ms)"));
@@ -77,7 +76,7 @@ void appendTimeSection(std::string& out, const PlanResultView& r) {
     for (std::size_t i = 0; i < n; ++i) {
         if (n > kMaxUnitRows && i == kUnitEdge) line("  ...");
         if (n > kMaxUnitRows && i >= kUnitEdge && i < n - kUnitEdge) continue;
-        const sim::UnitTime& u = ts.units[i];
+        const core::UnitTime& u = ts.units[i];
         line(fmt::format("  {:<28}{:>12.2f}{:>12.2f}{:>16.2f}{:>12.2f}", prog.units[i].name, ms(u.compute_ns),
                          ms(u.all_gather_ns), ms(u.reduce_scatter_ns), ms(u.all_reduce_ns)));
     }
@@ -85,38 +84,25 @@ void appendTimeSection(std::string& out, const PlanResultView& r) {
 
 }  // namespace
 
-CommTotals communicationTotals(const core::Program& program) {
-    CommTotals c;
-    for (const core::Task& t : program.tasks) {
-        switch (t.kind) {
-            case core::TaskKind::AllGather: c.all_gather_bytes += t.comm_bytes; break;
-            case core::TaskKind::ReduceScatter: c.reduce_scatter_bytes += t.comm_bytes; break;
-            case core::TaskKind::AllReduce: c.all_reduce_bytes += t.comm_bytes; break;
-            default: break;
-        }
-    }
-    return c;
-}
-
-nlohmann::ordered_json planResultJson(const PlanResultView& r) {
+nlohmann::ordered_json planResultJson(const core::Plan& plan, const sim::Evaluation& e) {
     using json = nlohmann::ordered_json;
-    const core::Plan& plan = r.plan;
     const core::Model& model = *plan.model;
     const core::TrainingSpec& t = plan.training;
-    const core::MemoryReport& mem = r.memory;
-    const int64_t capacity = plan.cluster.gpu.memory_bytes;
+    const core::MemoryReport& mem = e.memory;
+    const core::GpuSpec& gpu = e.profile.gpu;
+    const int64_t capacity = gpu.memory_bytes;
 
     json j;
     j["model"] = {
         {"name", model.name},
         {"type", model.arch.model_type},
         {"params", model.numParams()},
-        {"trainable_params", trainableParams(r.program)},
+        {"trainable_params", trainableParams(e.program)},
         {"layers", modelLayers(model)},
     };
 
     json units = json::array();
-    for (const core::UnitInfo& u : r.program.units) {
+    for (const core::UnitInfo& u : e.program.units) {
         units.push_back({
             {"name", u.name},
             {"params", u.params},
@@ -128,15 +114,15 @@ nlohmann::ordered_json planResultJson(const PlanResultView& r) {
     j["plan"] = {
         {"strategy", core::strategyName(plan.sharding.strategy)},
         {"fsdp", plan.sharding.fsdp_version},
-        {"gpu", plan.cluster.gpu.name},
+        {"gpu", gpu.name},
         {"nodes", plan.cluster.nodes},
         {"gpus_per_node", plan.cluster.gpus_per_node},
-        {"world_size", r.mesh.world_size},
-        {"shard_size", r.mesh.shard_size},
-        {"replicate_size", r.mesh.replicate_size},
+        {"world_size", e.mesh.world_size},
+        {"shard_size", e.mesh.shard_size},
+        {"replicate_size", e.mesh.replicate_size},
         {"wrap", core::wrapPolicyString(plan.sharding.wrap)},
         {"reshard_after_forward", reshardString(plan.sharding)},
-        {"units", static_cast<int64_t>(r.program.units.size())},
+        {"units", static_cast<int64_t>(e.program.units.size())},
         {"unit_list", std::move(units)},
     };
     j["training"] = {
@@ -165,11 +151,11 @@ nlohmann::ordered_json planResultJson(const PlanResultView& r) {
     j["memory"] = {
         {"capacity_bytes", capacity},
         {"peak_bytes", mem.peak_bytes},
-        {"fits", mem.peak_bytes <= capacity},
+        {"fits", e.fit.fits},
         {"spare_bytes", capacity - mem.peak_bytes},
-        {"peak_task", mem.peak_task >= 0 ? r.program.taskLabel(mem.peak_task) : std::string()},
-        {"peak_source", r.time ? "timed" : "issue_order"},
-        {"issue_order_peak_bytes", r.time ? r.issue_order_peak_bytes : mem.peak_bytes},
+        {"peak_task", mem.peak_task >= 0 ? e.program.taskLabel(mem.peak_task) : std::string()},
+        {"peak_source", "timed"},
+        {"issue_order_peak_bytes", e.issue_order_peak_bytes},
         {"at_peak", std::move(at_peak)},
         {"max_per_category", std::move(max_per)},
         {"runtime_overhead_bytes", mem.max_per_category[core::index(MemCategory::RuntimeOverhead)]},
@@ -178,20 +164,22 @@ nlohmann::ordered_json planResultJson(const PlanResultView& r) {
           {"grads", mem.model_states.grads},
           {"optimizer", mem.model_states.optimizer}}},
         {"host",
-         {{"params", r.program.host_param_bytes},
-          {"grads", r.program.host_grad_bytes},
-          {"optimizer", r.program.host_optimizer_bytes}}},
+         {{"params", e.program.host_param_bytes},
+          {"grads", e.program.host_grad_bytes},
+          {"optimizer", e.program.host_optimizer_bytes}}},
+        {"headroom", e.fit.headroom},
+        {"budget_bytes", e.fit.budget_bytes},
     };
 
-    const CommTotals c = communicationTotals(r.program);
+    const core::CommTotals& c = e.comm;
     j["communication"] = {
         {"all_gather_bytes", c.all_gather_bytes},
         {"reduce_scatter_bytes", c.reduce_scatter_bytes},
         {"all_reduce_bytes", c.all_reduce_bytes},
         {"volume_bytes", c.volumeBytes()},
     };
-    if (r.time) {
-        const sim::StepSummary& ts = *r.time;
+    {
+        const core::StepSummary& ts = e.summary;
         j["time"] = {
             {"step_s", ts.step_s},
             {"compute_s", ts.compute_s},
@@ -200,8 +188,9 @@ nlohmann::ordered_json planResultJson(const PlanResultView& r) {
             {"mfu", ts.mfu},
             {"hfu", ts.hfu},
             {"tokens_per_s_per_gpu", ts.tokens_per_s_per_gpu},
-            {"model_flops_per_step", r.program.model_flops_per_step},
-            {"hardware_flops_per_step", r.program.hardware_flops_per_step},
+            {"model_flops_per_step", e.program.model_flops_per_step},
+            {"hardware_flops_per_step", e.program.hardware_flops_per_step},
+            {"peak_flops", ts.peak_flops},
         };
         json streams = json::object();
         for (int st = 0; st < core::kStreamCount; ++st) {
@@ -209,9 +198,9 @@ nlohmann::ordered_json planResultJson(const PlanResultView& r) {
         }
         j["time"]["stream_busy_s"] = std::move(streams);
         json per_unit = json::array();
-        for (std::size_t u = 0; u < ts.units.size() && u < r.program.units.size(); ++u) {
-            const sim::UnitTime& ut = ts.units[u];
-            per_unit.push_back({{"name", r.program.units[u].name},
+        for (std::size_t u = 0; u < ts.units.size() && u < e.program.units.size(); ++u) {
+            const core::UnitTime& ut = ts.units[u];
+            per_unit.push_back({{"name", e.program.units[u].name},
                                 {"compute_s", static_cast<double>(ut.compute_ns) * 1e-9},
                                 {"all_gather_s", static_cast<double>(ut.all_gather_ns) * 1e-9},
                                 {"reduce_scatter_s", static_cast<double>(ut.reduce_scatter_ns) * 1e-9},
@@ -222,14 +211,13 @@ nlohmann::ordered_json planResultJson(const PlanResultView& r) {
     return j;
 }
 
-std::string planReportText(const PlanResultView& r) {
-    const core::Plan& plan = r.plan;
+std::string planReportText(const core::Plan& plan, const sim::Evaluation& e) {
     const core::Model& model = *plan.model;
     const core::TrainingSpec& t = plan.training;
     const core::ShardingSpec& s = plan.sharding;
-    const core::GpuSpec& gpu = plan.cluster.gpu;
-    const core::MemoryReport& mem = r.memory;
-    const core::Program& prog = r.program;
+    const core::GpuSpec& gpu = e.profile.gpu;
+    const core::MemoryReport& mem = e.memory;
+    const core::Program& prog = e.program;
     const int64_t capacity = gpu.memory_bytes;
 
     std::string out;
@@ -241,15 +229,15 @@ std::string planReportText(const PlanResultView& r) {
     // Header.
     const int64_t params = model.numParams();
     const int64_t trainable = trainableParams(prog);
-    line(fmt::format("shardcast plan: {} on {} x {}", model.name, r.mesh.world_size, gpu.name));
+    line(fmt::format("shardcast plan: {} on {} x {}", model.name, e.mesh.world_size, gpu.name));
     line(fmt::format("  model        {}{}: {} params ({}), {} trainable, {} layers", model.name,
                      model.arch.model_type.empty() ? "" : fmt::format(" ({})", model.arch.model_type),
                      core::formatCount(params), billions(params), core::formatCount(trainable),
                      modelLayers(model)));
     line(fmt::format("  cluster      {} node(s) x {} GPU(s) = world size {}; {} with {:.2f} GiB", plan.cluster.nodes,
-                     plan.cluster.gpus_per_node, r.mesh.world_size, gpu.name, gib(capacity)));
+                     plan.cluster.gpus_per_node, e.mesh.world_size, gpu.name, gib(capacity)));
     line(fmt::format("  strategy     {} (FSDP{}), shard {} x replicate {}, reshard after forward: {}",
-                     core::strategyName(s.strategy), s.fsdp_version, r.mesh.shard_size, r.mesh.replicate_size,
+                     core::strategyName(s.strategy), s.fsdp_version, e.mesh.shard_size, e.mesh.replicate_size,
                      reshardString(s)));
     line(fmt::format("  wrap         {} -> {} units", core::wrapPolicyString(s.wrap), prog.units.size()));
     line(fmt::format("  batch        micro-batch {} x seq {} = {} tokens; grad accum {}{}", t.micro_batch,
@@ -289,7 +277,7 @@ std::string planReportText(const PlanResultView& r) {
     line("");
 
     // Memory.
-    line(fmt::format("Memory per GPU (GiB = 2^30 bytes); {}peak during {}", r.time ? "timed " : "",
+    line(fmt::format("Memory per GPU (GiB = 2^30 bytes); timed peak during {}",
                      mem.peak_task >= 0 ? prog.taskLabel(mem.peak_task) : std::string("(no tasks)")));
     const std::string mem_fmt = "  {:<20} {:>14} {:>18}";
     line(fmt::format(fmt::runtime(mem_fmt), "category", "at peak (GiB)", "max in step (GiB)"));
@@ -299,16 +287,17 @@ std::string planReportText(const PlanResultView& r) {
     }
     line(fmt::format(fmt::runtime("  {:<20} {:>14.2f}"), "total (peak)", gib(mem.peak_bytes)));
     line(fmt::format(fmt::runtime("  {:<20} {:>14.2f}"), "capacity", gib(capacity)));
-    if (mem.peak_bytes <= capacity) {
-        line(fmt::format("  => fits with {} to spare", core::formatGiB(capacity - mem.peak_bytes)));
+    line(fmt::format(fmt::runtime("  {:<20} {:>14.2f}   (capacity less {:g}% headroom, --headroom)"), "budget",
+                     gib(e.fit.budget_bytes), e.fit.headroom * 100));
+    if (e.fit.fits) {
+        line(fmt::format("  => fits with {} to spare under the budget", core::formatGiB(e.fit.marginBytes())));
     } else {
-        line(fmt::format("  => does NOT fit: over by {}", core::formatGiB(mem.peak_bytes - capacity)));
+        line(fmt::format("  => does NOT fit: over by {} (the budget keeps {:g}% of the GPU free)",
+                         core::formatGiB(e.fit.marginBytes()), e.fit.headroom * 100));
     }
-    if (r.time) {
-        line(fmt::format("  (allocator view in host issue order: peak {}; the timed curve places each "
-                         "allocation at its simulated time)",
-                         core::formatGiB(r.issue_order_peak_bytes)));
-    }
+    line(fmt::format("  (allocator view in host issue order: peak {}; the timed curve places each "
+                     "allocation at its simulated time)",
+                     core::formatGiB(e.issue_order_peak_bytes)));
     line("");
 
     const core::ModelStates& ms = mem.model_states;
@@ -322,14 +311,14 @@ std::string planReportText(const PlanResultView& r) {
     }
     line("");
 
-    const CommTotals c = communicationTotals(prog);
+    const core::CommTotals& c = e.comm;
     line("Communication per GPU per step (payload, GB = 1e9 bytes)");
     line(fmt::format("  all-gather      {:>10.2f} GB", gb(c.all_gather_bytes)));
     line(fmt::format("  reduce-scatter  {:>10.2f} GB", gb(c.reduce_scatter_bytes)));
     line(fmt::format("  all-reduce      {:>10.2f} GB", gb(c.all_reduce_bytes)));
     line(fmt::format("  volume          {:>10.2f} GB  (all-gather + reduce-scatter + 2 x all-reduce)",
                      gb(c.volumeBytes())));
-    if (r.time) appendTimeSection(out, r);
+    appendTimeSection(out, e);
     return out;
 }
 

@@ -56,7 +56,7 @@ d = json.load(open(sys.argv[1]))
 required = {
     "model": ["name", "params", "trainable_params", "layers"],
     "plan": ["strategy", "world_size", "shard_size", "replicate_size", "units", "unit_list", "fsdp", "wrap"],
-    "memory": ["capacity_bytes", "peak_bytes", "fits", "at_peak", "model_states", "max_per_category",
+    "memory": ["capacity_bytes", "peak_bytes", "fits", "headroom", "budget_bytes", "at_peak", "model_states", "max_per_category",
                "runtime_overhead_bytes", "host"],
     "communication": ["all_gather_bytes", "reduce_scatter_bytes", "all_reduce_bytes", "volume_bytes"],
     "training": [],
@@ -75,7 +75,9 @@ if not missing:
         break
     if d["plan"]["units"] != len(d["plan"]["unit_list"]): missing.append("plan.units == len(unit_list)")
     if sum(d["memory"]["at_peak"].values()) != d["memory"]["peak_bytes"]: missing.append("sum(at_peak) == peak_bytes")
-    if d["memory"]["fits"] != (d["memory"]["peak_bytes"] <= d["memory"]["capacity_bytes"]): missing.append("fits")
+    m = d["memory"]
+    if m["budget_bytes"] != int(m["capacity_bytes"] * (1 - m["headroom"])): missing.append("budget = capacity x (1 - headroom)")
+    if m["fits"] != (m["peak_bytes"] <= m["budget_bytes"]): missing.append("fits")
     c = d["communication"]
     if c["volume_bytes"] != c["all_gather_bytes"] + c["reduce_scatter_bytes"] + 2 * c["all_reduce_bytes"]:
         missing.append("communication.volume_bytes")
@@ -91,6 +93,20 @@ if "$bin" plan --model llama-3.1-8b --gpu h100-sxm --json >"$tmp/plan.json" 2>"$
 else
     fail "plan --json runs" "stderr: $(head -c 400 "$tmp/err")"
 fi
+
+# --- one definition of "fits": the headroom moves the verdict the same way in plan and simulate --
+# Llama-3.1-8B at seq 8192 on 8 x H100 peaks at ~79.2 of 79.65 GiB: inside the capacity, outside
+# the default 5% budget.
+fit_of() { python3 -c 'import json,sys; d=json.load(sys.stdin); print(d.get("memory", d)["fits"])'; }
+big=(--model llama-3.1-8b --seq-len 8192)
+if [ "$("$bin" plan "${big[@]}" --json | fit_of)" = False ] && [ "$("$bin" plan "${big[@]}" --headroom 0 --json | fit_of)" = True ] \
+   && [ "$("$bin" simulate "${big[@]}" --json | fit_of)" = False ] && [ "$("$bin" simulate "${big[@]}" --headroom 0 --json | fit_of)" = True ]; then
+    pass "plan and simulate judge fit against capacity less --headroom (default 5%)"
+else
+    fail "plan and simulate judge fit against capacity less --headroom (default 5%)"
+fi
+expect_bad_input "plan --headroom 1 is bad input naming the flag" "--headroom" "$bin" plan --model gpt2 --headroom 1
+expect_bad_input "simulate --headroom -0.1 is bad input naming the flag" "--headroom" "$bin" simulate --model gpt2 --headroom -0.1
 
 expect_ok "plan text report" "$bin" plan --model gpt2 --gpu A100-40G --gpus-per-node 4 --strategy NO_SHARD
 if grep -Eq "fits with [0-9.]+ GiB to spare|does NOT fit: over by [0-9.]+ GiB" "$tmp/out"; then

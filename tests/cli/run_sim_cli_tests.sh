@@ -54,6 +54,31 @@ d = json.load(open(sys.argv[1]))
 assert d["step_s"] > 0 and d["peak_bytes"] > 0
 ' "$tmp/out"
 
+# --- one source of GPU figures: a profile that lowers the peak moves both the MFU and its label ---
+echo '{"gpu": {"peak_flops_bf16": 5e14, "memory_bytes": 42949672960}}' >"$tmp/slow.json"
+expect_exit "simulate --profile (throttled GPU) exits 0" 0 "$bin" simulate "${plan[@]}" --profile "$tmp/slow.json"
+cp "$tmp/out" "$tmp/slow.txt"
+if grep -Eq "^MFU .*/ 500 TFLOP/s bf16 peak" "$tmp/slow.txt" && grep -Eq "Peak memory .* of 40.00 GiB" "$tmp/slow.txt"; then
+    pass "simulate labels MFU and capacity with the profile's figures"
+else
+    fail "simulate labels MFU and capacity with the profile's figures" "$(grep -E "^MFU|^Peak" "$tmp/slow.txt")"
+fi
+expect_exit "simulate --profile --json exits 0" 0 "$bin" simulate "${plan[@]}" --profile "$tmp/slow.json" --json
+check "MFU = model FLOPs / (step x the profile's peak), capacity from the profile" '
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["peak_flops"] == 5e14, d["peak_flops"]
+assert d["capacity_bytes"] == 42949672960, d["capacity_bytes"]
+' "$tmp/out"
+"$bin" plan "${plan[@]}" --profile "$tmp/slow.json" --json >"$tmp/plan_slow.json" 2>"$tmp/err"
+check "plan --json under the profile: MFU from the profile peak, fit from its capacity" '
+import json, sys
+d = json.load(open(sys.argv[1]))
+t, m = d["time"], d["memory"]
+assert abs(t["mfu"] - t["model_flops_per_step"] / (t["step_s"] * 5e14)) < 1e-12, t
+assert m["capacity_bytes"] == 42949672960 and m["budget_bytes"] == int(42949672960 * 0.95), m
+' "$tmp/plan_slow.json"
+
 # --- sweep --json / --csv ---------------------------------------------------------------------
 expect_exit "sweep --json exits 0" 0 "$bin" sweep "${plan[@]}" --json --threads 2
 check "sweep --json parses" '

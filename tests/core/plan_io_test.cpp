@@ -404,6 +404,23 @@ TEST(PlanIoTest, RoundTripThroughJson) {
     EXPECT_EQ(sc::planToJson(*ex_back), ex);
 }
 
+TEST(PlanIoTest, WrittenPlansCarryAVersionAndNewerOnesAreRefused) {
+    auto plan = fromJson(examplePlanJson());
+    ASSERT_TRUE(plan) << plan.error().message;
+    json written = sc::planToJson(*plan);
+    EXPECT_EQ(written["format"], "shardcast-plan");
+    EXPECT_EQ(written["version"], sc::kPlanFormatVersion);
+    written["version"] = sc::kPlanFormatVersion + 1;
+    auto newer = sc::planFromJson(written, "team/plan.json", kSourceDir / "examples");
+    ASSERT_FALSE(newer);
+    EXPECT_NE(newer.error().message.find("team/plan.json"), std::string::npos) << newer.error().message;
+    EXPECT_NE(newer.error().message.find("version 2 is newer"), std::string::npos) << newer.error().message;
+    EXPECT_NE(newer.error().message.find("(version 1)"), std::string::npos) << newer.error().message;
+    written["format"] = "shardcast-timeline";
+    written["version"] = 1;
+    EXPECT_FALSE(sc::planFromJson(written, "plan.json", kSourceDir / "examples"));
+}
+
 TEST(PlanIoTest, PlanFileErrorsNameFileAndField) {
     struct Case {
         json patch;  // merged into the example plan

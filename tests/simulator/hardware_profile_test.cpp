@@ -19,7 +19,6 @@ HardwareProfile h100() {
 
 TEST(HardwareProfileTest, DefaultsComeFromTheGpuAndPublishedEfficiencies) {
     const HardwareProfile p = h100();
-    EXPECT_EQ(p.gpus_per_node, 8);
     // reference-cases.json: measured bf16 matmul 794.5 TFLOP/s = 0.80 of 989; blocks run a bit lower.
     EXPECT_LT(p.forward_efficiency_max, 794.5 / 989.0);
     EXPECT_GT(p.forward_efficiency_max, 0.6);
@@ -64,6 +63,15 @@ TEST(HardwareProfileTest, UnknownKeyIsAnErrorNamingIt) {
     auto gpu = profileFromJson(nlohmann::json{{"gpu", {{"nvlink_gbps", 1}}}}, "calib.json", h100());
     ASSERT_FALSE(gpu.ok());
     EXPECT_NE(gpu.error().message.find("nvlink_gbps"), std::string::npos);
+}
+
+TEST(HardwareProfileTest, ClusterShapeIsNotAProfileKey) {
+    // The profile holds GPU and cost figures only; the plan owns nodes and GPUs per node.
+    auto p = profileFromJson(nlohmann::json{{"gpus_per_node", 4}}, "old.json", h100());
+    ASSERT_FALSE(p.ok());
+    EXPECT_NE(p.error().message.find("old.json"), std::string::npos);
+    EXPECT_NE(p.error().message.find("--gpus-per-node"), std::string::npos);
+    EXPECT_FALSE(profileToJson(h100()).contains("gpus_per_node"));
 }
 
 TEST(HardwareProfileTest, BadValuesAreErrors) {

@@ -9,7 +9,7 @@
 #include "core/model_io.hpp"
 #include "core/plan.hpp"
 #include "simulator/hardware_profile.hpp"
-#include "simulator/memory_curve.hpp"
+#include "core/timed_memory.hpp"
 #include "simulator/simulator.hpp"
 #include "core/timeline.hpp"
 
@@ -211,11 +211,11 @@ TEST(LoweredTimelineTest, TimedMemoryNeverGoesNegative) {
                 plan.training.micro_batch = 2;
                 plan.training.no_sync = no_sync;
                 auto r = simulate(plan);
-                sim::MemoryTimer timer;
-                sim::TimedMemory memory;
+                core::MemoryTimer timer;
+                core::TimedMemory memory;
                 timer.compute(r.program, r.timeline, memory, /*record_curve=*/true);
                 ASSERT_FALSE(memory.curve.empty());
-                for (const sim::MemoryPoint& point : memory.curve) {
+                for (const core::MemoryPoint& point : memory.curve) {
                     for (int c = 0; c < core::kMemCategoryCount; ++c) {
                         ASSERT_GE(point.bytes[c], 0) << core::categoryName(static_cast<core::MemCategory>(c)) << " at "
                                                      << r.program.taskLabel(point.task) << " ("
@@ -235,8 +235,8 @@ TEST(LoweredTimelineTest, TimedCurveHoldsAtMostTwoFlatOutputs) {
     auto r = simulate(plan);
     core::MemoryReport issue_order;
     core::replayMemory(r.program, issue_order);
-    sim::MemoryTimer timer;
-    sim::TimedMemory timed;
+    core::MemoryTimer timer;
+    core::TimedMemory timed;
     timer.compute(r.program, r.timeline, timed);
     const int ag = core::index(core::MemCategory::AllGather);
     EXPECT_EQ(timed.max_per_category[ag], issue_order.max_per_category[ag]);

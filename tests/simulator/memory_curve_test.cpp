@@ -1,4 +1,4 @@
-#include "simulator/memory_curve.hpp"
+#include "core/timed_memory.hpp"
 
 #include <set>
 #include <string>
@@ -46,9 +46,9 @@ HardwareProfile noLatency() {
 
 TEST(MemoryCurveTest, PeakDependsOnWhatOverlapsInTime) {
     Simulator sim(noLatency());
-    MemoryTimer timer;
+    core::MemoryTimer timer;
     core::Timeline t;
-    TimedMemory m;
+    core::TimedMemory m;
 
     ProgramBuilder concurrent = twoStreams(false);
     sim.run(concurrent.program(), t);
@@ -74,8 +74,8 @@ TEST(MemoryCurveTest, TransientPeakAppliesAtTheMidpointOnly) {
     Simulator sim(roundProfile());
     core::Timeline t;
     sim.run(b.program(), t);
-    MemoryTimer timer;
-    TimedMemory m;
+    core::MemoryTimer timer;
+    core::TimedMemory m;
     timer.compute(b.program(), t, m, true);
     EXPECT_EQ(m.peak_bytes, 3 * kGiB);
     EXPECT_EQ(m.peak_time_ns, 1 * kMs);
@@ -95,8 +95,8 @@ TEST(MemoryCurveTest, ZeroDurationTaskAppliesStartBeforeEnd) {
     Simulator sim(roundProfile());
     core::Timeline t;
     sim.run(b.program(), t);
-    MemoryTimer timer;
-    TimedMemory m;
+    core::MemoryTimer timer;
+    core::TimedMemory m;
     timer.compute(b.program(), t, m);
     EXPECT_EQ(m.peak_bytes, 4 * kGiB);
 }
@@ -107,8 +107,8 @@ TEST(ChromeTraceTest, ParsesWithOneNamedTrackPerStreamUsed) {
     Simulator sim(noLatency());
     core::Timeline t;
     sim.run(b.program(), t);
-    MemoryTimer timer;
-    TimedMemory m;
+    core::MemoryTimer timer;
+    core::TimedMemory m;
     timer.compute(b.program(), t, m, true);
     const std::string text = chromeTrace(b.program(), t, &m).dump();
 

@@ -82,7 +82,6 @@ inline HardwareProfile roundProfile() {
     p.gpu.host_link_bytes_per_s = 20e9;
     p.gpu.intra_node_latency_s = 10e-6;
     p.gpu.inter_node_latency_s = 20e-6;
-    p.gpus_per_node = 8;
     p.forward_efficiency_max = 0.5;
     p.backward_efficiency_max = 0.5;
     p.gemm_half_flops = 0;

@@ -4,8 +4,8 @@
 
 #include "program_builder.hpp"
 #include "simulator/cost_model.hpp"
-#include "simulator/memory_curve.hpp"
-#include "simulator/summary.hpp"
+#include "core/timed_memory.hpp"
+#include "core/step_summary.hpp"
 
 namespace shardcast::sim {
 namespace {
@@ -114,8 +114,8 @@ TEST(SimulatorTest, CommunicationShorterThanComputeIsHidden) {
     b.compute(TaskKind::Forward, 2, kTwoMsFlops, {ag});
     const core::Timeline t = simulate(noLatency(), b.program());
     EXPECT_EQ(t.step_ns, 4 * kMs);
-    StepSummary s;
-    summarizeStep(b.program(), t, TimedMemory{}, noLatency(), s);
+    core::StepSummary s;
+    core::summarizeStep(b.program(), t, core::TimedMemory{}, noLatency().peakFlops(b.program().compute_dtype), s);
     EXPECT_DOUBLE_EQ(s.exposed_comm_s, 0.0);
     EXPECT_DOUBLE_EQ(s.all_gather_s, 1e-3);
 }
@@ -128,8 +128,8 @@ TEST(SimulatorTest, CommunicationLongerThanComputeIsExposedByTheDifference) {
     const core::Timeline t = simulate(noLatency(), b.program());
     EXPECT_EQ(t.tasks[2].start_ns, 3 * kMs);
     EXPECT_EQ(t.step_ns, 5 * kMs);
-    StepSummary s;
-    summarizeStep(b.program(), t, TimedMemory{}, noLatency(), s);
+    core::StepSummary s;
+    core::summarizeStep(b.program(), t, core::TimedMemory{}, noLatency().peakFlops(b.program().compute_dtype), s);
     EXPECT_DOUBLE_EQ(s.exposed_comm_s, 1e-3);
 }
 
@@ -272,7 +272,7 @@ TEST(SummaryTest, MfuAndThroughputFollowTheirDefinitions) {
     b.program().hardware_flops_per_step = kTwoMsFlops;
     const HardwareProfile p = roundProfile();
     const core::Timeline t = simulate(p, b.program());
-    const StepSummary s = summarize(b.program(), t, TimedMemory{}, p);
+    const core::StepSummary s = core::summarize(b.program(), t, core::TimedMemory{}, p.peakFlops(b.program().compute_dtype));
     EXPECT_DOUBLE_EQ(s.step_s, 2e-3);
     EXPECT_DOUBLE_EQ(s.mfu, 0.25);  // 5e11 / (2e-3 s * 1e15)
     EXPECT_DOUBLE_EQ(s.hfu, 0.5);

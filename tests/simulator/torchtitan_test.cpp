@@ -10,12 +10,9 @@
 
 #include <gtest/gtest.h>
 
-#include "core/lower.hpp"
 #include "core/model_io.hpp"
 #include "core/plan.hpp"
-#include "simulator/memory_curve.hpp"
-#include "simulator/simulator.hpp"
-#include "simulator/summary.hpp"
+#include "simulator/evaluation.hpp"
 
 namespace shardcast::sim {
 namespace {
@@ -38,20 +35,9 @@ TEST(TorchtitanCheckTest, Llama3_8BOn64A100WithinFifteenPercent) {
     plan.training.ac_every = 2;
     plan.sharding.strategy = core::Strategy::FullShard;
     plan.sharding.wrap.kind = core::WrapKind::Block;
-    auto mesh = core::validatePlan(plan);
-    ASSERT_TRUE(mesh.ok()) << mesh.error().message;
-    core::Program program;
-    auto lowered = core::lower(plan, *mesh, program);
-    ASSERT_TRUE(lowered.ok()) << lowered.error().message;
-
-    const HardwareProfile profile = HardwareProfile::fromCluster(plan.cluster);
-    Simulator sim(profile);
-    core::Timeline timeline;
-    sim.run(program, timeline);
-    MemoryTimer timer;
-    TimedMemory memory;
-    timer.compute(program, timeline, memory);
-    const StepSummary s = summarize(program, timeline, memory, profile);
+    auto evaluated = evaluatePlan(plan, nullptr);
+    ASSERT_TRUE(evaluated.ok()) << evaluated.error().message;
+    const core::StepSummary& s = evaluated->summary;
     std::printf("step %.3f s, compute %.3f s, exposed comm %.3f s, AG %.3f s, RS %.3f s, tokens/s/GPU %.0f, "
                 "MFU %.3f, HFU %.3f, peak %.2f GiB\n",
                 s.step_s, s.compute_s, s.exposed_comm_s, s.all_gather_s, s.reduce_scatter_s, s.tokens_per_s_per_gpu,

@@ -1,28 +1,27 @@
-#include "simulator/summary.hpp"
+#include "core/step_summary.hpp"
 
 #include <algorithm>
 
 #include <nlohmann/json.hpp>
 
-namespace shardcast::sim {
+namespace shardcast::core {
 
-using core::TaskKind;
 
-void summarizeStep(const core::Program& program, const core::Timeline& timeline, const TimedMemory& memory,
-                   const HardwareProfile& profile, StepSummary& out, bool per_unit) {
+void summarizeStep(const Program& program, const Timeline& timeline, const TimedMemory& memory,
+                   double peak_flops, StepSummary& out, bool per_unit) {
     constexpr double kNsPerS = 1e9;
     const int64_t step_ns = timeline.step_ns;
-    const int64_t compute_ns = timeline.busyNs(core::Stream::Compute);
+    const int64_t compute_ns = timeline.busyNs(Stream::Compute);
     out.step_s = static_cast<double>(step_ns) / kNsPerS;
     out.compute_s = static_cast<double>(compute_ns) / kNsPerS;
     out.exposed_comm_s = static_cast<double>(std::max<int64_t>(0, step_ns - compute_ns)) / kNsPerS;
-    for (int s = 0; s < core::kStreamCount; ++s) {
+    for (int s = 0; s < kStreamCount; ++s) {
         out.stream_busy_s[s] = static_cast<double>(timeline.stream_busy_ns[s]) / kNsPerS;
     }
     int64_t ag = 0, rs = 0, ar = 0;
     if (per_unit) out.units.assign(program.units.size(), UnitTime{});
     for (int32_t id = 0; id < program.size(); ++id) {
-        const core::Task& t = program.tasks[id];
+        const Task& t = program.tasks[id];
         const int64_t d = timeline.tasks[id].durationNs();
         int64_t* unit_slot = nullptr;
         UnitTime* u = per_unit && t.unit >= 0 && static_cast<size_t>(t.unit) < out.units.size()
@@ -40,7 +39,8 @@ void summarizeStep(const core::Program& program, const core::Timeline& timeline,
     out.all_gather_s = static_cast<double>(ag) / kNsPerS;
     out.reduce_scatter_s = static_cast<double>(rs) / kNsPerS;
     out.all_reduce_s = static_cast<double>(ar) / kNsPerS;
-    const double peak = profile.peakFlops(program.compute_dtype);
+    const double peak = peak_flops;
+    out.peak_flops = peak_flops;
     if (step_ns > 0 && peak > 0) {
         out.mfu = static_cast<double>(program.model_flops_per_step) / (out.step_s * peak);
         out.hfu = static_cast<double>(program.hardware_flops_per_step) / (out.step_s * peak);
@@ -56,14 +56,14 @@ void summarizeStep(const core::Program& program, const core::Timeline& timeline,
     out.at_peak = memory.at_peak;
 }
 
-StepSummary summarize(const core::Program& program, const core::Timeline& timeline, const TimedMemory& memory,
-                      const HardwareProfile& profile) {
+StepSummary summarize(const Program& program, const Timeline& timeline, const TimedMemory& memory,
+                      double peak_flops) {
     StepSummary s;
-    summarizeStep(program, timeline, memory, profile, s, true);
+    summarizeStep(program, timeline, memory, peak_flops, s, true);
     return s;
 }
 
-nlohmann::json summaryToJson(const core::Program& program, const StepSummary& s) {
+nlohmann::json summaryReportJson(const Program& program, const StepSummary& s) {
     nlohmann::json j;
     j["step_s"] = s.step_s;
     j["compute_s"] = s.compute_s;
@@ -72,16 +72,17 @@ nlohmann::json summaryToJson(const core::Program& program, const StepSummary& s)
     j["mfu"] = s.mfu;
     j["hfu"] = s.hfu;
     j["tokens_per_s_per_gpu"] = s.tokens_per_s_per_gpu;
+    j["peak_flops"] = s.peak_flops;
     j["peak_bytes"] = s.peak_bytes;
     j["peak_task"] = s.peak_task >= 0 ? program.taskLabel(s.peak_task) : std::string("(initial)");
     nlohmann::json at_peak = nlohmann::json::object();
-    for (int c = 0; c < core::kMemCategoryCount; ++c) {
-        at_peak[std::string(core::categoryName(static_cast<core::MemCategory>(c)))] = s.at_peak[c];
+    for (int c = 0; c < kMemCategoryCount; ++c) {
+        at_peak[std::string(categoryName(static_cast<MemCategory>(c)))] = s.at_peak[c];
     }
     j["at_peak_bytes"] = at_peak;
     nlohmann::json streams = nlohmann::json::object();
-    for (int st = 0; st < core::kStreamCount; ++st) {
-        if (s.stream_busy_s[st] > 0) streams[std::string(core::streamName(static_cast<core::Stream>(st)))] = s.stream_busy_s[st];
+    for (int st = 0; st < kStreamCount; ++st) {
+        if (s.stream_busy_s[st] > 0) streams[std::string(streamName(static_cast<Stream>(st)))] = s.stream_busy_s[st];
     }
     j["stream_busy_s"] = streams;
     nlohmann::json units = nlohmann::json::array();
@@ -98,4 +99,17 @@ nlohmann::json summaryToJson(const core::Program& program, const StepSummary& s)
     return j;
 }
 
-}  // namespace shardcast::sim
+CommTotals communicationTotals(const Program& program) {
+    CommTotals c;
+    for (const Task& t : program.tasks) {
+        switch (t.kind) {
+            case TaskKind::AllGather: c.all_gather_bytes += t.comm_bytes; break;
+            case TaskKind::ReduceScatter: c.reduce_scatter_bytes += t.comm_bytes; break;
+            case TaskKind::AllReduce: c.all_reduce_bytes += t.comm_bytes; break;
+            default: break;
+        }
+    }
+    return c;
+}
+
+}  // namespace shardcast::core

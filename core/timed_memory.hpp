@@ -1,7 +1,7 @@
 #pragma once
 // Memory over simulated time: the tasks' MemEvents placed on a Timeline (mem_start at a task's
 // start, mem_peak applied and undone at its midpoint, mem_end at its end), in time order. Unlike
-// core::replayMemory (issue order), the peak here depends on what actually overlaps in time.
+// replayMemory (issue order), the peak here depends on what actually overlaps in time.
 #include <array>
 #include <cstdint>
 #include <vector>
@@ -10,21 +10,23 @@
 #include "core/units.hpp"
 #include "core/timeline.hpp"
 
-namespace shardcast::sim {
+namespace shardcast::core {
 
 struct MemoryPoint {
     int64_t time_ns = 0;
     int32_t task = -1;
-    core::CategoryBytes bytes{};
+    CategoryBytes bytes{};
+    bool operator==(const MemoryPoint&) const = default;
 };
 
 struct TimedMemory {
     int64_t peak_bytes = 0;
     int64_t peak_time_ns = 0;
     int32_t peak_task = -1;              // the task whose event reached the peak; -1: initial state
-    core::CategoryBytes at_peak{};
-    core::CategoryBytes max_per_category{};
+    CategoryBytes at_peak{};
+    CategoryBytes max_per_category{};
     std::vector<MemoryPoint> curve;      // filled only when asked
+    bool operator==(const TimedMemory&) const = default;
 };
 
 // Reusable: keeps its buffers between calls.
@@ -32,7 +34,7 @@ class MemoryTimer {
 public:
     // At equal times: ends before starts before midpoints, then by task id; a task of zero
     // duration applies start, peak and end in that order.
-    void compute(const core::Program& program, const core::Timeline& timeline, TimedMemory& out,
+    void compute(const Program& program, const Timeline& timeline, TimedMemory& out,
                  bool record_curve = false);
 
 private:
@@ -44,14 +46,14 @@ private:
         uint8_t phase;  // Phase; kStart covers all three phases of a zero-duration task
         int32_t event = -1;  // kDeferred: index of the event in Program::mem
     };
-    void orderPoints(const core::Program& program, const core::Timeline& timeline);
+    void orderPoints(const Program& program, const Timeline& timeline);
 
     // A stream runs its tasks one after another, so its points, taken in Program order, are
     // usually already in time order: they are merged across streams instead of sorted.
-    std::array<std::vector<Point>, core::kStreamCount> m_stream_points;
+    std::array<std::vector<Point>, kStreamCount> m_stream_points;
     std::vector<Point> m_points;  // all points in time order
     std::vector<Point> m_merged;  // scratch for merging
     std::vector<Point> m_deferred;  // frees placed at their buffer's last use (MemEvent::timed_after)
 };
 
-}  // namespace shardcast::sim
+}  // namespace shardcast::core

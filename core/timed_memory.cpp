@@ -1,13 +1,13 @@
-#include "simulator/memory_curve.hpp"
+#include "core/timed_memory.hpp"
 
 #include <algorithm>
 #include <cassert>
 
 
-namespace shardcast::sim {
+namespace shardcast::core {
 namespace {
 
-int64_t sum(const core::CategoryBytes& b) {
+int64_t sum(const CategoryBytes& b) {
     int64_t s = 0;
     for (int64_t v : b) s += v;
     return s;
@@ -15,12 +15,12 @@ int64_t sum(const core::CategoryBytes& b) {
 
 }  // namespace
 
-void MemoryTimer::orderPoints(const core::Program& program, const core::Timeline& timeline) {
+void MemoryTimer::orderPoints(const Program& program, const Timeline& timeline) {
     const int32_t n = program.size();
     for (auto& points : m_stream_points) points.clear();
     m_deferred.clear();
-    auto deferFrees = [&](core::Span span, int32_t id) {
-        const core::MemEvent* e = program.memBegin(span);
+    auto deferFrees = [&](Span span, int32_t id) {
+        const MemEvent* e = program.memBegin(span);
         for (uint32_t k = 0; k < span.count; ++k) {
             if (e[k].timed_after < 0) continue;
             const int64_t at = timeline.tasks[static_cast<size_t>(e[k].timed_after)].end_ns;
@@ -28,8 +28,8 @@ void MemoryTimer::orderPoints(const core::Program& program, const core::Timeline
         }
     };
     for (int32_t id = 0; id < n; ++id) {
-        const core::Task& t = program.tasks[id];
-        const core::TaskTime& tt = timeline.tasks[id];
+        const Task& t = program.tasks[id];
+        const TaskTime& tt = timeline.tasks[id];
         std::vector<Point>& points = m_stream_points[static_cast<int>(t.stream)];
         deferFrees(t.mem_start, id);
         deferFrees(t.mem_end, id);
@@ -71,21 +71,21 @@ void MemoryTimer::orderPoints(const core::Program& program, const core::Timeline
         m_points.swap(m_merged);
     };
     mergeRun(m_deferred);
-    for (int s = core::kStreamCount - 1; s >= 0; --s) mergeRun(m_stream_points[s]);
+    for (int s = kStreamCount - 1; s >= 0; --s) mergeRun(m_stream_points[s]);
 }
 
-void MemoryTimer::compute(const core::Program& program, const core::Timeline& timeline, TimedMemory& out,
+void MemoryTimer::compute(const Program& program, const Timeline& timeline, TimedMemory& out,
                           bool record_curve) {
     assert(static_cast<int32_t>(timeline.tasks.size()) == program.size());
     orderPoints(program, timeline);
 
-    core::CategoryBytes bytes = program.initial;
+    CategoryBytes bytes = program.initial;
     int64_t total = sum(bytes);
     out.peak_bytes = total;
     out.peak_time_ns = 0;
     out.peak_task = -1;
     out.at_peak = bytes;
-    core::CategoryBytes max_per_category = bytes;  // a local: the compiler keeps it apart from `out`
+    CategoryBytes max_per_category = bytes;  // a local: the compiler keeps it apart from `out`
     out.curve.clear();
     if (record_curve) out.curve.push_back({0, -1, bytes});
 
@@ -97,17 +97,17 @@ void MemoryTimer::compute(const core::Program& program, const core::Timeline& ti
             out.at_peak = bytes;
         }
     };
-    auto change = [&](const core::MemEvent& e, int64_t delta) {
-        const int c = core::index(e.category);
+    auto change = [&](const MemEvent& e, int64_t delta) {
+        const int c = index(e.category);
         bytes[c] += delta;
         total += delta;
         assert(bytes[c] >= 0 && "a free matches an earlier allocation");
         if (bytes[c] > max_per_category[c]) max_per_category[c] = bytes[c];
     };
     // A task's start or end events apply in their order, each allocation a possible peak (as in
-    // core::replayMemory); frees deferred to their buffer's last use are skipped here.
-    auto applyInOrder = [&](core::Span span, int64_t time_ns, int32_t task) {
-        const core::MemEvent* e = program.memBegin(span);
+    // replayMemory); frees deferred to their buffer's last use are skipped here.
+    auto applyInOrder = [&](Span span, int64_t time_ns, int32_t task) {
+        const MemEvent* e = program.memBegin(span);
         for (uint32_t k = 0; k < span.count; ++k) {
             if (e[k].timed_after >= 0) continue;
             change(e[k], e[k].bytes);
@@ -116,8 +116,8 @@ void MemoryTimer::compute(const core::Program& program, const core::Timeline& ti
         if (record_curve) out.curve.push_back({time_ns, task, bytes});
     };
     // A task's transient events hold at one instant: noted as a whole, then undone.
-    auto applyTransient = [&](core::Span span, int64_t time_ns, int32_t task) {
-        const core::MemEvent* e = program.memBegin(span);
+    auto applyTransient = [&](Span span, int64_t time_ns, int32_t task) {
+        const MemEvent* e = program.memBegin(span);
         for (uint32_t k = 0; k < span.count; ++k) change(e[k], e[k].bytes);
         notePeak(time_ns, task);
         if (record_curve) out.curve.push_back({time_ns, task, bytes});
@@ -126,10 +126,10 @@ void MemoryTimer::compute(const core::Program& program, const core::Timeline& ti
     };
 
     for (const Point& p : m_points) {
-        const core::Task& t = program.tasks[p.task];
+        const Task& t = program.tasks[p.task];
         switch (p.phase) {
             case kDeferred: {
-                const core::MemEvent& e = program.mem[static_cast<size_t>(p.event)];
+                const MemEvent& e = program.mem[static_cast<size_t>(p.event)];
                 change(e, e.bytes);
                 if (e.bytes > 0) notePeak(p.time_ns, p.task);
                 if (record_curve) out.curve.push_back({p.time_ns, p.task, bytes});
@@ -153,4 +153,4 @@ void MemoryTimer::compute(const core::Program& program, const core::Timeline& ti
     out.max_per_category = max_per_category;
 }
 
-}  // namespace shardcast::sim
+}  // namespace shardcast::core

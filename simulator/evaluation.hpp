@@ -1,0 +1,90 @@
+#pragma once
+// The planning chain every front-end shares (DESIGN.md section 1): validate -> lower -> memory replay
+// in issue order -> simulate -> timed memory -> summary -> fit. The CLI, sweeps, the wrap search, the
+// benchmarks and the GUI call this; none of them chains the steps itself.
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string_view>
+
+#include "core/fit.hpp"
+#include "core/lower.hpp"
+#include "core/memory.hpp"
+#include "core/plan.hpp"
+#include "core/program.hpp"
+#include "core/result.hpp"
+#include "core/step_summary.hpp"
+#include "core/timed_memory.hpp"
+#include "core/timeline.hpp"
+#include "simulator/hardware_profile.hpp"
+#include "simulator/simulator.hpp"
+
+namespace shardcast::sim {
+
+// Abandons an evaluation or a sweep from another thread (the GUI re-plans on every knob change).
+// Checked between stages and between sweep candidates; the work then returns core::cancelledError().
+class CancelToken {
+public:
+    void cancel() noexcept { m_cancelled.store(true, std::memory_order_relaxed); }
+    void reset() noexcept { m_cancelled.store(false, std::memory_order_relaxed); }
+    bool cancelled() const noexcept { return m_cancelled.load(std::memory_order_relaxed); }
+
+private:
+    std::atomic<bool> m_cancelled{false};
+};
+
+enum class EvaluationStage : uint8_t { Validate, Lower, ReplayMemory, Simulate, TimeMemory, Summarize };
+std::string_view stageName(EvaluationStage stage);  // "validate", "lower", ...
+
+struct EvaluationOptions {
+    double headroom = core::kDefaultHeadroom;  // fraction of GPU memory "fits" keeps free, in [0, 1)
+    bool issue_order_memory = true;  // also replay in host issue order (model states, the allocator's view)
+    bool record_curve = false;       // keep the timed memory curve (traces, memory views)
+    bool per_unit = true;            // per-unit time breakdown in the summary
+    const CancelToken* cancel = nullptr;
+    std::function<void(EvaluationStage)> progress;  // on the evaluating thread, before each stage
+};
+
+// Everything a front-end shows for one plan. Reused between evaluations: its vectors keep their
+// capacity.
+struct Evaluation {
+    core::Mesh mesh;
+    HardwareProfile profile;        // the figures in effect: every GPU figure shown comes from here
+    core::Program program;
+    core::Timeline timeline;
+    core::TimedMemory timed;        // memory on the simulated timeline
+    // The report users read: model states and issue-order figures from the replay, with the peak,
+    // its task, the breakdown at the peak and the per-category maxima of the timed curve (prefetch
+    // and overlap move the peak). Without issue_order_memory only the timed fields are set.
+    core::MemoryReport memory;
+    int64_t issue_order_peak_bytes = 0;  // the allocator's view in host issue order
+    core::StepSummary summary;
+    core::CommTotals comm;
+    core::FitVerdict fit;           // summary.peak_bytes against profile.gpu.memory_bytes
+};
+
+class Evaluator {
+public:
+    Evaluator();
+    Evaluator(const Evaluator&) = delete;
+    Evaluator& operator=(const Evaluator&) = delete;
+
+    // Validates and evaluates `plan`. `profile` null: HardwareProfile::fromCluster(plan.cluster).
+    // A profile whose GPU differs from the plan's replaces it for the lowering too (runtime
+    // overhead), so one set of GPU figures is in effect. Errors: the plan's (naming the field) or,
+    // when options.cancel fires, core::cancelledError(). `out` is valid only on success.
+    core::Status evaluate(const core::Plan& plan, const HardwareProfile* profile, const EvaluationOptions& options,
+                          Evaluation& out);
+
+private:
+    core::Lowerer m_lowerer;
+    Simulator m_simulator;
+    core::MemoryTimer m_timer;
+    core::Plan m_plan_on_profile;  // scratch: the plan with the profile's GPU
+};
+
+// One-shot convenience (allocates a fresh Evaluator and Evaluation).
+core::Result<Evaluation> evaluatePlan(const core::Plan& plan, const HardwareProfile* profile,
+                                      const EvaluationOptions& options = {});
+
+}  // namespace shardcast::sim
