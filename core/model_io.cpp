@@ -1044,9 +1044,25 @@ Result<Model> loadModelFile(const std::filesystem::path& path) {
     return importHfConfig(*j, std::move(name), path.string());
 }
 
+namespace {
+
+// <folder of this process's executable>/SHARDCAST_MODELS_DIR_FROM_BIN (../share/shardcast/models
+// by default) when that folder exists, as it does beside an installed binary wherever the prefix
+// was copied or moved to; empty otherwise (a build tree, or no /proc).
+std::filesystem::path installedModelsDir() {
+    std::error_code ec;
+    const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+    if (ec) return {};
+    const std::filesystem::path dir = (exe.parent_path() / SHARDCAST_MODELS_DIR_FROM_BIN).lexically_normal();
+    return std::filesystem::is_directory(dir, ec) ? dir : std::filesystem::path{};
+}
+
+}  // namespace
+
 std::filesystem::path bundledModelsDir() {
     if (const char* env = std::getenv("SHARDCAST_MODELS_DIR"); env && *env) return env;
-    return SHARDCAST_MODELS_DIR;
+    if (std::filesystem::path installed = installedModelsDir(); !installed.empty()) return installed;
+    return SHARDCAST_SOURCE_MODELS_DIR;
 }
 
 std::vector<std::string> bundledModelNames() {

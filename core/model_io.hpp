@@ -22,7 +22,9 @@ Result<Model> importModuleTree(const nlohmann::json& tree, std::string name, std
 // Reads a file and dispatches on its content (module tree if it has "format", else HF config).
 Result<Model> loadModelFile(const std::filesystem::path& path);
 
-// The bundled models directory: $SHARDCAST_MODELS_DIR, else the build's models/ folder.
+// The bundled models directory: $SHARDCAST_MODELS_DIR if set; else the installed layout beside
+// the running executable (bin/../share/shardcast/models) if it exists; else the source tree's
+// models/ folder this build was configured from.
 std::filesystem::path bundledModelsDir();
 std::vector<std::string> bundledModelNames();  // sorted, file names without .json
 

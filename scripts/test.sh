@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
-# Sets up the dependencies, builds everything into build/ (Release) and runs the test suite.
-# Warnings are errors when CI=true.
+# Sets up the dependencies and passes the test suite twice:
+#   1. a Release build in build/ (warnings are errors when CI=true);
+#   2. a Debug build in build-asan/ with AddressSanitizer, LeakSanitizer and
+#      UndefinedBehaviorSanitizer (SHARDCAST_SANITIZE=ON, assertions on, no benchmarks), where any
+#      finding fails the test that ran into it.
+#   SHARDCAST_SKIP_SANITIZE=1  only the Release build (a quick local run).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -10,6 +14,22 @@ werror=OFF
 if [ "${CI:-}" = true ]; then
     werror=ON
 fi
+
+echo "test.sh: Release build (build/)"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DSHARDCAST_WERROR="$werror"
 cmake --build build -j "$(nproc)"
 ctest --test-dir build --output-on-failure -j2
+
+if [ "${SHARDCAST_SKIP_SANITIZE:-0}" = 1 ]; then
+    echo "test.sh: SHARDCAST_SKIP_SANITIZE=1, skipping the sanitizer build"
+    exit 0
+fi
+
+echo "test.sh: Debug build with ASan + UBSan (build-asan/)"
+# Set for the build too: test discovery runs the test programs.
+export ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:print_stacktrace=1
+export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DSHARDCAST_SANITIZE=ON \
+    -DSHARDCAST_BUILD_BENCH=OFF -DSHARDCAST_WERROR="$werror"
+cmake --build build-asan -j "$(nproc)"
+ctest --test-dir build-asan --output-on-failure -j2
