@@ -67,6 +67,27 @@ void replayInto(const core::Program& p, const core::Task& t, int64_t& running, i
 
 CollectiveGroup groupOf(const core::UnitCollective& c) { return CollectiveGroup{c.group_size, c.group_nodes}; }
 
+// The block units' backward all-gathers of the first micro-batch that start on `timeline` before
+// its first backward compute task ends; tasks after `last_forward` belong to the backward.
+int gathersAheadOfBackward(const core::Program& p, const core::Timeline& timeline,
+                           const std::vector<int32_t>& block_of_unit, int32_t last_forward) {
+    int32_t first_backward = -1;
+    for (int32_t id = last_forward + 1; id < p.size() && first_backward < 0; ++id) {
+        const TaskKind k = p.tasks[static_cast<size_t>(id)].kind;
+        if (k == TaskKind::Backward || k == TaskKind::Recompute) first_backward = id;
+    }
+    if (first_backward < 0) return 0;
+    const int64_t turn_ns = timeline.tasks[static_cast<size_t>(first_backward)].end_ns;
+    int ahead = 0;
+    for (int32_t id = last_forward + 1; id < p.size(); ++id) {
+        const core::Task& t = p.tasks[static_cast<size_t>(id)];
+        const bool block_gather = t.kind == TaskKind::AllGather && t.micro_batch == 0 && t.unit >= 0 &&
+                                  block_of_unit[static_cast<size_t>(t.unit)] >= 0;
+        if (block_gather && timeline.tasks[static_cast<size_t>(id)].start_ns < turn_ns) ++ahead;
+    }
+    return ahead;
+}
+
 // One plan's full evaluation, reusing its buffers between calls.
 struct Evaluator {
     explicit Evaluator(const HardwareProfile& profile) : simulator(profile) {}
@@ -242,9 +263,9 @@ int64_t WrapCostModel::heldBefore(int32_t pos) const {
     return m_in.reshard_after_forward ? 0 : m_unsharded_prefix[static_cast<size_t>(pos)];
 }
 
-int64_t WrapCostModel::turnBytes(const Unit& last) const {
+int64_t WrapCostModel::turnBytes(const Unit& last, int64_t ahead_bytes) const {
     const auto L = static_cast<int32_t>(blockCount());
-    const int64_t in_flight = last.in_flight_bwd;
+    const int64_t in_flight = last.in_flight_bwd + ahead_bytes;
     int64_t peak = saved(last.lo, last.lo) + held(last) + in_flight + last.fwd_peak;
     const int64_t root_post = saved(L, L) + held(m_root_post) + in_flight;
     peak = std::max(peak, root_post + m_root_post.fwd_peak);
@@ -269,13 +290,19 @@ int64_t WrapCostModel::pairBytes(const Unit& x, const Unit& y) const {
         peak = std::max(peak, saved(x.lo, x.lo) + held(x) + y.in_flight + x.fwd_peak);
     }
     if (y_is_root_post) {
-        peak = std::max(peak, turnBytes(x));
+        peak = std::max(peak, turnBytes(x, 0));
     } else {
+        if (y.hi == L && m_in.backward_gathers_ahead > 1) peak = std::max(peak, turnBytes(y, x.in_flight_bwd));
         // Backward of y with x's all-gather prefetched (and the reduce-scatter input of the unit
         // after y, seen through its first block).
         const int64_t after_y_rs_input = y.hi < L ? m_in.blocks[static_cast<size_t>(y.hi)].rs_input_bytes : 0;
         peak = std::max(peak, saved(y.hi, y.lo) + held(y) + x.in_flight_bwd + y.bwd_peak + grads(y.hi) + root_kept +
                                   after_y_rs_input);
+        // y's reduction starts: its reduce-scatter input is made while its gradients are held.
+        if (y.rs_input > 0) {
+            peak = std::max(peak, saved(y.lo, y.lo) + heldBefore(y.lo) + y.fwd_delta + y.bwd_delta + y.rs_input +
+                                      grads(y.hi) + root_kept + x.in_flight_bwd);
+        }
     }
     // Backward of x, its wait and its compute, while y's reduce-scatter input is held (and the
     // all-gather of the unit before x, seen through its last block, in flight).
@@ -414,6 +441,9 @@ core::Result<WrapCostModel> WrapCostModel::fromPlan(const core::Plan& plan, cons
     }
     in.reshard_after_forward = p.units.size() > 1 ? p.units[1].reshard_after_forward : true;
     const bool grads_on_host = p.host_grad_bytes > 0;  // CPU offload keeps sharded gradients on the host
+    // A micro-batch after one that reduced finds every sharded gradient made: they count in the
+    // base then, not from each unit's reduction on.
+    const bool grads_held_all_step = !grads_on_host && in.synced_micro_batches > 1;
 
     // Sizes: the lowering's per-unit table. The DP times every unit's collectives with one group
     // per kind, the first block unit's that issues it.
@@ -430,7 +460,7 @@ core::Result<WrapCostModel> WrapCostModel::fromPlan(const core::Plan& plan, cons
         f.unsharded_bytes = info.unsharded_param_bytes;
         f.post_forward_shard_bytes = info.post_forward_shard_bytes;
         f.rs_input_bytes = info.reduce_scatter_input_bytes;
-        f.grad_shard_bytes = grads_on_host ? 0 : info.grad_shard_bytes;
+        f.grad_shard_bytes = grads_on_host || grads_held_all_step ? 0 : info.grad_shard_bytes;
         auto firstGroup = [](const core::UnitCollective& c, bool& seen, CollectiveGroup& group) {
             if (seen || c.bytes == 0) return;
             group = groupOf(c);
@@ -514,6 +544,15 @@ core::Result<WrapCostModel> WrapCostModel::fromPlan(const core::Plan& plan, cons
     finish(in.root_pre, run[kPre]);
     finish(in.root_post, run[kPost]);
 
+    // How many all-gathers run ahead of the compute stream at the turn into the backward, on the
+    // per-block simulation: the block units' backward all-gathers that start before the first
+    // backward compute task ends (FSDP2's copy-in waits for the previous copy-out: one; FSDP1's
+    // all-gathers wait for no copy-out: two).
+    Simulator simulator(profile);
+    core::Timeline timeline;
+    simulator.run(p, timeline);
+    in.backward_gathers_ahead = std::clamp(gathersAheadOfBackward(p, timeline, block_of_unit, last_forward), 1, 2);
+
     const core::UnitInfo& root = p.units[0];
     int64_t all_grads = 0, no_sync_grads = 0;
     for (const core::UnitInfo& u : p.units) {
@@ -521,20 +560,23 @@ core::Result<WrapCostModel> WrapCostModel::fromPlan(const core::Plan& plan, cons
         no_sync_grads += u.no_sync_grad_bytes;
     }
     const int64_t initial = core::total(p.initial);
-    in.base_bytes = initial + root.unsharded_param_bytes + in.root_pre.fwd_delta_bytes + no_sync_grads;
+    in.base_bytes = initial + root.unsharded_param_bytes + in.root_pre.fwd_delta_bytes + no_sync_grads +
+                    (grads_held_all_step ? all_grads : 0);
     in.root_gather_bytes = root.unshard_wait_bytes - root.unsharded_param_bytes;
     int64_t opt_temp = 0;
     for (const core::Task& t : p.tasks) {
         if (t.kind == TaskKind::OptimizerStep) opt_temp = std::max(opt_temp, allocatedBytes(p, t.mem_peak));
     }
-    in.floor_bytes = initial + all_grads + opt_temp;
+    // The root reduces last: its reduce-scatter input is made while its gradients are held, and
+    // is held with every sharded gradient until the optimizer step starts.
+    const int64_t root_grads = in.root_pre.fwd_delta_bytes + in.root_pre.bwd_delta_bytes + in.root_post.fwd_delta_bytes +
+                               in.root_post.bwd_delta_bytes;
+    const int64_t root_reduction = root.reduce_scatter_input_bytes > 0 ? root.reduce_scatter_input_bytes + root_grads : 0;
+    in.floor_bytes = initial + all_grads + std::max(opt_temp, root_reduction);
 
     WrapCostModel model_out(std::move(in), profile);
     // Calibrate the terms outside the pairs (root collectives, optimizer, host start-up) on the
     // per-block simulation: the model then reproduces it exactly.
-    Simulator simulator(profile);
-    core::Timeline timeline;
-    simulator.run(p, timeline);
     model_out.setConstantNs(static_cast<double>(timeline.step_ns) - model_out.stepNs(perBlock(L)));
     return model_out;
 }

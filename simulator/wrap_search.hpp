@@ -26,9 +26,11 @@
 //   forward:  x's wait (copy-out) and x's compute, each with y's all-gather in flight;
 //   the turn: the last unit's forward and the root's output layers, forward and backward, with
 //             the last unit's backward re-gather in flight (the host runs ahead into the
-//             backward);
-//   backward: y's compute with x's all-gather in flight (prefetch); x's wait and compute with
-//             y's reduce-scatter input held until x's own reduction starts.
+//             backward), and its predecessor's too where the per-block simulation shows two
+//             all-gathers started by then (FSDP1, whose all-gathers wait for no copy-out);
+//   backward: y's compute with x's all-gather in flight (prefetch); the start of y's reduction,
+//             its reduce-scatter input made while its gradients are held; x's wait and compute
+//             with y's reduce-scatter input held until x's own reduction starts.
 // A unit computes on top of what the earlier blocks saved (activations, reshard_after_forward=k
 // slices), the later blocks' sharded gradients and the root's output-layer gradients. A unit's
 // buffers by phase are UnitInfo's unshard_in_flight_bytes, unshard_wait_bytes and
@@ -37,12 +39,9 @@
 //   - a unit's backward holds both its predecessor's all-gather and its successor's
 //     reduce-scatter input: a pair sees one whole and the other through the adjacent block only
 //     (exact per block, low by up to the smaller neighbour's excess for larger units);
-//   - more all-gathers in flight than one: FSDP2's forward holds two flat outputs ahead of the
-//     compute stream, FSDP1 two backward all-gathers at the turn (they wait for no copy-out),
-//     prefetch_depth > 1;
-//   - the start of a reduction, where the reduce-scatter input is made while the unit's
-//     gradients are still held;
-//   - sharded gradients kept from an earlier micro-batch that reduced;
+//   - more all-gathers in flight than one (two at the turn): FSDP2's forward holds two flat
+//     outputs ahead of the compute stream, prefetch_depth > 1, FSDP1 in micro-batches that skip
+//     the reduction (its all-gathers then queue behind no reduce-scatter);
 //   - the next micro-batch's first gathers, which FSDP2 issues during the last reductions, and
 //     CPU offload's host-to-device shard copies, which run ahead of their copy-ins;
 //   - no_sync: every unit's held gradients count throughout the step (high in the reducing
@@ -82,7 +81,7 @@ struct BlockFigures {
     int64_t post_forward_shard_bytes = 0;  // UnitInfo::post_forward_shard_bytes
     int64_t rs_input_bytes = 0;    // UnitInfo::reduce_scatter_input_bytes
     int64_t grad_shard_bytes = 0;  // sharded gradient on the device from its reduction to the
-                                   // optimizer step (0: on the host)
+                                   // optimizer step (0: in base_bytes, or on the host)
     int64_t fwd_delta_bytes = 0;   // activations left after its forward
     int64_t fwd_peak_bytes = 0;    // highest point inside its forward, relative to its start
     int64_t bwd_delta_bytes = 0;   // net change over its backward (gradients kept - activations freed)
@@ -102,11 +101,14 @@ struct WrapCostInputs {
     int synced_micro_batches = 1;           // micro-batches that reduce gradients (no_sync: 1)
     bool reshard_after_forward = true;
     int unit_tasks_fwd = 0, unit_tasks_bwd = 0;  // per-unit tasks besides compute (copy-in, AG, ...)
+    int backward_gathers_ahead = 1;  // all-gathers in flight at the turn into the backward (1 or 2)
     int64_t base_bytes = 0;         // live while any block runs: initial state, inputs, the root's
-                                    // parameters, no_sync gradients
+                                    // parameters, no_sync gradients, sharded gradients kept from
+                                    // an earlier micro-batch
     int64_t root_gather_bytes = 0;  // the root's unshard beyond its parameters when the compute
                                     // stream takes it (FSDP2: the flat output)
-    int64_t floor_bytes = 0;        // a peak reached whatever the grouping (the optimizer step)
+    int64_t floor_bytes = 0;        // a peak reached whatever the grouping (the root's reduction at
+                                    // the end of the backward, the optimizer step)
     double constant_ns = 0;         // step time outside the pair terms (root collectives, optimizer)
 };
 
@@ -157,8 +159,8 @@ private:
     double pairNs(const Unit& x, const Unit& y) const;
     int64_t pairBytes(const Unit& x, const Unit& y) const;  // above base_bytes
     // The last block unit's forward and the root's output layers, forward and backward, with its
-    // backward all-gather in flight.
-    int64_t turnBytes(const Unit& last) const;
+    // backward all-gather and `ahead_bytes` more in flight.
+    int64_t turnBytes(const Unit& last, int64_t ahead_bytes) const;
     int64_t saved(int32_t act_pos, int32_t slice_pos) const;  // activations, reshard_after_forward=k slices
     int64_t held(const Unit& u) const;        // unsharded parameters while u computes
     int64_t heldBefore(int32_t pos) const;    // those of the units before block `pos` (ZeRO-2 keeps them)
