@@ -69,12 +69,7 @@ void BM_Evaluate_Llama405B_16384GPUs(benchmark::State& state) {
 }
 BENCHMARK(BM_Evaluate_Llama405B_16384GPUs)->Unit(benchmark::kMicrosecond);
 
-void BM_WrapSearch_Llama405B_16384GPUs(benchmark::State& state) {
-    static const core::Plan plan = [] {
-        core::Plan p = benchPlan("llama-3.1-405b", 2048);
-        p.training.ac = core::Checkpointing::Full;
-        return p;
-    }();
+void wrapSearch(benchmark::State& state, const core::Plan& plan) {
     const sim::HardwareProfile profile = sim::HardwareProfile::fromCluster(plan.cluster);
     for (auto _ : state) {
         auto r = sim::searchWrap(plan, profile, sim::WrapSearchOptions{});
@@ -87,7 +82,29 @@ void BM_WrapSearch_Llama405B_16384GPUs(benchmark::State& state) {
         state.counters["fits"] = r->fits;
     }
 }
+
+void BM_WrapSearch_Llama405B_16384GPUs(benchmark::State& state) {
+    static const core::Plan plan = [] {
+        core::Plan p = benchPlan("llama-3.1-405b", 2048);
+        p.training.ac = core::Checkpointing::Full;
+        return p;
+    }();
+    wrapSearch(state, plan);
+}
 BENCHMARK(BM_WrapSearch_Llama405B_16384GPUs)->Unit(benchmark::kMillisecond);
+
+// At 8,192 tokens per sequence not even one block per unit fits, so the search stops after one
+// DP; at 4,096 it runs the DP, the full evaluation and a tightening round.
+void BM_WrapSearch_Llama405B_16384GPUs_Seq4096(benchmark::State& state) {
+    static const core::Plan plan = [] {
+        core::Plan p = benchPlan("llama-3.1-405b", 2048);
+        p.training.ac = core::Checkpointing::Full;
+        p.training.seq_len = 4096;
+        return p;
+    }();
+    wrapSearch(state, plan);
+}
+BENCHMARK(BM_WrapSearch_Llama405B_16384GPUs_Seq4096)->Unit(benchmark::kMillisecond);
 
 // 1,000 plans of Llama-3.1-8B on 8 GPUs (strategies x wrap policies x micro-batches x AC) on two threads.
 void BM_Sweep1000_Llama8B_TwoThreads(benchmark::State& state) {

@@ -564,6 +564,46 @@ private:
         m_p.units.resize(m_s.us.size());
         const int states = optimizerStatesPerParam(m_tr.optimizer);
         int64_t sharded = 0, opt = 0, buffers = 0;
+        // The unit's buffers by phase and its collectives, as issueUnshard, waitUnshard, castCopy,
+        // postBackward and postBackwardNoShard emit them.
+        const auto W = static_cast<int32_t>(m_W), R = static_cast<int32_t>(m_R);
+        auto fillBuffers = [&](int32_t u, const UnitSizes& us, UnitInfo& info) {
+            const bool trainable = us.grad_elems > 0;
+            const bool accumulates = m_tr.no_sync && m_tr.grad_accum > 1 && trainable;
+            if (!gathers(u)) {
+                // Whole parameters: mixed precision computes on a cast copy; gradients are all-reduced.
+                const int64_t cast = m_mp ? us.unsharded_bytes : 0;
+                info.unshard_wait_bytes = cast;
+                info.unsharded_param_bytes = cast;
+                if (trainable) {
+                    const bool via_buffer = m_mp || m_rdt != m_master;
+                    info.all_reduce = UnitCollective{via_buffer ? us.rs_input_elems * itemSize(m_rdt)
+                                                                : us.grad_shard_elems * itemSize(m_master),
+                                                     m_mesh.world_size, m_world_nodes};
+                }
+                if (accumulates && m_mp) info.no_sync_grad_bytes = us.grad_elems * itemSize(m_pdt);
+                return;
+            }
+            const int64_t gathered = m_fsdp1 ? us.unsharded_bytes : us.flat_bytes;  // all-gather S
+            info.unshard_in_flight_bytes = gathered;
+            info.unshard_wait_bytes = m_fsdp1 ? us.unsharded_bytes : us.flat_bytes + us.unsharded_bytes;
+            info.unsharded_param_bytes = us.unsharded_bytes;
+            info.all_gather = UnitCollective{gathered, W, m_ag_nodes};
+            if (us.reshard_after_forward) {
+                const int k = postForwardK();
+                info.all_gather_bwd = UnitCollective{gathered, k > 0 ? k : W, k > 0 ? m_ag_count_nodes : m_ag_nodes};
+                info.post_forward_shard_bytes = k > 0 ? us.unsharded_bytes / k : 0;
+            }
+            if (trainable) {
+                info.reduce_scatter_input_bytes = us.rs_input_elems * itemSize(m_rdt);
+                info.reduce_scatter = UnitCollective{info.reduce_scatter_input_bytes, W, m_ag_nodes};
+                if (m_R > 1) info.all_reduce = UnitCollective{us.grad_shard_elems * itemSize(m_rdt), R, m_rep_nodes};
+            }
+            if (accumulates) {
+                // FSDP2 upcasts held gradients to reduce_dtype; FSDP1 keeps them as autograd wrote them.
+                info.no_sync_grad_bytes = us.grad_elems * itemSize(!m_fsdp1 && m_rdt != m_pdt ? m_rdt : m_pdt);
+            }
+        };
         for (size_t u = 0; u < m_s.us.size(); ++u) {
             const UnitSizes& us = m_s.us[u];
             UnitInfo& info = m_p.units[u];
@@ -579,6 +619,7 @@ private:
             info.grad_shard_bytes = us.grad_shard_elems * itemSize(m_master);
             info.fwd_flops = 0;
             info.activation_bytes = 0;
+            fillBuffers(static_cast<int32_t>(u), us, info);
             sharded += us.sharded_bytes;
             opt += us.opt_elems * states * itemSize(m_master);
         }

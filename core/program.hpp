@@ -85,7 +85,16 @@ struct Task {
     Span mem_end;    // applied when the task ends
 };
 
-// Per-unit sizes, for reports and for the tools that draw or search over units.
+// A collective a unit issues: its size S in nccl-tests' sense (as Task::comm_bytes) and its group.
+struct UnitCollective {
+    int64_t bytes = 0;        // 0: the unit issues no such collective
+    int32_t group_size = 0;   // ranks in the group
+    int32_t group_nodes = 0;  // nodes the group spans
+};
+
+// Per-unit sizes, for reports and for the tools that draw or search over units. The lowering
+// fills them from the same figures it emits the tasks with, so a tool that models a unit's
+// memory or communication reads them here instead of re-deriving FSDP's rules.
 struct UnitInfo {
     std::string name;               // "model.layers.3"; the root unit is "(root)"
     bool is_root = false;
@@ -98,6 +107,29 @@ struct UnitInfo {
     int64_t grad_shard_bytes = 0;   // per rank sharded gradient (padded, master dtype)
     int64_t fwd_flops = 0;          // per micro-batch
     int64_t activation_bytes = 0;   // saved for backward per micro-batch (after checkpointing)
+
+    // Device memory of one unshard, per rank, by phase; the same phases for FSDP1 and FSDP2, so a
+    // reader needs no flavour. An unshard is issued (copy-in, all-gather), the compute stream
+    // waits for it (FSDP2: the copy-out), the unit computes, then it reshards.
+    int64_t unshard_in_flight_bytes = 0;  // from the issue until the wait, once the all-gather has
+                                          // run: FSDP2's flat output; FSDP1's unsharded
+                                          // FlatParameter (the all-gather writes into it). The
+                                          // cast shard the all-gather reads (FSDP2: a copy-in
+                                          // temporary, FSDP1: _mp_shard) is freed by then.
+    int64_t unshard_wait_bytes = 0;       // when the compute stream takes the unit: FSDP2's flat
+                                          // output and unsharded parameters during the copy-out
+    int64_t unsharded_param_bytes = 0;    // from the wait until the reshard; 0 when compute reads
+                                          // the sharded storage (NO_SHARD without mixed precision)
+    int64_t post_forward_shard_bytes = 0; // reshard_after_forward=k: the slice kept between the
+                                          // forward's reshard and the backward's all-gather
+    int64_t reduce_scatter_input_bytes = 0;  // padded, reduce_dtype: from the reduce-scatter's
+                                             // start until the next reduction starts
+    int64_t no_sync_grad_bytes = 0;       // unsharded gradients held across micro-batches that
+                                          // skip the reduction (no_sync); 0 when all reduce
+    UnitCollective all_gather;            // before the forward
+    UnitCollective all_gather_bwd;        // before the backward; none when the unit stays unsharded
+    UnitCollective reduce_scatter;        // per micro-batch that reduces
+    UnitCollective all_reduce;            // HSDP across replicas, or NO_SHARD's gradient all-reduce
 };
 
 struct Program {

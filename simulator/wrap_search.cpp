@@ -9,7 +9,6 @@
 
 #include <fmt/format.h>
 
-#include "core/lower.hpp"
 #include "core/memory.hpp"
 #include "simulator/cost_model.hpp"
 #include "simulator/evaluation.hpp"
@@ -30,19 +29,16 @@ double overlapNs(double compute_ns, double comm_ns, double slowdown) {
     return compute_ns + comm_ns * (1.0 - 1.0 / slowdown);
 }
 
-int64_t sumOf(const core::Program& p, core::Span span, int64_t sign_filter = 0) {
+int64_t allocatedBytes(const core::Program& p, core::Span span) {
     int64_t s = 0;
     const core::MemEvent* e = p.memBegin(span);
-    for (uint32_t k = 0; k < span.count; ++k) {
-        if (sign_filter > 0 && e[k].bytes < 0) continue;
-        s += e[k].bytes;
-    }
+    for (uint32_t k = 0; k < span.count; ++k) s += std::max<int64_t>(0, e[k].bytes);
     return s;
 }
 
-// The bytes a compute task's own work allocates and frees (activations, temporaries, gradients).
-// Parameter and collective buffers that the lowering attaches to the same task (a unit's
-// post-forward reshard, say) are modelled per unit instead.
+// The bytes a compute task's own work allocates and frees (activations, temporaries, the
+// gradients autograd writes). Parameter and collective buffers, which the lowering may attach to
+// the same task (a unit's post-forward reshard, say), come from core::UnitInfo instead.
 int64_t workBytes(const core::Program& p, core::Span span) {
     int64_t s = 0;
     const core::MemEvent* e = p.memBegin(span);
@@ -58,15 +54,6 @@ int64_t workBytes(const core::Program& p, core::Span span) {
     return s;
 }
 
-int64_t sumOf(const core::Program& p, core::Span span, MemCategory c) {
-    int64_t s = 0;
-    const core::MemEvent* e = p.memBegin(span);
-    for (uint32_t k = 0; k < span.count; ++k) {
-        if (e[k].category == c && e[k].bytes > 0) s += e[k].bytes;
-    }
-    return s;
-}
-
 // Applies one compute task's events to a relative running total and its peak.
 void replayInto(const core::Program& p, const core::Task& t, int64_t& running, int64_t& peak) {
     running += workBytes(p, t.mem_start);
@@ -74,6 +61,29 @@ void replayInto(const core::Program& p, const core::Task& t, int64_t& running, i
     if (t.mem_peak.count > 0) peak = std::max(peak, running + workBytes(p, t.mem_peak));
     running += workBytes(p, t.mem_end);
     peak = std::max(peak, running);
+}
+
+CollectiveGroup groupOf(const core::UnitCollective& c) { return CollectiveGroup{c.group_size, c.group_nodes}; }
+
+// The block units' backward all-gathers of the first micro-batch that start on `timeline` before
+// its first backward compute task ends; tasks after `last_forward` belong to the backward.
+int gathersAheadOfBackward(const core::Program& p, const core::Timeline& timeline,
+                           const std::vector<int32_t>& block_of_unit, int32_t last_forward) {
+    int32_t first_backward = -1;
+    for (int32_t id = last_forward + 1; id < p.size() && first_backward < 0; ++id) {
+        const TaskKind k = p.tasks[static_cast<size_t>(id)].kind;
+        if (k == TaskKind::Backward || k == TaskKind::Recompute) first_backward = id;
+    }
+    if (first_backward < 0) return 0;
+    const int64_t turn_ns = timeline.tasks[static_cast<size_t>(first_backward)].end_ns;
+    int ahead = 0;
+    for (int32_t id = last_forward + 1; id < p.size(); ++id) {
+        const core::Task& t = p.tasks[static_cast<size_t>(id)];
+        const bool block_gather = t.kind == TaskKind::AllGather && t.micro_batch == 0 && t.unit >= 0 &&
+                                  block_of_unit[static_cast<size_t>(t.unit)] >= 0;
+        if (block_gather && timeline.tasks[static_cast<size_t>(id)].start_ns < turn_ns) ++ahead;
+    }
+    return ahead;
 }
 
 // One plan's full evaluation through the shared planning chain, reusing its buffers between calls.
@@ -126,6 +136,7 @@ void WrapCostModel::buildTables() {
     };
     prefix([](const BlockFigures& f) { return f.fwd_delta_bytes; }, m_act_prefix);
     prefix([](const BlockFigures& f) { return f.unsharded_bytes; }, m_unsharded_prefix);
+    prefix([](const BlockFigures& f) { return f.post_forward_shard_bytes; }, m_slice_prefix);
     prefix([](const BlockFigures& f) { return f.fwd_ns; }, m_fwd_prefix);
     prefix([](const BlockFigures& f) { return f.bwd_ns; }, m_bwd_prefix);
     prefix([](const BlockFigures& f) { return f.reduce_extra_ns; }, m_reduce_extra_prefix);
@@ -134,7 +145,8 @@ void WrapCostModel::buildTables() {
     prefix([](const BlockFigures& f) { return f.ag_bwd_bytes; }, m_ag_bwd_prefix);
     prefix([](const BlockFigures& f) { return f.rs_bytes; }, m_rs_prefix);
     prefix([](const BlockFigures& f) { return f.ar_bytes; }, m_ar_prefix);
-    prefix([](const BlockFigures& f) { return f.flat_bytes; }, m_flat_prefix);
+    prefix([](const BlockFigures& f) { return f.in_flight_bytes; }, m_in_flight_prefix);
+    prefix([](const BlockFigures& f) { return f.wait_bytes; }, m_wait_prefix);
     prefix([](const BlockFigures& f) { return f.rs_input_bytes; }, m_rs_input_prefix);
     prefix([](const BlockFigures& f) { return f.fwd_delta_bytes; }, m_fwd_delta_prefix);
     prefix([](const BlockFigures& f) { return f.bwd_delta_bytes; }, m_bwd_delta_prefix);
@@ -180,7 +192,6 @@ void WrapCostModel::buildTables() {
         return u;
     };
     m_root_pre = rootPart(m_in.root_pre, 0);
-    m_root_pre.flat = m_in.root_flat_bytes;
     m_root_post = rootPart(m_in.root_post, static_cast<int32_t>(L));
 }
 
@@ -206,9 +217,11 @@ WrapCostModel::Unit WrapCostModel::unit(int32_t lo, int32_t hi) const {
     const auto hook = static_cast<double>(m_profile.unit_hook_ns);
     u.host_fwd_ns = hook + launch * static_cast<double>(m_in.unit_tasks_fwd + span(m_task_fwd_prefix));
     u.host_bwd_ns = hook + launch * static_cast<double>(m_in.unit_tasks_bwd + span(m_task_bwd_prefix));
-    u.unsharded = span(m_unsharded_prefix);
-    u.flat = span(m_flat_prefix);
-    u.flat_bwd = ag_bwd > 0 ? u.flat : 0;
+    u.params = span(m_unsharded_prefix);
+    u.in_flight = span(m_in_flight_prefix);
+    u.wait = span(m_wait_prefix);
+    u.in_flight_bwd = ag_bwd > 0 ? u.in_flight : 0;
+    u.wait_bwd = ag_bwd > 0 ? u.wait : 0;
     u.rs_input = span(m_rs_input_prefix);
     u.fwd_delta = span(m_fwd_delta_prefix);
     u.bwd_delta = span(m_bwd_delta_prefix);
@@ -232,30 +245,66 @@ double WrapCostModel::pairNs(const Unit& x, const Unit& y) const {
     return m * fwd + synced * bwd_sync + (m - synced) * bwd_nosync + m * gather_exposed;
 }
 
+int64_t WrapCostModel::saved(int32_t act_pos, int32_t slice_pos) const {
+    return m_act_prefix[static_cast<size_t>(act_pos)] + m_slice_prefix[static_cast<size_t>(slice_pos)];
+}
+
+int64_t WrapCostModel::held(const Unit& u) const {
+    return m_in.reshard_after_forward ? u.params : m_unsharded_prefix[static_cast<size_t>(u.hi)];
+}
+
+int64_t WrapCostModel::heldBefore(int32_t pos) const {
+    return m_in.reshard_after_forward ? 0 : m_unsharded_prefix[static_cast<size_t>(pos)];
+}
+
+int64_t WrapCostModel::turnBytes(const Unit& last, int64_t ahead_bytes) const {
+    const auto L = static_cast<int32_t>(blockCount());
+    const int64_t in_flight = last.in_flight_bwd + ahead_bytes;
+    int64_t peak = saved(last.lo, last.lo) + held(last) + in_flight + last.fwd_peak;
+    const int64_t root_post = saved(L, L) + held(m_root_post) + in_flight;
+    peak = std::max(peak, root_post + m_root_post.fwd_peak);
+    return std::max(peak, root_post + m_root_post.fwd_delta + m_root_post.bwd_peak);
+}
+
+// The pair's memory terms (see the header), each the sum of what is live at that point.
 int64_t WrapCostModel::pairBytes(const Unit& x, const Unit& y) const {
     const auto L = static_cast<int32_t>(blockCount());
-    const bool raf = m_in.reshard_after_forward;
-    auto act = [&](int32_t pos) { return m_act_prefix[static_cast<size_t>(pos)]; };
+    const bool x_is_root_pre = &x == &m_root_pre, y_is_root_post = &y == &m_root_post;
+    const int64_t root_kept = m_root_post.fwd_delta + m_root_post.bwd_delta;  // output layers' gradients
     auto grads = [&](int32_t pos) { return m_grad_shard_suffix[static_cast<size_t>(pos)]; };
-    auto params = [&](const Unit& u) { return raf ? u.unsharded : m_unsharded_prefix[static_cast<size_t>(u.hi)]; };
-    const bool y_is_root_post = &y == &m_root_post;
-    // What the root's part after the blocks keeps through the blocks' backward (its gradients).
-    const int64_t root_kept = m_root_post.fwd_delta + m_root_post.bwd_delta;
-    // Forward of x: its parameters and flat buffer, y's prefetched flat buffer.
-    int64_t peak = act(x.lo) + params(x) + x.flat + y.flat + x.fwd_peak;
-    if (y_is_root_post) {
-        // The root's output layers run with x's flat buffer still held.
-        peak = std::max(peak, act(L) + params(y) + x.flat + y.fwd_peak);
-        // The host runs ahead: the backward re-gather of the last unit can be in flight while its
-        // forward still runs.
-        peak = std::max(peak, act(x.lo) + params(x) + x.flat + x.flat_bwd + x.fwd_peak);
+
+    // Forward: x's wait and compute with y's all-gather in flight.
+    int64_t peak = 0;
+    if (x_is_root_pre) {
+        // The root's copy-out and its layers before the blocks; root_pre's activations (in
+        // base_bytes) are not yet saved.
+        peak = std::max(m_in.root_gather_bytes, x.fwd_peak) - x.fwd_delta + y.in_flight;
+    } else {
+        peak = saved(x.lo, x.lo) + heldBefore(x.lo) + x.wait + y.in_flight;
+        peak = std::max(peak, saved(x.lo, x.lo) + held(x) + y.in_flight + x.fwd_peak);
     }
-    // Backward of y with x's all-gather prefetched.
-    const int64_t y_extra = y_is_root_post ? m_root_post.fwd_delta : root_kept;
-    peak = std::max(peak, act(y.hi) + params(y) + x.flat_bwd + y.bwd_peak + grads(y.hi) + y_extra);
-    // Backward of x while y's reduce-scatter input is still held.
-    peak = std::max(peak, act(x.hi) + params(x) + x.bwd_peak + y.rs_input + grads(x.hi) + root_kept);
-    return peak;
+    if (y_is_root_post) {
+        peak = std::max(peak, turnBytes(x, 0));
+    } else {
+        if (y.hi == L && m_in.backward_gathers_ahead > 1) peak = std::max(peak, turnBytes(y, x.in_flight_bwd));
+        // Backward of y with x's all-gather prefetched (and the reduce-scatter input of the unit
+        // after y, seen through its first block).
+        const int64_t after_y_rs_input = y.hi < L ? m_in.blocks[static_cast<size_t>(y.hi)].rs_input_bytes : 0;
+        peak = std::max(peak, saved(y.hi, y.lo) + held(y) + x.in_flight_bwd + y.bwd_peak + grads(y.hi) + root_kept +
+                                  after_y_rs_input);
+        // y's reduction starts: its reduce-scatter input is made while its gradients are held.
+        if (y.rs_input > 0) {
+            peak = std::max(peak, saved(y.lo, y.lo) + heldBefore(y.lo) + y.fwd_delta + y.bwd_delta + y.rs_input +
+                                      grads(y.hi) + root_kept + x.in_flight_bwd);
+        }
+    }
+    // Backward of x, its wait and its compute, while y's reduce-scatter input is held (and the
+    // all-gather of the unit before x, seen through its last block, in flight).
+    const BlockFigures* before_x = x.lo > 0 ? &m_in.blocks[static_cast<size_t>(x.lo - 1)] : nullptr;
+    const int64_t before_x_in_flight = before_x && before_x->ag_bwd_bytes > 0 ? before_x->in_flight_bytes : 0;
+    const int64_t x_base = saved(x.hi, x.lo) + y.rs_input + grads(x.hi) + root_kept;
+    if (!x_is_root_pre) peak = std::max(peak, x_base + heldBefore(x.hi) + x.wait_bwd);
+    return std::max(peak, x_base + held(x) + x.bwd_peak + before_x_in_flight);
 }
 
 double WrapCostModel::stepNs(const Grouping& ends) const {
@@ -355,10 +404,15 @@ core::Result<WrapCostModel> WrapCostModel::fromPlan(const core::Plan& plan, cons
     core::Plan per_block = plan;
     per_block.sharding.wrap = core::WrapPolicy{};
     per_block.sharding.wrap.kind = core::WrapKind::Block;
-    auto mesh = core::validatePlan(per_block);
-    if (!mesh) return mesh.error();
-    core::Program p;
-    if (auto lowered = core::lower(per_block, *mesh, p); !lowered) return lowered.error();
+    // The per-block plan through the shared chain: its Program gives the per-unit figures, its
+    // timeline the calibration.
+    EvaluationOptions eval_options;
+    eval_options.issue_order_memory = false;
+    eval_options.per_unit = false;
+    auto evaluated = evaluatePlan(per_block, &profile, eval_options);
+    if (!evaluated) return evaluated.error();
+    const core::Program& p = evaluated->program;
+    const core::Timeline& timeline = evaluated->timeline;
 
     std::unordered_map<std::string, int32_t> block_of_name;
     for (int32_t b = 0; b < L; ++b) block_of_name.emplace(model.modules[static_cast<size_t>(model.blocks[static_cast<size_t>(b)])].name, b);
@@ -374,8 +428,8 @@ core::Result<WrapCostModel> WrapCostModel::fromPlan(const core::Plan& plan, cons
 
     WrapCostInputs in;
     in.blocks.assign(static_cast<size_t>(L), BlockFigures{});
-    // How many micro-batches reduce gradients (all, or the last one under no_sync), and whether
-    // model states live on the host: read off the lowered Program, not the plan's flags.
+    // How many micro-batches reduce gradients (all, or the last one under no_sync): read off the
+    // lowered Program, not the plan's flags.
     in.micro_batches = p.micro_batches;
     {
         std::vector<uint8_t> reduces(static_cast<size_t>(p.micro_batches), 0);
@@ -385,21 +439,58 @@ core::Result<WrapCostModel> WrapCostModel::fromPlan(const core::Plan& plan, cons
         in.synced_micro_batches = std::max(1, static_cast<int>(std::count(reduces.begin(), reduces.end(), 1)));
     }
     in.reshard_after_forward = p.units.size() > 1 ? p.units[1].reshard_after_forward : true;
-    const CostModel cost(profile);
-    const bool offload = p.host_param_bytes > 0;
+    const bool grads_on_host = p.host_grad_bytes > 0;  // CPU offload keeps sharded gradients on the host
+    // A micro-batch after one that reduced finds every sharded gradient made: they count in the
+    // base then, not from each unit's reduction on.
+    const bool grads_held_all_step = !grads_on_host && in.synced_micro_batches > 1;
 
+    // Sizes: the lowering's per-unit table. The DP times every unit's collectives with one group
+    // per kind, the first block unit's that issues it.
+    bool ag_seen = false, ag_bwd_seen = false, rs_seen = false, ar_seen = false;
+    for (size_t u = 1; u < p.units.size(); ++u) {
+        const core::UnitInfo& info = p.units[u];
+        BlockFigures& f = in.blocks[static_cast<size_t>(block_of_unit[u])];
+        f.ag_bytes = info.all_gather.bytes;
+        f.ag_bwd_bytes = info.all_gather_bwd.bytes;
+        f.rs_bytes = info.reduce_scatter.bytes;
+        f.ar_bytes = info.all_reduce.bytes;
+        f.in_flight_bytes = info.unshard_in_flight_bytes;
+        f.wait_bytes = info.unshard_wait_bytes;
+        f.unsharded_bytes = info.unsharded_param_bytes;
+        f.post_forward_shard_bytes = info.post_forward_shard_bytes;
+        f.rs_input_bytes = info.reduce_scatter_input_bytes;
+        f.grad_shard_bytes = grads_on_host || grads_held_all_step ? 0 : info.grad_shard_bytes;
+        auto firstGroup = [](const core::UnitCollective& c, bool& seen, CollectiveGroup& group) {
+            if (seen || c.bytes == 0) return;
+            group = groupOf(c);
+            seen = true;
+        };
+        firstGroup(info.all_gather, ag_seen, in.ag_group);
+        firstGroup(info.all_gather_bwd, ag_bwd_seen, in.ag_bwd_group);
+        firstGroup(info.reduce_scatter, rs_seen, in.rs_group);
+        firstGroup(info.all_reduce, ar_seen, in.ar_group);
+    }
+
+    // Time and compute memory: the tasks of the first micro-batch, by unit. A task belongs to the
+    // backward once the host has issued the last forward compute task (the root's prefetch of
+    // the last block's all-gather comes before any backward compute task).
+    const CostModel cost(profile);
+    int32_t last_forward = -1;
+    for (int32_t id = 0; id < p.size(); ++id) {
+        const core::Task& t = p.tasks[static_cast<size_t>(id)];
+        if (t.micro_batch == 0 && t.kind == TaskKind::Forward) last_forward = id;
+    }
     struct Running {
         int64_t fwd = 0, fwd_peak = 0, bwd = 0, bwd_peak = 0;
     };
     std::vector<Running> run(static_cast<size_t>(L) + 2);  // blocks, then root pre and post
     const size_t kPre = static_cast<size_t>(L), kPost = static_cast<size_t>(L) + 1;
-    bool backward = false, block_fwd_seen = false, block_bwd_seen = false;
-    int64_t root_unsharded = 0;
-    std::vector<uint8_t> gathered(p.units.size(), 0);
-    for (const core::Task& t : p.tasks) {
+    bool block_fwd_seen = false, block_bwd_seen = false;
+    for (int32_t id = 0; id < p.size(); ++id) {
+        const core::Task& t = p.tasks[static_cast<size_t>(id)];
         if (t.micro_batch != 0 || t.unit < 0) continue;
+        const bool backward = id > last_forward;
         const bool is_compute = t.kind == TaskKind::Forward || t.kind == TaskKind::Backward || t.kind == TaskKind::Recompute;
-        if (t.kind == TaskKind::Backward || t.kind == TaskKind::Recompute) backward = true;
         const int32_t b = block_of_unit[static_cast<size_t>(t.unit)];
         if (b >= 0 && is_compute) (backward ? block_bwd_seen : block_fwd_seen) = true;
         size_t slot = 0;
@@ -410,18 +501,7 @@ core::Result<WrapCostModel> WrapCostModel::fromPlan(const core::Plan& plan, cons
         }
         BlockFigures& f = b >= 0 ? in.blocks[slot] : (slot == kPre ? in.root_pre : in.root_post);
         Running& r = run[slot];
-        double ns = static_cast<double>(cost.durationNs(t, p.compute_dtype));
-        if (!backward && !gathered[static_cast<size_t>(t.unit)]) {
-            const int64_t u = sumOf(p, t.mem_start, MemCategory::UnshardedParam);
-            if (u > 0) {
-                gathered[static_cast<size_t>(t.unit)] = 1;
-                if (b >= 0) {
-                    f.unsharded_bytes = u;
-                } else {
-                    root_unsharded = u;
-                }
-            }
-        }
+        const auto ns = static_cast<double>(cost.durationNs(t, p.compute_dtype));
         if (is_compute) {
             if (backward) {
                 f.bwd_ns += ns;
@@ -434,8 +514,7 @@ core::Result<WrapCostModel> WrapCostModel::fromPlan(const core::Plan& plan, cons
             }
             continue;
         }
-        const bool first_block = b == 0;
-        if (first_block) ++(backward ? in.unit_tasks_bwd : in.unit_tasks_fwd);
+        if (b == 0) ++(backward ? in.unit_tasks_bwd : in.unit_tasks_fwd);
         switch (t.kind) {
             case TaskKind::CopyOut:
             case TaskKind::Cast:
@@ -445,42 +524,11 @@ core::Result<WrapCostModel> WrapCostModel::fromPlan(const core::Plan& plan, cons
                     f.reduce_extra_ns += ns;
                 }
                 break;
-            case TaskKind::CopyIn:
-                if (!backward) {
-                    const int64_t flat = sumOf(p, t.mem_start, MemCategory::AllGather);
-                    if (b >= 0) {
-                        f.flat_bytes = flat;
-                    } else {
-                        in.root_flat_bytes = flat;
-                    }
-                }
-                break;
             case TaskKind::HostToDevice:
                 if (!backward && b >= 0) f.gather_extra_ns += ns;
                 break;
             case TaskKind::DeviceToHost:
                 if (b >= 0) f.reduce_extra_ns += ns;
-                break;
-            case TaskKind::AllGather:
-                if (b < 0) break;
-                if (backward) {
-                    f.ag_bwd_bytes = t.comm_bytes;
-                    in.ag_bwd_group = CollectiveGroup{t.group_size, t.group_nodes};
-                } else {
-                    f.ag_bytes = t.comm_bytes;
-                    in.ag_group = CollectiveGroup{t.group_size, t.group_nodes};
-                }
-                break;
-            case TaskKind::ReduceScatter:
-                if (b < 0) break;
-                f.rs_bytes = t.comm_bytes;
-                f.rs_input_bytes = t.comm_bytes;
-                in.rs_group = CollectiveGroup{t.group_size, t.group_nodes};
-                break;
-            case TaskKind::AllReduce:
-                if (b < 0) break;
-                f.ar_bytes = t.comm_bytes;
-                in.ar_group = CollectiveGroup{t.group_size, t.group_nodes};
                 break;
             default: break;
         }
@@ -494,35 +542,37 @@ core::Result<WrapCostModel> WrapCostModel::fromPlan(const core::Plan& plan, cons
     for (int32_t b = 0; b < L; ++b) finish(in.blocks[static_cast<size_t>(b)], run[static_cast<size_t>(b)]);
     finish(in.root_pre, run[kPre]);
     finish(in.root_post, run[kPost]);
-    for (size_t u = 1; u < p.units.size(); ++u) {
-        in.blocks[static_cast<size_t>(block_of_unit[u])].grad_shard_bytes = offload ? 0 : p.units[u].grad_shard_bytes;
+
+    // How many all-gathers run ahead of the compute stream at the turn into the backward, on the
+    // per-block simulation: the block units' backward all-gathers that start before the first
+    // backward compute task ends (FSDP2's copy-in waits for the previous copy-out: one; FSDP1's
+    // all-gathers wait for no copy-out: two).
+    in.backward_gathers_ahead = std::clamp(gathersAheadOfBackward(p, timeline, block_of_unit, last_forward), 1, 2);
+
+    const core::UnitInfo& root = p.units[0];
+    int64_t all_grads = 0, no_sync_grads = 0;
+    for (const core::UnitInfo& u : p.units) {
+        if (!grads_on_host) all_grads += u.grad_shard_bytes;
+        no_sync_grads += u.no_sync_grad_bytes;
     }
     const int64_t initial = core::total(p.initial);
-    in.base_bytes = initial + root_unsharded + in.root_pre.fwd_delta_bytes;
-    if (in.synced_micro_batches < in.micro_batches) {
-        // no_sync: every unit's unsharded gradients stay across micro-batches whatever the
-        // grouping. Their most in the per-block step (which adds one block's fresh gradients,
-        // so this errs high) is held under every pair.
-        core::MemoryReport replay;
-        core::replayMemory(p, replay);
-        in.base_bytes += replay.max_per_category[core::index(MemCategory::UnshardedGrad)];
-    }
-    int64_t all_grads = 0;
-    if (!offload) {
-        for (const core::UnitInfo& u : p.units) all_grads += u.grad_shard_bytes;
-    }
+    in.base_bytes = initial + root.unsharded_param_bytes + in.root_pre.fwd_delta_bytes + no_sync_grads +
+                    (grads_held_all_step ? all_grads : 0);
+    in.root_gather_bytes = root.unshard_wait_bytes - root.unsharded_param_bytes;
     int64_t opt_temp = 0;
     for (const core::Task& t : p.tasks) {
-        if (t.kind == TaskKind::OptimizerStep) opt_temp = std::max(opt_temp, sumOf(p, t.mem_peak, 1));
+        if (t.kind == TaskKind::OptimizerStep) opt_temp = std::max(opt_temp, allocatedBytes(p, t.mem_peak));
     }
-    in.floor_bytes = initial + all_grads + opt_temp;
+    // The root reduces last: its reduce-scatter input is made while its gradients are held, and
+    // is held with every sharded gradient until the optimizer step starts.
+    const int64_t root_grads = in.root_pre.fwd_delta_bytes + in.root_pre.bwd_delta_bytes + in.root_post.fwd_delta_bytes +
+                               in.root_post.bwd_delta_bytes;
+    const int64_t root_reduction = root.reduce_scatter_input_bytes > 0 ? root.reduce_scatter_input_bytes + root_grads : 0;
+    in.floor_bytes = initial + all_grads + std::max(opt_temp, root_reduction);
 
     WrapCostModel model_out(std::move(in), profile);
     // Calibrate the terms outside the pairs (root collectives, optimizer, host start-up) on the
     // per-block simulation: the model then reproduces it exactly.
-    Simulator simulator(profile);
-    core::Timeline timeline;
-    simulator.run(p, timeline);
     model_out.setConstantNs(static_cast<double>(timeline.step_ns) - model_out.stepNs(perBlock(L)));
     return model_out;
 }

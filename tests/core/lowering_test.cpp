@@ -215,6 +215,99 @@ TEST(LoweringTest, Fsdp1FlatParameterPadding) {
     EXPECT_EQ(r.program.units[1].unsharded_bytes, 80);
 }
 
+// UnitInfo's buffers and collectives are the ones the tasks carry. A [64, 32] block on 8 ranks,
+// bf16 params, fp32 reduce and master: FSDP2 all-gathers a flat output of 8 x (8 rows x 32) x 2 B
+// = 4096 B and copies it out into 4096 B of parameters; FSDP1's all-gather writes the 2048-element
+// FlatParameter (4096 B) itself. Either reduce-scatters 2048 fp32 elements = 8192 B.
+class UnitBufferTable : public ::testing::TestWithParam<int> {};
+
+TEST_P(UnitBufferTable, MatchesTheTasksOfTheUnit) {
+    const int fsdp = GetParam();
+    auto plan = makePlan(toyModel(2, 64, 32), Strategy::FullShard, 1, 8);
+    plan.sharding.fsdp_version = fsdp;
+    auto r = lowerAndReplay(plan);
+    const UnitInfo& u = r.program.units[1];
+    EXPECT_EQ(u.unshard_in_flight_bytes, 4096);
+    EXPECT_EQ(u.unshard_wait_bytes, fsdp == 2 ? 8192 : 4096);
+    EXPECT_EQ(u.unsharded_param_bytes, 4096);
+    EXPECT_EQ(u.post_forward_shard_bytes, 0);
+    EXPECT_EQ(u.reduce_scatter_input_bytes, 8192);
+    EXPECT_EQ(u.no_sync_grad_bytes, 0);
+    EXPECT_EQ(u.all_reduce.bytes, 0);
+
+    // The unit's tasks of the step, in issue order.
+    std::vector<const Task*> gathers, copy_ins, copy_outs, reduces;
+    for (const Task& t : r.program.tasks) {
+        if (t.unit != 1) continue;
+        if (t.kind == TaskKind::AllGather) gathers.push_back(&t);
+        if (t.kind == TaskKind::CopyIn) copy_ins.push_back(&t);
+        if (t.kind == TaskKind::CopyOut) copy_outs.push_back(&t);
+        if (t.kind == TaskKind::ReduceScatter) reduces.push_back(&t);
+    }
+    ASSERT_EQ(gathers.size(), 2u);
+    ASSERT_EQ(copy_ins.size(), 2u);
+    ASSERT_EQ(reduces.size(), 1u);
+    auto sameCollective = [](const UnitCollective& c, const Task& t) {
+        return c.bytes == t.comm_bytes && c.group_size == t.group_size && c.group_nodes == t.group_nodes;
+    };
+    EXPECT_TRUE(sameCollective(u.all_gather, *gathers[0]));
+    EXPECT_TRUE(sameCollective(u.all_gather_bwd, *gathers[1]));
+    EXPECT_TRUE(sameCollective(u.reduce_scatter, *reduces[0]));
+    auto sum = [&](Span span, bool allocations_only) {
+        int64_t b = 0;
+        for (uint32_t i = 0; i < span.count; ++i) {
+            const MemEvent& e = r.program.mem[span.offset + i];
+            if (!allocations_only || e.bytes > 0) b += e.bytes;
+        }
+        return b;
+    };
+    // In flight: what the copy-in and the all-gather leave allocated.
+    const int64_t in_flight = sum(copy_ins[0]->mem_start, false) + sum(copy_ins[0]->mem_end, false) +
+                              sum(gathers[0]->mem_start, false) + sum(gathers[0]->mem_end, false);
+    EXPECT_EQ(u.unshard_in_flight_bytes, in_flight);
+    // The wait adds what the copy-out allocates (FSDP1 has none).
+    EXPECT_EQ(copy_outs.size(), fsdp == 2 ? 2u : 0u);
+    const int64_t copied_out = copy_outs.empty() ? 0 : sum(copy_outs[0]->mem_start, true);
+    EXPECT_EQ(u.unshard_wait_bytes, in_flight + copied_out);
+    int64_t reduce_scatter_input = 0;
+    for (uint32_t i = 0; i < reduces[0]->mem_start.count; ++i) {
+        const MemEvent& e = r.program.mem[reduces[0]->mem_start.offset + i];
+        if (e.category == MemCategory::ReduceScatter && e.bytes > 0) reduce_scatter_input += e.bytes;
+    }
+    EXPECT_EQ(u.reduce_scatter_input_bytes, reduce_scatter_input);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fsdp, UnitBufferTable, ::testing::Values(1, 2),
+                         [](const ::testing::TestParamInfo<int>& p) { return "Fsdp" + std::to_string(p.param); });
+
+// The figures the unit table adds for reshard_after_forward=k, HSDP and no_sync: 2 nodes of 8,
+// shard over 8, reshard to 4 after forward keeps 4096 / 4 = 1024 B; the HSDP all-reduce carries
+// the 256-element fp32 gradient shard = 1024 B over the 2 replicas; no_sync holds the 2048
+// gradient elements, upcast to fp32 by FSDP2 (8192 B), as bf16 by FSDP1 (4096 B).
+TEST(LoweringTest, UnitBufferTableForReshardCountHybridAndNoSync) {
+    auto plan = makePlan(toyModel(2, 64, 32), Strategy::HybridShard, 2, 8);
+    plan.sharding.reshard_after_forward = ReshardMode::Count;
+    plan.sharding.reshard_after_forward_k = 4;
+    plan.training.grad_accum = 2;
+    plan.training.no_sync = true;
+    auto r = lowerAndReplay(plan);
+    const UnitInfo& u = r.program.units[1];
+    EXPECT_EQ(u.post_forward_shard_bytes, 1024);
+    EXPECT_EQ(u.all_gather_bwd.group_size, 4);
+    EXPECT_EQ(u.all_reduce.bytes, 1024);
+    EXPECT_EQ(u.all_reduce.group_size, 2);
+    EXPECT_EQ(u.all_reduce.group_nodes, 2);
+    EXPECT_EQ(u.no_sync_grad_bytes, 8192);
+    for (const Task& t : r.program.tasks) {
+        if (t.unit == 1 && t.kind == TaskKind::AllReduce) {
+            EXPECT_EQ(t.comm_bytes, u.all_reduce.bytes);
+        }
+    }
+    plan.sharding.fsdp_version = 1;
+    plan.sharding.reshard_after_forward = ReshardMode::Default;  // FSDP1 cannot reshard to k ranks
+    EXPECT_EQ(lowerAndReplay(plan).program.units[1].no_sync_grad_bytes, 4096);
+}
+
 // SHARD_GRAD_OP keeps every unit unsharded from its forward to its backward, so when the
 // activations dominate (here 2 KiB per token per block, 64K tokens) the step's peak, at the
 // start of backward, holds all of them.

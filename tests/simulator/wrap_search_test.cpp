@@ -1,10 +1,14 @@
+#include <algorithm>
 #include <limits>
 #include <memory>
 
 #include <gtest/gtest.h>
 
+#include "core/lower.hpp"
 #include "core/model_io.hpp"
+#include "simulator/evaluation.hpp"
 #include "simulator/pytorch_code.hpp"
+#include "simulator/simulator.hpp"
 #include "simulator/wrap_search.hpp"
 
 namespace shardcast::sim {
@@ -26,7 +30,8 @@ WrapCostInputs toyInputs() {
         const int64_t scale = 1 + (b * 5) % 3;
         f.fwd_ns = 1e5 * static_cast<double>(1 + b % 4);
         f.bwd_ns = 2 * f.fwd_ns;
-        f.unsharded_bytes = f.flat_bytes = f.ag_bytes = f.ag_bwd_bytes = scale * 200 * core::kMiB;
+        f.unsharded_bytes = f.in_flight_bytes = f.ag_bytes = f.ag_bwd_bytes = scale * 200 * core::kMiB;
+        f.wait_bytes = 2 * f.unsharded_bytes;  // FSDP2's copy-out: flat output and parameters
         f.rs_bytes = f.rs_input_bytes = 2 * f.ag_bytes;
         f.grad_shard_bytes = f.rs_bytes / 8;
         f.fwd_delta_bytes = (100 + 37 * b) * core::kMiB;
@@ -74,6 +79,35 @@ TEST(WrapSearchTest, DynamicProgramMatchesBruteForce) {
         ASSERT_TRUE(dp.found);
         EXPECT_EQ(dp.ends, brute.ends) << "latency " << latency;
         EXPECT_DOUBLE_EQ(dp.step_ns, brute.step_ns);
+    }
+}
+
+// Every memory term (two all-gathers ahead at the turn into the backward, ZeRO-2's held units)
+// stays a function of one pair: under caps between the smallest and the largest peak, the DP
+// finds the brute-force optimum.
+TEST(WrapSearchTest, DynamicProgramMatchesBruteForceUnderCaps) {
+    for (int ahead : {1, 2}) {
+        for (bool reshard : {true, false}) {
+            WrapCostInputs in = toyInputs();
+            in.backward_gathers_ahead = ahead;
+            in.reshard_after_forward = reshard;
+            const WrapCostModel m(std::move(in), h100Profile(1e-3));
+            int64_t lowest = std::numeric_limits<int64_t>::max(), highest = 0;
+            for (const Grouping& g : allGroupings(m.blockCount())) {
+                lowest = std::min(lowest, m.peakBytes(g));
+                highest = std::max(highest, m.peakBytes(g));
+            }
+            ASSERT_LT(lowest, highest);
+            for (int step = 0; step <= 4; ++step) {
+                const int64_t cap = lowest + (highest - lowest) * step / 4;
+                const WrapChoice dp = m.best(cap);
+                const WrapChoice brute = bruteForce(m, cap);
+                ASSERT_TRUE(dp.found);
+                EXPECT_EQ(dp.ends, brute.ends) << "ahead " << ahead << " reshard " << reshard << " cap " << cap;
+                EXPECT_DOUBLE_EQ(dp.step_ns, brute.step_ns);
+                EXPECT_EQ(dp.peak_bytes, m.peakBytes(dp.ends));
+            }
+        }
     }
 }
 
@@ -150,6 +184,123 @@ TEST(WrapSearchTest, NoSyncGradientsAreInTheMemoryModel) {
     EXPECT_GE(result->predicted_peak_bytes, result->full.peak_bytes);
     // 8.03e9 fp32 gradients held on every rank: well above the sharded states alone.
     EXPECT_GT(result->full.peak_bytes, int64_t{8'030'261'248} * 4);
+}
+
+core::Plan llama8bOnEightH100(int fsdp_version) {
+    auto model = core::resolveModel("llama-3.1-8b");
+    EXPECT_TRUE(model.ok());
+    core::Plan plan;
+    plan.model = std::make_shared<const core::Model>(std::move(*model));
+    plan.cluster.gpu = *core::findGpuPreset("H100-SXM");
+    plan.sharding.fsdp_version = fsdp_version;
+    return plan;
+}
+
+// The timed peak of the full lowering and simulation of `plan` wrapped as `ends`.
+int64_t simulatedPeak(const core::Plan& plan, const Grouping& ends, const HardwareProfile& profile) {
+    core::Plan wrapped = plan;
+    wrapped.sharding.wrap = groupingPolicy(*plan.model, ends);
+    auto e = evaluatePlan(wrapped, &profile);
+    EXPECT_TRUE(e.ok()) << e.error().message;
+    return e.ok() ? e->timed.peak_bytes : 0;
+}
+
+Grouping perBlockGrouping(int blocks) {
+    Grouping g;
+    for (int e = 1; e <= blocks; ++e) g.push_back(e);
+    return g;
+}
+
+// The model's peak against the full simulation's timed peak, Llama-3.1-8B on 8 x H100, for the
+// per-block grouping, the search's choice in the issue ([0][1-3][4-13][14-31]), two halves and
+// one unit. While the search pattern-matched the Program's tasks it said, per block and for the
+// issue's grouping, 49.74 and 52.07 GB against 50.67 and 62.32 GB simulated for FSDP1 (it took
+// the copy-in's _mp_shard for the all-gather buffer) and 49.74 and 65.81 GB against 50.18 and
+// 59.00 GB for FSDP2. At these peaks the pair terms list every buffer the timed curve holds,
+// so FSDP2 agrees to the byte (1 MiB of slack). FSDP1 per block is low by exactly one block's
+// _mp_shard (its parameters / W, W = 8): the copy-in of a third backward all-gather, issued
+// early, which no pair sees.
+class ModelPeakTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(ModelPeakTest, MatchesTheSimulatedPeak) {
+    const int fsdp = GetParam();
+    const core::Plan plan = llama8bOnEightH100(fsdp);
+    const HardwareProfile profile = HardwareProfile::fromCluster(plan.cluster);
+    auto model = WrapCostModel::fromPlan(plan, profile);
+    ASSERT_TRUE(model.ok()) << model.error().message;
+    // FSDP1's all-gathers wait for no copy-out: two run ahead at the turn into the backward.
+    EXPECT_EQ(model->inputs().backward_gathers_ahead, fsdp == 1 ? 2 : 1);
+    const int64_t mp_shard = model->inputs().blocks[0].unsharded_bytes / 8;
+    const int64_t slack = fsdp == 1 ? mp_shard + core::kMiB : core::kMiB;
+    for (const Grouping& g : {perBlockGrouping(32), Grouping{1, 4, 14, 32}, Grouping{16, 32}, Grouping{32}}) {
+        const int64_t simulated = simulatedPeak(plan, g, profile);
+        const int64_t modelled = model->peakBytes(g);
+        EXPECT_LE(modelled, simulated + core::kMiB) << groupingString(g);
+        EXPECT_LE(simulated, modelled + slack) << groupingString(g);
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fsdp, ModelPeakTest, ::testing::Values(1, 2),
+                         [](const ::testing::TestParamInfo<int>& p) { return "Fsdp" + std::to_string(p.param); });
+
+// Per block, the pairs cover the peak for the other ways FSDP2 holds memory too: activation
+// checkpointing, ZeRO-2 (every unit held to its backward), HSDP, reshard_after_forward=k slices,
+// and sharded gradients kept across micro-batches that all reduce.
+TEST(WrapSearchTest, PerBlockPeakMatchesTheSimulationAcrossStrategies) {
+    struct Case {
+        const char* name;
+        core::Strategy strategy;
+        int nodes;
+        int reshard_to;
+        int64_t grad_accum;
+    };
+    const Case cases[] = {{"full shard", core::Strategy::FullShard, 1, 0, 1},
+                          {"shard grad op", core::Strategy::ShardGradOp, 1, 0, 1},
+                          {"hybrid shard", core::Strategy::HybridShard, 2, 0, 1},
+                          {"reshard to 8", core::Strategy::FullShard, 2, 8, 1},
+                          {"two micro-batches", core::Strategy::FullShard, 1, 0, 2}};
+    for (const Case& c : cases) {
+        core::Plan plan = llama8bOnEightH100(2);
+        plan.training.ac = core::Checkpointing::Full;
+        plan.training.grad_accum = c.grad_accum;
+        plan.cluster.nodes = c.nodes;
+        plan.sharding.strategy = c.strategy;
+        if (c.reshard_to > 0) {
+            plan.sharding.reshard_after_forward = core::ReshardMode::Count;
+            plan.sharding.reshard_after_forward_k = c.reshard_to;
+        }
+        const HardwareProfile profile = HardwareProfile::fromCluster(plan.cluster);
+        auto model = WrapCostModel::fromPlan(plan, profile);
+        ASSERT_TRUE(model.ok()) << c.name << ": " << model.error().message;
+        const Grouping per_block = perBlockGrouping(32);
+        EXPECT_NEAR(static_cast<double>(model->peakBytes(per_block)),
+                    static_cast<double>(simulatedPeak(plan, per_block, profile)), static_cast<double>(core::kMiB))
+            << c.name;
+    }
+}
+
+// FSDP1's all-gather buffer is its unsharded FlatParameter: with it in the model, the search's
+// first choice for FSDP1 fits, and its predicted peak is the simulated one less at most the
+// _mp_shard of a third unit copied in early (1/W of a unit's parameters, W = 8).
+TEST(WrapSearchTest, Fsdp1SearchPredictsTheSimulatedPeak) {
+    const core::Plan plan = llama8bOnEightH100(1);
+    const HardwareProfile profile = HardwareProfile::fromCluster(plan.cluster);
+    auto result = searchWrap(plan, profile, WrapSearchOptions{});
+    ASSERT_TRUE(result.ok()) << result.error().message;
+    EXPECT_TRUE(result->fits);
+    EXPECT_EQ(result->tightenings, 0);
+    auto model = WrapCostModel::fromPlan(plan, profile);
+    ASSERT_TRUE(model.ok());
+    int64_t largest_unit = 0;
+    int32_t lo = 0;
+    for (int32_t hi : result->ends) {
+        int64_t unit = 0;
+        for (int32_t b = lo; b < hi; ++b) unit += model->inputs().blocks[static_cast<size_t>(b)].unsharded_bytes;
+        largest_unit = std::max(largest_unit, unit);
+        lo = hi;
+    }
+    EXPECT_LE(result->predicted_peak_bytes, result->full.peak_bytes);
+    EXPECT_LE(result->full.peak_bytes, result->predicted_peak_bytes + largest_unit / 8);
 }
 
 TEST(PytorchCodeTest, PythonAttributeAccess) {
