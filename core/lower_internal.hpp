@@ -1,0 +1,241 @@
+#pragma once
+// Private to the lowering (core/lower*.cpp). One class, `Lowering`, turns a validated Plan into a
+// Program; its methods are spread over four files so that each FSDP rule (DESIGN.md section 3)
+// reads in one named place:
+//   lower.cpp           the driver, plan-wide settings, the Program header, emission primitives
+//   lower_sizes.cpp     unit order and per-unit sizes: rules 1-3 and 9, FSDP1's FlatParameter, rule 5
+//   lower_segments.cpp  op costs, segments, activation memory and checkpointing, hook order
+//   lower_schedule.cpp  forward, backward, unshard, reshard, reduce, offload, optimizer: rules 2-11
+//                       and FSDP1's schedule differences
+#include <array>
+#include <cassert>
+#include <climits>
+#include <cstdint>
+#include <vector>
+
+#include "core/lower.hpp"
+#include "core/wrap.hpp"
+
+namespace shardcast::core {
+namespace detail {
+
+// Per-unit sizes on the representative rank (rank 0: it holds the largest unpadded shards).
+struct UnitSizes {
+    int64_t params = 0, trainable = 0;
+    int64_t sharded_bytes = 0;     // persistent shard, padded, original dtype
+    int64_t unsharded_bytes = 0;   // unsharded parameters in param_dtype (padded)
+    int64_t flat_bytes = 0;        // FSDP2 flat all-gather output (W x padded shard, param_dtype)
+    int64_t cast_bytes = 0;        // copy-in cast temporary (FSDP2) / low-precision shard (FSDP1)
+    int64_t grad_elems = 0;        // unsharded gradient elements (unpadded, trainable)
+    int64_t rs_input_elems = 0;    // reduce-scatter input elements (padded, trainable, W ranks)
+    int64_t grad_shard_elems = 0;  // reduce-scatter output elements per rank (padded)
+    int64_t opt_elems = 0;         // unpadded trainable shard elements (optimizer state)
+    int64_t first_op = INT_MAX, last_op = -1;  // forward op range (model op indices)
+    int32_t blocks = 0;
+    bool reshard_after_forward = true;
+};
+
+// A run of ops of one unit inside one block: the granularity of forward, recompute and backward
+// tasks. Bytes are per micro-batch.
+struct Segment {
+    int32_t unit = 0;          // program unit index
+    bool checkpointed = false; // full activation checkpointing of the enclosing block
+    int64_t fwd_flops = 0, bwd_flops = 0, fwd_hbm = 0, bwd_hbm = 0;
+    int64_t saved = 0;         // Activation bytes held after the forward
+    int64_t saved_full = 0;    // what a recompute re-creates (checkpointed segments)
+    int64_t fwd_peak_act = 0, fwd_peak_temp = 0;     // forward transient (no checkpointing)
+    int64_t ckpt_peak_temp = 0;                      // forward transient under checkpointing
+    int64_t bwd_peak_grad = 0, bwd_peak_temp = 0, bwd_peak_freed = 0;
+    int64_t grad_bytes = 0;    // gradients (param_dtype) produced by this segment
+    int64_t weight_bytes = 0;  // unsharded parameters (param_dtype) the segment's ops read
+    int64_t op_begin = 0, op_end = 0;  // range in LowerScratch::active
+};
+
+// The forward schedule: a unit's pre-forward hook, a segment, a unit's post-forward hook.
+// Backward walks it in reverse (a post-forward hook position runs the pre-backward hook).
+enum class ItemKind : uint8_t { Pre, Seg, Post };
+struct Item {
+    ItemKind kind;
+    int32_t index;  // unit (Pre/Post) or segment
+};
+
+// What the schedule has done to a unit so far in the step.
+struct UnitState {
+    bool unsharded = false;     // unsharded parameters allocated
+    bool ag_pending = false;    // all-gather issued, not yet waited for
+    bool post_fwd_shard = false;  // reshard_after_forward=k: the 1/k slice is held
+    bool acc_live = false;      // no_sync: gradients kept across micro-batches
+    bool sharded_grad = false;  // sharded gradient exists (accumulate into it)
+    int32_t ag_task = -1;
+    int32_t copyout_task = -1;
+    int64_t grads_live = 0;     // UnshardedGrad bytes held
+    int64_t acc_bytes = 0;      // no_sync accumulated gradient bytes
+};
+
+// Costs of one op for this plan's tokens and dtypes (bytes and FLOPs per micro-batch).
+struct OpCost {
+    int64_t saved = 0, temp = 0, bwd_temp = 0, flops = 0, bwd_flops = 0, io = 0;
+};
+
+}  // namespace detail
+
+// Scratch vectors of a lowering, kept between calls so that lowering many plans allocates little.
+struct LowerScratch {
+    UnitAssignment ua;
+    std::vector<int32_t> pidx;           // UnitAssignment index -> program unit index
+    std::vector<int32_t> order;          // program unit index -> UnitAssignment index
+    std::vector<int32_t> parent;         // program unit -> enclosing program unit
+    std::vector<detail::UnitSizes> us;   // per program unit
+    std::vector<detail::UnitState> st;   // per program unit
+    std::vector<detail::Segment> segs;
+    std::vector<detail::Item> items;
+    std::vector<int32_t> bwd_order, bwd_pos;  // units in pre-backward order, and each one's position
+    std::vector<int32_t> active;         // active op indices, forward order
+    std::vector<int64_t> op_grad_elems;  // per model op: gradient elements produced in its backward
+    std::vector<int64_t> op_weight_elems;  // per model op: parameter elements its module reads
+    std::vector<uint8_t> op_frozen;      // per model op: its module's parameters are all frozen
+    std::vector<MemEvent> host_pending;  // host-side frees applied at the next task's start
+    std::vector<int32_t> free_queue;     // FSDP1 rate limiter: tasks whose end frees a unit
+    // Temporaries of orderUnits() and unitSizes().
+    std::vector<int32_t> last_op_of_module, depth, block_of, block_index, chain, unit_last_op;
+    std::vector<int64_t> first_op_of_module, unit_first_op, module_params, module_trainable, fsdp1_flat,
+        fsdp1_trainable;
+    std::vector<uint8_t> frozen;         // per parameter
+    std::vector<detail::OpCost> op_cost;     // per active op (index into active)
+    std::vector<detail::OpCost> class_cost;  // per Op::cost_class
+    std::vector<uint8_t> class_done;
+};
+
+namespace detail {
+
+class Lowering {
+public:
+    Lowering(const Plan& plan, const Mesh& mesh, Program& out, LowerScratch& scratch);
+    Status run();
+
+private:
+    // lower.cpp: plan-wide settings and the Program header.
+    void configure();
+    void fillProgramHeader();
+
+    // lower_sizes.cpp
+    void orderUnits();
+    Status findFrozenParams();
+    void unitSizes();
+    void addParamNoShard(UnitSizes& us, const Param& prm, bool trainable);
+    void addParamFsdp2(UnitSizes& us, const Param& prm, bool trainable);
+    void addParamToFlatParameter(int32_t unit, const Param& prm, bool trainable);
+    void fsdp1FlatParameterSizes();
+    void reshardAfterForwardPerUnit();
+
+    // lower_segments.cpp
+    void buildSegments();
+    void splitIntoSegments();
+    void opCosts();
+    bool sameAsPrevious(size_t si) const;
+    void segmentCosts(Segment& seg);
+    void buildItems();
+    int64_t elementBytes(const Coef& act, const Coef& f32, const Coef& u8, const Coef& i64) const;
+
+    // lower_schedule.cpp: the step.
+    void forwardPass(int mb);
+    void preForward(int32_t u, int mb);
+    void forwardSegment(const Segment& seg, int mb, bool first);
+    void postForward(int32_t u);
+    void backwardPass(int mb);
+    void preBackward(int32_t u, int mb);
+    void prefetchAfter(int32_t u, int mb);
+    void backwardSegment(const Segment& seg, int mb);
+    void postBackward(int32_t u, int mb);
+    void postBackwardNoShard(int32_t u, int mb, bool sync, int32_t producer);
+    void endOfBackward();
+    void optimizerStep();
+    // Unshard and reshard.
+    void issueUnshard(int32_t u, int mb, bool backward);
+    int32_t fsdp1RateLimit();
+    void waitUnshard(int32_t u, int mb, bool backward);
+    void castCopy(int32_t u, int mb);
+    void freeUnsharded(int32_t u, bool count_mode);
+    void computeTask(TaskKind kind, int32_t unit, int mb);
+    bool gathers(int32_t u) const { return m_sharded && m_s.us[u].first_op != INT_MAX; }
+    int postForwardK() const {
+        return m_sh.reshard_after_forward == ReshardMode::Count ? m_sh.reshard_after_forward_k : 0;
+    }
+
+    // lower.cpp: emission primitives. A task's memory events are added right after it, in the
+    // order start, peak, end (each span is contiguous in Program::mem).
+    // Defined here so that the schedule's files inline them.
+    int32_t newTask(TaskKind kind, Stream stream, int32_t unit, int mb);
+    Task& cur() { return m_p.tasks.back(); }
+    int32_t curId() const { return static_cast<int32_t>(m_p.tasks.size() - 1); }
+    void dep(int32_t id) {
+        if (id < 0 || id == curId()) return;
+        m_p.deps.push_back(id);
+        ++cur().deps.count;
+    }
+    void push(Span& span, MemCategory c, int64_t bytes, int32_t timed_after) {
+        m_p.mem.push_back(MemEvent{bytes, c, timed_after});
+        if (span.count == 0) span.offset = static_cast<uint32_t>(m_p.mem.size() - 1);
+        ++span.count;
+    }
+    // Applied when the task starts.
+    void start(MemCategory c, int64_t bytes, int32_t timed_after = -1) {
+        if (bytes == 0) return;
+        assert(m_phase == Phase::Start);
+        push(cur().mem_start, c, bytes, timed_after);
+    }
+    // Applied and undone at the task's internal peak.
+    void peak(MemCategory c, int64_t bytes) {
+        if (bytes == 0) return;
+        assert(m_phase != Phase::End);
+        m_phase = Phase::Peak;
+        push(cur().mem_peak, c, bytes, -1);
+    }
+    // Applied when the task ends.
+    void end(MemCategory c, int64_t bytes, int32_t timed_after = -1) {
+        if (bytes == 0) return;
+        m_phase = Phase::End;
+        push(cur().mem_end, c, bytes, timed_after);
+    }
+    // Applied by the host at the start of the next compute (or host) task.
+    void host(MemCategory c, int64_t bytes) {
+        if (bytes != 0) m_s.host_pending.push_back(MemEvent{bytes, c});
+    }
+
+    // One NCCL communicator runs its collectives in issue order on one internal stream, so an
+    // all-gather issued after a reduce-scatter on the same process group waits for it. This is
+    // why FSDP needs backward prefetch: without it, unit i's all-gather queues behind unit i+1's
+    // reduce-scatter, which waits for unit i+1's backward.
+    enum Pg { kShardPg, kReplicatePg, kPostForwardPg, kWorldPg, kPgCount };
+    void collectiveOn(Pg pg);
+
+    const Plan& m_plan;
+    const Model& m_model;
+    const TrainingSpec& m_tr;
+    const ShardingSpec& m_sh;
+    Mesh m_mesh;
+    Program& m_p;
+    LowerScratch& m_s;
+
+    // Plan-wide settings (configure()). W and R as in DESIGN.md: shard and replicate group sizes.
+    int64_t m_W = 1, m_R = 1, m_tokens = 0, m_seq = 0;
+    DType m_pdt = DType::BF16;     // param_dtype: unsharded parameters, activations, local grads
+    DType m_rdt = DType::F32;      // reduce_dtype
+    DType m_master = DType::F32;   // sharded parameters, sharded grads, optimizer state
+    bool m_fsdp1 = false, m_sharded = true, m_mp = false, m_offload = false;
+    int m_ag_nodes = 1, m_ag_count_nodes = 1, m_rep_nodes = 1, m_world_nodes = 1;
+
+    // Emission state.
+    enum class Phase : uint8_t { Start, Peak, End } m_phase = Phase::Start;
+    int32_t m_saved_flat = -1;             // FSDP2: unit whose flat output is kept in all_gather_state
+    int32_t m_ag_wait = -1;                // copy-out the all-gather streams wait on
+    int64_t m_pending_rs = 0;              // reduce-scatter input awaiting the next reduce
+    int32_t m_pending_compute_dep = -1;    // FSDP1: the compute stream waits on this all-gather
+    std::array<int32_t, kStreamCount> m_last_on_stream{};
+    std::array<int32_t, kPgCount> m_last_collective{};
+    int32_t m_last_compute = -1;
+    std::array<int32_t, 2> m_host_pending_deps{-1, -1};  // what the end-of-backward frees wait for
+};
+
+}  // namespace detail
+}  // namespace shardcast::core

@@ -1,0 +1,455 @@
+// The step's schedule (DESIGN.md section 3): per micro-batch the forward (pre-forward unshard,
+// segments, post-forward reshard) and the backward (pre-backward unshard and prefetch, segments,
+// post-backward reduce), then the optimizer step. Each rule has its function below; FSDP1's
+// differences are marked where they branch off.
+#include <algorithm>
+
+#include "core/lower_internal.hpp"
+
+namespace shardcast::core::detail {
+namespace {
+
+// Each micro-batch's inputs on the GPU: input_ids and labels, one int64 per token each.
+constexpr int64_t kInputTensors = 2;
+
+// Optimizer step cost per trainable element: AdamW's update is about 12 FLOPs; SGD (with or
+// without momentum) 2 per tensor it reads. Memory traffic: read the parameter, its gradient and
+// the states, write the parameter and the states.
+constexpr int64_t kAdamWFlopsPerParam = 12;
+constexpr int64_t kOptimizerTensorsRead = 2;  // parameter and gradient (plus the states)
+constexpr int64_t kOptimizerTensorsWritten = 1;  // parameter (plus the states)
+
+}  // namespace
+
+void Lowering::computeTask(TaskKind kind, int32_t unit, int mb) {
+    newTask(kind, Stream::Compute, unit, mb);
+    dep(m_pending_compute_dep);
+    m_pending_compute_dep = -1;
+}
+
+// Rule 11 (the first all-gather of a step waits for the previous optimizer step) holds by
+// construction: the Program is one step, issued after the previous one ended.
+
+void Lowering::forwardPass(int mb) {
+    bool first = true;
+    for (const Item& it : m_s.items) {
+        switch (it.kind) {
+            case ItemKind::Pre: preForward(it.index, mb); break;
+            case ItemKind::Post: postForward(it.index); break;
+            case ItemKind::Seg:
+                forwardSegment(m_s.segs[static_cast<size_t>(it.index)], mb, first);
+                first = false;
+                break;
+        }
+    }
+}
+
+// Pre-forward hook: unshard the unit (rules 2-4), then the explicit forward prefetch (FSDP1
+// forward_prefetch; FSDP2 set_modules_to_forward_prefetch when prefetch_depth > 1) issues the next
+// units' all-gathers before this unit computes. Units are numbered in forward order.
+void Lowering::preForward(int32_t u, int mb) {
+    if (!gathers(u)) {
+        castCopy(u, mb);
+        return;
+    }
+    if (m_s.st[u].unsharded) return;
+    issueUnshard(u, mb, false);
+    waitUnshard(u, mb, false);
+    const int ahead = m_fsdp1 ? (m_sh.forward_prefetch ? 1 : 0) : std::max(0, m_sh.prefetch_depth - 1);
+    for (int d = 1; d <= ahead; ++d) {
+        const auto v = static_cast<int32_t>(u + d);
+        if (static_cast<size_t>(v) >= m_s.us.size() || !gathers(v)) break;
+        if (!m_s.st[v].unsharded) issueUnshard(v, mb, false);
+    }
+}
+
+void Lowering::forwardSegment(const Segment& seg, int mb, bool first) {
+    computeTask(TaskKind::Forward, seg.unit, mb);
+    if (first) start(MemCategory::Inputs, kInputTensors * itemSize(DType::I64) * m_tokens);
+    cur().flops = seg.fwd_flops;
+    cur().hbm_bytes = seg.fwd_hbm + seg.weight_bytes;
+    if (seg.checkpointed) {
+        peak(MemCategory::Temp, seg.ckpt_peak_temp);
+    } else {
+        peak(MemCategory::Activation, seg.fwd_peak_act);
+        peak(MemCategory::Temp, seg.fwd_peak_temp);
+    }
+    end(MemCategory::Activation, seg.saved);
+}
+
+// Post-forward hook, rule 5: reshard unless the unit keeps its parameters until backward.
+void Lowering::postForward(int32_t u) {
+    if (u == 0) {
+        // The root frees the last deferred all-gather output (rule 4); it is not resharded.
+        if (m_saved_flat >= 0) {
+            end(MemCategory::AllGather, -m_s.us[m_saved_flat].flat_bytes, m_s.st[m_saved_flat].copyout_task);
+            m_ag_wait = m_s.st[m_saved_flat].copyout_task;
+            m_saved_flat = -1;
+        }
+        return;
+    }
+    if (!m_s.us[u].reshard_after_forward) return;
+    freeUnsharded(u, postForwardK() > 0);
+}
+
+// FSDP1's rate limiter (limit_all_gathers): the host blocks before an all-gather while two
+// freed units are still in flight. Returns the task the host waits for, or -1.
+int32_t Lowering::fsdp1RateLimit() {
+    if (!m_sh.limit_all_gathers || m_s.free_queue.size() < 2) return -1;
+    const int32_t wait = m_s.free_queue.front();
+    m_s.free_queue.erase(m_s.free_queue.begin());
+    return wait;
+}
+
+// Rule 2: one all-gather per unit per unshard, after a copy-in (cast) on its own stream; rule 10:
+// under CPU offload the shard is first copied to the GPU. FSDP1 gathers into the unsharded
+// FlatParameter directly from its low-precision shard; FSDP2 into a flat output, split by the
+// copy-out in waitUnshard.
+void Lowering::issueUnshard(int32_t u, int mb, bool backward) {
+    UnitState& st = m_s.st[u];
+    const UnitSizes& us = m_s.us[u];
+    if (st.unsharded || st.ag_pending) return;
+    const int32_t host_wait = m_fsdp1 ? fsdp1RateLimit() : -1;
+    int32_t h2d = -1;
+    if (m_offload) {
+        h2d = newTask(TaskKind::HostToDevice, Stream::HostToDevice, u, mb);
+        cur().host_wait = host_wait;
+        cur().comm_bytes = us.sharded_bytes;
+        start(MemCategory::Temp, us.sharded_bytes);
+    }
+    newTask(TaskKind::CopyIn, Stream::AllGatherCopyIn, u, mb);
+    if (h2d < 0) cur().host_wait = host_wait;
+    dep(h2d);
+    dep(m_ag_wait);
+    cur().hbm_bytes = us.sharded_bytes + us.cast_bytes;
+    if (m_fsdp1) {
+        start(MemCategory::AllGather, us.cast_bytes);  // the low-precision shard (_mp_shard)
+    } else {
+        start(MemCategory::AllGather, us.flat_bytes);
+        peak(MemCategory::AllGather, us.cast_bytes);
+    }
+    if (m_offload) end(MemCategory::Temp, -us.sharded_bytes);
+    const int32_t copy_in = curId();
+    st.ag_task = newTask(TaskKind::AllGather, Stream::AllGather, u, mb);
+    dep(copy_in);
+    // reshard_after_forward=k: the backward re-gathers from the k ranks holding the slice.
+    const bool count_mode = backward && st.post_fwd_shard;
+    collectiveOn(count_mode ? kPostForwardPg : kShardPg);
+    cur().comm_bytes = m_fsdp1 ? us.unsharded_bytes : us.flat_bytes;
+    cur().group_size = static_cast<int32_t>(count_mode ? postForwardK() : m_W);
+    cur().group_nodes = count_mode ? m_ag_count_nodes : m_ag_nodes;
+    if (m_fsdp1) {
+        start(MemCategory::UnshardedParam, us.unsharded_bytes);
+        end(MemCategory::AllGather, -us.cast_bytes);
+        if (st.post_fwd_shard) {
+            end(MemCategory::ShardedParam, -us.unsharded_bytes / postForwardK());
+            st.post_fwd_shard = false;
+        }
+    }
+    st.ag_pending = true;
+}
+
+// Rules 3 and 4 (FSDP2): the copy-out on the compute stream allocates the unsharded parameters
+// while the flat output still exists. In forward the flat output stays alive until the next unit
+// waits for its unshard (at most two are live); in backward it is freed right after the copy-out
+// (rule 6). FSDP1 has no copy-out: the next compute task waits for the all-gather itself.
+void Lowering::waitUnshard(int32_t u, int mb, bool backward) {
+    UnitState& st = m_s.st[u];
+    const UnitSizes& us = m_s.us[u];
+    if (m_fsdp1) {
+        m_pending_compute_dep = st.ag_task;
+    } else {
+        const int32_t id = newTask(TaskKind::CopyOut, Stream::Compute, u, mb);
+        dep(st.ag_task);
+        cur().hbm_bytes = 2 * us.unsharded_bytes;
+        if (!backward && m_saved_flat >= 0) {
+            start(MemCategory::AllGather, -m_s.us[m_saved_flat].flat_bytes, m_s.st[m_saved_flat].copyout_task);
+            m_ag_wait = m_s.st[m_saved_flat].copyout_task;
+            m_saved_flat = -1;
+        }
+        if (st.post_fwd_shard) {
+            start(MemCategory::ShardedParam, -us.unsharded_bytes / postForwardK());
+            st.post_fwd_shard = false;
+        }
+        start(MemCategory::UnshardedParam, us.unsharded_bytes);
+        if (backward) {
+            end(MemCategory::AllGather, -us.flat_bytes);
+            m_ag_wait = id;
+        } else {
+            m_saved_flat = u;
+        }
+        st.copyout_task = id;
+    }
+    st.ag_pending = false;
+    st.unsharded = true;
+}
+
+// NO_SHARD (and shard groups of one rank): parameters are whole; mixed precision casts a copy.
+void Lowering::castCopy(int32_t u, int mb) {
+    UnitState& st = m_s.st[u];
+    if (st.unsharded) return;
+    if (m_mp) {
+        newTask(TaskKind::Cast, Stream::Compute, u, mb);
+        cur().hbm_bytes = m_s.us[u].sharded_bytes + m_s.us[u].unsharded_bytes;
+        start(MemCategory::UnshardedParam, m_s.us[u].unsharded_bytes);
+    }
+    st.unsharded = true;
+}
+
+// Reshard (rule 5): free the unsharded parameters; with reshard_after_forward=k keep a 1/k slice.
+void Lowering::freeUnsharded(int32_t u, bool count_mode) {
+    UnitState& st = m_s.st[u];
+    if (!st.unsharded) return;
+    if (m_sharded || m_mp) end(MemCategory::UnshardedParam, -m_s.us[u].unsharded_bytes);
+    if (count_mode && m_sharded) {
+        end(MemCategory::ShardedParam, m_s.us[u].unsharded_bytes / postForwardK());
+        st.post_fwd_shard = true;
+    }
+    st.unsharded = false;
+    if (m_fsdp1) m_s.free_queue.push_back(curId());
+}
+
+void Lowering::backwardPass(int mb) {
+    for (auto it = m_s.items.rbegin(); it != m_s.items.rend(); ++it) {
+        switch (it->kind) {
+            case ItemKind::Post: preBackward(it->index, mb); break;
+            case ItemKind::Seg: backwardSegment(m_s.segs[static_cast<size_t>(it->index)], mb); break;
+            case ItemKind::Pre: postBackward(it->index, mb); break;
+        }
+    }
+    endOfBackward();
+}
+
+// Rule 6: unshard (a no-op if prefetched), then prefetch ahead in reverse forward order. FSDP1's
+// BACKWARD_PRE prefetches here, BACKWARD_POST after the unit's gradient (postBackward).
+void Lowering::preBackward(int32_t u, int mb) {
+    if (!gathers(u)) {
+        castCopy(u, mb);
+        return;
+    }
+    if (!m_s.st[u].unsharded) {
+        issueUnshard(u, mb, true);
+        waitUnshard(u, mb, true);
+    }
+    const bool pre = !m_fsdp1 || m_sh.backward_prefetch == ShardingSpec::BackwardPrefetch::Pre;
+    if (pre) prefetchAfter(u, mb);
+}
+
+// FSDP1 prefetches one unit; FSDP2 prefetch_depth units.
+void Lowering::prefetchAfter(int32_t u, int mb) {
+    const int depth = m_fsdp1 ? 1 : std::max(1, m_sh.prefetch_depth);
+    const int32_t pos = m_s.bwd_pos[u];
+    for (int d = 1; d <= depth; ++d) {
+        const size_t next = static_cast<size_t>(pos + d);
+        if (pos < 0 || next >= m_s.bwd_order.size()) break;
+        const int32_t v = m_s.bwd_order[next];
+        if (gathers(v) && !m_s.st[v].unsharded) issueUnshard(v, mb, true);
+    }
+}
+
+// A checkpointed segment is recomputed first; the backward then releases the saved tensors and
+// produces the segment's gradients (kept, or accumulated into those already held).
+void Lowering::backwardSegment(const Segment& seg, int mb) {
+    UnitState& st = m_s.st[seg.unit];
+    if (seg.checkpointed) {
+        computeTask(TaskKind::Recompute, seg.unit, mb);
+        cur().flops = seg.fwd_flops;
+        cur().hbm_bytes = seg.fwd_hbm + seg.weight_bytes;
+        peak(MemCategory::Activation, seg.fwd_peak_act);
+        peak(MemCategory::Temp, seg.fwd_peak_temp);
+        end(MemCategory::Activation, seg.saved_full);
+    }
+    computeTask(TaskKind::Backward, seg.unit, mb);
+    cur().flops = seg.bwd_flops;
+    cur().hbm_bytes = seg.bwd_hbm + 2 * seg.weight_bytes;  // read weights, write their grads
+    // fp32 DDP without mixed precision: autograd writes straight into param.grad.
+    const bool direct = !m_sharded && !m_mp;
+    const MemCategory gcat = direct ? MemCategory::ShardedGrad : MemCategory::UnshardedGrad;
+    const bool persistent = direct ? !st.sharded_grad : !st.acc_live;
+    peak(gcat, seg.bwd_peak_grad);
+    peak(MemCategory::Temp, seg.bwd_peak_temp);
+    peak(MemCategory::Activation, -seg.bwd_peak_freed);
+    end(MemCategory::Activation, -(seg.checkpointed ? seg.saved_full + seg.saved : seg.saved));
+    if (persistent) {
+        end(gcat, seg.grad_bytes);
+        if (!direct) st.grads_live += seg.grad_bytes;
+    }
+}
+
+// Post-backward hook. Rule 8 (no_sync): keep the gradients for the next micro-batch. Rule 7:
+// free unsharded params, free the previous reduce-scatter input, allocate this one in
+// reduce_dtype, free the unsharded grads, reduce-scatter on its own stream; HSDP all-reduces the
+// shard over the replicate group; cast to the master dtype; rule 10 copies it to the host.
+void Lowering::postBackward(int32_t u, int mb) {
+    UnitState& st = m_s.st[u];
+    const UnitSizes& us = m_s.us[u];
+    const bool sync = !m_tr.no_sync || mb == m_tr.grad_accum - 1;
+    const int32_t producer = m_last_compute;
+    if (!gathers(u)) {
+        postBackwardNoShard(u, mb, sync, producer);
+        return;
+    }
+    if (m_fsdp1 && m_sh.backward_prefetch == ShardingSpec::BackwardPrefetch::Post) prefetchAfter(u, mb);
+    if (!sync) {
+        freeUnsharded(u, false);
+        if (!st.acc_live) {
+            if (!m_fsdp1 && m_rdt != m_pdt && us.grad_elems > 0) {
+                // FSDP2 upcasts held gradients to reduce_dtype (after resharding, to save memory).
+                newTask(TaskKind::Cast, Stream::Compute, u, mb);
+                cur().hbm_bytes = st.grads_live + us.grad_elems * itemSize(m_rdt);
+                start(MemCategory::UnshardedGrad, us.grad_elems * itemSize(m_rdt));
+                start(MemCategory::UnshardedGrad, -st.grads_live);
+                st.acc_bytes = us.grad_elems * itemSize(m_rdt);
+            } else {
+                st.acc_bytes = st.grads_live;
+            }
+            st.grads_live = 0;
+            st.acc_live = true;
+        }
+        return;
+    }
+    if (us.grad_elems == 0) {
+        freeUnsharded(u, false);
+        return;
+    }
+    newTask(TaskKind::ReduceScatter, Stream::ReduceScatter, u, mb);
+    dep(producer);
+    collectiveOn(kShardPg);
+    if (st.unsharded) {
+        start(MemCategory::UnshardedParam, -us.unsharded_bytes);
+        st.unsharded = false;
+        if (m_fsdp1) m_s.free_queue.push_back(curId());
+    }
+    const int64_t rs_in = us.rs_input_elems * itemSize(m_rdt);
+    const int64_t rs_out = us.grad_shard_elems * itemSize(m_rdt);
+    const int64_t shard_master = us.grad_shard_elems * itemSize(m_master);
+    start(MemCategory::ReduceScatter, -m_pending_rs);
+    start(MemCategory::ReduceScatter, rs_in);
+    start(MemCategory::UnshardedGrad, -(st.grads_live + (st.acc_live ? st.acc_bytes : 0)));
+    st.grads_live = 0;
+    st.acc_live = false;
+    st.acc_bytes = 0;
+    const bool becomes_grad = !st.sharded_grad && m_rdt == m_master && !m_offload;
+    start(becomes_grad ? MemCategory::ShardedGrad : MemCategory::ReduceScatter, rs_out);
+    cur().comm_bytes = rs_in;
+    cur().group_size = static_cast<int32_t>(m_W);
+    cur().group_nodes = m_ag_nodes;
+    m_pending_rs = rs_in;
+    if (m_R > 1) {
+        const int32_t rs = curId();
+        newTask(TaskKind::AllReduce, Stream::AllReduce, u, mb);
+        dep(rs);
+        collectiveOn(kReplicatePg);
+        cur().comm_bytes = rs_out;
+        cur().group_size = static_cast<int32_t>(m_R);
+        cur().group_nodes = m_rep_nodes;
+    }
+    const Stream post_stream = m_R > 1 ? Stream::AllReduce : Stream::ReduceScatter;
+    if (!becomes_grad) {
+        const bool first = !st.sharded_grad && !m_offload;
+        if (m_rdt != m_master) {
+            const int32_t prev = curId();
+            newTask(TaskKind::Cast, post_stream, u, mb);
+            dep(prev);
+            cur().hbm_bytes = rs_out + shard_master;
+            start(first ? MemCategory::ShardedGrad : MemCategory::Temp, shard_master);
+            end(MemCategory::ReduceScatter, -rs_out);
+            if (!first && !m_offload) end(MemCategory::Temp, -shard_master);  // accumulated (+=)
+        } else if (!m_offload) {
+            end(MemCategory::ReduceScatter, -rs_out);  // accumulated into the existing grad
+        }
+        if (m_offload) {
+            const int32_t prev = curId();
+            newTask(TaskKind::DeviceToHost, Stream::DeviceToHost, u, mb);
+            dep(prev);
+            cur().comm_bytes = shard_master;
+            end(m_rdt != m_master ? MemCategory::Temp : MemCategory::ReduceScatter,
+                -(m_rdt != m_master ? shard_master : rs_out));
+        }
+    }
+    if (!m_offload) st.sharded_grad = true;
+}
+
+// NO_SHARD (DDP): all-reduce the gradients over the world; with mixed precision they are made in
+// param_dtype, reduced in reduce_dtype and accumulated into the master-dtype gradient.
+void Lowering::postBackwardNoShard(int32_t u, int mb, bool sync, int32_t producer) {
+    UnitState& st = m_s.st[u];
+    const UnitSizes& us = m_s.us[u];
+    if (!m_mp && us.grad_elems > 0) st.sharded_grad = true;  // autograd wrote param.grad directly
+    if (us.grad_elems == 0 || !sync) {
+        if (m_mp && st.unsharded) end(MemCategory::UnshardedParam, -us.unsharded_bytes);
+        st.unsharded = false;
+        if (!sync && m_mp && us.grad_elems > 0) {
+            st.acc_live = true;
+            st.acc_bytes += st.grads_live;
+            st.grads_live = 0;
+        }
+        return;
+    }
+    newTask(TaskKind::AllReduce, Stream::AllReduce, u, mb);
+    dep(producer);
+    collectiveOn(kWorldPg);
+    if (m_mp && st.unsharded) start(MemCategory::UnshardedParam, -us.unsharded_bytes);
+    st.unsharded = false;
+    const int64_t buf = us.rs_input_elems * itemSize(m_rdt);
+    const int64_t master = us.grad_shard_elems * itemSize(m_master);
+    cur().comm_bytes = m_mp || m_rdt != m_master ? buf : master;
+    cur().group_size = static_cast<int32_t>(m_mesh.world_size);
+    cur().group_nodes = m_world_nodes;
+    if (m_mp) {
+        const int64_t held = st.grads_live + (st.acc_live ? st.acc_bytes : 0);
+        if (m_rdt != m_pdt) {
+            start(MemCategory::Temp, buf);
+            start(MemCategory::UnshardedGrad, -held);
+        }
+        if (!st.sharded_grad) end(MemCategory::ShardedGrad, master);
+        if (m_rdt != m_pdt) {
+            end(MemCategory::Temp, -buf);
+        } else {
+            end(MemCategory::UnshardedGrad, -held);
+        }
+        st.grads_live = 0;
+        st.acc_live = false;
+        st.acc_bytes = 0;
+    }
+    st.sharded_grad = true;
+}
+
+// The final callback makes the compute stream wait for the last reduce-scatter (and all-reduce),
+// then frees the reduce-scatter input; the micro-batch's inputs go too.
+void Lowering::endOfBackward() {
+    host(MemCategory::ReduceScatter, -m_pending_rs);
+    m_pending_rs = 0;
+    host(MemCategory::Inputs, -kInputTensors * itemSize(DType::I64) * m_tokens);
+    m_host_pending_deps = {m_last_on_stream[static_cast<size_t>(Stream::ReduceScatter)],
+                           m_last_on_stream[static_cast<size_t>(Stream::AllReduce)]};
+}
+
+// Rule 9: the optimizer steps on the sharded (unpadded) parameters once the reductions are done;
+// under CPU offload (rule 10) on the host. zero_grad(set_to_none=True) then frees the gradients.
+void Lowering::optimizerStep() {
+    const int states = optimizerStatesPerParam(m_tr.optimizer);
+    int64_t elems = 0, sharded_grads = 0;
+    for (size_t u = 0; u < m_s.us.size(); ++u) {
+        elems += m_s.us[u].opt_elems;
+        if (m_s.st[u].sharded_grad) sharded_grads += m_s.us[u].grad_shard_elems * itemSize(m_master);
+    }
+    const std::array<Stream, 4> reduce_streams{Stream::ReduceScatter, Stream::AllReduce, Stream::DeviceToHost,
+                                               Stream::Compute};
+    std::array<int32_t, 4> waits{};
+    for (size_t i = 0; i < reduce_streams.size(); ++i) waits[i] = m_last_on_stream[static_cast<size_t>(reduce_streams[i])];
+    newTask(TaskKind::OptimizerStep, m_offload ? Stream::Host : Stream::Compute, -1, static_cast<int>(m_tr.grad_accum - 1));
+    for (int32_t w : waits) dep(w);
+    const int64_t item = itemSize(m_master);
+    cur().flops = elems * (m_tr.optimizer == Optimizer::AdamW ? kAdamWFlopsPerParam : 2 * (1 + states));
+    cur().hbm_bytes = elems * item * (kOptimizerTensorsRead + kOptimizerTensorsWritten + 2 * states);
+    cur().host_blocks = m_offload;
+    // PyTorch's default foreach AdamW keeps one temporary of the parameters' size (sqrt(v)).
+    if (!m_offload && m_tr.optimizer == Optimizer::AdamW) peak(MemCategory::Temp, elems * item);
+    end(MemCategory::ShardedGrad, -sharded_grads);
+    int64_t flops = 0;
+    for (const Task& t : m_p.tasks) flops += t.flops;
+    m_p.hardware_flops_per_step = flops;
+}
+
+}  // namespace shardcast::core::detail
