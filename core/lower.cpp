@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <numeric>
 
 #include "core/lower_internal.hpp"
 
@@ -14,6 +15,9 @@ namespace {
 
 // Nodes spanned by the ranks first, first + stride, ... (count of them).
 int nodesOfRun(int64_t first, int64_t stride, int64_t count, int64_t gpus_per_node) {
+    if (count <= 0) return 0;
+    if (stride == 1) return static_cast<int>((first + count - 1) / gpus_per_node - first / gpus_per_node + 1);
+    if (stride >= gpus_per_node) return static_cast<int>(count);
     int nodes = 0;
     int64_t last = -1;
     for (int64_t i = 0; i < count; ++i) {
@@ -24,6 +28,21 @@ int nodesOfRun(int64_t first, int64_t stride, int64_t count, int64_t gpus_per_no
         }
     }
     return nodes;
+}
+
+// The most nodes any instance of a group spans. Two instances whose first ranks differ by a
+// multiple of the node size span alike, so one period of lcm(size * stride, gpus_per_node) ranks
+// and at most gpus_per_node offsets cover every case.
+int widestInstanceNodes(int64_t size, int64_t stride, int64_t world, int64_t gpus_per_node) {
+    const int64_t span = size * stride;
+    const int64_t period = std::min(world, std::lcm(span, gpus_per_node));
+    int widest = 1;
+    for (int64_t block = 0; block < period; block += span) {
+        for (int64_t offset = 0; offset < stride && offset < gpus_per_node; ++offset) {
+            widest = std::max(widest, nodesOfRun(block + offset, stride, size, gpus_per_node));
+        }
+    }
+    return widest;
 }
 
 }  // namespace
@@ -68,15 +87,23 @@ void Lowering::configure() {
     m_seq = m_tr.seq_len;
     m_last_on_stream.fill(-1);
     m_last_collective.fill(-1);
-    // Nodes each process group spans, ranks laid out rank = r * W + s.
-    const int64_t G = m_plan.cluster.gpus_per_node;
-    for (int64_t g = 0; g < m_R; ++g) {
-        m_ag_nodes = std::max(m_ag_nodes, nodesOfRun(g * m_W, 1, m_W, G));
-    }
-    const int k = m_sh.reshard_after_forward == ReshardMode::Count ? m_sh.reshard_after_forward_k : 1;
-    m_ag_count_nodes = nodesOfRun(0, 1, std::max(k, 1), G);
-    m_rep_nodes = nodesOfRun(0, m_W, m_R, G);
-    m_world_nodes = m_plan.cluster.nodes;
+    // The process groups the step's collectives run on (ranks laid out rank = r * W + s).
+    m_p.world_size = m_mesh.world_size;
+    m_group.fill(-1);
+    addGroup(GroupKind::World, m_mesh.world_size, 1);
+    if (m_sharded) addGroup(GroupKind::Shard, m_W, 1);
+    if (m_sharded && m_R > 1) addGroup(GroupKind::Replicate, m_R, m_W);
+    if (m_sharded && postForwardK() > 0) addGroup(GroupKind::PostForward, postForwardK(), 1);
+}
+
+void Lowering::addGroup(GroupKind kind, int64_t size, int64_t stride) {
+    ProcessGroup g;
+    g.kind = kind;
+    g.size = static_cast<int32_t>(size);
+    g.stride = static_cast<int32_t>(stride);
+    g.nodes = widestInstanceNodes(size, stride, m_mesh.world_size, m_plan.cluster.gpus_per_node);
+    m_group[static_cast<size_t>(kind)] = static_cast<int32_t>(m_p.groups.size());
+    m_p.groups.push_back(g);
 }
 
 void Lowering::fillProgramHeader() {
@@ -136,6 +163,7 @@ int32_t Lowering::newTask(TaskKind kind, Stream stream, int32_t unit, int mb) {
     t.stream = stream;
     t.unit = unit;
     t.micro_batch = static_cast<int16_t>(mb);
+    t.dtype = m_pdt;
     t.deps.offset = static_cast<uint32_t>(m_p.deps.size());
     t.mem_start.offset = static_cast<uint32_t>(m_p.mem.size());
     t.mem_peak.offset = t.mem_start.offset;
@@ -156,9 +184,16 @@ int32_t Lowering::newTask(TaskKind kind, Stream stream, int32_t unit, int mb) {
     return id;
 }
 
-void Lowering::collectiveOn(Pg pg) {
-    dep(m_last_collective[pg]);
-    m_last_collective[pg] = curId();
+void Lowering::collectiveOn(GroupKind kind) {
+    const auto k = static_cast<size_t>(kind);
+    assert(m_group[k] >= 0 && "the lowering uses a process group it did not create");
+    dep(m_last_collective[k]);
+    m_last_collective[k] = curId();
+    const ProcessGroup& g = m_p.groups[static_cast<size_t>(m_group[k])];
+    Task& t = cur();
+    t.group = m_group[k];
+    t.group_size = g.size;
+    t.group_nodes = g.nodes;
 }
 
 }  // namespace detail

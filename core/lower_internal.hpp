@@ -202,12 +202,13 @@ private:
         if (bytes != 0) m_s.host_pending.push_back(MemEvent{bytes, c});
     }
 
+    // Makes the current task a collective on the process group of that kind (Program::groups).
     // One NCCL communicator runs its collectives in issue order on one internal stream, so an
     // all-gather issued after a reduce-scatter on the same process group waits for it. This is
     // why FSDP needs backward prefetch: without it, unit i's all-gather queues behind unit i+1's
     // reduce-scatter, which waits for unit i+1's backward.
-    enum Pg { kShardPg, kReplicatePg, kPostForwardPg, kWorldPg, kPgCount };
-    void collectiveOn(Pg pg);
+    void collectiveOn(GroupKind kind);
+    void addGroup(GroupKind kind, int64_t size, int64_t stride);
 
     const Plan& m_plan;
     const Model& m_model;
@@ -223,7 +224,7 @@ private:
     DType m_rdt = DType::F32;      // reduce_dtype
     DType m_master = DType::F32;   // sharded parameters, sharded grads, optimizer state
     bool m_fsdp1 = false, m_sharded = true, m_mp = false, m_offload = false;
-    int m_ag_nodes = 1, m_ag_count_nodes = 1, m_rep_nodes = 1, m_world_nodes = 1;
+    std::array<int32_t, kGroupKindCount> m_group{};  // GroupKind -> index into Program::groups, -1: none
 
     // Emission state.
     enum class Phase : uint8_t { Start, Peak, End } m_phase = Phase::Start;
@@ -232,7 +233,7 @@ private:
     int64_t m_pending_rs = 0;              // reduce-scatter input awaiting the next reduce
     int32_t m_pending_compute_dep = -1;    // FSDP1: the compute stream waits on this all-gather
     std::array<int32_t, kStreamCount> m_last_on_stream{};
-    std::array<int32_t, kPgCount> m_last_collective{};
+    std::array<int32_t, kGroupKindCount> m_last_collective{};  // per GroupKind
     int32_t m_last_compute = -1;
     std::array<int32_t, 2> m_host_pending_deps{-1, -1};  // what the end-of-backward frees wait for
 };

@@ -115,6 +115,7 @@ void Lowering::issueUnshard(int32_t u, int mb, bool backward) {
         h2d = newTask(TaskKind::HostToDevice, Stream::HostToDevice, u, mb);
         cur().host_wait = host_wait;
         cur().comm_bytes = us.sharded_bytes;
+        cur().dtype = m_master;
         start(MemCategory::Temp, us.sharded_bytes);
     }
     newTask(TaskKind::CopyIn, Stream::AllGatherCopyIn, u, mb);
@@ -134,10 +135,8 @@ void Lowering::issueUnshard(int32_t u, int mb, bool backward) {
     dep(copy_in);
     // reshard_after_forward=k: the backward re-gathers from the k ranks holding the slice.
     const bool count_mode = backward && st.post_fwd_shard;
-    collectiveOn(count_mode ? kPostForwardPg : kShardPg);
+    collectiveOn(count_mode ? GroupKind::PostForward : GroupKind::Shard);
     cur().comm_bytes = m_fsdp1 ? us.unsharded_bytes : us.flat_bytes;
-    cur().group_size = static_cast<int32_t>(count_mode ? postForwardK() : m_W);
-    cur().group_nodes = count_mode ? m_ag_count_nodes : m_ag_nodes;
     if (m_fsdp1) {
         start(MemCategory::UnshardedParam, us.unsharded_bytes);
         end(MemCategory::AllGather, -us.cast_bytes);
@@ -296,6 +295,7 @@ void Lowering::postBackward(int32_t u, int mb) {
             if (!m_fsdp1 && m_rdt != m_pdt && us.grad_elems > 0) {
                 // FSDP2 upcasts held gradients to reduce_dtype (after resharding, to save memory).
                 newTask(TaskKind::Cast, Stream::Compute, u, mb);
+                cur().dtype = m_rdt;
                 cur().hbm_bytes = st.grads_live + us.grad_elems * itemSize(m_rdt);
                 start(MemCategory::UnshardedGrad, us.grad_elems * itemSize(m_rdt));
                 start(MemCategory::UnshardedGrad, -st.grads_live);
@@ -314,7 +314,8 @@ void Lowering::postBackward(int32_t u, int mb) {
     }
     newTask(TaskKind::ReduceScatter, Stream::ReduceScatter, u, mb);
     dep(producer);
-    collectiveOn(kShardPg);
+    collectiveOn(GroupKind::Shard);
+    cur().dtype = m_rdt;
     if (st.unsharded) {
         start(MemCategory::UnshardedParam, -us.unsharded_bytes);
         st.unsharded = false;
@@ -332,17 +333,14 @@ void Lowering::postBackward(int32_t u, int mb) {
     const bool becomes_grad = !st.sharded_grad && m_rdt == m_master && !m_offload;
     start(becomes_grad ? MemCategory::ShardedGrad : MemCategory::ReduceScatter, rs_out);
     cur().comm_bytes = rs_in;
-    cur().group_size = static_cast<int32_t>(m_W);
-    cur().group_nodes = m_ag_nodes;
     m_pending_rs = rs_in;
     if (m_R > 1) {
         const int32_t rs = curId();
         newTask(TaskKind::AllReduce, Stream::AllReduce, u, mb);
         dep(rs);
-        collectiveOn(kReplicatePg);
+        collectiveOn(GroupKind::Replicate);
+        cur().dtype = m_rdt;
         cur().comm_bytes = rs_out;
-        cur().group_size = static_cast<int32_t>(m_R);
-        cur().group_nodes = m_rep_nodes;
     }
     const Stream post_stream = m_R > 1 ? Stream::AllReduce : Stream::ReduceScatter;
     if (!becomes_grad) {
@@ -351,6 +349,7 @@ void Lowering::postBackward(int32_t u, int mb) {
             const int32_t prev = curId();
             newTask(TaskKind::Cast, post_stream, u, mb);
             dep(prev);
+            cur().dtype = m_master;
             cur().hbm_bytes = rs_out + shard_master;
             start(first ? MemCategory::ShardedGrad : MemCategory::Temp, shard_master);
             end(MemCategory::ReduceScatter, -rs_out);
@@ -363,6 +362,7 @@ void Lowering::postBackward(int32_t u, int mb) {
             newTask(TaskKind::DeviceToHost, Stream::DeviceToHost, u, mb);
             dep(prev);
             cur().comm_bytes = shard_master;
+            cur().dtype = m_master;
             end(m_rdt != m_master ? MemCategory::Temp : MemCategory::ReduceScatter,
                 -(m_rdt != m_master ? shard_master : rs_out));
         }
@@ -388,14 +388,13 @@ void Lowering::postBackwardNoShard(int32_t u, int mb, bool sync, int32_t produce
     }
     newTask(TaskKind::AllReduce, Stream::AllReduce, u, mb);
     dep(producer);
-    collectiveOn(kWorldPg);
+    collectiveOn(GroupKind::World);
+    cur().dtype = m_rdt;
     if (m_mp && st.unsharded) start(MemCategory::UnshardedParam, -us.unsharded_bytes);
     st.unsharded = false;
     const int64_t buf = us.rs_input_elems * itemSize(m_rdt);
     const int64_t master = us.grad_shard_elems * itemSize(m_master);
     cur().comm_bytes = m_mp || m_rdt != m_master ? buf : master;
-    cur().group_size = static_cast<int32_t>(m_mesh.world_size);
-    cur().group_nodes = m_world_nodes;
     if (m_mp) {
         const int64_t held = st.grads_live + (st.acc_live ? st.acc_bytes : 0);
         if (m_rdt != m_pdt) {
@@ -440,6 +439,7 @@ void Lowering::optimizerStep() {
     for (size_t i = 0; i < reduce_streams.size(); ++i) waits[i] = m_last_on_stream[static_cast<size_t>(reduce_streams[i])];
     newTask(TaskKind::OptimizerStep, m_offload ? Stream::Host : Stream::Compute, -1, static_cast<int>(m_tr.grad_accum - 1));
     for (int32_t w : waits) dep(w);
+    cur().dtype = m_master;
     const int64_t item = itemSize(m_master);
     cur().flops = elems * (m_tr.optimizer == Optimizer::AdamW ? kAdamWFlopsPerParam : 2 * (1 + states));
     cur().hbm_bytes = elems * item * (kOptimizerTensorsRead + kOptimizerTensorsWritten + 2 * states);

@@ -34,11 +34,23 @@ std::string_view taskKindName(TaskKind k) {
     return "?";
 }
 
+std::string_view groupKindName(GroupKind k) {
+    switch (k) {
+        case GroupKind::World: return "world";
+        case GroupKind::Shard: return "shard";
+        case GroupKind::Replicate: return "replicate";
+        case GroupKind::PostForward: return "post-forward";
+    }
+    return "?";
+}
+
 void Program::clear() {
     tasks.clear();
     deps.clear();
     mem.clear();
     units.clear();
+    groups.clear();
+    world_size = 1;
     initial.fill(0);
     micro_batches = 1;
     tokens_per_micro_batch = 0;
@@ -59,6 +71,19 @@ std::string Program::taskLabel(int32_t id) const {
     }
     if (micro_batches > 1) label += " mb" + std::to_string(t.micro_batch);
     return label;
+}
+
+std::vector<int32_t> groupRanks(const Program& program, int32_t group, int32_t rank) {
+    std::vector<int32_t> ranks;
+    if (group < 0 || static_cast<size_t>(group) >= program.groups.size() || rank < 0 || rank >= program.world_size)
+        return ranks;
+    const ProcessGroup& g = program.groups[static_cast<size_t>(group)];
+    if (g.size <= 0 || g.stride <= 0) return ranks;
+    const int64_t span = int64_t{g.size} * g.stride;
+    const int64_t first = rank - rank % span + rank % g.stride;
+    ranks.reserve(static_cast<size_t>(g.size));
+    for (int64_t i = 0; i < g.size; ++i) ranks.push_back(static_cast<int32_t>(first + i * g.stride));
+    return ranks;
 }
 
 }  // namespace shardcast::core

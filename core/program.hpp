@@ -58,6 +58,25 @@ struct MemEvent {
     int32_t timed_after = -1;
 };
 
+// A process group of the mesh. Ranks are laid out rank = r * W + s (r the replica, s the
+// position in the shard group). Every rank belongs to one instance of each group; the instance
+// holding rank x is `size` ranks spaced `stride` apart:
+//   first(x) = x - x mod (size * stride) + x mod stride,  members = first(x) + i * stride, i < size
+// Shard: size W, stride 1 ({r*W .. r*W + W-1}); Replicate: size R, stride W ({s, W+s, ...});
+// PostForward (reshard_after_forward=k): size k, stride 1, k consecutive ranks inside the shard
+// group; World: every rank.
+enum class GroupKind : uint8_t { World, Shard, Replicate, PostForward };
+constexpr int kGroupKindCount = 4;
+std::string_view groupKindName(GroupKind k);  // "world", "shard", "replicate", "post-forward"
+
+struct ProcessGroup {
+    GroupKind kind = GroupKind::World;
+    int32_t size = 1;    // ranks in each instance
+    int32_t stride = 1;  // rank distance between consecutive members
+    int32_t nodes = 1;   // the most nodes any instance spans (1: inside one node)
+    bool operator==(const ProcessGroup&) const = default;
+};
+
 struct Span {
     uint32_t offset = 0;
     uint32_t count = 0;
@@ -74,8 +93,14 @@ struct Task {
     int64_t flops = 0;
     int64_t hbm_bytes = 0;
     int64_t comm_bytes = 0;
-    int32_t group_size = 0;     // ranks in the collective's group
-    int32_t group_nodes = 0;    // nodes the group spans (1: inside one node)
+    // Collectives: the process group (index into Program::groups; -1 for other tasks) and, copied
+    // from it for the cost models, its size and the nodes it spans (1: inside one node).
+    int32_t group = -1;
+    int32_t group_size = 0;
+    int32_t group_nodes = 0;
+    // Collectives and copies: the element type moved. Compute tasks: the dtype they compute in
+    // (a cast: the dtype it writes; the optimizer step: the master dtype).
+    DType dtype = DType::BF16;
     bool host_blocks = false;   // after issuing this task the host waits for it to finish
     int32_t host_wait = -1;     // before issuing this task the host waits for that earlier task
                                 // to finish (FSDP1's all-gather rate limiter)
@@ -105,6 +130,8 @@ struct Program {
     std::vector<int32_t> deps;      // pool for Task::deps
     std::vector<MemEvent> mem;      // pool for Task::mem_*
     std::vector<UnitInfo> units;    // forward order; units[0] is the root
+    std::vector<ProcessGroup> groups;  // the process groups the collectives run on
+    int32_t world_size = 1;         // ranks of the mesh
     CategoryBytes initial{};        // live when the step starts (steady state)
     DType compute_dtype = DType::BF16;
     int micro_batches = 1;
@@ -120,5 +147,9 @@ struct Program {
     const MemEvent* memBegin(Span s) const { return mem.data() + s.offset; }
     std::string taskLabel(int32_t id) const;  // "AG layers.3", "BWD (root)"
 };
+
+// The ranks of the instance of `program.groups[group]` that holds `rank`, ascending; empty when
+// the group or the rank is out of range.
+std::vector<int32_t> groupRanks(const Program& program, int32_t group, int32_t rank);
 
 }  // namespace shardcast::core
