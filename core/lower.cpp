@@ -176,7 +176,7 @@ int32_t Lowering::newTask(TaskKind kind, Stream stream, int32_t unit, int mb) {
         // then their buffers are freed.
         for (int32_t d : m_host_pending_deps) dep(d);
         m_host_pending_deps = {-1, -1};
-        for (const MemEvent& e : m_s.host_pending) start(e.category, e.bytes);
+        for (const MemEvent& e : m_s.host_pending) push(cur().mem_start, e);
         m_s.host_pending.clear();
     }
     m_last_on_stream[static_cast<size_t>(stream)] = id;

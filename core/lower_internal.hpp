@@ -59,6 +59,15 @@ struct Item {
     int32_t index;  // unit (Pre/Post) or segment
 };
 
+// A buffer the lowering has allocated (MemEvent::buffer) and will free: what the free repeats.
+struct BufferRef {
+    int32_t id = -1;  // -1: nothing allocated (zero bytes) or already freed
+    int64_t bytes = 0;
+    MemCategory category = MemCategory::Temp;
+    Stream stream = Stream::Compute;
+    bool live() const { return id >= 0; }
+};
+
 // What the schedule has done to a unit so far in the step.
 struct UnitState {
     bool unsharded = false;     // unsharded parameters allocated
@@ -70,6 +79,13 @@ struct UnitState {
     int32_t copyout_task = -1;
     int64_t grads_live = 0;     // UnshardedGrad bytes held
     int64_t acc_bytes = 0;      // no_sync accumulated gradient bytes
+    // Buffers held for the unit.
+    BufferRef unsharded_buf;    // unsharded parameters (FSDP1: the unsharded FlatParameter)
+    BufferRef flat_buf;         // FSDP2 all-gather output
+    BufferRef post_fwd_shard_buf;  // reshard_after_forward=k: the 1/k slice
+    BufferRef acc_buf;          // no_sync: gradients upcast to reduce_dtype
+    BufferRef sharded_grad_buf; // the sharded gradient kept until zero_grad
+    int32_t grads_head = -1;    // segment whose gradient buffer was kept last (list by Segment index)
 };
 
 // Costs of one op for this plan's tokens and dtypes (bytes and FLOPs per micro-batch).
@@ -95,6 +111,11 @@ struct LowerScratch {
     std::vector<int64_t> op_weight_elems;  // per model op: parameter elements its module reads
     std::vector<uint8_t> op_frozen;      // per model op: its module's parameters are all frozen
     std::vector<MemEvent> host_pending;  // host-side frees applied at the next task's start
+    // Per segment, in the current micro-batch: the activations its forward saved and its recompute
+    // re-created; the gradients its backward produced and the next older gradient buffer of the
+    // same unit (-1: none), a list a unit frees when it reduces.
+    std::vector<detail::BufferRef> seg_saved, seg_recomputed, seg_grad;
+    std::vector<int32_t> seg_grad_next;
     std::vector<int32_t> free_queue;     // FSDP1 rate limiter: tasks whose end frees a unit
     // Temporaries of orderUnits() and unitSizes().
     std::vector<int32_t> last_op_of_module, depth, block_of, block_index, chain, unit_last_op;
@@ -114,6 +135,8 @@ public:
     Status run();
 
 private:
+    enum class At : uint8_t { Start, End };  // a memory event applies when the task starts or ends
+
     // lower.cpp: plan-wide settings and the Program header.
     void configure();
     void fillProgramHeader();
@@ -140,12 +163,14 @@ private:
     // lower_schedule.cpp: the step.
     void forwardPass(int mb);
     void preForward(int32_t u, int mb);
-    void forwardSegment(const Segment& seg, int mb, bool first);
+    void forwardSegment(int32_t si, int mb, bool first);
     void postForward(int32_t u);
     void backwardPass(int mb);
     void preBackward(int32_t u, int mb);
     void prefetchAfter(int32_t u, int mb);
-    void backwardSegment(const Segment& seg, int mb);
+    void backwardSegment(int32_t si, int mb);
+    void keepGrad(int32_t u, int32_t si, BufferRef grad);
+    void releaseGrads(At at, int32_t u);
     void postBackward(int32_t u, int mb);
     void postBackwardNoShard(int32_t u, int mb, bool sync, int32_t producer);
     void endOfBackward();
@@ -173,33 +198,54 @@ private:
         m_p.deps.push_back(id);
         ++cur().deps.count;
     }
-    void push(Span& span, MemCategory c, int64_t bytes, int32_t timed_after) {
-        m_p.mem.push_back(MemEvent{bytes, c, timed_after});
+    void push(Span& span, const MemEvent& e) {
+        m_p.mem.push_back(e);
         if (span.count == 0) span.offset = static_cast<uint32_t>(m_p.mem.size() - 1);
         ++span.count;
     }
-    // Applied when the task starts.
-    void start(MemCategory c, int64_t bytes, int32_t timed_after = -1) {
-        if (bytes == 0) return;
-        assert(m_phase == Phase::Start);
-        push(cur().mem_start, c, bytes, timed_after);
+    // Memory events of the current task, when it starts or when it ends (MemEvent's contract).
+    Span& spanAt(At at) {
+        if (at == At::Start) {
+            assert(m_phase == Phase::Start);
+            return cur().mem_start;
+        }
+        m_phase = Phase::End;
+        return cur().mem_end;
     }
-    // Applied and undone at the task's internal peak.
-    void peak(MemCategory c, int64_t bytes) {
+    // A new buffer owned by the current task's stream; nothing for zero bytes.
+    BufferRef alloc(At at, MemCategory c, int64_t bytes) {
+        if (bytes == 0) return {};
+        assert(bytes > 0);
+        const BufferRef b{m_p.buffer_count++, bytes, c, cur().stream};
+        push(spanAt(at), MemEvent{bytes, c, -1, b.id, b.stream});
+        return b;
+    }
+    // Frees `b` (if live) and forgets it.
+    void release(At at, BufferRef& b, int32_t timed_after = -1) {
+        if (!b.live()) return;
+        push(spanAt(at), MemEvent{-b.bytes, b.category, timed_after, b.id, b.stream});
+        b = {};
+    }
+    // Transient at the task's peak: a scratch buffer allocated and freed inside the task.
+    void peakScratch(MemCategory c, int64_t bytes) {
         if (bytes == 0) return;
         assert(m_phase != Phase::End);
         m_phase = Phase::Peak;
-        push(cur().mem_peak, c, bytes, -1);
+        push(cur().mem_peak, MemEvent{bytes, c, -1, m_p.buffer_count++, cur().stream});
     }
-    // Applied when the task ends.
-    void end(MemCategory c, int64_t bytes, int32_t timed_after = -1) {
+    // Transient at the task's peak: `bytes` of the live buffer `b` are already released.
+    void peakReleased(const BufferRef& b, int64_t bytes) {
         if (bytes == 0) return;
-        m_phase = Phase::End;
-        push(cur().mem_end, c, bytes, timed_after);
+        assert(b.live() && bytes <= b.bytes);
+        assert(m_phase != Phase::End);
+        m_phase = Phase::Peak;
+        push(cur().mem_peak, MemEvent{-bytes, b.category, -1, b.id, b.stream});
     }
-    // Applied by the host at the start of the next compute (or host) task.
-    void host(MemCategory c, int64_t bytes) {
-        if (bytes != 0) m_s.host_pending.push_back(MemEvent{bytes, c});
+    // Freed by the host at the start of the next compute (or host) task.
+    void releaseByHost(BufferRef& b) {
+        if (!b.live()) return;
+        m_s.host_pending.push_back(MemEvent{-b.bytes, b.category, -1, b.id, b.stream});
+        b = {};
     }
 
     // Makes the current task a collective on the process group of that kind (Program::groups).
@@ -230,7 +276,8 @@ private:
     enum class Phase : uint8_t { Start, Peak, End } m_phase = Phase::Start;
     int32_t m_saved_flat = -1;             // FSDP2: unit whose flat output is kept in all_gather_state
     int32_t m_ag_wait = -1;                // copy-out the all-gather streams wait on
-    int64_t m_pending_rs = 0;              // reduce-scatter input awaiting the next reduce
+    BufferRef m_pending_rs;                // reduce-scatter input awaiting the next reduce
+    BufferRef m_inputs;                    // the micro-batch's input_ids and labels
     int32_t m_pending_compute_dep = -1;    // FSDP1: the compute stream waits on this all-gather
     std::array<int32_t, kStreamCount> m_last_on_stream{};
     std::array<int32_t, kGroupKindCount> m_last_collective{};  // per GroupKind

@@ -3,6 +3,8 @@
 // post-backward reduce), then the optimizer step. Each rule has its function below; FSDP1's
 // differences are marked where they branch off.
 #include <algorithm>
+#include <cassert>
+#include <utility>
 
 #include "core/lower_internal.hpp"
 
@@ -37,7 +39,7 @@ void Lowering::forwardPass(int mb) {
             case ItemKind::Pre: preForward(it.index, mb); break;
             case ItemKind::Post: postForward(it.index); break;
             case ItemKind::Seg:
-                forwardSegment(m_s.segs[static_cast<size_t>(it.index)], mb, first);
+                forwardSegment(it.index, mb, first);
                 first = false;
                 break;
         }
@@ -63,18 +65,21 @@ void Lowering::preForward(int32_t u, int mb) {
     }
 }
 
-void Lowering::forwardSegment(const Segment& seg, int mb, bool first) {
+// A segment's forward keeps its saved activations (one buffer) until its backward; the first
+// one also brings the micro-batch's inputs.
+void Lowering::forwardSegment(int32_t si, int mb, bool first) {
+    const Segment& seg = m_s.segs[static_cast<size_t>(si)];
     computeTask(TaskKind::Forward, seg.unit, mb);
-    if (first) start(MemCategory::Inputs, kInputTensors * itemSize(DType::I64) * m_tokens);
+    if (first) m_inputs = alloc(At::Start, MemCategory::Inputs, kInputTensors * itemSize(DType::I64) * m_tokens);
     cur().flops = seg.fwd_flops;
     cur().hbm_bytes = seg.fwd_hbm + seg.weight_bytes;
     if (seg.checkpointed) {
-        peak(MemCategory::Temp, seg.ckpt_peak_temp);
+        peakScratch(MemCategory::Temp, seg.ckpt_peak_temp);
     } else {
-        peak(MemCategory::Activation, seg.fwd_peak_act);
-        peak(MemCategory::Temp, seg.fwd_peak_temp);
+        peakScratch(MemCategory::Activation, seg.fwd_peak_act);
+        peakScratch(MemCategory::Temp, seg.fwd_peak_temp);
     }
-    end(MemCategory::Activation, seg.saved);
+    m_s.seg_saved[static_cast<size_t>(si)] = alloc(At::End, MemCategory::Activation, seg.saved);
 }
 
 // Post-forward hook, rule 5: reshard unless the unit keeps its parameters until backward.
@@ -82,7 +87,7 @@ void Lowering::postForward(int32_t u) {
     if (u == 0) {
         // The root frees the last deferred all-gather output (rule 4); it is not resharded.
         if (m_saved_flat >= 0) {
-            end(MemCategory::AllGather, -m_s.us[m_saved_flat].flat_bytes, m_s.st[m_saved_flat].copyout_task);
+            release(At::End, m_s.st[m_saved_flat].flat_buf, m_s.st[m_saved_flat].copyout_task);
             m_ag_wait = m_s.st[m_saved_flat].copyout_task;
             m_saved_flat = -1;
         }
@@ -111,25 +116,27 @@ void Lowering::issueUnshard(int32_t u, int mb, bool backward) {
     if (st.unsharded || st.ag_pending) return;
     const int32_t host_wait = m_fsdp1 ? fsdp1RateLimit() : -1;
     int32_t h2d = -1;
+    BufferRef staged;  // offload: the shard copied to the GPU
     if (m_offload) {
         h2d = newTask(TaskKind::HostToDevice, Stream::HostToDevice, u, mb);
         cur().host_wait = host_wait;
         cur().comm_bytes = us.sharded_bytes;
         cur().dtype = m_master;
-        start(MemCategory::Temp, us.sharded_bytes);
+        staged = alloc(At::Start, MemCategory::Temp, us.sharded_bytes);
     }
     newTask(TaskKind::CopyIn, Stream::AllGatherCopyIn, u, mb);
     if (h2d < 0) cur().host_wait = host_wait;
     dep(h2d);
     dep(m_ag_wait);
     cur().hbm_bytes = us.sharded_bytes + us.cast_bytes;
+    BufferRef mp_shard;  // FSDP1: the low-precision shard (_mp_shard), the all-gather input
     if (m_fsdp1) {
-        start(MemCategory::AllGather, us.cast_bytes);  // the low-precision shard (_mp_shard)
+        mp_shard = alloc(At::Start, MemCategory::AllGather, us.cast_bytes);
     } else {
-        start(MemCategory::AllGather, us.flat_bytes);
-        peak(MemCategory::AllGather, us.cast_bytes);
+        st.flat_buf = alloc(At::Start, MemCategory::AllGather, us.flat_bytes);
+        peakScratch(MemCategory::AllGather, us.cast_bytes);
     }
-    if (m_offload) end(MemCategory::Temp, -us.sharded_bytes);
+    release(At::End, staged);
     const int32_t copy_in = curId();
     st.ag_task = newTask(TaskKind::AllGather, Stream::AllGather, u, mb);
     dep(copy_in);
@@ -138,10 +145,10 @@ void Lowering::issueUnshard(int32_t u, int mb, bool backward) {
     collectiveOn(count_mode ? GroupKind::PostForward : GroupKind::Shard);
     cur().comm_bytes = m_fsdp1 ? us.unsharded_bytes : us.flat_bytes;
     if (m_fsdp1) {
-        start(MemCategory::UnshardedParam, us.unsharded_bytes);
-        end(MemCategory::AllGather, -us.cast_bytes);
+        st.unsharded_buf = alloc(At::Start, MemCategory::UnshardedParam, us.unsharded_bytes);
+        release(At::End, mp_shard);
         if (st.post_fwd_shard) {
-            end(MemCategory::ShardedParam, -us.unsharded_bytes / postForwardK());
+            release(At::End, st.post_fwd_shard_buf);
             st.post_fwd_shard = false;
         }
     }
@@ -162,17 +169,18 @@ void Lowering::waitUnshard(int32_t u, int mb, bool backward) {
         dep(st.ag_task);
         cur().hbm_bytes = 2 * us.unsharded_bytes;
         if (!backward && m_saved_flat >= 0) {
-            start(MemCategory::AllGather, -m_s.us[m_saved_flat].flat_bytes, m_s.st[m_saved_flat].copyout_task);
-            m_ag_wait = m_s.st[m_saved_flat].copyout_task;
+            UnitState& prev = m_s.st[m_saved_flat];
+            release(At::Start, prev.flat_buf, prev.copyout_task);
+            m_ag_wait = prev.copyout_task;
             m_saved_flat = -1;
         }
         if (st.post_fwd_shard) {
-            start(MemCategory::ShardedParam, -us.unsharded_bytes / postForwardK());
+            release(At::Start, st.post_fwd_shard_buf);
             st.post_fwd_shard = false;
         }
-        start(MemCategory::UnshardedParam, us.unsharded_bytes);
+        st.unsharded_buf = alloc(At::Start, MemCategory::UnshardedParam, us.unsharded_bytes);
         if (backward) {
-            end(MemCategory::AllGather, -us.flat_bytes);
+            release(At::End, st.flat_buf);
             m_ag_wait = id;
         } else {
             m_saved_flat = u;
@@ -190,7 +198,7 @@ void Lowering::castCopy(int32_t u, int mb) {
     if (m_mp) {
         newTask(TaskKind::Cast, Stream::Compute, u, mb);
         cur().hbm_bytes = m_s.us[u].sharded_bytes + m_s.us[u].unsharded_bytes;
-        start(MemCategory::UnshardedParam, m_s.us[u].unsharded_bytes);
+        st.unsharded_buf = alloc(At::Start, MemCategory::UnshardedParam, m_s.us[u].unsharded_bytes);
     }
     st.unsharded = true;
 }
@@ -199,9 +207,9 @@ void Lowering::castCopy(int32_t u, int mb) {
 void Lowering::freeUnsharded(int32_t u, bool count_mode) {
     UnitState& st = m_s.st[u];
     if (!st.unsharded) return;
-    if (m_sharded || m_mp) end(MemCategory::UnshardedParam, -m_s.us[u].unsharded_bytes);
+    release(At::End, st.unsharded_buf);
     if (count_mode && m_sharded) {
-        end(MemCategory::ShardedParam, m_s.us[u].unsharded_bytes / postForwardK());
+        st.post_fwd_shard_buf = alloc(At::End, MemCategory::ShardedParam, m_s.us[u].unsharded_bytes / postForwardK());
         st.post_fwd_shard = true;
     }
     st.unsharded = false;
@@ -212,7 +220,7 @@ void Lowering::backwardPass(int mb) {
     for (auto it = m_s.items.rbegin(); it != m_s.items.rend(); ++it) {
         switch (it->kind) {
             case ItemKind::Post: preBackward(it->index, mb); break;
-            case ItemKind::Seg: backwardSegment(m_s.segs[static_cast<size_t>(it->index)], mb); break;
+            case ItemKind::Seg: backwardSegment(it->index, mb); break;
             case ItemKind::Pre: postBackward(it->index, mb); break;
         }
     }
@@ -248,15 +256,18 @@ void Lowering::prefetchAfter(int32_t u, int mb) {
 
 // A checkpointed segment is recomputed first; the backward then releases the saved tensors and
 // produces the segment's gradients (kept, or accumulated into those already held).
-void Lowering::backwardSegment(const Segment& seg, int mb) {
+void Lowering::backwardSegment(int32_t si, int mb) {
+    const Segment& seg = m_s.segs[static_cast<size_t>(si)];
+    BufferRef& saved = m_s.seg_saved[static_cast<size_t>(si)];
+    BufferRef& recomputed = m_s.seg_recomputed[static_cast<size_t>(si)];
     UnitState& st = m_s.st[seg.unit];
     if (seg.checkpointed) {
         computeTask(TaskKind::Recompute, seg.unit, mb);
         cur().flops = seg.fwd_flops;
         cur().hbm_bytes = seg.fwd_hbm + seg.weight_bytes;
-        peak(MemCategory::Activation, seg.fwd_peak_act);
-        peak(MemCategory::Temp, seg.fwd_peak_temp);
-        end(MemCategory::Activation, seg.saved_full);
+        peakScratch(MemCategory::Activation, seg.fwd_peak_act);
+        peakScratch(MemCategory::Temp, seg.fwd_peak_temp);
+        recomputed = alloc(At::End, MemCategory::Activation, seg.saved_full);
     }
     computeTask(TaskKind::Backward, seg.unit, mb);
     cur().flops = seg.bwd_flops;
@@ -265,14 +276,31 @@ void Lowering::backwardSegment(const Segment& seg, int mb) {
     const bool direct = !m_sharded && !m_mp;
     const MemCategory gcat = direct ? MemCategory::ShardedGrad : MemCategory::UnshardedGrad;
     const bool persistent = direct ? !st.sharded_grad : !st.acc_live;
-    peak(gcat, seg.bwd_peak_grad);
-    peak(MemCategory::Temp, seg.bwd_peak_temp);
-    peak(MemCategory::Activation, -seg.bwd_peak_freed);
-    end(MemCategory::Activation, -(seg.checkpointed ? seg.saved_full + seg.saved : seg.saved));
+    peakScratch(gcat, seg.bwd_peak_grad);
+    peakScratch(MemCategory::Temp, seg.bwd_peak_temp);
+    peakReleased(seg.checkpointed ? recomputed : saved, seg.bwd_peak_freed);
+    release(At::End, recomputed);
+    release(At::End, saved);
     if (persistent) {
-        end(gcat, seg.grad_bytes);
+        keepGrad(seg.unit, si, alloc(At::End, gcat, seg.grad_bytes));
         if (!direct) st.grads_live += seg.grad_bytes;
     }
+}
+
+// A unit's gradient buffers form a list through the segments that made them.
+void Lowering::keepGrad(int32_t u, int32_t si, BufferRef grad) {
+    if (!grad.live()) return;
+    assert(!m_s.seg_grad[static_cast<size_t>(si)].live() && "a segment's previous gradient was not freed");
+    m_s.seg_grad[static_cast<size_t>(si)] = grad;
+    m_s.seg_grad_next[static_cast<size_t>(si)] = m_s.st[u].grads_head;
+    m_s.st[u].grads_head = si;
+}
+
+void Lowering::releaseGrads(At at, int32_t u) {
+    for (int32_t si = m_s.st[u].grads_head; si >= 0; si = m_s.seg_grad_next[static_cast<size_t>(si)]) {
+        release(at, m_s.seg_grad[static_cast<size_t>(si)]);
+    }
+    m_s.st[u].grads_head = -1;
 }
 
 // Post-backward hook. Rule 8 (no_sync): keep the gradients for the next micro-batch. Rule 7:
@@ -297,11 +325,11 @@ void Lowering::postBackward(int32_t u, int mb) {
                 newTask(TaskKind::Cast, Stream::Compute, u, mb);
                 cur().dtype = m_rdt;
                 cur().hbm_bytes = st.grads_live + us.grad_elems * itemSize(m_rdt);
-                start(MemCategory::UnshardedGrad, us.grad_elems * itemSize(m_rdt));
-                start(MemCategory::UnshardedGrad, -st.grads_live);
+                st.acc_buf = alloc(At::Start, MemCategory::UnshardedGrad, us.grad_elems * itemSize(m_rdt));
+                releaseGrads(At::Start, u);
                 st.acc_bytes = us.grad_elems * itemSize(m_rdt);
             } else {
-                st.acc_bytes = st.grads_live;
+                st.acc_bytes = st.grads_live;  // the gradient buffers themselves accumulate
             }
             st.grads_live = 0;
             st.acc_live = true;
@@ -317,23 +345,25 @@ void Lowering::postBackward(int32_t u, int mb) {
     collectiveOn(GroupKind::Shard);
     cur().dtype = m_rdt;
     if (st.unsharded) {
-        start(MemCategory::UnshardedParam, -us.unsharded_bytes);
+        release(At::Start, st.unsharded_buf);
         st.unsharded = false;
         if (m_fsdp1) m_s.free_queue.push_back(curId());
     }
     const int64_t rs_in = us.rs_input_elems * itemSize(m_rdt);
     const int64_t rs_out = us.grad_shard_elems * itemSize(m_rdt);
     const int64_t shard_master = us.grad_shard_elems * itemSize(m_master);
-    start(MemCategory::ReduceScatter, -m_pending_rs);
-    start(MemCategory::ReduceScatter, rs_in);
-    start(MemCategory::UnshardedGrad, -(st.grads_live + (st.acc_live ? st.acc_bytes : 0)));
+    release(At::Start, m_pending_rs);
+    m_pending_rs = alloc(At::Start, MemCategory::ReduceScatter, rs_in);
+    releaseGrads(At::Start, u);
+    release(At::Start, st.acc_buf);
     st.grads_live = 0;
     st.acc_live = false;
     st.acc_bytes = 0;
+    // The output becomes the sharded gradient when no cast or accumulation is needed.
     const bool becomes_grad = !st.sharded_grad && m_rdt == m_master && !m_offload;
-    start(becomes_grad ? MemCategory::ShardedGrad : MemCategory::ReduceScatter, rs_out);
+    BufferRef output = alloc(At::Start, becomes_grad ? MemCategory::ShardedGrad : MemCategory::ReduceScatter, rs_out);
+    if (becomes_grad) st.sharded_grad_buf = std::exchange(output, BufferRef{});
     cur().comm_bytes = rs_in;
-    m_pending_rs = rs_in;
     if (m_R > 1) {
         const int32_t rs = curId();
         newTask(TaskKind::AllReduce, Stream::AllReduce, u, mb);
@@ -345,17 +375,22 @@ void Lowering::postBackward(int32_t u, int mb) {
     const Stream post_stream = m_R > 1 ? Stream::AllReduce : Stream::ReduceScatter;
     if (!becomes_grad) {
         const bool first = !st.sharded_grad && !m_offload;
+        BufferRef cast;  // the output in the master dtype
         if (m_rdt != m_master) {
             const int32_t prev = curId();
             newTask(TaskKind::Cast, post_stream, u, mb);
             dep(prev);
             cur().dtype = m_master;
             cur().hbm_bytes = rs_out + shard_master;
-            start(first ? MemCategory::ShardedGrad : MemCategory::Temp, shard_master);
-            end(MemCategory::ReduceScatter, -rs_out);
-            if (!first && !m_offload) end(MemCategory::Temp, -shard_master);  // accumulated (+=)
+            cast = alloc(At::Start, first ? MemCategory::ShardedGrad : MemCategory::Temp, shard_master);
+            release(At::End, output);
+            if (first) {
+                st.sharded_grad_buf = std::exchange(cast, BufferRef{});
+            } else if (!m_offload) {
+                release(At::End, cast);  // accumulated (+=) into the sharded gradient
+            }
         } else if (!m_offload) {
-            end(MemCategory::ReduceScatter, -rs_out);  // accumulated into the existing grad
+            release(At::End, output);  // accumulated into the existing grad
         }
         if (m_offload) {
             const int32_t prev = curId();
@@ -363,8 +398,7 @@ void Lowering::postBackward(int32_t u, int mb) {
             dep(prev);
             cur().comm_bytes = shard_master;
             cur().dtype = m_master;
-            end(m_rdt != m_master ? MemCategory::Temp : MemCategory::ReduceScatter,
-                -(m_rdt != m_master ? shard_master : rs_out));
+            release(At::End, m_rdt != m_master ? cast : output);
         }
     }
     if (!m_offload) st.sharded_grad = true;
@@ -377,11 +411,11 @@ void Lowering::postBackwardNoShard(int32_t u, int mb, bool sync, int32_t produce
     const UnitSizes& us = m_s.us[u];
     if (!m_mp && us.grad_elems > 0) st.sharded_grad = true;  // autograd wrote param.grad directly
     if (us.grad_elems == 0 || !sync) {
-        if (m_mp && st.unsharded) end(MemCategory::UnshardedParam, -us.unsharded_bytes);
+        release(At::End, st.unsharded_buf);
         st.unsharded = false;
         if (!sync && m_mp && us.grad_elems > 0) {
             st.acc_live = true;
-            st.acc_bytes += st.grads_live;
+            st.acc_bytes += st.grads_live;  // the gradient buffers themselves accumulate
             st.grads_live = 0;
         }
         return;
@@ -390,22 +424,22 @@ void Lowering::postBackwardNoShard(int32_t u, int mb, bool sync, int32_t produce
     dep(producer);
     collectiveOn(GroupKind::World);
     cur().dtype = m_rdt;
-    if (m_mp && st.unsharded) start(MemCategory::UnshardedParam, -us.unsharded_bytes);
+    release(At::Start, st.unsharded_buf);
     st.unsharded = false;
     const int64_t buf = us.rs_input_elems * itemSize(m_rdt);
     const int64_t master = us.grad_shard_elems * itemSize(m_master);
     cur().comm_bytes = m_mp || m_rdt != m_master ? buf : master;
     if (m_mp) {
-        const int64_t held = st.grads_live + (st.acc_live ? st.acc_bytes : 0);
+        BufferRef reduced;  // the gradients in reduce_dtype
         if (m_rdt != m_pdt) {
-            start(MemCategory::Temp, buf);
-            start(MemCategory::UnshardedGrad, -held);
+            reduced = alloc(At::Start, MemCategory::Temp, buf);
+            releaseGrads(At::Start, u);
         }
-        if (!st.sharded_grad) end(MemCategory::ShardedGrad, master);
+        if (!st.sharded_grad) st.sharded_grad_buf = alloc(At::End, MemCategory::ShardedGrad, master);
         if (m_rdt != m_pdt) {
-            end(MemCategory::Temp, -buf);
+            release(At::End, reduced);
         } else {
-            end(MemCategory::UnshardedGrad, -held);
+            releaseGrads(At::End, u);
         }
         st.grads_live = 0;
         st.acc_live = false;
@@ -417,9 +451,8 @@ void Lowering::postBackwardNoShard(int32_t u, int mb, bool sync, int32_t produce
 // The final callback makes the compute stream wait for the last reduce-scatter (and all-reduce),
 // then frees the reduce-scatter input; the micro-batch's inputs go too.
 void Lowering::endOfBackward() {
-    host(MemCategory::ReduceScatter, -m_pending_rs);
-    m_pending_rs = 0;
-    host(MemCategory::Inputs, -kInputTensors * itemSize(DType::I64) * m_tokens);
+    releaseByHost(m_pending_rs);
+    releaseByHost(m_inputs);
     m_host_pending_deps = {m_last_on_stream[static_cast<size_t>(Stream::ReduceScatter)],
                            m_last_on_stream[static_cast<size_t>(Stream::AllReduce)]};
 }
@@ -428,11 +461,8 @@ void Lowering::endOfBackward() {
 // under CPU offload (rule 10) on the host. zero_grad(set_to_none=True) then frees the gradients.
 void Lowering::optimizerStep() {
     const int states = optimizerStatesPerParam(m_tr.optimizer);
-    int64_t elems = 0, sharded_grads = 0;
-    for (size_t u = 0; u < m_s.us.size(); ++u) {
-        elems += m_s.us[u].opt_elems;
-        if (m_s.st[u].sharded_grad) sharded_grads += m_s.us[u].grad_shard_elems * itemSize(m_master);
-    }
+    int64_t elems = 0;
+    for (const UnitSizes& us : m_s.us) elems += us.opt_elems;
     const std::array<Stream, 4> reduce_streams{Stream::ReduceScatter, Stream::AllReduce, Stream::DeviceToHost,
                                                Stream::Compute};
     std::array<int32_t, 4> waits{};
@@ -445,8 +475,13 @@ void Lowering::optimizerStep() {
     cur().hbm_bytes = elems * item * (kOptimizerTensorsRead + kOptimizerTensorsWritten + 2 * states);
     cur().host_blocks = m_offload;
     // PyTorch's default foreach AdamW keeps one temporary of the parameters' size (sqrt(v)).
-    if (!m_offload && m_tr.optimizer == Optimizer::AdamW) peak(MemCategory::Temp, elems * item);
-    end(MemCategory::ShardedGrad, -sharded_grads);
+    if (!m_offload && m_tr.optimizer == Optimizer::AdamW) peakScratch(MemCategory::Temp, elems * item);
+    // fp32 DDP keeps the gradients autograd wrote, one buffer per segment.
+    const bool direct = !m_sharded && !m_mp;
+    for (size_t u = 0; u < m_s.us.size(); ++u) {
+        release(At::End, m_s.st[u].sharded_grad_buf);
+        if (direct) releaseGrads(At::End, static_cast<int32_t>(u));
+    }
     int64_t flops = 0;
     for (const Task& t : m_p.tasks) flops += t.flops;
     m_p.hardware_flops_per_step = flops;

@@ -34,6 +34,11 @@ void Lowering::buildSegments() {
         }
         segmentCosts(seg);
     }
+    const size_t n = m_s.segs.size();
+    m_s.seg_saved.assign(n, BufferRef{});
+    m_s.seg_recomputed.assign(n, BufferRef{});
+    m_s.seg_grad.assign(n, BufferRef{});
+    m_s.seg_grad_next.assign(n, -1);
 }
 
 // A new segment starts where the unit or the block changes. Full checkpointing (every

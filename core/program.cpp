@@ -48,6 +48,7 @@ void Program::clear() {
     tasks.clear();
     deps.clear();
     mem.clear();
+    buffer_count = 0;
     units.clear();
     groups.clear();
     world_size = 1;

@@ -47,15 +47,36 @@ inline bool isCollective(TaskKind k) {
     return k == TaskKind::AllGather || k == TaskKind::ReduceScatter || k == TaskKind::AllReduce;
 }
 
-// +bytes allocates, -bytes frees, in one category. A free the host performs after the buffer's
-// last GPU use has been enqueued (FSDP2 drops the previous all-gather output when the next unit
-// waits for its unshard) names that last user in `timed_after`: in issue order the free happens
-// with its own task, on the simulated timeline when that user ends, since the caching allocator
-// then hands the block to the next allocation on the stream.
+// One change of memory: +bytes allocates, -bytes frees, in one category.
+//
+// Buffers. A buffer is a block of bytes of one category that one event allocates and one event
+// frees; tensors allocated and freed together are one buffer (a unit's unsharded parameters, the
+// activations one segment saves in one micro-batch, a micro-batch's input_ids and labels). Ids
+// run 0 .. Program::buffer_count - 1 and each is allocated once per Program. `stream` is the
+// stream that owns the buffer (the one whose task allocates it), the same on its free.
+//  - mem_start / mem_end: +bytes allocates `buffer` (its first event); -bytes frees it, with the
+//    same size, category and stream, in the same task or a later one.
+//  - mem_peak (applied and undone at the task's internal peak): +bytes is a scratch buffer
+//    allocated and freed inside the task (its only event); -bytes names a live buffer of which
+//    that many bytes are already released at the peak (a backward drops saved activations op by
+//    op before its last op runs); the buffer itself is freed by a mem_end event of this task or
+//    a later one.
+// The step starts from Program::initial (the steady state: sharded parameters, optimizer state,
+// module buffers, runtime overhead, which no task allocates) and frees every buffer it allocates,
+// so after the last task each category is back at its initial value.
+//
+// A free the host performs after the buffer's last GPU use has been enqueued (FSDP2 drops the
+// previous all-gather output when the next unit waits for its unshard) names that last user in
+// `timed_after`: in issue order the free happens with its own task, on the simulated timeline
+// when that user ends, since the caching allocator then hands the block to the next allocation
+// on the stream.
 struct MemEvent {
     int64_t bytes = 0;
     MemCategory category = MemCategory::Temp;
     int32_t timed_after = -1;
+    int32_t buffer = -1;
+    Stream stream = Stream::Compute;
+    bool operator==(const MemEvent&) const = default;
 };
 
 // A process group of the mesh. Ranks are laid out rank = r * W + s (r the replica, s the
@@ -129,6 +150,7 @@ struct Program {
     std::vector<Task> tasks;        // host issue order; on one stream tasks run in this order
     std::vector<int32_t> deps;      // pool for Task::deps
     std::vector<MemEvent> mem;      // pool for Task::mem_*
+    int32_t buffer_count = 0;       // buffer ids are 0 .. buffer_count - 1
     std::vector<UnitInfo> units;    // forward order; units[0] is the root
     std::vector<ProcessGroup> groups;  // the process groups the collectives run on
     int32_t world_size = 1;         // ranks of the mesh
