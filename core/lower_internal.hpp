@@ -77,6 +77,7 @@ struct UnitState {
     bool sharded_grad = false;  // sharded gradient exists (accumulate into it)
     int32_t ag_task = -1;
     int32_t copyout_task = -1;
+    int32_t pre_backward_mb = -1;  // the micro-batch whose pre-backward hook has run last
     int64_t grads_live = 0;     // UnshardedGrad bytes held
     int64_t acc_bytes = 0;      // no_sync accumulated gradient bytes
     // Buffers held for the unit.

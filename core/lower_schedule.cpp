@@ -230,6 +230,7 @@ void Lowering::backwardPass(int mb) {
 // Rule 6: unshard (a no-op if prefetched), then prefetch ahead in reverse forward order. FSDP1's
 // BACKWARD_PRE prefetches here, BACKWARD_POST after the unit's gradient (postBackward).
 void Lowering::preBackward(int32_t u, int mb) {
+    m_s.st[u].pre_backward_mb = mb;
     if (!gathers(u)) {
         castCopy(u, mb);
         return;
@@ -242,7 +243,9 @@ void Lowering::preBackward(int32_t u, int mb) {
     if (pre) prefetchAfter(u, mb);
 }
 
-// FSDP1 prefetches one unit; FSDP2 prefetch_depth units.
+// FSDP1 prefetches one unit; FSDP2 prefetch_depth units. A unit whose pre-backward already ran
+// needs no unshard (FSDP1's _needs_pre_backward_unshard): under BACKWARD_POST the root's
+// post-backward comes last, after every unit that follows it in pre-backward order.
 void Lowering::prefetchAfter(int32_t u, int mb) {
     const int depth = m_fsdp1 ? 1 : std::max(1, m_sh.prefetch_depth);
     const int32_t pos = m_s.bwd_pos[u];
@@ -250,6 +253,7 @@ void Lowering::prefetchAfter(int32_t u, int mb) {
         const size_t next = static_cast<size_t>(pos + d);
         if (pos < 0 || next >= m_s.bwd_order.size()) break;
         const int32_t v = m_s.bwd_order[next];
+        if (m_s.st[v].pre_backward_mb == mb) continue;
         if (gathers(v) && !m_s.st[v].unsharded) issueUnshard(v, mb, true);
     }
 }
