@@ -49,6 +49,7 @@ struct Segment {
     int64_t grad_bytes = 0;    // gradients (param_dtype) produced by this segment
     int64_t weight_bytes = 0;  // unsharded parameters (param_dtype) the segment's ops read
     int64_t op_begin = 0, op_end = 0;  // range in LowerScratch::active
+    Span fwd_ops, bwd_ops;     // kernel shapes in Program::ops (forward and recompute; backward)
 };
 
 // The forward schedule: a unit's pre-forward hook, a segment, a unit's post-forward hook.
@@ -158,6 +159,13 @@ private:
     void opCosts();
     bool sameAsPrevious(size_t si) const;
     void segmentCosts(Segment& seg);
+    void segmentOps(Segment& seg);
+    int64_t linearRows(const Op& op) const;
+    void pushForwardOps(const Op& op, const OpCost& c);
+    void pushBackwardOps(const Op& op, const OpCost& c, bool frozen);
+    void pushGemm(int64_t m, int64_t n, int64_t k, int64_t batch);
+    void pushAttention(OpShapeKind kind, const Op& op);
+    Span pushElementwise(int64_t bytes, int64_t flops, DType dtype);
     void buildItems();
     int64_t elementBytes(const Coef& act, const Coef& f32, const Coef& u8, const Coef& i64) const;
 

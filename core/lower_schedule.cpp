@@ -73,6 +73,7 @@ void Lowering::forwardSegment(int32_t si, int mb, bool first) {
     if (first) m_inputs = alloc(At::Start, MemCategory::Inputs, kInputTensors * itemSize(DType::I64) * m_tokens);
     cur().flops = seg.fwd_flops;
     cur().hbm_bytes = seg.fwd_hbm + seg.weight_bytes;
+    cur().ops = seg.fwd_ops;
     if (seg.checkpointed) {
         peakScratch(MemCategory::Temp, seg.ckpt_peak_temp);
     } else {
@@ -129,6 +130,7 @@ void Lowering::issueUnshard(int32_t u, int mb, bool backward) {
     dep(h2d);
     dep(m_ag_wait);
     cur().hbm_bytes = us.sharded_bytes + us.cast_bytes;
+    cur().ops = pushElementwise(cur().hbm_bytes, 0, m_pdt);
     BufferRef mp_shard;  // FSDP1: the low-precision shard (_mp_shard), the all-gather input
     if (m_fsdp1) {
         mp_shard = alloc(At::Start, MemCategory::AllGather, us.cast_bytes);
@@ -168,6 +170,7 @@ void Lowering::waitUnshard(int32_t u, int mb, bool backward) {
         const int32_t id = newTask(TaskKind::CopyOut, Stream::Compute, u, mb);
         dep(st.ag_task);
         cur().hbm_bytes = 2 * us.unsharded_bytes;
+        cur().ops = pushElementwise(cur().hbm_bytes, 0, m_pdt);
         if (!backward && m_saved_flat >= 0) {
             UnitState& prev = m_s.st[m_saved_flat];
             release(At::Start, prev.flat_buf, prev.copyout_task);
@@ -198,6 +201,7 @@ void Lowering::castCopy(int32_t u, int mb) {
     if (m_mp) {
         newTask(TaskKind::Cast, Stream::Compute, u, mb);
         cur().hbm_bytes = m_s.us[u].sharded_bytes + m_s.us[u].unsharded_bytes;
+        cur().ops = pushElementwise(cur().hbm_bytes, 0, m_pdt);
         st.unsharded_buf = alloc(At::Start, MemCategory::UnshardedParam, m_s.us[u].unsharded_bytes);
     }
     st.unsharded = true;
@@ -269,6 +273,7 @@ void Lowering::backwardSegment(int32_t si, int mb) {
         computeTask(TaskKind::Recompute, seg.unit, mb);
         cur().flops = seg.fwd_flops;
         cur().hbm_bytes = seg.fwd_hbm + seg.weight_bytes;
+        cur().ops = seg.fwd_ops;
         peakScratch(MemCategory::Activation, seg.fwd_peak_act);
         peakScratch(MemCategory::Temp, seg.fwd_peak_temp);
         recomputed = alloc(At::End, MemCategory::Activation, seg.saved_full);
@@ -276,6 +281,7 @@ void Lowering::backwardSegment(int32_t si, int mb) {
     computeTask(TaskKind::Backward, seg.unit, mb);
     cur().flops = seg.bwd_flops;
     cur().hbm_bytes = seg.bwd_hbm + 2 * seg.weight_bytes;  // read weights, write their grads
+    cur().ops = seg.bwd_ops;
     // fp32 DDP without mixed precision: autograd writes straight into param.grad.
     const bool direct = !m_sharded && !m_mp;
     const MemCategory gcat = direct ? MemCategory::ShardedGrad : MemCategory::UnshardedGrad;
@@ -329,6 +335,7 @@ void Lowering::postBackward(int32_t u, int mb) {
                 newTask(TaskKind::Cast, Stream::Compute, u, mb);
                 cur().dtype = m_rdt;
                 cur().hbm_bytes = st.grads_live + us.grad_elems * itemSize(m_rdt);
+                cur().ops = pushElementwise(cur().hbm_bytes, 0, m_rdt);
                 st.acc_buf = alloc(At::Start, MemCategory::UnshardedGrad, us.grad_elems * itemSize(m_rdt));
                 releaseGrads(At::Start, u);
                 st.acc_bytes = us.grad_elems * itemSize(m_rdt);
@@ -386,6 +393,7 @@ void Lowering::postBackward(int32_t u, int mb) {
             dep(prev);
             cur().dtype = m_master;
             cur().hbm_bytes = rs_out + shard_master;
+            cur().ops = pushElementwise(cur().hbm_bytes, 0, m_master);
             cast = alloc(At::Start, first ? MemCategory::ShardedGrad : MemCategory::Temp, shard_master);
             release(At::End, output);
             if (first) {
@@ -478,6 +486,7 @@ void Lowering::optimizerStep() {
     cur().flops = elems * (m_tr.optimizer == Optimizer::AdamW ? kAdamWFlopsPerParam : 2 * (1 + states));
     cur().hbm_bytes = elems * item * (kOptimizerTensorsRead + kOptimizerTensorsWritten + 2 * states);
     cur().host_blocks = m_offload;
+    cur().ops = pushElementwise(cur().hbm_bytes, cur().flops, m_master);
     // PyTorch's default foreach AdamW keeps one temporary of the parameters' size (sqrt(v)).
     if (!m_offload && m_tr.optimizer == Optimizer::AdamW) peakScratch(MemCategory::Temp, elems * item);
     // fp32 DDP keeps the gradients autograd wrote, one buffer per segment.

@@ -3,6 +3,7 @@
 // full per block, full every K blocks, selective), its transient peaks, and the order in which
 // FSDP's forward and backward hooks fire around them.
 #include <algorithm>
+#include <cmath>
 
 #include "core/lower_internal.hpp"
 
@@ -33,6 +34,7 @@ void Lowering::buildSegments() {
             continue;
         }
         segmentCosts(seg);
+        segmentOps(seg);
     }
     const size_t n = m_s.segs.size();
     m_s.seg_saved.assign(n, BufferRef{});
@@ -195,6 +197,121 @@ void Lowering::segmentCosts(Segment& seg) {
         }
         if (!dropped) freed += c.saved;
     }
+}
+
+// The kernels of a segment (program.hpp OpShape): its forward, which a recompute repeats, and
+// its backward in reverse op order. Under selective checkpointing the dropped ops run forward
+// again inside the backward, all at once where the backward reaches the first of them.
+void Lowering::segmentOps(Segment& seg) {
+    const bool selective = m_tr.ac == Checkpointing::Selective;
+    auto dropped = [&](int64_t ai) {
+        return selective && m_model.ops[static_cast<size_t>(m_s.active[static_cast<size_t>(ai)])].selective_recompute;
+    };
+    auto opAt = [&](int64_t ai) -> const Op& { return m_model.ops[static_cast<size_t>(m_s.active[static_cast<size_t>(ai)])]; };
+    seg.fwd_ops.offset = static_cast<uint32_t>(m_p.ops.size());
+    for (int64_t ai = seg.op_begin; ai < seg.op_end; ++ai) pushForwardOps(opAt(ai), m_s.op_cost[static_cast<size_t>(ai)]);
+    seg.fwd_ops.count = static_cast<uint32_t>(m_p.ops.size()) - seg.fwd_ops.offset;
+    seg.bwd_ops.offset = static_cast<uint32_t>(m_p.ops.size());
+    bool recomputed = false;
+    for (int64_t ai = seg.op_end - 1; ai >= seg.op_begin; --ai) {
+        if (dropped(ai) && !recomputed) {
+            for (int64_t aj = seg.op_begin; aj < seg.op_end; ++aj) {
+                if (dropped(aj)) pushForwardOps(opAt(aj), m_s.op_cost[static_cast<size_t>(aj)]);
+            }
+            recomputed = true;
+        }
+        const auto oi = static_cast<size_t>(m_s.active[static_cast<size_t>(ai)]);
+        const bool frozen = !m_s.op_frozen.empty() && m_s.op_frozen[oi];
+        pushBackwardOps(opAt(ai), m_s.op_cost[static_cast<size_t>(ai)], frozen);
+    }
+    seg.bwd_ops.count = static_cast<uint32_t>(m_p.ops.size()) - seg.bwd_ops.offset;
+}
+
+// Tokens a linear layer sees: all of them, or an MoE expert's share rounded to whole tokens.
+int64_t Lowering::linearRows(const Op& op) const {
+    if (op.token_share == 1) return m_tokens;
+    return std::max<int64_t>(1, std::llround(static_cast<double>(m_tokens) * op.token_share));
+}
+
+void Lowering::pushForwardOps(const Op& op, const OpCost& c) {
+    const int64_t b = m_tr.micro_batch, s = m_seq;
+    switch (op.kernel) {
+        case KernelShape::Linear: {
+            pushGemm(linearRows(op), op.out_features, op.in_features, 1);
+            return;
+        }
+        case KernelShape::FlashAttention:
+            pushAttention(OpShapeKind::Attention, op);
+            return;
+        case KernelShape::AttnScores:
+            pushGemm(s, s, op.head_dim, b * op.heads);
+            return;
+        case KernelShape::AttnValues:
+            pushGemm(s, op.head_dim, s, b * op.heads);
+            return;
+        case KernelShape::Elementwise: break;
+    }
+    pushElementwise(c.io, c.flops, m_pdt);
+}
+
+// Backward of each kernel: a linear layer's input gradient (dgrad) and, unless its weight is
+// frozen, its weight gradient (wgrad); eager attention's two products per GEMM; the flash
+// backward kernel; an elementwise op reads and writes twice what its forward moved.
+void Lowering::pushBackwardOps(const Op& op, const OpCost& c, bool frozen) {
+    const int64_t b = m_tr.micro_batch, s = m_seq;
+    switch (op.kernel) {
+        case KernelShape::Linear: {
+            const int64_t rows = linearRows(op);
+            pushGemm(rows, op.in_features, op.out_features, 1);
+            if (!frozen) pushGemm(op.out_features, op.in_features, rows, 1);
+            return;
+        }
+        case KernelShape::FlashAttention:
+            pushAttention(OpShapeKind::AttentionBackward, op);
+            return;
+        case KernelShape::AttnScores:  // dQ = dS K, dK = dS^T Q
+            pushGemm(s, op.head_dim, s, b * op.heads);
+            pushGemm(s, op.head_dim, s, b * op.heads);
+            return;
+        case KernelShape::AttnValues:  // dP = dO V^T, dV = P^T dO
+            pushGemm(s, s, op.head_dim, b * op.heads);
+            pushGemm(s, op.head_dim, s, b * op.heads);
+            return;
+        case KernelShape::Elementwise: break;
+    }
+    pushElementwise(2 * c.io, c.bwd_flops, m_pdt);
+}
+
+// Kernel shapes are written in place (no temporary copied in: see newTask).
+void Lowering::pushGemm(int64_t m, int64_t n, int64_t k, int64_t batch) {
+    OpShape& o = m_p.ops.emplace_back();
+    o.kind = OpShapeKind::Gemm;
+    o.dtype = m_pdt;
+    o.m = m;
+    o.n = n;
+    o.k = k;
+    o.batch = batch;
+}
+
+void Lowering::pushAttention(OpShapeKind kind, const Op& op) {
+    OpShape& o = m_p.ops.emplace_back();
+    o.kind = kind;
+    o.dtype = m_pdt;
+    o.causal = op.causal;
+    o.batch = m_tr.micro_batch;
+    o.heads = op.heads;
+    o.kv_heads = op.kv_heads;
+    o.head_dim = op.head_dim;
+    o.seq = m_seq;
+}
+
+Span Lowering::pushElementwise(int64_t bytes, int64_t flops, DType dtype) {
+    OpShape& o = m_p.ops.emplace_back();
+    o.kind = OpShapeKind::Elementwise;
+    o.dtype = dtype;
+    o.bytes = bytes;
+    o.flops = flops;
+    return Span{static_cast<uint32_t>(m_p.ops.size() - 1), 1};
 }
 
 // The forward schedule: before a segment, the pre-forward hooks of the units that start with it

@@ -44,10 +44,31 @@ std::string_view groupKindName(GroupKind k) {
     return "?";
 }
 
+std::string_view opShapeKindName(OpShapeKind k) {
+    switch (k) {
+        case OpShapeKind::Gemm: return "gemm";
+        case OpShapeKind::Attention: return "attention";
+        case OpShapeKind::AttentionBackward: return "attention-backward";
+        case OpShapeKind::Elementwise: return "elementwise";
+    }
+    return "?";
+}
+
+int64_t opFlops(const OpShape& op) {
+    switch (op.kind) {
+        case OpShapeKind::Gemm: return 2 * op.m * op.n * op.k * op.batch;
+        case OpShapeKind::Attention: return 4 * op.batch * op.heads * op.seq * op.seq * op.head_dim;
+        case OpShapeKind::AttentionBackward: return 8 * op.batch * op.heads * op.seq * op.seq * op.head_dim;
+        case OpShapeKind::Elementwise: return op.flops;
+    }
+    return 0;
+}
+
 void Program::clear() {
     tasks.clear();
     deps.clear();
     mem.clear();
+    ops.clear();
     buffer_count = 0;
     units.clear();
     groups.clear();

@@ -43,6 +43,10 @@ enum class TaskKind : uint8_t {
 };
 constexpr int kTaskKindCount = 12;
 std::string_view taskKindName(TaskKind k);  // "FWD", "BWD", "RECOMP", "COPYIN", "AG", "COPYOUT", "RS", "AR", "H2D", "D2H", "CAST", "OPT"
+inline bool isCompute(TaskKind k) {
+    return k == TaskKind::Forward || k == TaskKind::Backward || k == TaskKind::Recompute || k == TaskKind::CopyIn ||
+           k == TaskKind::CopyOut || k == TaskKind::Cast || k == TaskKind::OptimizerStep;
+}
 inline bool isCollective(TaskKind k) {
     return k == TaskKind::AllGather || k == TaskKind::ReduceScatter || k == TaskKind::AllReduce;
 }
@@ -98,9 +102,41 @@ struct ProcessGroup {
     bool operator==(const ProcessGroup&) const = default;
 };
 
+// One kernel a compute task stands for, with its real sizes, so that a backend runs kernels of
+// these shapes and the simulator can time op by op. Per micro-batch, in the task's dtype.
+//  - Gemm: `batch` independent products C[m, n] = A[m, k] B[k, n]: 2 * m * n * k * batch FLOPs.
+//    A linear layer over T tokens: m = T, n = out_features, k = in_features; its backward is
+//    dgrad (m = T, n = in, k = out) and, unless the weight is frozen, wgrad (m = out, n = in,
+//    k = T). Eager attention: batch = micro_batch * heads GEMMs of [seq, head_dim] x [head_dim,
+//    seq] (scores) and [seq, seq] x [seq, head_dim] (values).
+//  - Attention / AttentionBackward: a fused (flash) kernel over batch, heads (kv_heads for
+//    grouped-query attention), seq (query and key length) and head_dim. FLOPs count the full
+//    s x s product, 4 * batch * heads * seq^2 * head_dim forward and twice that backward (the
+//    model-FLOPs convention); `causal` says the kernel skips about half of it.
+//  - Elementwise: a bandwidth-bound kernel moving `bytes` (read + written) and doing `flops`.
+// A task's FLOPs are the sum of its ops' FLOPs (opFlops); a Linear GEMM over a fraction of the
+// tokens (an MoE expert) rounds m to whole tokens.
+enum class OpShapeKind : uint8_t { Gemm, Attention, AttentionBackward, Elementwise };
+constexpr int kOpShapeKindCount = 4;
+std::string_view opShapeKindName(OpShapeKind k);  // "gemm", "attention", "attention-backward", "elementwise"
+
+struct OpShape {
+    OpShapeKind kind = OpShapeKind::Elementwise;
+    DType dtype = DType::BF16;
+    bool causal = false;             // Attention
+    int64_t m = 0, n = 0, k = 0;     // Gemm
+    int64_t batch = 0;               // Gemm: products; Attention: sequences
+    int32_t heads = 0, kv_heads = 0, head_dim = 0;  // Attention
+    int64_t seq = 0;                 // Attention
+    int64_t bytes = 0, flops = 0;    // Elementwise
+    bool operator==(const OpShape&) const = default;
+};
+int64_t opFlops(const OpShape& op);
+
 struct Span {
     uint32_t offset = 0;
     uint32_t count = 0;
+    bool operator==(const Span&) const = default;
 };
 
 struct Task {
@@ -129,6 +165,12 @@ struct Task {
     Span mem_start;  // applied when the task starts
     Span mem_peak;   // applied and undone at the task's internal peak (transient bytes)
     Span mem_end;    // applied when the task ends
+    // Compute tasks (Forward, Backward, Recompute, CopyIn, CopyOut, Cast, OptimizerStep): the
+    // kernels they stand for, in Program::ops, at least one; other tasks none. Tasks that run
+    // the same kernels (a block's forward and its recompute, the next identical block) share
+    // one span.
+    Span ops;
+    bool operator==(const Task&) const = default;
 };
 
 // Per-unit sizes, for reports and for the tools that draw or search over units.
@@ -144,12 +186,14 @@ struct UnitInfo {
     int64_t grad_shard_bytes = 0;   // per rank sharded gradient (padded, master dtype)
     int64_t fwd_flops = 0;          // per micro-batch
     int64_t activation_bytes = 0;   // saved for backward per micro-batch (after checkpointing)
+    bool operator==(const UnitInfo&) const = default;
 };
 
 struct Program {
     std::vector<Task> tasks;        // host issue order; on one stream tasks run in this order
     std::vector<int32_t> deps;      // pool for Task::deps
     std::vector<MemEvent> mem;      // pool for Task::mem_*
+    std::vector<OpShape> ops;       // pool for Task::ops
     int32_t buffer_count = 0;       // buffer ids are 0 .. buffer_count - 1
     std::vector<UnitInfo> units;    // forward order; units[0] is the root
     std::vector<ProcessGroup> groups;  // the process groups the collectives run on
@@ -167,7 +211,9 @@ struct Program {
     int32_t size() const { return static_cast<int32_t>(tasks.size()); }
     const int32_t* depsBegin(const Task& t) const { return deps.data() + t.deps.offset; }
     const MemEvent* memBegin(Span s) const { return mem.data() + s.offset; }
+    const OpShape* opsBegin(const Task& t) const { return ops.data() + t.ops.offset; }
     std::string taskLabel(int32_t id) const;  // "AG layers.3", "BWD (root)"
+    bool operator==(const Program&) const = default;
 };
 
 // The ranks of the instance of `program.groups[group]` that holds `rank`, ascending; empty when

@@ -101,6 +101,7 @@ private:
                                     std::to_string(spans[k].count) + ") lies outside the mem pool (" +
                                     std::to_string(m_p.mem.size()) + ")");
         }
+        if (auto s = checkOps(id, t); !s) return s;
         if (auto s = applyEvents(id, t.mem_start, "mem_start"); !s) return s;
         if (auto s = applyPeak(id, t); !s) return s;
         return applyEvents(id, t.mem_end, "mem_end");
@@ -122,6 +123,40 @@ private:
         if (t.group_nodes != g.nodes)
             return fail(id, "group_nodes " + std::to_string(t.group_nodes) + " differs from the " +
                                 std::to_string(g.nodes) + " nodes of its process group " + std::to_string(t.group));
+        return Ok{};
+    }
+
+    // Compute tasks list at least one kernel, other tasks none; every kernel has real sizes.
+    Status checkOps(int32_t id, const Task& t) const {
+        if (!inPool(t.ops, m_p.ops.size()))
+            return fail(id, "ops span [" + std::to_string(t.ops.offset) + ", +" + std::to_string(t.ops.count) +
+                                ") lies outside the ops pool (" + std::to_string(m_p.ops.size()) + ")");
+        if (!isCompute(t.kind)) {
+            if (t.ops.count != 0) return fail(id, "lists " + std::to_string(t.ops.count) + " ops but is not a compute task");
+            return Ok{};
+        }
+        if (t.ops.count == 0) return fail(id, "a compute task lists no ops (the kernels it stands for)");
+        for (uint32_t i = 0; i < t.ops.count; ++i) {
+            const OpShape& o = m_p.ops[t.ops.offset + i];
+            const std::string at = "ops[" + std::to_string(i) + "] (" + std::string(opShapeKindName(o.kind)) + ")";
+            if (static_cast<int>(o.kind) >= kOpShapeKindCount) return fail(id, "ops[" + std::to_string(i) + "]: the kind is not valid");
+            switch (o.kind) {
+                case OpShapeKind::Gemm:
+                    if (o.m < 1 || o.n < 1 || o.k < 1 || o.batch < 1)
+                        return fail(id, at + ": m, n, k and batch must be at least 1, got " + std::to_string(o.m) + " x " +
+                                            std::to_string(o.n) + " x " + std::to_string(o.k) + " x " + std::to_string(o.batch));
+                    break;
+                case OpShapeKind::Attention:
+                case OpShapeKind::AttentionBackward:
+                    if (o.batch < 1 || o.heads < 1 || o.kv_heads < 1 || o.seq < 1 || o.head_dim < 1 || o.heads % o.kv_heads != 0)
+                        return fail(id, at + ": batch, heads, kv_heads, seq and head_dim must be at least 1 and kv_heads "
+                                             "must divide heads");
+                    break;
+                case OpShapeKind::Elementwise:
+                    if (o.bytes < 0 || o.flops < 0) return fail(id, at + ": bytes and flops must not be negative");
+                    break;
+            }
+        }
         return Ok{};
     }
 

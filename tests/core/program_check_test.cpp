@@ -323,6 +323,41 @@ std::vector<BrokenCase> brokenCases() {
              return scratch.task;
          },
          "as scratch"},
+        {"ops span outside the pool",
+         [](Program& p) {
+             const int32_t id = findTask(p, [](const Task& t) { return t.kind == TaskKind::Backward; });
+             p.tasks[static_cast<size_t>(id)].ops = Span{static_cast<uint32_t>(p.ops.size()), 1};
+             return id;
+         },
+         "lies outside the ops pool"},
+        {"compute task without ops",
+         [](Program& p) {
+             const int32_t id = findTask(p, [](const Task& t) { return t.kind == TaskKind::CopyOut; });
+             p.tasks[static_cast<size_t>(id)].ops.count = 0;
+             return id;
+         },
+         "a compute task lists no ops"},
+        {"collective with ops",
+         [](Program& p) {
+             const int32_t id = findTask(p, [](const Task& t) { return t.kind == TaskKind::AllGather; });
+             p.tasks[static_cast<size_t>(id)].ops = Span{0, 1};
+             return id;
+         },
+         "but is not a compute task"},
+        {"GEMM of an empty dimension",
+         [](Program& p) {
+             const int32_t id = findTask(p, [&](const Task& t) {
+                 return t.kind == TaskKind::Forward && p.ops[t.ops.offset + 1].kind == OpShapeKind::Gemm;
+             });
+             // Give the task its own copy of its ops (spans may be shared), then break one.
+             Task& t = p.tasks[static_cast<size_t>(id)];
+             const auto offset = static_cast<uint32_t>(p.ops.size());
+             for (uint32_t i = 0; i < t.ops.count; ++i) p.ops.push_back(p.ops[t.ops.offset + i]);
+             t.ops.offset = offset;
+             p.ops[offset + 1].k = 0;
+             return id;
+         },
+         "ops[1] (gemm): m, n, k and batch must be at least 1"},
         {"category below zero in replay",
          [](Program& p) {
              // A backward releases part of its saved activations at its peak; here it releases the
