@@ -158,7 +158,8 @@ void Lowering::fillProgramHeader() {
 }
 
 int32_t Lowering::newTask(TaskKind kind, Stream stream, int32_t unit, int mb) {
-    Task t;
+    // Built in place: a Task assembled on the stack and copied in stalls on store forwarding.
+    Task& t = m_p.tasks.emplace_back();
     t.kind = kind;
     t.stream = stream;
     t.unit = unit;
@@ -168,7 +169,6 @@ int32_t Lowering::newTask(TaskKind kind, Stream stream, int32_t unit, int mb) {
     t.mem_start.offset = static_cast<uint32_t>(m_p.mem.size());
     t.mem_peak.offset = t.mem_start.offset;
     t.mem_end.offset = t.mem_start.offset;
-    m_p.tasks.push_back(t);
     m_phase = Phase::Start;
     const auto id = static_cast<int32_t>(m_p.tasks.size() - 1);
     if (!m_s.host_pending.empty() && (stream == Stream::Compute || stream == Stream::Host)) {
@@ -176,7 +176,7 @@ int32_t Lowering::newTask(TaskKind kind, Stream stream, int32_t unit, int mb) {
         // then their buffers are freed.
         for (int32_t d : m_host_pending_deps) dep(d);
         m_host_pending_deps = {-1, -1};
-        for (const MemEvent& e : m_s.host_pending) push(cur().mem_start, e);
+        for (const MemEvent& e : m_s.host_pending) push(cur().mem_start, e.bytes, e.category, e.timed_after, e.buffer, e.stream);
         m_s.host_pending.clear();
     }
     m_last_on_stream[static_cast<size_t>(stream)] = id;

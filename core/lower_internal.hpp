@@ -207,8 +207,14 @@ private:
         m_p.deps.push_back(id);
         ++cur().deps.count;
     }
-    void push(Span& span, const MemEvent& e) {
-        m_p.mem.push_back(e);
+    // Written in place (no temporary copied in: see newTask).
+    void push(Span& span, int64_t bytes, MemCategory c, int32_t timed_after, int32_t buffer, Stream stream) {
+        MemEvent& e = m_p.mem.emplace_back();
+        e.bytes = bytes;
+        e.category = c;
+        e.timed_after = timed_after;
+        e.buffer = buffer;
+        e.stream = stream;
         if (span.count == 0) span.offset = static_cast<uint32_t>(m_p.mem.size() - 1);
         ++span.count;
     }
@@ -226,13 +232,13 @@ private:
         if (bytes == 0) return {};
         assert(bytes > 0);
         const BufferRef b{m_p.buffer_count++, bytes, c, cur().stream};
-        push(spanAt(at), MemEvent{bytes, c, -1, b.id, b.stream});
+        push(spanAt(at), bytes, c, -1, b.id, b.stream);
         return b;
     }
     // Frees `b` (if live) and forgets it.
     void release(At at, BufferRef& b, int32_t timed_after = -1) {
         if (!b.live()) return;
-        push(spanAt(at), MemEvent{-b.bytes, b.category, timed_after, b.id, b.stream});
+        push(spanAt(at), -b.bytes, b.category, timed_after, b.id, b.stream);
         b = {};
     }
     // Transient at the task's peak: a scratch buffer allocated and freed inside the task.
@@ -240,7 +246,7 @@ private:
         if (bytes == 0) return;
         assert(m_phase != Phase::End);
         m_phase = Phase::Peak;
-        push(cur().mem_peak, MemEvent{bytes, c, -1, m_p.buffer_count++, cur().stream});
+        push(cur().mem_peak, bytes, c, -1, m_p.buffer_count++, cur().stream);
     }
     // Transient at the task's peak: `bytes` of the live buffer `b` are already released.
     void peakReleased(const BufferRef& b, int64_t bytes) {
@@ -248,7 +254,7 @@ private:
         assert(b.live() && bytes <= b.bytes);
         assert(m_phase != Phase::End);
         m_phase = Phase::Peak;
-        push(cur().mem_peak, MemEvent{-bytes, b.category, -1, b.id, b.stream});
+        push(cur().mem_peak, -bytes, b.category, -1, b.id, b.stream);
     }
     // Freed by the host at the start of the next compute (or host) task.
     void releaseByHost(BufferRef& b) {
