@@ -1,6 +1,18 @@
 #include "core/program.hpp"
 
 namespace shardcast::core {
+namespace {
+
+// The enum value (of `count` values) whose name is `name`.
+template <class E, class NameOf>
+std::optional<E> parseByName(std::string_view name, int count, NameOf nameOf) {
+    for (int i = 0; i < count; ++i) {
+        if (nameOf(static_cast<E>(i)) == name) return static_cast<E>(i);
+    }
+    return std::nullopt;
+}
+
+}  // namespace
 
 std::string_view streamName(Stream s) {
     switch (s) {
@@ -62,6 +74,19 @@ int64_t opFlops(const OpShape& op) {
         case OpShapeKind::Elementwise: return op.flops;
     }
     return 0;
+}
+
+std::optional<Stream> parseStream(std::string_view name) {
+    return parseByName<Stream>(name, kStreamCount, streamName);
+}
+std::optional<TaskKind> parseTaskKind(std::string_view name) {
+    return parseByName<TaskKind>(name, kTaskKindCount, taskKindName);
+}
+std::optional<GroupKind> parseGroupKind(std::string_view name) {
+    return parseByName<GroupKind>(name, kGroupKindCount, groupKindName);
+}
+std::optional<OpShapeKind> parseOpShapeKind(std::string_view name) {
+    return parseByName<OpShapeKind>(name, kOpShapeKindCount, opShapeKindName);
 }
 
 void Program::clear() {

@@ -5,6 +5,7 @@
 // the backends execute it. Nothing downstream needs to know FSDP's rules: they are all here.
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -26,6 +27,7 @@ enum class Stream : uint8_t {
 };
 constexpr int kStreamCount = 8;
 std::string_view streamName(Stream s);
+std::optional<Stream> parseStream(std::string_view name);  // the names streamName gives
 
 enum class TaskKind : uint8_t {
     Forward,
@@ -43,6 +45,7 @@ enum class TaskKind : uint8_t {
 };
 constexpr int kTaskKindCount = 12;
 std::string_view taskKindName(TaskKind k);  // "FWD", "BWD", "RECOMP", "COPYIN", "AG", "COPYOUT", "RS", "AR", "H2D", "D2H", "CAST", "OPT"
+std::optional<TaskKind> parseTaskKind(std::string_view name);
 inline bool isCompute(TaskKind k) {
     return k == TaskKind::Forward || k == TaskKind::Backward || k == TaskKind::Recompute || k == TaskKind::CopyIn ||
            k == TaskKind::CopyOut || k == TaskKind::Cast || k == TaskKind::OptimizerStep;
@@ -93,6 +96,7 @@ struct MemEvent {
 enum class GroupKind : uint8_t { World, Shard, Replicate, PostForward };
 constexpr int kGroupKindCount = 4;
 std::string_view groupKindName(GroupKind k);  // "world", "shard", "replicate", "post-forward"
+std::optional<GroupKind> parseGroupKind(std::string_view name);
 
 struct ProcessGroup {
     GroupKind kind = GroupKind::World;
@@ -119,6 +123,7 @@ struct ProcessGroup {
 enum class OpShapeKind : uint8_t { Gemm, Attention, AttentionBackward, Elementwise };
 constexpr int kOpShapeKindCount = 4;
 std::string_view opShapeKindName(OpShapeKind k);  // "gemm", "attention", "attention-backward", "elementwise"
+std::optional<OpShapeKind> parseOpShapeKind(std::string_view name);
 
 struct OpShape {
     OpShapeKind kind = OpShapeKind::Elementwise;
