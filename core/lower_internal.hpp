@@ -7,6 +7,24 @@
 //   lower_segments.cpp  op costs, segments, activation memory and checkpointing, hook order
 //   lower_schedule.cpp  forward, backward, unshard, reshard, reduce, offload, optimizer: rules 2-11
 //                       and FSDP1's schedule differences
+//
+// Where each rule is:
+//   1  padded dim-0 shards; optimizer state on unpadded rows   addParamFsdp2
+//   2  one all-gather per unshard after a cast copy-in          issueUnshard
+//   3  unsharded parameters allocated at copy-out               waitUnshard
+//   4  a flat output lives until the next unit's wait           waitUnshard, postForward
+//   5  reshard_after_forward true / false / k                   reshardAfterForwardPerUnit, postForward, freeUnsharded
+//   6  pre-backward unshard, prefetch in reverse order          preBackward, prefetchAfter
+//   7  post-backward reduce-scatter (+ HSDP all-reduce, cast)   postBackward
+//   8  no_sync keeps unsharded gradients                        postBackward (no sync), backwardSegment
+//   9  optimizer state and step                                 addParam*, fillProgramHeader, optimizerStep
+//   10 CPU offload                                              issueUnshard (H2D), postBackward (D2H), optimizerStep
+//   11 the step's first all-gather follows the optimizer        by construction (lower_schedule.cpp)
+//   FSDP1: FlatParameter sizes                                  addParamToFlatParameter, fsdp1FlatParameterSizes
+//          rate limiter (limit_all_gathers)                     fsdp1RateLimit
+//          all-gather into the FlatParameter, no copy-out       issueUnshard, waitUnshard
+//          prefetch depth 1, BACKWARD_PRE/POST, forward_prefetch  preForward, preBackward, prefetchAfter, postBackward
+//   NO_SHARD (DDP)                                              addParamNoShard, castCopy, postBackwardNoShard
 #include <array>
 #include <cassert>
 #include <climits>

@@ -169,7 +169,7 @@ void Lowering::waitUnshard(int32_t u, int mb, bool backward) {
     } else {
         const int32_t id = newTask(TaskKind::CopyOut, Stream::Compute, u, mb);
         dep(st.ag_task);
-        cur().hbm_bytes = 2 * us.unsharded_bytes;
+        cur().hbm_bytes = 2 * us.unsharded_bytes;  // read the flat output, write the parameters
         cur().ops = pushElementwise(cur().hbm_bytes, 0, m_pdt);
         if (!backward && m_saved_flat >= 0) {
             UnitState& prev = m_s.st[m_saved_flat];
