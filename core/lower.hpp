@@ -8,7 +8,8 @@
 namespace shardcast::core {
 
 // Lowers a validated plan into `out` (cleared first; its capacity is reused, so lowering many
-// plans into one Program allocates little). Follows DESIGN.md section 3 rule by rule.
+// plans into one Program allocates little). Follows DESIGN.md section 3 rule by rule; where each
+// rule lives is listed in core/lower_internal.hpp. The result satisfies validateProgram.
 Status lower(const Plan& plan, const Mesh& mesh, Program& out);
 
 struct LowerScratch;

@@ -78,7 +78,9 @@ bool sameCosts(const Op& a, const Op& b) {
            sameCoef(a.saved_act, b.saved_act) && sameCoef(a.saved_f32, b.saved_f32) && sameCoef(a.saved_u8, b.saved_u8) &&
            sameCoef(a.saved_i64, b.saved_i64) && sameCoef(a.temp_act, b.temp_act) && sameCoef(a.temp_f32, b.temp_f32) &&
            sameCoef(a.bwd_temp_act, b.bwd_temp_act) && sameCoef(a.bwd_temp_f32, b.bwd_temp_f32) &&
-           sameCoef(a.io_act, b.io_act);
+           sameCoef(a.io_act, b.io_act) && a.kernel == b.kernel && a.in_features == b.in_features &&
+           a.out_features == b.out_features && a.token_share == b.token_share && a.heads == b.heads &&
+           a.kv_heads == b.kv_heads && a.head_dim == b.head_dim;
 }
 
 }  // namespace

@@ -59,6 +59,15 @@ constexpr uint8_t kFusedKernels = 2;  // fused kernels (fused RMSNorm, SwiGLU, l
 constexpr uint8_t kAnyKernels = kEagerKernels | kFusedKernels;
 }  // namespace variant
 
+// The kernels an op runs, which the lowering turns into OpShapes of real sizes (program.hpp).
+enum class KernelShape : uint8_t {
+    Elementwise,     // bandwidth-bound: moves io_act elements and does `flops`
+    Linear,          // y = x W^T: a GEMM of [tokens * token_share, in_features] x [in_features, out_features]
+    FlashAttention,  // a fused attention kernel over heads, kv_heads and head_dim
+    AttnScores,      // eager Q K^T: batch x heads GEMMs of [seq, head_dim] x [head_dim, seq]
+    AttnValues,      // eager P V: batch x heads GEMMs of [seq, seq] x [seq, head_dim]
+};
+
 // One forward op. Element counts are per token (see Coef); the activation dtype is the
 // training's param_dtype (the compute dtype under mixed precision).
 struct Op {
@@ -82,6 +91,13 @@ struct Op {
     Coef io_act;        // activation elements read + written in forward (memory-bound time)
     bool selective_recompute = false;  // dropped and recomputed under selective AC (attention core)
     int32_t cost_class = -1;  // ops with identical costs share a class (Model::assignCostClasses); -1: unique
+    // Kernel shapes. Linear: flops = 2 * in_features * out_features * token_share per token and
+    // bwd_flops_factor 2 (dgrad + wgrad); attention kernels: flops per token per position =
+    // 4 (flash) or 2 (scores, values) * heads * head_dim, bwd_flops_factor 2.
+    KernelShape kernel = KernelShape::Elementwise;
+    int64_t in_features = 0, out_features = 0;  // Linear: the weight is [out_features, in_features]
+    double token_share = 1;                     // Linear: share of the tokens it sees (an MoE expert: k/E)
+    int32_t heads = 0, kv_heads = 0, head_dim = 0;  // attention kernels
 
     bool existsUnder(uint8_t attention_bit, uint8_t kernel_bit) const {
         return (attention_variants & attention_bit) && (kernel_variants & kernel_bit);

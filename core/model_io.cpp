@@ -137,6 +137,10 @@ void addNorm(Builder& b, int32_t m, int64_t h, NormImpl impl, bool input_shared 
 Op& addMatmul(Builder& b, int32_t m, const std::string& name, int64_t in, int64_t out, bool saves_input,
               double f = 1) {
     Op& o = b.op(m, name, OpKind::Matmul);
+    o.kernel = KernelShape::Linear;
+    o.in_features = in;
+    o.out_features = out;
+    o.token_share = f;
     o.flops.per_token = 2.0 * static_cast<double>(in) * static_cast<double>(out) * f;
     o.bwd_flops_factor = 2;
     o.saved_act.per_token = saves_input ? static_cast<double>(in) * f : 0;
@@ -176,7 +180,14 @@ void addAttentionCore(Builder& b, int32_t m, const AttnShape& a) {
     const double qd = static_cast<double>(a.heads * a.head_dim);
     const double kvd = static_cast<double>(a.kv_heads * a.head_dim);
 
+    auto attentionKernel = [&](Op& o, KernelShape kernel) {
+        o.kernel = kernel;
+        o.heads = static_cast<int32_t>(a.heads);
+        o.kv_heads = static_cast<int32_t>(a.kv_heads);
+        o.head_dim = static_cast<int32_t>(a.head_dim);
+    };
     Op& flash = b.op(m, "attn.core", OpKind::Attention);
+    attentionKernel(flash, KernelShape::FlashAttention);
     flash.attention_variants = variant::kFlash;
     flash.flops.per_token_seq = 4 * qd;  // QK^T + PV, without causal halving
     // Flash backward recomputes the scores (about 2.5x forward); 2 keeps the model-FLOPs convention.
@@ -195,6 +206,7 @@ void addAttentionCore(Builder& b, int32_t m, const AttnShape& a) {
     inputs.io_act.per_token = 2 * (qd - kvd);  // repeat_kv copies
 
     Op& scores = b.op(m, "attn.scores", OpKind::Attention);
+    attentionKernel(scores, KernelShape::AttnScores);
     scores.attention_variants = variant::kEagerAttn;
     scores.flops.per_token_seq = 2 * qd;
     scores.bwd_flops_factor = 2;
@@ -229,6 +241,7 @@ void addAttentionCore(Builder& b, int32_t m, const AttnShape& a) {
     }
 
     Op& pv = b.op(m, "attn.pv", OpKind::Attention);
+    attentionKernel(pv, KernelShape::AttnValues);
     pv.attention_variants = variant::kEagerAttn;
     pv.flops.per_token_seq = 2 * qd;
     pv.bwd_flops_factor = 2;
@@ -814,6 +827,27 @@ Result<Model> importModuleTree(const json& tree, std::string name, std::string s
 }
 
 namespace {
+
+// Module trees give FLOPs, not shapes. A matmul op whose module owns a 2-D weight [rows, cols]
+// with 2 * rows * cols FLOPs per token and a backward of 2x (dgrad + wgrad) runs as a Linear
+// kernel over that weight; every other op stays a bandwidth-bound kernel carrying its FLOPs.
+void deriveLinearKernels(Model& model) {
+    std::vector<std::vector<size_t>> params_of(model.modules.size());
+    for (size_t i = 0; i < model.params.size(); ++i) params_of[static_cast<size_t>(model.params[i].module)].push_back(i);
+    for (Op& op : model.ops) {
+        if (op.kind != OpKind::Matmul || op.bwd_flops_factor != 2 || op.flops.per_token_seq != 0) continue;
+        for (size_t i : params_of[static_cast<size_t>(op.module)]) {
+            const Param& prm = model.params[i];
+            if (prm.shape.size() != 2) continue;
+            if (2.0 * static_cast<double>(prm.shape[0]) * static_cast<double>(prm.shape[1]) != op.flops.per_token) continue;
+            op.kernel = KernelShape::Linear;
+            op.out_features = prm.shape[0];
+            op.in_features = prm.shape[1];
+            break;
+        }
+    }
+}
+
 Result<Model> buildModuleTree(const json& tree, std::string name, std::string source) {
     if (source.empty()) source = name.empty() ? "<module tree>" : name;
     std::optional<Error> err;
@@ -993,6 +1027,7 @@ Result<Model> buildModuleTree(const json& tree, std::string name, std::string so
             }
         }
     }
+    deriveLinearKernels(model);
     return model;
 }
 }  // namespace

@@ -504,3 +504,21 @@ TEST(LoweringTest, Fsdp1ForwardPrefetchGathersAhead) {
     }
     EXPECT_LT(second_ag, first_fwd);
 }
+
+// FSDP1 BACKWARD_POST prefetches, after a unit's gradient, the unit next in pre-backward order,
+// unless that unit's pre-backward already ran. The root's post-backward comes last, so it must
+// not re-gather the first block it would "prefetch": each block is gathered twice (forward and
+// backward), the root once, and the step ends where it started.
+TEST(LoweringTest, Fsdp1BackwardPostDoesNotRegatherFinishedUnits) {
+    auto plan = makePlan(bundled("pythia-160m"), Strategy::FullShard, 1, 8);
+    plan.sharding.fsdp_version = 1;
+    plan.sharding.backward_prefetch = ShardingSpec::BackwardPrefetch::Post;
+    auto r = lowerAndReplay(plan);
+    std::vector<int> gathers(r.program.units.size(), 0);
+    for (const Task& t : r.program.tasks) {
+        if (t.kind == TaskKind::AllGather) ++gathers[static_cast<size_t>(t.unit)];
+    }
+    EXPECT_EQ(gathers[0], 1);
+    for (size_t u = 1; u < gathers.size(); ++u) EXPECT_EQ(gathers[u], 2) << r.program.units[u].name;
+    EXPECT_EQ(finalState(r.program), r.program.initial);
+}

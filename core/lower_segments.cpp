@@ -1,0 +1,345 @@
+// Segments and activation memory: the forward ops cut into runs of one unit inside one block,
+// their FLOPs and HBM bytes, what each keeps for backward under activation checkpointing (none,
+// full per block, full every K blocks, selective), its transient peaks, and the order in which
+// FSDP's forward and backward hooks fire around them.
+#include <algorithm>
+#include <cmath>
+
+#include "core/lower_internal.hpp"
+
+namespace shardcast::core::detail {
+
+// Bytes of a tensor set given per dtype: activations in param_dtype, fp32, 1-byte and int64.
+int64_t Lowering::elementBytes(const Coef& act, const Coef& f32, const Coef& u8, const Coef& i64) const {
+    const int64_t t = m_tokens, s = m_seq;
+    return static_cast<int64_t>(act.at(t, s)) * itemSize(m_pdt) + static_cast<int64_t>(f32.at(t, s)) * itemSize(DType::F32) +
+           static_cast<int64_t>(u8.at(t, s)) * itemSize(DType::U8) + static_cast<int64_t>(i64.at(t, s)) * itemSize(DType::I64);
+}
+
+void Lowering::buildSegments() {
+    splitIntoSegments();
+    opCosts();
+    for (size_t si = 0; si < m_s.segs.size(); ++si) {
+        Segment& seg = m_s.segs[si];
+        if (sameAsPrevious(si)) {
+            // The next block of a uniform model: copy the costs, keep its own identity.
+            const Segment& prev = m_s.segs[si - 1];
+            const int64_t kept = seg.saved;
+            const Segment copy = seg;
+            seg = prev;
+            seg.unit = copy.unit;
+            seg.op_begin = copy.op_begin;
+            seg.op_end = copy.op_end;
+            seg.saved = seg.checkpointed ? kept : seg.saved_full;
+            continue;
+        }
+        segmentCosts(seg);
+        segmentOps(seg);
+    }
+    const size_t n = m_s.segs.size();
+    m_s.seg_saved.assign(n, BufferRef{});
+    m_s.seg_recomputed.assign(n, BufferRef{});
+    m_s.seg_grad.assign(n, BufferRef{});
+    m_s.seg_grad_next.assign(n, -1);
+}
+
+// A new segment starts where the unit or the block changes. Full checkpointing (every
+// ac_every-th block) keeps the block's input once, with the block's first segment.
+void Lowering::splitIntoSegments() {
+    const auto n_mod = m_model.modules.size();
+    auto& block_of = m_s.block_of;
+    block_of.assign(n_mod, -1);
+    m_s.block_index.assign(n_mod, 0);
+    for (size_t b = 0; b < m_model.blocks.size(); ++b) m_s.block_index[static_cast<size_t>(m_model.blocks[b])] = static_cast<int32_t>(b);
+    for (size_t m = 1; m < n_mod; ++m) {
+        block_of[m] = m_model.modules[m].is_block ? static_cast<int32_t>(m) : block_of[m_model.modules[m].parent];
+    }
+    m_s.segs.clear();
+    int32_t cur_unit = -1, cur_block = -2;
+    int32_t last_block_seen = -1;
+    for (size_t ai = 0; ai < m_s.active.size(); ++ai) {
+        const Op& op = m_model.ops[m_s.active[ai]];
+        const int32_t unit = m_s.pidx[m_s.ua.module_unit[op.module]];
+        const int32_t block = block_of[op.module];
+        if (unit != cur_unit || block != cur_block) {
+            Segment seg;
+            seg.unit = unit;
+            seg.op_begin = static_cast<int64_t>(ai);
+            seg.checkpointed = m_tr.ac == Checkpointing::Full && block >= 0 &&
+                               m_s.block_index[static_cast<size_t>(block)] % m_tr.ac_every == 0;
+            if (seg.checkpointed && block != last_block_seen) {
+                seg.saved = m_model.arch.hidden > 0 ? m_tokens * m_model.arch.hidden * itemSize(m_pdt)
+                                                    : elementBytes(op.saved_act, op.saved_f32, op.saved_u8, op.saved_i64);
+            }
+            if (block >= 0) last_block_seen = block;
+            m_s.segs.push_back(seg);
+            cur_unit = unit;
+            cur_block = block;
+        }
+        m_s.segs.back().op_end = static_cast<int64_t>(ai) + 1;
+    }
+}
+
+// Op costs for this plan's tokens and dtypes, once per cost class (a repeated block's ops share
+// classes), then per op where the class cannot be shared.
+void Lowering::opCosts() {
+    const Coef none{};
+    const int64_t t = m_tokens, s = m_seq;
+    auto& cost = m_s.op_cost;
+    cost.resize(m_s.active.size());
+    auto& class_cost = m_s.class_cost;
+    auto& class_done = m_s.class_done;
+    class_cost.resize(m_model.ops.size());
+    class_done.assign(m_model.ops.size(), 0);
+    auto opCost = [&](const Op& op) {
+        OpCost c;
+        c.saved = elementBytes(op.saved_act, op.saved_f32, op.saved_u8, op.saved_i64);
+        c.temp = elementBytes(op.temp_act, op.temp_f32, none, none);
+        c.bwd_temp = elementBytes(op.bwd_temp_act, op.bwd_temp_f32, none, none);
+        c.flops = static_cast<int64_t>(op.flops.at(t, s));
+        c.bwd_flops = static_cast<int64_t>(static_cast<double>(c.flops) * op.bwd_flops_factor);
+        c.io = static_cast<int64_t>(op.io_act.at(t, s)) * itemSize(m_pdt);
+        return c;
+    };
+    for (size_t ai = 0; ai < m_s.active.size(); ++ai) {
+        const auto oi = static_cast<size_t>(m_s.active[ai]);
+        const Op& op = m_model.ops[oi];
+        const int32_t cls = op.cost_class;
+        if (cls < 0) {
+            cost[ai] = opCost(op);
+        } else {
+            if (!class_done[static_cast<size_t>(cls)]) {
+                class_cost[static_cast<size_t>(cls)] = opCost(op);
+                class_done[static_cast<size_t>(cls)] = 1;
+            }
+            cost[ai] = class_cost[static_cast<size_t>(cls)];
+        }
+        if (!m_s.op_frozen.empty() && m_s.op_frozen[oi]) {
+            // A frozen weight needs no weight gradient: the backward keeps only dgrad.
+            cost[ai].bwd_flops = static_cast<int64_t>(static_cast<double>(cost[ai].flops) *
+                                                      std::max(0.0, op.bwd_flops_factor - 1.0));
+        }
+    }
+}
+
+// Same op classes, gradients, weights and frozen flags as the previous segment: the next block
+// of a uniform model, whose costs need not be worked out again.
+bool Lowering::sameAsPrevious(size_t si) const {
+    if (si == 0) return false;
+    const Segment& a = m_s.segs[si - 1];
+    const Segment& b = m_s.segs[si];
+    if (a.op_end - a.op_begin != b.op_end - b.op_begin || a.checkpointed != b.checkpointed) return false;
+    for (int64_t k = 0; k < a.op_end - a.op_begin; ++k) {
+        const auto oa = static_cast<size_t>(m_s.active[static_cast<size_t>(a.op_begin + k)]);
+        const auto ob = static_cast<size_t>(m_s.active[static_cast<size_t>(b.op_begin + k)]);
+        const int32_t ca = m_model.ops[oa].cost_class;
+        if (ca < 0 || ca != m_model.ops[ob].cost_class) return false;
+        if (m_s.op_grad_elems[oa] != m_s.op_grad_elems[ob] || m_s.op_weight_elems[oa] != m_s.op_weight_elems[ob]) return false;
+        if (!m_s.op_frozen.empty() && m_s.op_frozen[oa] != m_s.op_frozen[ob]) return false;
+    }
+    return true;
+}
+
+// Work and activation memory of one segment. Forward: saved tensors accumulate op by op; the
+// transient peak is the largest (saved so far + the op's temporaries). Selective checkpointing
+// drops the marked ops' tensors and recomputes those ops inside the backward. Backward, in
+// reverse op order: gradients appear while saved tensors are released.
+void Lowering::segmentCosts(Segment& seg) {
+    const bool selective = m_tr.ac == Checkpointing::Selective;
+    const int64_t grad_item = itemSize(m_pdt);
+    int64_t cum = 0, best = -1, sel_saved = 0;
+    for (int64_t ai = seg.op_begin; ai < seg.op_end; ++ai) {
+        const auto oi = static_cast<size_t>(m_s.active[static_cast<size_t>(ai)]);
+        const OpCost& c = m_s.op_cost[static_cast<size_t>(ai)];
+        seg.fwd_flops += c.flops;
+        seg.bwd_flops += c.bwd_flops;
+        seg.fwd_hbm += c.io;
+        seg.bwd_hbm += 2 * c.io;
+        seg.grad_bytes += m_s.op_grad_elems[oi] * grad_item;
+        seg.weight_bytes += m_s.op_weight_elems[oi] * grad_item;
+        const bool dropped = selective && m_model.ops[oi].selective_recompute;
+        if (dropped) {
+            sel_saved += c.saved;
+            seg.bwd_flops += c.flops;  // recomputed inside the backward
+        }
+        cum += c.saved;
+        if (cum + c.temp > best) {
+            best = cum + c.temp;
+            seg.fwd_peak_act = cum;
+            seg.fwd_peak_temp = c.temp;
+        }
+        seg.ckpt_peak_temp = std::max(seg.ckpt_peak_temp, c.temp + c.saved);
+        if (!dropped) seg.saved_full += c.saved;
+    }
+    if (selective) {
+        // Dropped tensors are never held past their op: the forward peak shrinks to match.
+        seg.fwd_peak_act = std::min(seg.fwd_peak_act, seg.saved_full);
+    }
+    if (!seg.checkpointed) seg.saved = seg.saved_full;
+    int64_t freed = 0, grads = 0, bbest = INT64_MIN;
+    bool sel_pending = sel_saved > 0;
+    for (int64_t ai = seg.op_end - 1; ai >= seg.op_begin; --ai) {
+        const auto oi = static_cast<size_t>(m_s.active[static_cast<size_t>(ai)]);
+        const OpCost& c = m_s.op_cost[static_cast<size_t>(ai)];
+        const bool dropped = selective && m_model.ops[oi].selective_recompute;
+        int64_t temp = c.bwd_temp;
+        if (dropped && sel_pending) {
+            temp += sel_saved;  // the attention core is recomputed at once
+            sel_pending = false;
+        }
+        grads += m_s.op_grad_elems[oi] * grad_item;
+        const int64_t extra = grads + temp - freed;
+        if (extra > bbest) {
+            bbest = extra;
+            seg.bwd_peak_grad = grads;
+            seg.bwd_peak_temp = temp;
+            seg.bwd_peak_freed = freed;
+        }
+        if (!dropped) freed += c.saved;
+    }
+}
+
+// The kernels of a segment (program.hpp OpShape): its forward, which a recompute repeats, and
+// its backward in reverse op order. Under selective checkpointing the dropped ops run forward
+// again inside the backward, all at once where the backward reaches the first of them.
+void Lowering::segmentOps(Segment& seg) {
+    const bool selective = m_tr.ac == Checkpointing::Selective;
+    auto dropped = [&](int64_t ai) {
+        return selective && m_model.ops[static_cast<size_t>(m_s.active[static_cast<size_t>(ai)])].selective_recompute;
+    };
+    auto opAt = [&](int64_t ai) -> const Op& { return m_model.ops[static_cast<size_t>(m_s.active[static_cast<size_t>(ai)])]; };
+    seg.fwd_ops.offset = static_cast<uint32_t>(m_p.ops.size());
+    for (int64_t ai = seg.op_begin; ai < seg.op_end; ++ai) pushForwardOps(opAt(ai), m_s.op_cost[static_cast<size_t>(ai)]);
+    seg.fwd_ops.count = static_cast<uint32_t>(m_p.ops.size()) - seg.fwd_ops.offset;
+    seg.bwd_ops.offset = static_cast<uint32_t>(m_p.ops.size());
+    bool recomputed = false;
+    for (int64_t ai = seg.op_end - 1; ai >= seg.op_begin; --ai) {
+        if (dropped(ai) && !recomputed) {
+            for (int64_t aj = seg.op_begin; aj < seg.op_end; ++aj) {
+                if (dropped(aj)) pushForwardOps(opAt(aj), m_s.op_cost[static_cast<size_t>(aj)]);
+            }
+            recomputed = true;
+        }
+        const auto oi = static_cast<size_t>(m_s.active[static_cast<size_t>(ai)]);
+        const bool frozen = !m_s.op_frozen.empty() && m_s.op_frozen[oi];
+        pushBackwardOps(opAt(ai), m_s.op_cost[static_cast<size_t>(ai)], frozen);
+    }
+    seg.bwd_ops.count = static_cast<uint32_t>(m_p.ops.size()) - seg.bwd_ops.offset;
+}
+
+// Tokens a linear layer sees: all of them, or an MoE expert's share rounded to whole tokens.
+int64_t Lowering::linearRows(const Op& op) const {
+    if (op.token_share == 1) return m_tokens;
+    return std::max<int64_t>(1, std::llround(static_cast<double>(m_tokens) * op.token_share));
+}
+
+void Lowering::pushForwardOps(const Op& op, const OpCost& c) {
+    const int64_t b = m_tr.micro_batch, s = m_seq;
+    switch (op.kernel) {
+        case KernelShape::Linear: {
+            pushGemm(linearRows(op), op.out_features, op.in_features, 1);
+            return;
+        }
+        case KernelShape::FlashAttention:
+            pushAttention(OpShapeKind::Attention, op);
+            return;
+        case KernelShape::AttnScores:
+            pushGemm(s, s, op.head_dim, b * op.heads);
+            return;
+        case KernelShape::AttnValues:
+            pushGemm(s, op.head_dim, s, b * op.heads);
+            return;
+        case KernelShape::Elementwise: break;
+    }
+    pushElementwise(c.io, c.flops, m_pdt);
+}
+
+// Backward of each kernel: a linear layer's input gradient (dgrad) and, unless its weight is
+// frozen, its weight gradient (wgrad); eager attention's two products per GEMM; the flash
+// backward kernel; an elementwise op reads and writes twice what its forward moved.
+void Lowering::pushBackwardOps(const Op& op, const OpCost& c, bool frozen) {
+    const int64_t b = m_tr.micro_batch, s = m_seq;
+    switch (op.kernel) {
+        case KernelShape::Linear: {
+            const int64_t rows = linearRows(op);
+            pushGemm(rows, op.in_features, op.out_features, 1);
+            if (!frozen) pushGemm(op.out_features, op.in_features, rows, 1);
+            return;
+        }
+        case KernelShape::FlashAttention:
+            pushAttention(OpShapeKind::AttentionBackward, op);
+            return;
+        case KernelShape::AttnScores:  // dQ = dS K, dK = dS^T Q
+            pushGemm(s, op.head_dim, s, b * op.heads);
+            pushGemm(s, op.head_dim, s, b * op.heads);
+            return;
+        case KernelShape::AttnValues:  // dP = dO V^T, dV = P^T dO
+            pushGemm(s, s, op.head_dim, b * op.heads);
+            pushGemm(s, op.head_dim, s, b * op.heads);
+            return;
+        case KernelShape::Elementwise: break;
+    }
+    pushElementwise(2 * c.io, c.bwd_flops, m_pdt);
+}
+
+// Kernel shapes are written in place (no temporary copied in: see newTask).
+void Lowering::pushGemm(int64_t m, int64_t n, int64_t k, int64_t batch) {
+    OpShape& o = m_p.ops.emplace_back();
+    o.kind = OpShapeKind::Gemm;
+    o.dtype = m_pdt;
+    o.m = m;
+    o.n = n;
+    o.k = k;
+    o.batch = batch;
+}
+
+void Lowering::pushAttention(OpShapeKind kind, const Op& op) {
+    OpShape& o = m_p.ops.emplace_back();
+    o.kind = kind;
+    o.dtype = m_pdt;
+    o.causal = op.causal;
+    o.batch = m_tr.micro_batch;
+    o.heads = op.heads;
+    o.kv_heads = op.kv_heads;
+    o.head_dim = op.head_dim;
+    o.seq = m_seq;
+}
+
+Span Lowering::pushElementwise(int64_t bytes, int64_t flops, DType dtype) {
+    OpShape& o = m_p.ops.emplace_back();
+    o.kind = OpShapeKind::Elementwise;
+    o.dtype = dtype;
+    o.bytes = bytes;
+    o.flops = flops;
+    return Span{static_cast<uint32_t>(m_p.ops.size() - 1), 1};
+}
+
+// The forward schedule: before a segment, the pre-forward hooks of the units that start with it
+// (outermost first); after it, the post-forward hooks of the units that end with it (innermost
+// first). Backward pre-hooks fire in reverse post-forward order.
+void Lowering::buildItems() {
+    m_s.items.clear();
+    auto& chain = m_s.chain;
+    for (size_t si = 0; si < m_s.segs.size(); ++si) {
+        const Segment& seg = m_s.segs[si];
+        const int64_t first = m_s.active[static_cast<size_t>(seg.op_begin)];
+        const int64_t last = m_s.active[static_cast<size_t>(seg.op_end - 1)];
+        chain.clear();
+        for (int32_t u = seg.unit; u >= 0; u = m_s.parent[u]) {
+            if (m_s.us[u].first_op == first) chain.push_back(u);
+        }
+        for (auto it = chain.rbegin(); it != chain.rend(); ++it) m_s.items.push_back({ItemKind::Pre, *it});
+        m_s.items.push_back({ItemKind::Seg, static_cast<int32_t>(si)});
+        for (int32_t u = seg.unit; u >= 0; u = m_s.parent[u]) {
+            if (m_s.us[u].last_op == last) m_s.items.push_back({ItemKind::Post, u});
+        }
+    }
+    m_s.bwd_order.clear();
+    for (auto it = m_s.items.rbegin(); it != m_s.items.rend(); ++it) {
+        if (it->kind == ItemKind::Post) m_s.bwd_order.push_back(it->index);
+    }
+    m_s.bwd_pos.assign(m_s.us.size(), -1);
+    for (size_t i = 0; i < m_s.bwd_order.size(); ++i) m_s.bwd_pos[m_s.bwd_order[i]] = static_cast<int32_t>(i);
+}
+
+}  // namespace shardcast::core::detail
