@@ -1,0 +1,106 @@
+#include "core/run_record.hpp"
+
+#include "core/file_io.hpp"
+#include "core/model_io.hpp"
+#include "core/step_io.hpp"
+
+namespace shardcast::core {
+
+using json = nlohmann::json;
+
+json runRecordToJson(const RunRecord& run) {
+    json j = documentHeader("run", kRunFormatVersion);
+    j["backend"] = run.backend;
+    j["world_size"] = run.world_size;
+    j["recorded_rank"] = run.recorded_rank;
+    j["compute_note"] = run.compute_note;
+    j["plan"] = run.plan;
+    j["profile"] = run.profile;
+    j["environment"] = run.environment;
+    j["warmup_steps"] = run.warmup_steps;
+    j["step_ns"] = run.step_ns;
+    j["median_step"] = run.median_step;
+    j["timeline"] = timelineToJson(run.timeline);
+    j["memory"] = timedMemoryToJson(run.memory);
+    return j;
+}
+
+Result<RunRecord> runRecordFromJson(const json& j, const std::string& where) {
+    if (auto s = checkDocumentHeader(j, "run", kRunFormatVersion, where); !s) return s.error();
+    RunRecord run;
+    auto field = [&](const char* key) -> Result<const json*> {
+        const auto it = j.find(key);
+        if (it == j.end()) return makeError(where + ": field '" + key + "' is missing");
+        return &*it;
+    };
+    auto str = [&](const char* key, std::string& out) -> Status {
+        auto f = field(key);
+        if (!f) return f.error();
+        if (!(*f)->is_string()) return makeError(where + ": field '" + std::string(key) + "' must be a string");
+        out = (*f)->get<std::string>();
+        return Ok{};
+    };
+    auto integer = [&](const char* key, int64_t min, int64_t max, int64_t& out) -> Status {
+        auto f = field(key);
+        if (!f) return f.error();
+        if (!(*f)->is_number_integer() || (*f)->get<int64_t>() < min || (*f)->get<int64_t>() > max) {
+            return makeError(where + ": field '" + std::string(key) + "' must be an integer from " + std::to_string(min) +
+                             " to " + std::to_string(max));
+        }
+        out = (*f)->get<int64_t>();
+        return Ok{};
+    };
+    if (auto s = str("backend", run.backend); !s) return s.error();
+    if (auto s = str("compute_note", run.compute_note); !s) return s.error();
+    int64_t v = 0;
+    if (auto s = integer("world_size", 1, INT32_MAX, v); !s) return s.error();
+    run.world_size = static_cast<int32_t>(v);
+    if (auto s = integer("recorded_rank", 0, run.world_size - 1, v); !s) return s.error();
+    run.recorded_rank = static_cast<int32_t>(v);
+    if (auto s = integer("warmup_steps", 0, INT32_MAX, v); !s) return s.error();
+    run.warmup_steps = static_cast<int32_t>(v);
+    for (const char* key : {"plan", "profile", "environment"}) {
+        auto f = field(key);
+        if (!f) return f.error();
+        if (!(*f)->is_object()) return makeError(where + ": field '" + std::string(key) + "' must be an object");
+    }
+    run.plan = j.at("plan");
+    run.profile = j.at("profile");
+    run.environment = j.at("environment");
+    auto steps = field("step_ns");
+    if (!steps) return steps.error();
+    if (!(*steps)->is_array() || (*steps)->empty()) {
+        return makeError(where + ": field 'step_ns' must be a non-empty array of step times in ns");
+    }
+    for (const json& s : **steps) {
+        if (!s.is_number_integer() || s.get<int64_t>() < 0) {
+            return makeError(where + ": step_ns holds a value that is not a non-negative integer of ns");
+        }
+        run.step_ns.push_back(s.get<int64_t>());
+    }
+    if (auto s = integer("median_step", 0, static_cast<int64_t>(run.step_ns.size()) - 1, v); !s) return s.error();
+    run.median_step = static_cast<int32_t>(v);
+    auto timeline = field("timeline");
+    if (!timeline) return timeline.error();
+    auto t = timelineFromJson(**timeline, where + ": timeline");
+    if (!t) return t.error();
+    run.timeline = std::move(*t);
+    auto memory = field("memory");
+    if (!memory) return memory.error();
+    auto m = timedMemoryFromJson(**memory, where + ": memory");
+    if (!m) return m.error();
+    run.memory = std::move(*m);
+    return run;
+}
+
+Result<RunRecord> loadRunRecord(const std::filesystem::path& path) {
+    auto j = readJsonFile(path);
+    if (!j) return j.error();
+    return runRecordFromJson(*j, path.string());
+}
+
+Status saveRunRecord(const std::filesystem::path& path, const RunRecord& run) {
+    return writeFileAtomically(path, runRecordToJson(run).dump() + "\n");
+}
+
+}  // namespace shardcast::core

@@ -1,0 +1,46 @@
+#pragma once
+// A measured run of a plan on a backend: what `shardcast run` writes, and what `compare` and the
+// store read. Its timeline and memory have the same types as a prediction's, over the same task
+// ids, so the two compare task by task, stream by stream, category by category.
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/result.hpp"
+#include "core/timed_memory.hpp"
+#include "core/timeline.hpp"
+
+namespace shardcast::core {
+
+inline constexpr int kRunFormatVersion = 1;
+
+struct RunRecord {
+    std::string backend;           // "cpu", "cuda"
+    int32_t world_size = 1;        // ranks that ran the step
+    int32_t recorded_rank = 0;     // whose timeline and memory are recorded (rank 0)
+    std::string compute_note;      // how compute ran, e.g. "Eigen GEMMs in fp32 (the plan's bf16 on a CPU)"
+    nlohmann::json plan;           // planToJson of exactly what ran (after any --scale)
+    nlohmann::json profile;        // the hardware profile a prediction of this run uses (profileToJson)
+    nlohmann::json environment;    // host, processor, library versions: free-form, for people
+    int32_t warmup_steps = 0;      // discarded
+    std::vector<int64_t> step_ns;  // each measured step, in order
+    int32_t median_step = 0;       // index into step_ns of the step whose timeline is recorded
+    Timeline timeline;             // that step, times from its start, on the clock aligned across ranks
+    TimedMemory memory;            // measured per-category high-water marks and the curve (counted allocations)
+
+    int64_t medianStepNs() const { return step_ns.empty() ? 0 : step_ns[static_cast<size_t>(median_step)]; }
+    bool operator==(const RunRecord&) const = default;
+};
+
+// {"format": "shardcast-run", "version": 1, ...}; the timeline and memory as core/step_io.hpp
+// documents. Reading checks every field and names `where` on error.
+nlohmann::json runRecordToJson(const RunRecord& run);
+Result<RunRecord> runRecordFromJson(const nlohmann::json& j, const std::string& where);
+Result<RunRecord> loadRunRecord(const std::filesystem::path& path);
+// Written atomically (core::writeFileAtomically).
+Status saveRunRecord(const std::filesystem::path& path, const RunRecord& run);
+
+}  // namespace shardcast::core

@@ -1,0 +1,62 @@
+// The measured-run record (core/run_record.hpp): an exact round trip through a file, and errors that
+// name the file and the field.
+#include "core/run_record.hpp"
+
+#include <filesystem>
+
+#include <gtest/gtest.h>
+
+namespace shardcast::core {
+namespace {
+
+RunRecord sampleRun() {
+    RunRecord r;
+    r.backend = "cpu";
+    r.world_size = 2;
+    r.compute_note = "Eigen GEMMs in fp32";
+    r.plan = {{"model", "tiny-llama"}};
+    r.profile = {{"hbm_efficiency", 0.5}};
+    r.environment = {{"host", "ci"}};
+    r.warmup_steps = 1;
+    r.step_ns = {1000, 900, 1100};
+    r.median_step = 0;
+    r.timeline.tasks = {{0, 500, Stream::Compute}, {100, 900, Stream::AllGather}};
+    r.timeline.step_ns = 1000;
+    r.memory.peak_bytes = 64;
+    r.memory.at_peak[index(MemCategory::Activation)] = 64;
+    r.memory.max_per_category[index(MemCategory::Activation)] = 64;
+    return r;
+}
+
+TEST(RunRecordTest, RoundTripsThroughAFile) {
+    const RunRecord r = sampleRun();
+    const auto path = std::filesystem::temp_directory_path() / "shardcast_run_record_test.json";
+    ASSERT_TRUE(saveRunRecord(path, r).ok());
+    auto back = loadRunRecord(path);
+    std::filesystem::remove(path);
+    ASSERT_TRUE(back.ok()) << back.error().message;
+    EXPECT_EQ(*back, r);
+    EXPECT_EQ(back->medianStepNs(), 1000);
+}
+
+TEST(RunRecordTest, BadFieldsAreNamed) {
+    nlohmann::json j = runRecordToJson(sampleRun());
+    j["median_step"] = 3;  // only 3 steps were measured
+    auto r = runRecordFromJson(j, "run.json");
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.error().message.find("run.json"), std::string::npos);
+    EXPECT_NE(r.error().message.find("median_step"), std::string::npos) << r.error().message;
+    j = runRecordToJson(sampleRun());
+    j["version"] = kRunFormatVersion + 1;
+    auto newer = runRecordFromJson(j, "run.json");
+    ASSERT_FALSE(newer.ok());
+    EXPECT_NE(newer.error().message.find("newer"), std::string::npos) << newer.error().message;
+    j = runRecordToJson(sampleRun());
+    j["timeline"]["tasks"][0] = {7, 3, "compute"};
+    auto bad = runRecordFromJson(j, "run.json");
+    ASSERT_FALSE(bad.ok());
+    EXPECT_NE(bad.error().message.find("timeline: tasks[0]"), std::string::npos) << bad.error().message;
+}
+
+}  // namespace
+}  // namespace shardcast::core
