@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/lower.hpp"
+#include "lowered_program.hpp"
 #include "core/model_io.hpp"
 #include "core/plan.hpp"
 #include "core/program.hpp"
@@ -29,15 +30,7 @@ Plan planFor(const char* model_name, int gpus) {
     return plan;
 }
 
-Program lowered(const Plan& plan) {
-    Program p;
-    auto mesh = validatePlan(plan);
-    EXPECT_TRUE(mesh.ok()) << (mesh.ok() ? "" : mesh.error().message);
-    if (!mesh) return p;
-    auto st = lower(plan, *mesh, p);
-    EXPECT_TRUE(st.ok()) << (st.ok() ? "" : st.error().message);
-    return p;
-}
+using shardcast::core::testing::lowered;
 
 int32_t findTask(const Program& p, TaskKind kind, const char* unit) {
     for (int32_t id = 0; id < p.size(); ++id) {

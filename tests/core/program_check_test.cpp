@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/lower.hpp"
+#include "lowered_program.hpp"
 #include "core/model_io.hpp"
 #include "core/plan.hpp"
 #include "core/program.hpp"
@@ -35,15 +36,7 @@ Plan makePlan(std::shared_ptr<const Model> model, Strategy strategy) {
     return plan;
 }
 
-Program lowered(const Plan& plan) {
-    Program p;
-    auto mesh = validatePlan(plan);
-    EXPECT_TRUE(mesh.ok()) << (mesh.ok() ? "" : mesh.error().message);
-    if (!mesh) return p;
-    auto st = lower(plan, *mesh, p);
-    EXPECT_TRUE(st.ok()) << (st.ok() ? "" : st.error().message);
-    return p;
-}
+using shardcast::core::testing::lowered;
 
 struct MatrixTotals {
     int programs = 0;

@@ -13,6 +13,7 @@
 
 #include "core/file_io.hpp"
 #include "core/lower.hpp"
+#include "lowered_program.hpp"
 #include "core/model_io.hpp"
 #include "core/plan.hpp"
 #include "core/program_io.hpp"
@@ -36,15 +37,7 @@ Plan makePlan(const char* model_name, Strategy strategy, int nodes, int gpus_per
     return plan;
 }
 
-Program lowered(const Plan& plan) {
-    Program p;
-    auto mesh = validatePlan(plan);
-    EXPECT_TRUE(mesh.ok()) << (mesh.ok() ? "" : mesh.error().message);
-    if (!mesh) return p;
-    auto st = lower(plan, *mesh, p);
-    EXPECT_TRUE(st.ok()) << (st.ok() ? "" : st.error().message);
-    return p;
-}
+using shardcast::core::testing::lowered;
 
 // Programs that between them use every task kind, stream, process group kind and op kind.
 std::vector<std::pair<std::string, Program>> samplePrograms() {
