@@ -139,8 +139,7 @@ int runCompare(const CompareOptions& o) {
         const nlohmann::json trace =
             sim::comparisonChromeTrace(e.program, e.timeline, &e.timed, run->timeline, &run->memory);
         if (auto written = core::writeFileAtomically(o.trace, trace.dump() + "\n"); !written) {
-            fmt::print(stderr, "shardcast: error: {}\n", written.error().message);
-            return kExitRuntimeFailure;
+            return reportInputError("--trace: " + written.error().message);
         }
     }
     if (o.json) {

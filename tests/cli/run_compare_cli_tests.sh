@@ -116,6 +116,8 @@ expect_bad_input "a plan other than the run's names the first differing field" "
 expect_bad_input "a simulate --json output is not a plan: says so" "prediction.json.*simulate --json" \
     "$bin" compare "$tmp/prediction.json" "$tmp/run.json"
 expect_bad_input "missing arguments" "run|required" "$bin" compare run
+expect_bad_input "--trace into a missing folder names the flag" "--trace.*no-such-dir" \
+    "$bin" compare run "$tmp/run.json" --trace "$tmp/no-such-dir/t.json"
 expect_bad_input "--top must be a count" "--top" "$bin" compare run "$tmp/run.json" --top -1
 
 # --- --scale on a planning command, kept in the written plan ---
