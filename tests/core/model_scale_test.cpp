@@ -165,3 +165,28 @@ TEST(ModelScaleTest, PlanFileCarriesTheScaleAndReadsBackScaled) {
     ASSERT_FALSE(refused.ok());
     EXPECT_TRUE(contains(refused.error().message, "bad.json: scale: seq")) << refused.error().message;
 }
+
+// Every bundled config scales (each model_type's size keys are known): at hidden = 8 x twice the head
+// count (a valid width for rotary and non-rotary models alike) and 2 layers, the model has exactly
+// that width, 2 blocks, its head counts and vocabulary, and fewer parameters than before.
+TEST(ModelScaleTest, EveryBundledConfigScales) {
+    for (const std::string& name : sc::bundledModelNames()) {
+        SCOPED_TRACE(name);
+        auto base = sc::resolveModel(name);
+        ASSERT_TRUE(base.ok()) << base.error().message;
+        const int64_t hidden = 16 * base->arch.heads;
+        sc::ModelScale scale;
+        scale.hidden = hidden;
+        scale.layers = 2;
+        auto scaled = sc::scaleModel(*base, scale);
+        ASSERT_TRUE(scaled.ok()) << scaled.error().message;
+        EXPECT_EQ(scaled->name, name + "@" + sc::scaleString(scale));
+        EXPECT_EQ(scaled->arch.hidden, hidden);
+        EXPECT_EQ(scaled->arch.head_dim, 16);
+        EXPECT_EQ(scaled->blocks.size(), 2u);
+        EXPECT_EQ(scaled->arch.heads, base->arch.heads);
+        EXPECT_EQ(scaled->arch.kv_heads, base->arch.kv_heads);
+        EXPECT_EQ(scaled->arch.vocab, base->arch.vocab);
+        EXPECT_LT(scaled->numParams(), base->numParams());
+    }
+}
