@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -42,16 +43,23 @@ nlohmann::json comparablePlan(const core::Plan& plan) {
     return j;
 }
 
-// "training.seq_len" from the JSON pointer of the first difference; empty when equal.
-std::string firstDifference(const nlohmann::json& a, const nlohmann::json& b) {
+// The first difference between the plans `a` and `b` as "training.seq_len (512 here, 1024 in the
+// run)", naming where each value comes from; empty when equal.
+std::string firstDifference(const nlohmann::json& a, const nlohmann::json& b, std::string_view a_name,
+                            std::string_view b_name) {
     const nlohmann::json patch = nlohmann::json::diff(a, b);
     if (patch.empty()) return {};
-    std::string path = patch[0].at("path").get<std::string>();
+    const nlohmann::json::json_pointer pointer(patch[0].at("path").get<std::string>());
+    const auto valueIn = [&](const nlohmann::json& j) {
+        return j.contains(pointer) ? j.at(pointer).dump() : std::string("absent");
+    };
+    std::string path = pointer.to_string();
     if (!path.empty() && path.front() == '/') path.erase(0, 1);
     for (char& c : path) {
         if (c == '/') c = '.';
     }
-    return path.empty() ? std::string("(the whole plan)") : path;
+    if (path.empty()) path = "(the whole plan)";
+    return fmt::format("{} ({} in {}, {} in {})", path, valueIn(a), a_name, valueIn(b), b_name);
 }
 
 std::string percent(const std::optional<double>& e) { return e ? fmt::format("{:+.2f}%", *e * 100) : "n/a"; }
@@ -113,10 +121,11 @@ int runCompare(const CompareOptions& o) {
             }
             return reportInputError(given.error().message);
         }
-        const std::string diff = firstDifference(comparablePlan(*given), comparablePlan(*plan));
+        const std::string diff =
+            firstDifference(comparablePlan(*given), comparablePlan(*plan), o.prediction, o.run + "'s plan");
         if (!diff.empty()) {
             return reportInputError(fmt::format(
-                "{} is not the plan {} ran: they differ first in '{}' (pass `run` to predict the run's own plan)",
+                "{} is not the plan {} ran: they differ first in {}; pass `run` to predict the run's own plan",
                 o.prediction, o.run, diff));
         }
     }

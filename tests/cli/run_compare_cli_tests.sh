@@ -9,6 +9,7 @@ bin=${1:?usage: run_compare_cli_tests.sh SHARDCAST_BINARY WRITE_TEST_RUN_BINARY}
 writer=${2:?usage: run_compare_cli_tests.sh SHARDCAST_BINARY WRITE_TEST_RUN_BINARY}
 bin=$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")
 writer=$(cd "$(dirname "$writer")" && pwd)/$(basename "$writer")
+models=$(cd "$(dirname "$0")/../../models" && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cd "$tmp"
@@ -110,7 +111,8 @@ expect_bad_input "timeline of another task count names the file, field and both 
 expect_bad_input "newer run format" "version" "$bin" compare run "$tmp/newer.json"
 "$bin" plan --model tiny-llama --gpu H100-SXM --nodes 1 --gpus-per-node 4 --seq-len 1024 \
     --write-plan "$tmp/other.plan.json" >/dev/null 2>&1
-expect_bad_input "a plan other than the run's names the first differing field" "training.seq_len" \
+expect_bad_input "a plan other than the run's names the first differing field and both values" \
+    "other.plan.json is not the plan .*run.json ran: they differ first in training.seq_len \\(1024 in .*other.plan.json, 512 in .*run.json's plan\\)" \
     "$bin" compare "$tmp/other.plan.json" "$tmp/run.json"
 "$bin" simulate "$tmp/tiny.plan.json" --json >"$tmp/prediction.json" 2>/dev/null
 expect_bad_input "a simulate --json output is not a plan: says so" "prediction.json.*simulate --json" \
@@ -119,6 +121,14 @@ expect_bad_input "missing arguments" "run|required" "$bin" compare run
 expect_bad_input "--trace into a missing folder names the flag" "--trace.*no-such-dir" \
     "$bin" compare run "$tmp/run.json" --trace "$tmp/no-such-dir/t.json"
 expect_bad_input "--top must be a count" "--top" "$bin" compare run "$tmp/run.json" --top -1
+
+# The same plan naming its model by a path to the same config is the same plan.
+python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1])); d["model"] = sys.argv[2]; json.dump(d, open(sys.argv[3], "w"))' \
+    "$tmp/tiny.plan.json" "$models/tiny-llama.json" "$tmp/by-path.plan.json"
+expect_exit "a plan naming the same model by path is the run's plan" 0 \
+    "$bin" compare "$tmp/by-path.plan.json" "$tmp/run.json"
 
 # --- --scale on a planning command, kept in the written plan ---
 expect_exit "plan --scale writes the scale into the plan" 0 \
@@ -129,6 +139,7 @@ d = json.load(open(sys.argv[1]))
 assert d["model"] == "llama-3.1-70b" and d["scale"] == "hidden=512,layers=2", d
 assert d["training"]["seq_len"] == 256, d["training"]
 ' "$tmp/scaled.plan.json"
+"$bin" plan --model llama-3.1-70b --seq-len 256 --gpus-per-node 2 --write-plan "$tmp/unscaled.plan.json" >/dev/null
 expect_exit "the scaled plan file reads back" 0 "$bin" plan "$tmp/scaled.plan.json" --json
 check "the scaled plan read back is the scaled model (hand-counted 138,021,376 parameters)" '
 import json, sys
@@ -137,6 +148,15 @@ m = json.load(open(sys.argv[1]))["model"]
 assert m["name"] == "llama-3.1-70b@hidden=512,layers=2" and m["layers"] == 2, m
 assert m["params"] == 2 * 3343360 + 2 * 128256 * 512 + 512 == 138021376, m
 ' "$tmp/out"
+"$writer" "$tmp/scaled.plan.json" "$tmp/scaled.run.json"
+expect_exit "compare the scaled plan with its run" 0 "$bin" compare "$tmp/scaled.plan.json" "$tmp/scaled.run.json" --json
+check "compare of the scaled run: step error -1/2" '
+import json, sys
+assert json.load(open(sys.argv[1]))["step_time_error"] == -0.5
+' "$tmp/out"
+expect_bad_input "the unscaled plan is not the scaled run's plan: names the model" \
+    "differ first in model \\(\"llama-3.1-70b\" in .*, \"llama-3.1-70b@hidden=512,layers=2\" in" \
+    "$bin" compare "$tmp/unscaled.plan.json" "$tmp/scaled.run.json"
 expect_bad_input "--scale unknown key names the flag and the valid keys" "--scale.*width.*hidden, layers, seq" \
     "$bin" plan --model tiny-llama --scale width=3
 expect_bad_input "--scale hidden not a multiple of the heads" "--scale.*multiple of 16" \
