@@ -173,8 +173,9 @@ int runCompare(const CompareOptions& o) {
 void registerCompareCommand(CLI::App& app, int& exit_code) {
     auto opts = std::make_shared<CompareOptions>();
     CLI::App* cmd = app.add_subcommand(
-        "compare", "Compare a measured run with the prediction of exactly what it ran: step time, stream busy time, "
-                   "per-task durations, peak memory per category");
+        "compare", "Compare a measured run with the prediction of exactly what it ran (its own plan on its own "
+                   "hardware profile): step time, stream busy time, per-task durations, peak memory per category, "
+                   "as signed relative errors (predicted - measured) / measured");
     cmd->add_option("prediction", opts->prediction,
                     "The plan file the run ran (checked to be the run's own plan; exit 2 naming the first "
                     "difference), or `run`. Either way the prediction is re-computed from the run's plan and "
@@ -189,7 +190,8 @@ void registerCompareCommand(CLI::App& app, int& exit_code) {
         ->default_str("10")
         ->check(CLI::Range(0, 1'000'000));
     cmd->add_option("--trace", opts->trace,
-                    "Write a Chrome trace with the predicted and measured timelines side by side to FILE")
+                    "Write a Chrome trace to FILE (atomically): process 'predicted' and process 'measured' side "
+                    "by side, both from their step's start")
         ->type_name("FILE");
     cmd->add_flag("--json", opts->json, "Print one JSON object instead of the text report");
     cmd->callback([opts, &exit_code] { exit_code = runCompare(*opts); });
