@@ -159,6 +159,16 @@ TEST(ModelScaleTest, PlanFileCarriesTheScaleAndReadsBackScaled) {
     EXPECT_EQ(rescaled->model->name, "llama-3.1-70b@hidden=512,layers=2");
     EXPECT_EQ(rescaled->model->blocks.size(), 2u);
 
+    // --model replaces the model and drops the file's scale.
+    sc::PlanOverrides other;
+    other.plan_file = path.string();
+    other.model = "tiny-llama";
+    auto replaced = sc::buildPlan(other);
+    ASSERT_TRUE(replaced.ok()) << replaced.error().message;
+    EXPECT_EQ(replaced->model->name, "tiny-llama");
+    EXPECT_TRUE(replaced->scale.empty());
+    EXPECT_FALSE(sc::planToJson(*replaced).contains("scale"));
+
     nlohmann::json bad = j;
     bad["scale"] = "seq=4";
     auto refused = sc::planFromJson(bad, "bad.json", {});
