@@ -8,6 +8,7 @@
 
 #include "core/cluster.hpp"
 #include "core/model.hpp"
+#include "core/model_scale.hpp"
 #include "core/result.hpp"
 #include "core/sharding.hpp"
 #include "core/training.hpp"
@@ -17,6 +18,7 @@ namespace shardcast::core {
 struct Plan {
     std::shared_ptr<const Model> model;
     std::string model_ref;  // how the plan names the model: bundled name or path
+    ModelScale scale;       // applied to model_ref's config (`--scale`); `model` is the scaled model
     ClusterSpec cluster;
     TrainingSpec training;
     ShardingSpec sharding;

@@ -13,6 +13,7 @@
 
 #include "core/file_io.hpp"
 #include "core/model_io.hpp"
+#include "core/model_scale.hpp"
 
 namespace shardcast::core {
 
@@ -104,13 +105,33 @@ Result<Plan> buildPlan(const PlanOverrides& o) {
         if (!status) return status.error();
     }
 
+    std::optional<ScaleSpec> scale;
+    if (o.scale) {
+        auto parsed = parseScale(*o.scale, "--scale");
+        if (!parsed) return parsed.error();
+        if (parsed->seq_len && o.seq_len && *parsed->seq_len != *o.seq_len) {
+            return makeError(fmt::format("--scale: seq={} and --seq-len {} both set the sequence length; give one",
+                                         *parsed->seq_len, *o.seq_len));
+        }
+        scale = std::move(parsed).value();
+    }
+
     if (o.model) {
         auto model = resolveModel(*o.model);
         if (!model) return makeError("--model: " + model.error().message);
         plan.model = std::make_shared<const Model>(std::move(model).value());
         plan.model_ref = isBundledModel(*o.model) ? *o.model : absolutizeRef(*o.model, {});
+        plan.scale = {};
     } else if (!isBundledModel(plan.model_ref)) {
         plan.model_ref = absolutizeRef(plan.model_ref, plan_dir);
+    }
+    // --scale keys override the plan file's one by one; scaling always starts from the config file.
+    if (scale && !scale->model.empty()) {
+        if (scale->model.hidden) plan.scale.hidden = scale->model.hidden;
+        if (scale->model.layers) plan.scale.layers = scale->model.layers;
+        auto scaled = scaleModel(*plan.model, plan.scale);
+        if (!scaled) return makeError("--scale: " + scaled.error().message);
+        plan.model = std::make_shared<const Model>(std::move(scaled).value());
     }
     if (o.gpu) {
         auto gpu = resolveGpu(*o.gpu);
@@ -166,6 +187,7 @@ Result<Plan> buildPlan(const PlanOverrides& o) {
 
     TrainingSpec& t = plan.training;
     if (o.micro_batch) t.micro_batch = *o.micro_batch;
+    if (scale && scale->seq_len) t.seq_len = *scale->seq_len;
     if (o.seq_len) t.seq_len = *o.seq_len;
     if (o.grad_accum) t.grad_accum = *o.grad_accum;
     if (o.no_sync) t.no_sync = true;

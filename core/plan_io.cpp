@@ -558,10 +558,10 @@ Result<Plan> planFromJson(const nlohmann::json& j, const std::string& where,
                           const std::filesystem::path& base_dir) {
     if (!j.is_object()) return makeError(where + ": a plan must be a JSON object (got " + std::string(j.type_name()) + ")");
     for (const auto& [key, value] : j.items()) {
-        if (key != "model" && key != "cluster" && key != "training" && key != "sharding" && key != "about" &&
-            key != "format" && key != "version") {
+        if (key != "model" && key != "scale" && key != "cluster" && key != "training" && key != "sharding" &&
+            key != "about" && key != "format" && key != "version") {
             return makeError(where + ": unknown key '" + key +
-                             "'; valid keys: format, version, model, cluster, training, sharding, about");
+                             "'; valid keys: format, version, model, scale, cluster, training, sharding, about");
         }
     }
     // Hand-written plans may leave the header out; a written one carries it, and a newer version is refused.
@@ -591,6 +591,21 @@ Result<Plan> planFromJson(const nlohmann::json& j, const std::string& where,
         }
         auto model = resolveModel(ref);
         if (!model) return makeError(where + ": model: " + model.error().message);
+        if (const auto scale_it = j.find("scale"); scale_it != j.end()) {
+            if (!scale_it->is_string()) {
+                return makeError(where + ": scale must be a string like \"hidden=512,layers=4\" (got " +
+                                 scale_it->dump() + ")");
+            }
+            auto spec = parseScale(scale_it->get<std::string>(), where + ": scale");
+            if (!spec) return spec.error();
+            if (spec->seq_len) {
+                return makeError(where + ": scale: seq is not a model size; set training.seq_len instead");
+            }
+            plan.scale = spec->model;
+            auto scaled = scaleModel(*model, plan.scale);
+            if (!scaled) return makeError(where + ": scale: " + scaled.error().message);
+            model = std::move(scaled);
+        }
         plan.model = std::make_shared<const Model>(std::move(*model));
     }
 
@@ -636,6 +651,7 @@ Result<Plan> loadPlanFile(const std::filesystem::path& path) {
 nlohmann::json planToJson(const Plan& plan) {
     json j = documentHeader("plan", kPlanFormatVersion);
     j["model"] = plan.model_ref;
+    if (!plan.scale.empty()) j["scale"] = scaleString(plan.scale);
 
     const ClusterSpec& c = plan.cluster;
     json cluster;

@@ -65,6 +65,12 @@ void addPlanOptions(CLI::App& cmd, core::PlanOverrides& o) {
     addOpt(cmd, "--offload", o.offload, "MODE", "Parameter/gradient/optimizer offload: none | cpu", "none");
     addOpt(cmd, "--reshard-after-forward", o.reshard_after_forward, "true|false|K",
            "true | false | K (re-shard to K ranks); default: per strategy", "");
+    addOpt(cmd, "--scale", o.scale, "hidden=H,layers=L,seq=S",
+           "Shrink the model keeping its shape of units (any subset of the keys): hidden size H (a multiple "
+           "of the attention head count, of twice it with rotary embeddings; head counts and vocabulary "
+           "kept, MLP width scaled alike), L blocks, sequence length S (= --seq-len); e.g. to run a 70B "
+           "plan on a CPU. Written into --write-plan's file as \"scale\"",
+           "");
     addOpt(cmd, "--frozen", o.frozen, "REGEX",
            "Regex (std::regex_search on parameter FQNs) of frozen parameters", "");
 }

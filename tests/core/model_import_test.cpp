@@ -59,7 +59,8 @@ TEST(ModelImportTest, EveryBundledConfigHasTheReferenceParameterCount) {
     // Counts of the configs added with the importer (the model cards' totals, checked against
     // the transformers layouts: e.g. Qwen2-7B = 28 * 233,057,792 + 2 * 152064 * 3584 + 3584).
     std::map<std::string, int64_t> expected = {
-        {"qwen2-7b", 7'615'616'512}, {"gemma-2-9b", 9'241'705'984}, {"pythia-160m", 162'322'944}};
+        {"qwen2-7b", 7'615'616'512}, {"gemma-2-9b", 9'241'705'984}, {"pythia-160m", 162'322'944},
+        {"tiny-llama", 3'950'848}, {"tiny-gpt2", 3'945'984}};  // tiny ones: see TinyModels* below
     for (auto it = ref.begin(); it != ref.end(); ++it)
         if (it.value().is_number_integer()) expected[it.key()] = it.value().get<int64_t>();
 
@@ -73,6 +74,37 @@ TEST(ModelImportTest, EveryBundledConfigHasTheReferenceParameterCount) {
         EXPECT_EQ(m->numParams(), expected.at(name));
         EXPECT_EQ(m->name, name);
     }
+}
+
+// The CPU-sized models, counted by hand from the transformers layouts.
+// tiny-llama (h 256, intermediate 688, 4 layers, 8 heads of 32, 4 kv heads -> kv dim 128, vocab 2048,
+// untied): per layer q 256*256 + k 128*256 + v 128*256 + o 256*256 = 196,608, MLP 3*256*688 =
+// 528,384, two RMSNorms 2*256 = 512 -> 725,504; 4 layers = 2,902,016; embed + lm_head 2*2048*256 =
+// 1,048,576; final norm 256; total 3,950,848.
+TEST(ModelImportTest, TinyLlamaHasTheHandCountedParameters) {
+    const sc::Model m = load("tiny-llama");
+    EXPECT_EQ(m.numParams(), 3'950'848);
+    EXPECT_EQ(m.blocks.size(), 4u);
+    EXPECT_EQ(m.arch.hidden, 256);
+    EXPECT_EQ(m.arch.kv_heads, 4);
+    EXPECT_EQ(m.arch.head_dim, 32);
+    EXPECT_FALSE(m.arch.tied_embeddings);
+    EXPECT_EQ(shapeOf(m, "model.layers.0.self_attn.k_proj.weight"), (std::vector<int64_t>{128, 256}));
+    EXPECT_EQ(shapeOf(m, "model.layers.3.mlp.down_proj.weight"), (std::vector<int64_t>{256, 688}));
+    EXPECT_EQ(shapeOf(m, "lm_head.weight"), (std::vector<int64_t>{2048, 256}));
+}
+
+// tiny-gpt2 (n_embd 256, 4 layers, vocab 2048, 1024 positions, tied head): per layer ln_1 512 +
+// c_attn 256*768 + 768 + attn.c_proj 256*256 + 256 + ln_2 512 + c_fc 256*1024 + 1024 + mlp.c_proj
+// 1024*256 + 256 = 789,760; 4 layers = 3,159,040; wte 2048*256 + wpe 1024*256 = 786,432; ln_f 512;
+// total 3,945,984.
+TEST(ModelImportTest, TinyGpt2HasTheHandCountedParameters) {
+    const sc::Model m = load("tiny-gpt2");
+    EXPECT_EQ(m.numParams(), 3'945'984);
+    EXPECT_EQ(m.blocks.size(), 4u);
+    EXPECT_TRUE(m.arch.tied_embeddings);
+    EXPECT_EQ(shapeOf(m, "transformer.h.0.attn.c_attn.weight"), (std::vector<int64_t>{256, 768}));
+    EXPECT_EQ(shapeOf(m, "transformer.wpe.weight"), (std::vector<int64_t>{1024, 256}));
 }
 
 TEST(ModelImportTest, LlamaGqaShapesAndNamedParametersOrder) {

@@ -74,6 +74,15 @@ else
     fail "installed: plan of the installed example" "$(head -c 400 "$tmp/err")"
 fi
 
+# The CPU-sized models are installed and plan, scaled too (scaling re-reads the installed config).
+if (cd "$tmp" && "$tmp/prefix/bin/shardcast" plan --model tiny-llama --scale hidden=128,layers=2 --gpus-per-node 2 \
+        --json) >"$tmp/out" 2>"$tmp/err" &&
+   grep -q '"name": "tiny-llama@hidden=128,layers=2"' "$tmp/out"; then
+    pass "installed: plan --model tiny-llama --scale hidden=128,layers=2"
+else
+    fail "installed: plan --model tiny-llama --scale" "$(head -c 400 "$tmp/err") $(head -c 200 "$tmp/out")"
+fi
+
 # The prefix is relocatable: nothing points back to where it was installed or to the sources.
 mkdir -p "$tmp/elsewhere"
 mv "$tmp/prefix" "$tmp/elsewhere/moved"

@@ -1,0 +1,200 @@
+// `shardcast compare PLAN|run RUN.json`: predicts exactly what a measured run ran (the run's own plan
+// on the run's own hardware profile) and reports the prediction's errors (core/compare.hpp); a PLAN
+// given is only checked to be the plan the run ran. docs/compare.md has the details.
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "apps/shardcast/commands.hpp"
+#include "core/compare.hpp"
+#include "core/file_io.hpp"
+#include "core/model_io.hpp"
+#include "core/plan.hpp"
+#include "core/run_record.hpp"
+#include "simulator/chrome_trace.hpp"
+#include "simulator/evaluation.hpp"
+#include "simulator/hardware_profile.hpp"
+
+namespace shardcast::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct CompareOptions {
+    std::string prediction;  // a plan file, or "run": the run's own plan
+    std::string run;
+    std::string trace;
+    int top = 10;
+    bool json = false;
+};
+
+// A plan as compared: its JSON with the model named by what it resolves to, not by how the file
+// spelled the path.
+nlohmann::json comparablePlan(const core::Plan& plan) {
+    nlohmann::json j = core::planToJson(plan);
+    j["model"] = plan.model ? plan.model->name : plan.model_ref;
+    return j;
+}
+
+// The first difference between the plans `a` and `b` as "training.seq_len (512 here, 1024 in the
+// run)", naming where each value comes from; empty when equal.
+std::string firstDifference(const nlohmann::json& a, const nlohmann::json& b, std::string_view a_name,
+                            std::string_view b_name) {
+    const nlohmann::json patch = nlohmann::json::diff(a, b);
+    if (patch.empty()) return {};
+    const nlohmann::json::json_pointer pointer(patch[0].at("path").get<std::string>());
+    const auto valueIn = [&](const nlohmann::json& j) {
+        return j.contains(pointer) ? j.at(pointer).dump() : std::string("absent");
+    };
+    std::string path = pointer.to_string();
+    if (!path.empty() && path.front() == '/') path.erase(0, 1);
+    for (char& c : path) {
+        if (c == '/') c = '.';
+    }
+    if (path.empty()) path = "(the whole plan)";
+    return fmt::format("{} ({} in {}, {} in {})", path, valueIn(a), a_name, valueIn(b), b_name);
+}
+
+std::string percent(const std::optional<double>& e) { return e ? fmt::format("{:+.2f}%", *e * 100) : "n/a"; }
+double ms(int64_t ns) { return static_cast<double>(ns) / 1e6; }
+double us(int64_t ns) { return static_cast<double>(ns) / 1e3; }
+double mib(int64_t bytes) { return static_cast<double>(bytes) / static_cast<double>(int64_t{1} << 20); }
+
+void printText(const core::RunRecord& run, const core::Program& program, const core::Comparison& c) {
+    fmt::print("Prediction vs the {} run ({} ranks, {} tasks); error = (predicted - measured) / measured\n",
+               run.backend, run.world_size, c.task_count);
+    fmt::print("Measured: rank {}'s timeline of the median of {} steps ({} warmup steps discarded)\n",
+               run.recorded_rank, run.step_ns.size(), run.warmup_steps);
+    if (!run.compute_note.empty()) fmt::print("Compute: {}\n", run.compute_note);
+    fmt::print("\n");
+    fmt::print("{:<24}{:>16}{:>16}{:>12}\n", "Step", "predicted (ms)", "measured (ms)", "error");
+    fmt::print("{:<24}{:>16.3f}{:>16.3f}{:>12}\n", "step time", ms(c.predicted_step_ns), ms(c.measured_step_ns),
+               percent(c.step_time_error));
+    fmt::print("\n{:<24}{:>16}{:>16}{:>12}\n", "Stream busy time", "predicted (ms)", "measured (ms)", "error");
+    for (const core::StreamComparison& s : c.streams) {
+        fmt::print("{:<24}{:>16.3f}{:>16.3f}{:>12}\n", core::streamName(s.stream), ms(s.predicted_busy_ns),
+                   ms(s.measured_busy_ns), percent(s.error));
+    }
+    fmt::print("\n{:<24}{:>16}{:>16}{:>16}{:>12}\n", "Peak memory", "predicted (MiB)", "measured (MiB)",
+               "error (MiB)", "error");
+    fmt::print("{:<24}{:>16.3f}{:>16.3f}{:>16.3f}{:>12}\n", "total", mib(c.predicted_peak_bytes),
+               mib(c.measured_peak_bytes), mib(c.predicted_peak_bytes - c.measured_peak_bytes),
+               percent(c.peak_memory_error));
+    for (const core::CategoryComparison& k : c.categories) {
+        fmt::print("  {:<22}{:>16.3f}{:>16.3f}{:>16.3f}{:>12}\n", core::categoryName(k.category),
+                   mib(k.predicted_bytes), mib(k.measured_bytes), mib(k.errorBytes()), percent(k.error));
+    }
+    fmt::print("\nTasks with the largest duration error\n");
+    fmt::print("{:>6}  {:<20}{:<9}{:<20}{:>16}{:>16}{:>12}\n", "id", "unit", "kind", "stream", "predicted (us)",
+               "measured (us)", "error");
+    for (const core::TaskComparison& t : c.tasks) {
+        const core::Task& task = program.tasks[static_cast<size_t>(t.id)];
+        fmt::print("{:>6}  {:<20}{:<9}{:<20}{:>16.1f}{:>16.1f}{:>12}\n", t.id, core::taskUnitName(program, t.id),
+                   core::taskKindName(task.kind), core::streamName(task.stream), us(t.predicted_ns), us(t.measured_ns),
+                   percent(t.error));
+    }
+}
+
+int runCompare(const CompareOptions& o) {
+    auto run = core::loadRunRecord(o.run);
+    if (!run) return reportInputError(run.error().message);
+    const fs::path run_dir = fs::path(o.run).parent_path();
+    auto plan = core::planFromJson(run->plan, o.run + ": plan", run_dir);
+    if (!plan) return reportInputError(plan.error().message);
+    if (o.prediction != "run") {
+        auto given = core::loadPlanFile(o.prediction);
+        if (!given) {
+            // A `simulate --json` report carries figures, not the plan: it cannot be re-lowered.
+            auto doc = core::readJsonFile(o.prediction);
+            if (doc && doc->is_object() && doc->contains("step_s") && !doc->contains("model")) {
+                return reportInputError(fmt::format(
+                    "{}: a prediction report (`simulate --json`) does not carry the plan it predicts; pass the "
+                    "plan file (`plan --write-plan`) or `run` to predict the run's own plan",
+                    o.prediction));
+            }
+            return reportInputError(given.error().message);
+        }
+        const std::string diff =
+            firstDifference(comparablePlan(*given), comparablePlan(*plan), o.prediction, o.run + "'s plan");
+        if (!diff.empty()) {
+            return reportInputError(fmt::format(
+                "{} is not the plan {} ran: they differ first in {}; pass `run` to predict the run's own plan",
+                o.prediction, o.run, diff));
+        }
+    }
+    auto profile = sim::profileFromJson(run->profile, o.run + ": profile", sim::HardwareProfile::fromCluster(plan->cluster));
+    if (!profile) return reportInputError(profile.error().message);
+
+    sim::EvaluationOptions options;
+    options.issue_order_memory = false;
+    options.per_unit = false;
+    options.record_curve = !o.trace.empty();
+    sim::Evaluator evaluator;
+    sim::Evaluation e;
+    if (auto s = evaluator.evaluate(*plan, &*profile, options, e); !s) {
+        return reportInputError(o.run + ": plan: " + s.error().message);
+    }
+    auto c = core::compareStep(e.program, e.timeline, e.timed, run->timeline, run->memory, core::CompareOptions{o.top});
+    if (!c) return reportInputError(o.run + ": timeline.tasks: " + c.error().message);
+
+    if (!o.trace.empty()) {
+        const nlohmann::json trace =
+            sim::comparisonChromeTrace(e.program, e.timeline, &e.timed, run->timeline, &run->memory);
+        if (auto written = core::writeFileAtomically(o.trace, trace.dump() + "\n"); !written) {
+            return reportInputError("--trace: " + written.error().message);
+        }
+    }
+    if (o.json) {
+        nlohmann::json j = core::comparisonToJson(e.program, *c);
+        j["backend"] = run->backend;
+        j["world_size"] = run->world_size;
+        j["compute_note"] = run->compute_note;
+        if (!o.trace.empty()) j["trace"] = o.trace;
+        fmt::print("{}\n", j.dump(2));
+    } else {
+        printText(*run, e.program, *c);
+        if (!o.trace.empty()) {
+            fmt::print("\nChrome trace (predicted and measured side by side) written to {}\n", o.trace);
+        }
+    }
+    std::fflush(stdout);
+    return kExitOk;
+}
+
+}  // namespace
+
+void registerCompareCommand(CLI::App& app, int& exit_code) {
+    auto opts = std::make_shared<CompareOptions>();
+    CLI::App* cmd = app.add_subcommand(
+        "compare", "Compare a measured run with the prediction of exactly what it ran (its own plan on its own "
+                   "hardware profile): step time, stream busy time, per-task durations, peak memory per category, "
+                   "as signed relative errors (predicted - measured) / measured");
+    cmd->add_option("prediction", opts->prediction,
+                    "The plan file the run ran (checked to be the run's own plan; exit 2 naming the first "
+                    "difference), or `run`. Either way the prediction is re-computed from the run's plan and "
+                    "hardware profile")
+        ->type_name("PLAN.json|run")
+        ->required();
+    cmd->add_option("run", opts->run, "A measured run (`shardcast run` output, format shardcast-run)")
+        ->type_name("RUN.json")
+        ->required();
+    cmd->add_option("--top", opts->top, "How many tasks with the largest duration error to list")
+        ->type_name("N")
+        ->default_str("10")
+        ->check(CLI::Range(0, 1'000'000));
+    cmd->add_option("--trace", opts->trace,
+                    "Write a Chrome trace to FILE (atomically): process 'predicted' and process 'measured' side "
+                    "by side, both from their step's start")
+        ->type_name("FILE");
+    cmd->add_flag("--json", opts->json, "Print one JSON object instead of the text report");
+    cmd->callback([opts, &exit_code] { exit_code = runCompare(*opts); });
+}
+
+}  // namespace shardcast::cli

@@ -1,0 +1,119 @@
+#include "core/compare.hpp"
+
+#include <algorithm>
+#include <cassert>
+#include <cstdlib>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+namespace shardcast::core {
+
+std::optional<double> relativeError(int64_t predicted, int64_t measured) {
+    if (measured == 0) return std::nullopt;
+    return static_cast<double>(predicted - measured) / static_cast<double>(measured);
+}
+
+std::string taskUnitName(const Program& program, int32_t task) {
+    const int32_t unit = program.tasks[static_cast<size_t>(task)].unit;
+    return unit < 0 ? std::string("(step)") : program.units[static_cast<size_t>(unit)].name;
+}
+
+Result<Comparison> compareStep(const Program& program, const Timeline& predicted, const TimedMemory& predicted_memory,
+                               const Timeline& measured, const TimedMemory& measured_memory,
+                               const CompareOptions& options) {
+    assert(predicted.tasks.size() == program.tasks.size());
+    if (measured.tasks.size() != program.tasks.size()) {
+        return makeError(fmt::format(
+            "the measured timeline has {} tasks but the plan's program has {}: the run is not of this plan",
+            measured.tasks.size(), program.tasks.size()));
+    }
+    Comparison c;
+    c.task_count = program.size();
+    c.predicted_step_ns = predicted.step_ns;
+    c.measured_step_ns = measured.step_ns;
+    c.step_time_error = relativeError(c.predicted_step_ns, c.measured_step_ns);
+
+    std::array<bool, kStreamCount> used{};
+    for (const Task& t : program.tasks) used[static_cast<size_t>(t.stream)] = true;
+    for (int s = 0; s < kStreamCount; ++s) {
+        if (!used[static_cast<size_t>(s)]) continue;
+        const auto stream = static_cast<Stream>(s);
+        StreamComparison sc{stream, predicted.busyNs(stream), measured.busyNs(stream), std::nullopt};
+        sc.error = relativeError(sc.predicted_busy_ns, sc.measured_busy_ns);
+        c.streams.push_back(sc);
+    }
+
+    c.predicted_peak_bytes = predicted_memory.peak_bytes;
+    c.measured_peak_bytes = measured_memory.peak_bytes;
+    c.peak_memory_error = relativeError(c.predicted_peak_bytes, c.measured_peak_bytes);
+    for (int k = 0; k < kMemCategoryCount; ++k) {
+        const int64_t p = predicted_memory.max_per_category[static_cast<size_t>(k)];
+        const int64_t m = measured_memory.max_per_category[static_cast<size_t>(k)];
+        if (p == 0 && m == 0) continue;
+        c.categories.push_back(CategoryComparison{static_cast<MemCategory>(k), p, m, relativeError(p, m)});
+    }
+
+    std::vector<TaskComparison> all;
+    all.reserve(program.tasks.size());
+    for (int32_t id = 0; id < program.size(); ++id) {
+        const int64_t p = predicted.tasks[static_cast<size_t>(id)].durationNs();
+        const int64_t m = measured.tasks[static_cast<size_t>(id)].durationNs();
+        all.push_back(TaskComparison{id, p, m, relativeError(p, m)});
+    }
+    const size_t keep = std::min(all.size(), static_cast<size_t>(std::max(options.top_tasks, 0)));
+    std::partial_sort(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(keep), all.end(),
+                      [](const TaskComparison& a, const TaskComparison& b) {
+                          const int64_t ea = std::llabs(a.errorNs()), eb = std::llabs(b.errorNs());
+                          return ea != eb ? ea > eb : a.id < b.id;
+                      });
+    all.resize(keep);
+    c.tasks = std::move(all);
+    return c;
+}
+
+namespace {
+nlohmann::json orNull(const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); }
+}  // namespace
+
+nlohmann::json comparisonToJson(const Program& program, const Comparison& c) {
+    using json = nlohmann::json;
+    json j;
+    j["step_time_error"] = orNull(c.step_time_error);
+    j["predicted_step_ns"] = c.predicted_step_ns;
+    j["measured_step_ns"] = c.measured_step_ns;
+    j["peak_memory_error"] = orNull(c.peak_memory_error);
+    j["predicted_peak_bytes"] = c.predicted_peak_bytes;
+    j["measured_peak_bytes"] = c.measured_peak_bytes;
+    j["task_count"] = c.task_count;
+    json streams = json::object();
+    for (const StreamComparison& s : c.streams) {
+        streams[std::string(streamName(s.stream))] = {{"predicted_busy_ns", s.predicted_busy_ns},
+                                                      {"measured_busy_ns", s.measured_busy_ns},
+                                                      {"error", orNull(s.error)}};
+    }
+    j["streams"] = std::move(streams);
+    json categories = json::object();
+    for (const CategoryComparison& k : c.categories) {
+        categories[std::string(categoryName(k.category))] = {{"predicted_bytes", k.predicted_bytes},
+                                                             {"measured_bytes", k.measured_bytes},
+                                                             {"error_bytes", k.errorBytes()},
+                                                             {"error", orNull(k.error)}};
+    }
+    j["categories"] = std::move(categories);
+    json tasks = json::array();
+    for (const TaskComparison& t : c.tasks) {
+        const Task& task = program.tasks[static_cast<size_t>(t.id)];
+        tasks.push_back({{"id", t.id},
+                         {"unit", taskUnitName(program, t.id)},
+                         {"kind", std::string(taskKindName(task.kind))},
+                         {"stream", std::string(streamName(task.stream))},
+                         {"predicted_ns", t.predicted_ns},
+                         {"measured_ns", t.measured_ns},
+                         {"error", orNull(t.error)}});
+    }
+    j["tasks"] = std::move(tasks);
+    return j;
+}
+
+}  // namespace shardcast::core
