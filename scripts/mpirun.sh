@@ -9,4 +9,6 @@ if [[ $(id -u) == 0 ]]; then args+=(--allow-run-as-root); fi
 export OMPI_MCA_btl_vader_single_copy_mechanism=none
 # No InfiniBand / UCX probing on a single machine (silences warnings, speeds start-up).
 export OMPI_MCA_pml=ob1
+# A rank waiting in MPI yields the core instead of spinning on it (ranks share cores here).
+export OMPI_MCA_mpi_yield_when_idle=1
 exec mpirun "${args[@]}" "$@"
