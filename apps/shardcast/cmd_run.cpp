@@ -120,8 +120,9 @@ int runRun(const RunOptions& o) {
                         needed, world, world == 1 ? "" : "s", world);
         if (!launched) {
             return reportInputError(fmt::format("the plan needs {} ranks (nodes {} x gpus-per-node {}) but this process "
-                                                "was not launched under mpirun (world size 1): {}; without mpirun: {}",
-                                                needed, plan->cluster.nodes, plan->cluster.gpus_per_node, how, kInstallMpi));
+                                                "was not launched under mpirun (world size 1): {}; mpirun comes with "
+                                                "OpenMPI (Debian/Ubuntu: apt-get install libopenmpi-dev openmpi-bin)",
+                                                needed, plan->cluster.nodes, plan->cluster.gpus_per_node, how));
         }
         return reportInputError(fmt::format("mpirun started {} ranks but the plan needs {} (nodes {} x gpus-per-node {}): {}",
                                             world, needed, plan->cluster.nodes, plan->cluster.gpus_per_node, how));
@@ -163,6 +164,20 @@ int runRun(const RunOptions& o) {
     int64_t verified_all[2] = {0, 0};
     MPI_Reduce(verified, verified_all, 2, MPI_INT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
     if (mpi.rank() != 0) return kExitOk;
+    // Every allocation was counted by buffer id where the Program says: the counted high-water
+    // marks are the Program's events placed on the measured timeline. Anything else is a bug of
+    // the executor, and the record would not describe the run: none is written.
+    if (run->counted_high_water != run->memory.max_per_category) {
+        for (int c = 0; c < core::kMemCategoryCount; ++c) {
+            const auto k = static_cast<size_t>(c);
+            if (run->counted_high_water[k] == run->memory.max_per_category[k]) continue;
+            fmt::print(stderr, "shardcast: error: rank 0 counted a {} high-water mark of {} bytes but the Program's events "
+                       "on the measured timeline reach {} bytes (an executor bug); no run record written\n",
+                       core::categoryName(static_cast<core::MemCategory>(c)), run->counted_high_water[k],
+                       run->memory.max_per_category[k]);
+        }
+        return kExitRuntimeFailure;
+    }
 
     core::RunRecord record;
     record.backend = "cpu";
