@@ -1,9 +1,11 @@
 #include "executor/null_backend.hpp"
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <new>
 #include <string>
+#include <thread>
 
 namespace shardcast::exec {
 
@@ -21,8 +23,10 @@ void NullBackend::release(void* ptr, int64_t) noexcept {
     if (m_hold_memory) std::free(ptr);
 }
 
-core::Status NullBackend::runTask(const core::Program&, int32_t id, int32_t) {
+core::Status NullBackend::runTask(const core::Program& program, int32_t id, int32_t) {
     m_tasks_run.fetch_add(1);
+    const int64_t delay_us = m_delay_us[static_cast<size_t>(program.tasks[static_cast<size_t>(id)].stream)];
+    if (delay_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
     if (id == m_fail_task) return core::makeError("injected failure");
     return core::Ok{};
 }

@@ -1,6 +1,7 @@
 #pragma once
 // An in-process backend with empty kernels, for the executor's tests and benchmark: one rank,
 // collectives that return at once, memory that is really held only when asked.
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <string_view>
@@ -28,10 +29,13 @@ public:
     // A task id that fails when run (tests of the failure path); -1: none.
     void failTask(int32_t id) { m_fail_task = id; }
     int64_t tasksRun() const { return m_tasks_run.load(); }
+    // Every task of `stream` sleeps this long (tests of overlap and waits); set before run().
+    void setStreamDelay(core::Stream stream, int64_t delay_us) { m_delay_us[static_cast<size_t>(stream)] = delay_us; }
 
 private:
     bool m_hold_memory;
     int32_t m_fail_task = -1;
+    std::array<int64_t, core::kStreamCount> m_delay_us{};
     std::atomic<int64_t> m_tasks_run{0};
     std::atomic<uintptr_t> m_next_token{16};
 };

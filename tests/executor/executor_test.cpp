@@ -103,6 +103,39 @@ TEST(ExecutorTest, KeepsStreamOrderDepsAndHostWait) {
     EXPECT_EQ(run->step_ns[static_cast<size_t>(run->median_step)], sorted[2]);
 }
 
+// Streams run concurrently, each on its own thread, and a slow stream holds back only the tasks
+// that depend on it. All-gather and reduce-scatter tasks of 20 ms each with no deps between the
+// two streams: run one after another they would take 4 x 20 = 80 ms; concurrently 2 x 20 = 40 ms.
+// The compute task depending on the second all-gather starts after it (>= 40 ms), the one
+// without deps at once (< 20 ms, before the first all-gather ends).
+TEST(ExecutorTest, StreamsOverlapAndWaitOnlyForTheirDeps) {
+    Builder b;
+    const int32_t ag0 = b.add(TaskKind::AllGather, Stream::AllGather);
+    const int32_t rs0 = b.add(TaskKind::ReduceScatter, Stream::ReduceScatter);
+    const int32_t ag1 = b.add(TaskKind::AllGather, Stream::AllGather);
+    const int32_t rs1 = b.add(TaskKind::ReduceScatter, Stream::ReduceScatter);
+    const int32_t free_fwd = b.add(TaskKind::Forward, Stream::Compute);
+    const int32_t fwd = b.add(TaskKind::Forward, Stream::Compute, {ag1});
+
+    NullBackend backend;
+    backend.setStreamDelay(Stream::AllGather, 20'000);
+    backend.setStreamDelay(Stream::ReduceScatter, 20'000);
+    Executor executor(backend);
+    auto run = executor.run(b.program(), {.warmup = 0, .steps = 1});
+    ASSERT_TRUE(run.ok()) << run.error().message;
+    const core::Timeline& t = run->timeline;
+    expectScheduleKept(b.program(), t);
+    auto at = [&](int32_t id) { return t.tasks[static_cast<size_t>(id)]; };
+    constexpr int64_t kMs = 1'000'000;
+    EXPECT_GE(at(ag1).end_ns, 40 * kMs);
+    EXPECT_GE(at(rs1).end_ns, 40 * kMs);
+    EXPECT_LT(t.step_ns, 75 * kMs) << "the all-gather and reduce-scatter streams did not overlap";
+    EXPECT_LT(at(rs0).start_ns, at(ag0).end_ns) << "the reduce-scatter stream waited for the all-gather stream";
+    EXPECT_LT(at(free_fwd).start_ns, at(ag0).end_ns) << "a compute task without deps waited for a collective";
+    EXPECT_GE(at(fwd).start_ns, at(ag1).end_ns);
+    EXPECT_GE(t.stream_busy_ns[static_cast<size_t>(Stream::AllGather)], 40 * kMs);
+}
+
 TEST(ExecutorTest, CountsPerCategoryHighWaterMarks) {
     // One stream, so the order of events is fixed. Worked out by hand:
     //   initial: ShardedParam 100, OptState 200
