@@ -231,6 +231,7 @@ core::Result<Execution> Executor::run(const core::Program& program, const Execut
         out.worker_threads = run.startWorkers();
         for (int32_t s = 0; s < options.warmup + options.steps; ++s) {
             if (auto stepped = run.step(s); !stepped) return stepped.error();
+            if (m_on_step) m_on_step(s + 1, options.warmup + options.steps);
             if (s < options.warmup) continue;
             timelines.push_back(run.timeline());
             high_water.push_back(run.highWater());

@@ -14,6 +14,8 @@
 // Each task's start and end are taken under the allocator's lock, strictly increasing, so the
 // measured timeline orders the memory events as they were counted.
 #include <cstdint>
+#include <functional>
+#include <utility>
 #include <vector>
 
 #include "core/program.hpp"
@@ -46,11 +48,15 @@ struct Execution {
 class Executor {
 public:
     explicit Executor(Backend& backend) : m_backend(backend) {}
+    // Called from the host thread after each step (warmup included) with the steps done and the
+    // total: progress for people. Empty: none.
+    void onStep(std::function<void(int32_t done, int32_t total)> callback) { m_on_step = std::move(callback); }
     // Errors: a step's task failed (after Backend::abortRun), or options are out of range.
     core::Result<Execution> run(const core::Program& program, const ExecutorOptions& options);
 
 private:
     Backend& m_backend;
+    std::function<void(int32_t, int32_t)> m_on_step;
 };
 
 }  // namespace shardcast::exec

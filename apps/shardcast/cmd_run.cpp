@@ -96,21 +96,25 @@ int runRun(const RunOptions& o) {
     return reportInputError(std::string("this shardcast was built without the MPI CPU backend that `run` needs: ") +
                             kInstallMpi);
 #else
+    // Every rank checks its input; only rank 0 (by the launcher's environment) says what is wrong.
+    const int64_t env_rank = envInt("OMPI_COMM_WORLD_RANK").value_or(0);
+    auto inputError = [env_rank](const std::string& message) {
+        return env_rank == 0 ? reportInputError(message) : kExitBadInput;
+    };
     auto plan = core::buildPlan(o.plan);
-    if (!plan) return reportInputError(plan.error().message);
+    if (!plan) return inputError(plan.error().message);
     auto profile = sim::resolveProfile(plan->cluster, o.profile);
-    if (!profile) return reportInputError("--profile " + profile.error().message);
+    if (!profile) return inputError("--profile " + profile.error().message);
     sim::EvaluationOptions options;
     options.issue_order_memory = false;
     sim::Evaluator evaluator;
     sim::Evaluation predicted;
-    if (auto s = evaluator.evaluate(*plan, &*profile, options, predicted); !s) return reportInputError(s.error().message);
+    if (auto s = evaluator.evaluate(*plan, &*profile, options, predicted); !s) return inputError(s.error().message);
 
     // Ranks: one process per GPU of the plan, started by mpirun. Checked before MPI starts, from
     // the launcher's environment, so that a mismatch is one line and exit 2 on every rank.
     const int64_t needed = predicted.program.world_size;
     const std::optional<int64_t> launched = envInt("OMPI_COMM_WORLD_SIZE");
-    const int64_t env_rank = envInt("OMPI_COMM_WORLD_RANK").value_or(0);
     const int64_t world = launched.value_or(1);
     if (world != needed) {
         if (env_rank != 0) return kExitBadInput;
@@ -157,6 +161,13 @@ int runRun(const RunOptions& o) {
     }
     cpu::CpuBackend backend(mpi, o.verify);
     exec::Executor executor(backend);
+    const bool progress = mpi.rank() == 0 && isatty(STDERR_FILENO) == 1;
+    if (progress) {  // on a terminal: one line, rewritten after each step
+        executor.onStep([](int32_t done, int32_t total) {
+            fmt::print(stderr, "\rstep {}/{}{}", done, total, done == total ? "\r            \r" : "");
+            std::fflush(stderr);
+        });
+    }
     auto run = executor.run(predicted.program, {.warmup = o.warmup, .steps = o.steps});
     if (!run) mpi.abort(run.error().message);  // ends every rank: peers may wait in a collective
     // Rank 0 reports the verified collectives of every rank.

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <initializer_list>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -90,8 +91,14 @@ TEST(ExecutorTest, KeepsStreamOrderDepsAndHostWait) {
 
     NullBackend backend;
     Executor executor(backend);
+    std::vector<int32_t> progress;
+    executor.onStep([&](int32_t done, int32_t total) {
+        EXPECT_EQ(total, 6);
+        progress.push_back(done);
+    });
     auto run = executor.run(b.program(), {.warmup = 1, .steps = 5});
     ASSERT_TRUE(run.ok()) << run.error().message;
+    EXPECT_EQ(progress, (std::vector<int32_t>{1, 2, 3, 4, 5, 6}));
     EXPECT_EQ(backend.tasksRun(), 6 * b.program().size());
     EXPECT_EQ(run->step_ns.size(), 5u);
     EXPECT_EQ(run->worker_threads, 3);  // compute, all-gather, reduce-scatter
