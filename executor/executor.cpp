@@ -166,7 +166,12 @@ private:
                 });
                 if (m_failed) return;
             }
-            core::Status ran = runTask(id);
+            core::Status ran = core::Ok{};
+            try {  // allocate() throws std::bad_alloc when the machine runs out of memory
+                ran = runTask(id);
+            } catch (const std::exception& e) {
+                ran = core::makeError(std::string("allocating its buffers failed: ") + e.what());
+            }
             if (!ran) {
                 {
                     std::lock_guard lk(m_mutex);

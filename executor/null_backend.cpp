@@ -12,6 +12,7 @@ namespace shardcast::exec {
 core::Status NullBackend::prepare(const core::Program&) { return core::Ok{}; }
 
 void* NullBackend::allocate(int64_t bytes) {
+    if (bytes > m_alloc_limit) throw std::bad_alloc();
     if (!m_hold_memory) return reinterpret_cast<void*>(m_next_token.fetch_add(16));
     void* p = std::malloc(static_cast<size_t>(bytes));
     if (p == nullptr) throw std::bad_alloc();

@@ -29,12 +29,15 @@ public:
     // A task id that fails when run (tests of the failure path); -1: none.
     void failTask(int32_t id) { m_fail_task = id; }
     int64_t tasksRun() const { return m_tasks_run.load(); }
+    // allocate() throws std::bad_alloc for more than `bytes` (tests of running out of memory).
+    void failAllocationsOver(int64_t bytes) { m_alloc_limit = bytes; }
     // Every task of `stream` sleeps this long (tests of overlap and waits); set before run().
     void setStreamDelay(core::Stream stream, int64_t delay_us) { m_delay_us[static_cast<size_t>(stream)] = delay_us; }
 
 private:
     bool m_hold_memory;
     int32_t m_fail_task = -1;
+    int64_t m_alloc_limit = INT64_MAX;
     std::array<int64_t, core::kStreamCount> m_delay_us{};
     std::atomic<int64_t> m_tasks_run{0};
     std::atomic<uintptr_t> m_next_token{16};

@@ -196,6 +196,21 @@ TEST(ExecutorTest, FailingTaskEndsTheRunWithItsName) {
     EXPECT_NE(run.error().message.find("injected failure"), std::string::npos) << run.error().message;
 }
 
+// Running out of memory in a task's allocation is an error naming the task, not a crash.
+TEST(ExecutorTest, FailedAllocationEndsTheRunWithItsName) {
+    Builder b;
+    b.add(TaskKind::Forward, Stream::Compute);
+    const int32_t big = b.add(TaskKind::AllGather, Stream::AllGather);
+    b.mem(&core::Task::mem_start, big, {ev(1 << 20, MemCategory::AllGather, 0, Stream::AllGather)});
+    NullBackend backend;
+    backend.failAllocationsOver(1 << 19);
+    Executor executor(backend);
+    auto run = executor.run(b.program(), {});
+    ASSERT_FALSE(run.ok());
+    EXPECT_NE(run.error().message.find("task 1"), std::string::npos) << run.error().message;
+    EXPECT_NE(run.error().message.find("allocating its buffers failed"), std::string::npos) << run.error().message;
+}
+
 core::Program lowered(const core::PlanOverrides& o) {
     auto plan = core::buildPlan(o);
     EXPECT_TRUE(plan.ok()) << plan.error().message;
