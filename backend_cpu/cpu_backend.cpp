@@ -106,7 +106,7 @@ struct CollectiveCall {
     const std::vector<int32_t>& members;
     int32_t rank;
     bool verify;
-    bool corrupt;
+    int32_t corrupt;  // test hook: 1 all-gathers, 2 reductions send a wrong first element from the last member
     MPI_Op sum;
 };
 
@@ -140,9 +140,10 @@ core::Status runCollective(const CollectiveCall& c, int64_t total, std::vector<t
     if (c.verify) {
         if (kind == core::TaskKind::AllGather) {
             for (int64_t i = 0; i < count; ++i) send[i] = Codec::enc(paramValue(unit, position * count + i));
-            if (c.corrupt && position == members - 1) send[0] = Codec::enc(paramValue(unit, position * count) + 1.0f);
+            if (c.corrupt == 1 && position == members - 1) send[0] = Codec::enc(paramValue(unit, position * count) + 1.0f);
         } else {
             for (int64_t i = 0; i < send_elems; ++i) send[i] = Codec::enc(gradValue(unit, c.rank, i, members));
+            if (c.corrupt == 2 && position == members - 1) send[0] = Codec::enc(gradValue(unit, c.rank, 0, members) + 64.0f);
         }
         std::fill(recv, recv + recv_elems, Codec::enc(-1.0f));
     }
@@ -212,7 +213,7 @@ CpuBackend::CpuBackend(const MpiSession& session, bool verify) : m_session(sessi
     };
     m_fail_rank = envRank("SHARDCAST_TEST_FAIL_RANK");
     m_kill_rank = envRank("SHARDCAST_TEST_KILL_RANK");
-    m_corrupt = envRank("SHARDCAST_TEST_CORRUPT") == 1;
+    m_corrupt = std::max(envRank("SHARDCAST_TEST_CORRUPT"), 0);
 }
 
 CpuBackend::~CpuBackend() {

@@ -31,7 +31,8 @@
 //
 // Test hooks (environment, for the fault tests): SHARDCAST_TEST_FAIL_RANK=R makes rank R fail its
 // first compute task; SHARDCAST_TEST_KILL_RANK=R makes rank R SIGKILL itself there;
-// SHARDCAST_TEST_CORRUPT=1 makes the last rank send a wrong first element in every all-gather.
+// SHARDCAST_TEST_CORRUPT=1 (2) makes the last rank of a group send a wrong first element in every
+// all-gather (reduce-scatter and all-reduce).
 #include <array>
 #include <cstdint>
 #include <map>
@@ -99,7 +100,7 @@ private:
     std::array<int64_t, core::kStreamCount> m_elements_per_stream{};
     MPI_Op m_bf16_sum = MPI_OP_NULL;
     int32_t m_fail_rank = -1, m_kill_rank = -1;
-    bool m_corrupt = false;
+    int32_t m_corrupt = 0;
 };
 
 }  // namespace shardcast::cpu

@@ -76,6 +76,18 @@ faults)
     [[ -e "$tmp/bad.json" ]] && fail "corrupted collective: RUN.json written"
     echo "ok   corrupted all-gather -> exit $rc: $(grep -m1 -o 'verify failed.*' "$tmp/corrupt.log" | cut -c1-160)"
 
+    # A corrupted reduce-scatter: the shard holding element 0 is not the mean over the ranks.
+    SHARDCAST_TEST_CORRUPT=2 timeout 60 "$mpirun_sh" -np 2 "$shardcast" "${base[@]}" --verify --out "$tmp/bad.json" \
+        >"$tmp/corrupt2.log" 2>&1
+    rc=$?
+    if [[ $rc == 0 ]]; then fail "corrupted reduce-scatter: exit 0"; fi
+    if ! grep -Eq "verify failed for unit .* on rank 0 .*: element 0 of the reduce-scattered shard of the gradient .* expected .*mean over ranks \[0,1\]" \
+        "$tmp/corrupt2.log"; then
+        fail "corrupted reduce-scatter: no message naming unit, rank and element"; cat "$tmp/corrupt2.log"
+    fi
+    [[ -e "$tmp/bad.json" ]] && fail "corrupted reduce-scatter: RUN.json written"
+    echo "ok   corrupted reduce-scatter -> exit $rc: $(grep -m1 -o 'verify failed.*' "$tmp/corrupt2.log" | cut -c1-160)"
+
     # World size from mpirun != the plan's: exit 2 naming both numbers.
     timeout 60 "$mpirun_sh" -np 3 "$shardcast" "${base[@]}" >"$tmp/np3.log" 2>&1
     rc=$?
