@@ -23,5 +23,6 @@ void registerSimulateCommand(CLI::App& app, int& exit_code);
 void registerSweepCommand(CLI::App& app, int& exit_code);
 void registerSearchCommand(CLI::App& app, int& exit_code);
 void registerCompareCommand(CLI::App& app, int& exit_code);
+void registerRunCommand(CLI::App& app, int& exit_code);
 
 }  // namespace shardcast::cli

@@ -1,0 +1,358 @@
+#include "backend_cpu/cpu_backend.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+#include <climits>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <numeric>
+#include <string>
+
+#include <Eigen/Core>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+namespace shardcast::cpu {
+namespace {
+
+// Grows a scratch vector to `n` elements; new elements are zero (so their pages are touched
+// once, and GEMMs never meet denormals or NaNs).
+template <class T>
+T* grow(std::vector<T>& v, int64_t n) {
+    if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n), T{});
+    return v.data();
+}
+
+// C[m, n] = A[m, k] B[k, n], `batch` times.
+void gemm(float* a, float* b, float* c, int64_t m, int64_t n, int64_t k, int64_t batch) {
+    using Matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic>;
+    Eigen::Map<Matrix> A(a, m, k), B(b, k, n), C(c, m, n);
+    for (int64_t i = 0; i < batch; ++i) C.noalias() = A * B;
+}
+
+// Verify data: small integers, exact in bf16 (8 significant bits: every integer up to 256) and
+// in fp32, so every sum over a group is exact whatever order MPI adds in.
+float paramValue(int32_t unit, int64_t element) {
+    return static_cast<float>((static_cast<int64_t>(unit) * 31 + element * 7) % 61);
+}
+float gradValue(int32_t unit, int32_t rank, int64_t element, int64_t members) {
+    const int64_t range = std::clamp<int64_t>(256 / std::max<int64_t>(members, 1), 2, 61);  // sum < 256
+    return static_cast<float>((static_cast<int64_t>(unit) * 17 + static_cast<int64_t>(rank) * 5 + element * 3) % range);
+}
+
+// bf16 is the top half of an fp32; rounding to nearest, ties to even.
+uint16_t toBf16(float v) {
+    uint32_t bits = 0;
+    std::memcpy(&bits, &v, sizeof(bits));
+    bits += 0x7FFFu + ((bits >> 16) & 1u);
+    return static_cast<uint16_t>(bits >> 16);
+}
+float fromBf16(uint16_t h) {
+    const uint32_t bits = static_cast<uint32_t>(h) << 16;
+    float v = 0;
+    std::memcpy(&v, &bits, sizeof(v));
+    return v;
+}
+
+// MPI_Op: inout[i] = bf16(in[i] + inout[i]).
+void bf16Sum(void* in, void* inout, int* len, MPI_Datatype*) {
+    const auto* a = static_cast<const uint16_t*>(in);
+    auto* b = static_cast<uint16_t*>(inout);
+    for (int i = 0; i < *len; ++i) b[i] = toBf16(fromBf16(a[i]) + fromBf16(b[i]));
+}
+
+struct F32Codec {
+    using T = float;
+    static T enc(float v) { return v; }
+    static float dec(T x) { return x; }
+    static MPI_Datatype type() { return MPI_FLOAT; }
+    static std::string show(T x) { return fmt::format("{}", x); }
+};
+struct Bf16Codec {
+    using T = uint16_t;
+    static T enc(float v) { return toBf16(v); }
+    static float dec(T x) { return fromBf16(x); }
+    static MPI_Datatype type() { return MPI_UINT16_T; }
+    static std::string show(T x) { return fmt::format("{} (bf16 0x{:04x})", fromBf16(x), x); }
+};
+
+// Waits for a nonblocking collective, driving MPI's progress with MPI_Test. A blocking MPI call
+// spins at full speed; with several stream threads per rank and more threads than cores, the
+// spinning steals the CPU from the very peers (and this rank's compute) it waits for, and a step
+// slows down by orders of magnitude. So: spin briefly (short messages finish in microseconds),
+// then yield, then sleep 20 us between tests.
+core::Status waitPolitely(MPI_Request& request, const char* call, int32_t rank) {
+    for (int tests = 0;; ++tests) {
+        int done = 0;
+        if (auto s = mpiCheck(MPI_Test(&request, &done, MPI_STATUS_IGNORE), call, rank); !s) return s;
+        if (done != 0) return core::Ok{};
+        if (tests < 64) continue;
+        if (tests < 256) {
+            std::this_thread::yield();
+        } else {
+            std::this_thread::sleep_for(std::chrono::microseconds(20));
+        }
+    }
+}
+
+struct CollectiveCall {
+    const core::Program& program;
+    int32_t id;
+    const core::Task& task;
+    MPI_Comm comm;
+    const std::vector<int32_t>& members;
+    int32_t rank;
+    bool verify;
+    int32_t corrupt;  // test hook: 1 all-gathers, 2 reductions send a wrong first element from the last member
+    MPI_Op sum;
+};
+
+std::string unitName(const core::Program& program, int32_t unit) {
+    if (unit < 0 || unit >= static_cast<int32_t>(program.units.size())) return "(step)";
+    return program.units[static_cast<size_t>(unit)].name;
+}
+
+// One collective of `total` elements of Codec::T (the gathered / reduced size S). Sets `checked`
+// to the elements verified (0 when not verifying).
+template <class Codec>
+core::Status runCollective(const CollectiveCall& c, int64_t total, std::vector<typename Codec::T>& sendv,
+                           std::vector<typename Codec::T>& recvv, int64_t& checked) {
+    using T = typename Codec::T;
+    checked = 0;
+    const core::TaskKind kind = c.task.kind;
+    const auto members = static_cast<int64_t>(c.members.size());
+    const int64_t count = kind == core::TaskKind::AllReduce ? total : total / members;  // per rank
+    if (count <= 0) return core::Ok{};
+    if (count > INT32_MAX) {
+        return core::makeError("collective of " + std::to_string(count) + " elements per rank exceeds MPI's int count");
+    }
+    const int n = static_cast<int>(count);
+    const int64_t send_elems = kind == core::TaskKind::ReduceScatter ? count * members : count;
+    const int64_t recv_elems = kind == core::TaskKind::AllGather ? count * members : count;
+    T* send = grow(sendv, send_elems);
+    T* recv = grow(recvv, recv_elems);
+    const int32_t unit = std::max(c.task.unit, 0);
+    int64_t position = 0;  // this rank's place in the group
+    while (c.members[static_cast<size_t>(position)] != c.rank) ++position;
+    if (c.verify) {
+        if (kind == core::TaskKind::AllGather) {
+            for (int64_t i = 0; i < count; ++i) send[i] = Codec::enc(paramValue(unit, position * count + i));
+            if (c.corrupt == 1 && position == members - 1) send[0] = Codec::enc(paramValue(unit, position * count) + 1.0f);
+        } else {
+            for (int64_t i = 0; i < send_elems; ++i) send[i] = Codec::enc(gradValue(unit, c.rank, i, members));
+            if (c.corrupt == 2 && position == members - 1) send[0] = Codec::enc(gradValue(unit, c.rank, 0, members) + 64.0f);
+        }
+        std::fill(recv, recv + recv_elems, Codec::enc(-1.0f));
+    }
+    MPI_Request request = MPI_REQUEST_NULL;
+    const char* call = "MPI_Iallreduce";
+    int code = MPI_SUCCESS;
+    switch (kind) {
+        case core::TaskKind::AllGather:
+            call = "MPI_Iallgather";
+            code = MPI_Iallgather(send, n, Codec::type(), recv, n, Codec::type(), c.comm, &request);
+            break;
+        case core::TaskKind::ReduceScatter:
+            call = "MPI_Ireduce_scatter_block";
+            code = MPI_Ireduce_scatter_block(send, recv, n, Codec::type(), c.sum, c.comm, &request);
+            break;
+        default:
+            code = MPI_Iallreduce(send, recv, n, Codec::type(), c.sum, c.comm, &request);
+            break;
+    }
+    core::Status called = mpiCheck(code, call, c.rank);
+    if (called) called = waitPolitely(request, call, c.rank);
+    if (!called) return called;
+    if (kind != core::TaskKind::AllGather) {  // the mean over the group, as FSDP's divide factors
+        const auto divisor = static_cast<float>(members);
+        for (int64_t i = 0; i < recv_elems; ++i) recv[i] = Codec::enc(Codec::dec(recv[i]) / divisor);
+    }
+    if (!c.verify) return core::Ok{};
+
+    const int64_t offset = kind == core::TaskKind::ReduceScatter ? position * count : 0;
+    for (int64_t i = 0; i < recv_elems; ++i) {
+        T want{};
+        if (kind == core::TaskKind::AllGather) {
+            want = Codec::enc(paramValue(unit, i));
+        } else {
+            float sum = 0;
+            for (int32_t member : c.members) sum += gradValue(unit, member, offset + i, members);
+            want = Codec::enc(sum / static_cast<float>(members));
+        }
+        if (recv[i] == want) continue;
+        const std::string what =
+            kind == core::TaskKind::AllGather
+                ? fmt::format("element {} of the all-gathered parameters", i)
+                : fmt::format("element {} of the {} gradient (element {} of the unit's gradient buffer)", i,
+                              kind == core::TaskKind::ReduceScatter ? "reduce-scattered shard of the"
+                                                                    : "all-reduced",
+                              offset + i);
+        const std::string rule = kind == core::TaskKind::AllGather
+                                     ? "the original parameter, the same on every rank"
+                                     : fmt::format("the mean over ranks [{}] of their gradients", fmt::join(c.members, ","));
+        return core::makeError(fmt::format("verify failed for unit {} on rank {} ({}, task {}): {} is {}, expected {} ({})",
+                                           unitName(c.program, c.task.unit), c.rank, c.program.taskLabel(c.id), c.id,
+                                           what, Codec::show(recv[i]), Codec::show(want), rule));
+    }
+    checked = recv_elems;
+    return core::Ok{};
+}
+
+}  // namespace
+
+std::string eigenSimd() { return Eigen::SimdInstructionSetsInUse(); }
+int eigenThreads() { return Eigen::nbThreads(); }
+
+CpuBackend::CpuBackend(const MpiSession& session, bool verify) : m_session(session), m_verify(verify) {
+    auto envRank = [](const char* name) -> int32_t {
+        const char* v = std::getenv(name);
+        return v != nullptr && *v != '\0' ? static_cast<int32_t>(std::strtol(v, nullptr, 10)) : -1;
+    };
+    m_fail_rank = envRank("SHARDCAST_TEST_FAIL_RANK");
+    m_kill_rank = envRank("SHARDCAST_TEST_KILL_RANK");
+    m_corrupt = std::max(envRank("SHARDCAST_TEST_CORRUPT"), 0);
+}
+
+CpuBackend::~CpuBackend() {
+    for (auto& [key, group] : m_groups) {
+        if (group.comm != MPI_COMM_NULL) MPI_Comm_free(&group.comm);
+    }
+    if (m_bf16_sum != MPI_OP_NULL) MPI_Op_free(&m_bf16_sum);
+}
+
+core::Status CpuBackend::prepare(const core::Program& program) {
+    // Every rank splits the same (stream, group) pairs in the same order: MPI_Comm_split is
+    // collective over MPI_COMM_WORLD.
+    if (m_bf16_sum == MPI_OP_NULL) {
+        if (auto s = mpiCheck(MPI_Op_create(&bf16Sum, /*commute=*/1, &m_bf16_sum), "MPI_Op_create", rank()); !s) return s;
+    }
+    std::vector<std::pair<int, int32_t>> needed;
+    for (const core::Task& t : program.tasks) {
+        if (!core::isCollective(t.kind)) continue;
+        needed.emplace_back(static_cast<int>(t.stream), t.group);
+    }
+    std::sort(needed.begin(), needed.end());
+    needed.erase(std::unique(needed.begin(), needed.end()), needed.end());
+    for (const auto& key : needed) {
+        if (m_groups.count(key) != 0) continue;
+        std::vector<int32_t> members = core::groupRanks(program, key.second, rank());
+        if (members.empty()) {
+            return core::makeError("process group " + std::to_string(key.second) + " of the Program has no instance holding rank " +
+                                   std::to_string(rank()) + " (world size " + std::to_string(worldSize()) + ")");
+        }
+        Group g;
+        if (auto s = mpiCheck(MPI_Comm_split(MPI_COMM_WORLD, members.front(), rank(), &g.comm), "MPI_Comm_split", rank()); !s) {
+            return s;
+        }
+        MPI_Comm_set_errhandler(g.comm, MPI_ERRORS_RETURN);
+        int size = 0;
+        MPI_Comm_size(g.comm, &size);
+        if (size != static_cast<int>(members.size())) {
+            return core::makeError("rank " + std::to_string(rank()) + ": the communicator of " +
+                                   std::string(core::groupKindName(program.groups[static_cast<size_t>(key.second)].kind)) +
+                                   " group has " + std::to_string(size) + " ranks, the Program says " +
+                                   std::to_string(members.size()));
+        }
+        g.members = std::move(members);
+        m_groups.emplace(key, std::move(g));
+    }
+    return core::Ok{};
+}
+
+void* CpuBackend::allocate(int64_t bytes) {
+    void* p = std::malloc(static_cast<size_t>(bytes));
+    if (p == nullptr) throw std::bad_alloc();
+    std::memset(p, 0, static_cast<size_t>(bytes));  // resident, as device memory is
+    return p;
+}
+
+void CpuBackend::release(void* ptr, int64_t) noexcept { std::free(ptr); }
+
+int64_t CpuBackend::collectivesVerified() const {
+    return std::accumulate(m_verified_per_stream.begin(), m_verified_per_stream.end(), int64_t{0});
+}
+
+int64_t CpuBackend::elementsVerified() const {
+    return std::accumulate(m_elements_per_stream.begin(), m_elements_per_stream.end(), int64_t{0});
+}
+
+core::Status CpuBackend::barrier() {
+    return mpiCheck(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier", rank());
+}
+
+void CpuBackend::abortRun(const core::Error& error) noexcept { m_session.abort(error.message); }
+
+core::Status CpuBackend::runTask(const core::Program& program, int32_t id, int32_t) {
+    const core::Task& t = program.tasks[static_cast<size_t>(id)];
+    Scratch& s = m_scratch[static_cast<size_t>(t.stream)];
+    if (core::isCollective(t.kind)) return collective(program, id, s);
+    if (t.ops.count > 0 && rank() == m_kill_rank) std::raise(SIGKILL);  // test hook: a rank dies mid-step
+    if (t.ops.count > 0 && rank() == m_fail_rank) {
+        return core::makeError("injected failure (test hook SHARDCAST_TEST_FAIL_RANK=" + std::to_string(m_fail_rank) + ")");
+    }
+    if (t.ops.count > 0) return compute(program, t, s);
+    if (t.comm_bytes > 0) {  // host <-> device copies: the bytes moved, as memory traffic
+        std::memcpy(grow(s.dst, t.comm_bytes), grow(s.src, t.comm_bytes), static_cast<size_t>(t.comm_bytes));
+    }
+    return core::Ok{};
+}
+
+core::Status CpuBackend::compute(const core::Program& program, const core::Task& task, Scratch& s) {
+    const core::OpShape* ops = program.opsBegin(task);
+    for (uint32_t i = 0; i < task.ops.count; ++i) {
+        const core::OpShape& op = ops[i];
+        switch (op.kind) {
+            case core::OpShapeKind::Gemm:
+                gemm(grow(s.a, op.m * op.k), grow(s.b, op.k * op.n), grow(s.c, op.m * op.n), op.m, op.n, op.k,
+                     std::max<int64_t>(op.batch, 1));
+                break;
+            case core::OpShapeKind::Attention:
+            case core::OpShapeKind::AttentionBackward: {
+                // Per sequence and head: scores [s, d] x [d, s] and values [s, s] x [s, d], 4 s^2 d
+                // FLOPs as opFlops counts them; the backward twice that.
+                const int64_t seq = op.seq, d = op.head_dim;
+                const int64_t products = std::max<int64_t>(op.batch, 1) * op.heads *
+                                         (op.kind == core::OpShapeKind::AttentionBackward ? 2 : 1);
+                float* q = grow(s.a, seq * std::max(seq, d));
+                float* k = grow(s.b, seq * std::max(seq, d));
+                float* out = grow(s.c, seq * std::max(seq, d));
+                gemm(q, k, out, seq, seq, d, products);
+                gemm(out, k, q, seq, d, seq, products);
+                break;
+            }
+            case core::OpShapeKind::Elementwise: {
+                const int64_t half = op.bytes / 2;  // read half, write half
+                if (half > 0) std::memcpy(grow(s.dst, half), grow(s.src, half), static_cast<size_t>(half));
+                break;
+            }
+        }
+    }
+    return core::Ok{};
+}
+
+core::Status CpuBackend::collective(const core::Program& program, int32_t id, Scratch& s) {
+    const core::Task& t = program.tasks[static_cast<size_t>(id)];
+    auto found = m_groups.find({static_cast<int>(t.stream), t.group});
+    if (found == m_groups.end()) return core::makeError("no communicator was prepared for this collective's group");
+    const Group& g = found->second;
+    const CollectiveCall call{program, id, t, g.comm, g.members, rank(), m_verify, m_corrupt, MPI_SUM};
+    int64_t checked = 0;
+    core::Status done = core::Ok{};
+    if (core::itemSize(t.dtype) == 2) {
+        CollectiveCall bf16 = call;
+        bf16.sum = m_bf16_sum;
+        done = runCollective<Bf16Codec>(bf16, t.comm_bytes / 2, s.send16, s.recv16, checked);
+    } else {
+        done = runCollective<F32Codec>(call, t.comm_bytes / 4, s.send, s.recv, checked);
+    }
+    if (done && checked > 0) {
+        ++m_verified_per_stream[static_cast<size_t>(t.stream)];
+        m_elements_per_stream[static_cast<size_t>(t.stream)] += checked;
+    }
+    return done;
+}
+
+}  // namespace shardcast::cpu
