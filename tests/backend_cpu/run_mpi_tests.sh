@@ -15,12 +15,9 @@ trap 'rm -rf "$tmp"' EXIT
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
-# The bundled tiny models (models/ once branch `compare` is merged), else this directory's copies.
-model() {
-    if [[ -f "$src/models/tiny-$1.json" ]]; then echo "$src/models/tiny-$1.json"; else echo "$src/tests/backend_cpu/run_tiny_$1.json"; fi
-}
-llama=$(model llama)
-gpt2=$(model gpt2)
+# The bundled tiny models.
+llama="$src/models/tiny-llama.json"
+gpt2="$src/models/tiny-gpt2.json"
 small=(--seq-len 64 --micro-batch 1 --warmup 1 --steps 2)
 
 n=0
