@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# mpirun for shardcast's CPU backend inside containers and CI: every rank on this machine over
+# shared memory (btl self,vader), more ranks than cores allowed, root allowed when running as root.
+# Usage: scripts/mpirun.sh -np 2 build/bin/shardcast run PLAN --backend cpu ...
+set -euo pipefail
+args=(--oversubscribe --mca btl self,vader --bind-to none)
+if [[ $(id -u) == 0 ]]; then args+=(--allow-run-as-root); fi
+# Cross-memory attach needs ptrace rights that containers usually withhold: copy through the segment.
+export OMPI_MCA_btl_vader_single_copy_mechanism=none
+# No InfiniBand / UCX probing on a single machine (silences warnings, speeds start-up).
+export OMPI_MCA_pml=ob1
+exec mpirun "${args[@]}" "$@"
