@@ -22,5 +22,6 @@ void registerGpusCommand(CLI::App& app, int& exit_code);
 void registerSimulateCommand(CLI::App& app, int& exit_code);
 void registerSweepCommand(CLI::App& app, int& exit_code);
 void registerSearchCommand(CLI::App& app, int& exit_code);
+void registerCalibrateCommand(CLI::App& app, int& exit_code);
 
 }  // namespace shardcast::cli

@@ -39,6 +39,7 @@ int main(int argc, char** argv) {
         registerSimulateCommand(app, exit_code);
         registerSweepCommand(app, exit_code);
         registerSearchCommand(app, exit_code);
+        registerCalibrateCommand(app, exit_code);
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {
         return app.exit(e);
