@@ -36,6 +36,17 @@ TEST(CalibrationFitTest, GemmCurveRecoversRatesAndHalfFlops) {
     for (const GemmPoint& p : points) EXPECT_NEAR(gemmFitSeconds(*fit, p) / p.seconds, 1.0, 1e-9);
 }
 
+TEST(CalibrationFitTest, GemmCurveThroughTwoPointsWorkedByHand) {
+    // 100^3 and 200^3: 2e6 and 16e6 FLOPs in 3 ms and 17 ms. t = (f + half) / rate: the slope
+    // gives rate = 14e6 / 14e-3 = 1e9 FLOP/s, the intercept half = 3e-3 * 1e9 - 2e6 = 1e6 FLOPs.
+    const std::vector<GemmPoint> points = {{100, 100, 100, false, 3e-3}, {200, 200, 200, false, 17e-3}};
+    auto fit = fitGemmCurve(points);
+    ASSERT_TRUE(fit.ok()) << fit.error().message;
+    EXPECT_NEAR(fit->forward_flops_per_s_max, 1e9, 1e3);
+    EXPECT_NEAR(fit->half_flops, 1e6, 1.0);
+    EXPECT_NEAR(gemmFitSeconds(*fit, {300, 300, 300, false, 0}), (54e6 + 1e6) / 1e9, 1e-9);
+}
+
 TEST(CalibrationFitTest, GemmCurveWithoutBackwardPointsUsesTheForwardRate) {
     std::vector<GemmPoint> points;
     for (GemmPoint p : syntheticGemm(50e9, 50e9, 0)) {
