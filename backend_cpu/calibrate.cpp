@@ -69,11 +69,17 @@ Sizes makeSizes(bool quick) {
     return p;
 }
 
-double median(std::vector<double> v) {
+// The statistic of every timing: the lower quartile of the iterations (linear interpolation
+// between order statistics). A rank descheduled by another process stretches an iteration by a
+// scheduler slice (milliseconds); on a busy machine that hits many iterations, and the quartile
+// keeps up to three in four of them out of the figure, where a median keeps one in two.
+double typical(std::vector<double> v) {
     if (v.empty()) return 0;
     std::sort(v.begin(), v.end());
-    const size_t n = v.size();
-    return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    const double pos = 0.25 * static_cast<double>(v.size() - 1);
+    const auto lo = static_cast<size_t>(pos);
+    const size_t hi = std::min(lo + 1, v.size() - 1);
+    return v[lo] + (pos - static_cast<double>(lo)) * (v[hi] - v[lo]);
 }
 
 double maxOverRanks(double value, MPI_Comm comm, int32_t rank) {
@@ -82,13 +88,13 @@ double maxOverRanks(double value, MPI_Comm comm, int32_t rank) {
     return out;
 }
 
-// Per-iteration times, each the slowest rank's, then their median (a collective ends for the
-// job when its last rank leaves it).
-double medianOfSlowest(std::vector<double> times, MPI_Comm comm, int32_t rank) {
+// Per-iteration times, each the slowest rank's, then their typical value (a collective ends for
+// the job when its last rank leaves it).
+double typicalOfSlowest(std::vector<double> times, MPI_Comm comm, int32_t rank) {
     std::vector<double> slowest(times.size());
     check(MPI_Allreduce(times.data(), slowest.data(), static_cast<int>(times.size()), MPI_DOUBLE, MPI_MAX, comm),
           "MPI_Allreduce (max of timings)", rank);
-    return median(std::move(slowest));
+    return typical(std::move(slowest));
 }
 
 class Progress {
@@ -139,7 +145,7 @@ sim::GemmPoint measureGemm(int64_t m, int64_t n, int64_t k, bool backward, doubl
         g.run();
         times.push_back(MPI_Wtime() - t0);
     }
-    return {m, n, k, backward, maxOverRanks(median(times), MPI_COMM_WORLD, rank)};
+    return {m, n, k, backward, maxOverRanks(typical(times), MPI_COMM_WORLD, rank)};
 }
 
 // The backend's bandwidth-bound ops are memcpys of half their byte count (read half, write half).
@@ -158,7 +164,7 @@ MemoryPoint measureMemory(int64_t bytes, int iterations, int32_t rank) {
     MemoryPoint p;
     p.buffer_bytes = bytes;
     p.traffic_bytes = 2 * bytes;
-    p.seconds = maxOverRanks(median(times), MPI_COMM_WORLD, rank);
+    p.seconds = maxOverRanks(typical(times), MPI_COMM_WORLD, rank);
     return p;
 }
 
@@ -207,7 +213,7 @@ public:
             run();
             times.push_back(MPI_Wtime() - t0);
         }
-        return medianOfSlowest(std::move(times), m_comm, m_rank);
+        return typicalOfSlowest(std::move(times), m_comm, m_rank);
     }
 
 private:
@@ -251,7 +257,7 @@ OverlapPoint measureOverlap(int64_t gemm_size, int64_t bytes, int32_t rank) {
         g.run();
         alone.push_back(MPI_Wtime() - t0);
     }
-    p.gemm_alone_s = median(alone);
+    p.gemm_alone_s = typical(alone);
 
     int world = 1;
     check(MPI_Comm_size(MPI_COMM_WORLD, &world), "MPI_Comm_size", rank);
@@ -289,10 +295,10 @@ OverlapPoint measureOverlap(int64_t gemm_size, int64_t bytes, int32_t rank) {
     comm.join();
     if (failure) std::rethrow_exception(failure);
     // A rank whose GEMMs all outlasted the loop saw at least one GEMM's worth of overlap.
-    p.gemm_overlapped_s = gemm_times.empty() ? p.gemm_alone_s : median(gemm_times);
+    p.gemm_overlapped_s = gemm_times.empty() ? p.gemm_alone_s : typical(gemm_times);
     p.gemm_alone_s = maxOverRanks(p.gemm_alone_s, MPI_COMM_WORLD, rank);
     p.gemm_overlapped_s = maxOverRanks(p.gemm_overlapped_s, MPI_COMM_WORLD, rank);
-    p.all_gather_overlapped_s = maxOverRanks(median(comm_times), MPI_COMM_WORLD, rank);
+    p.all_gather_overlapped_s = maxOverRanks(typical(comm_times), MPI_COMM_WORLD, rank);
     return p;
 }
 
@@ -330,6 +336,14 @@ core::GpuSpec hostSpec() {
 
 }  // namespace
 
+std::optional<HostLoad> hostLoad() {
+    std::ifstream in("/proc/loadavg");
+    HostLoad load;
+    if (!(in >> load.load_1min)) return std::nullopt;
+    load.cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+    return load;
+}
+
 std::string cpuProfileName() {
     std::array<char, 256> host{};
     if (gethostname(host.data(), host.size() - 1) != 0) return "cpu-unknown";
@@ -366,6 +380,7 @@ core::Result<CalibrationResult> calibrateCpu(const MpiSession& session, const Ca
     Progress progress(options, gemm_points + memory_points + collective_points + overlap_points, rank == 0);
 
     CalibrationMeasurements m;
+    m.load_at_start = hostLoad();
     m.world_size = world;
     m.eigen_threads = Eigen::nbThreads();
     m.simd = Eigen::SimdInstructionSetsInUse();
@@ -429,7 +444,7 @@ core::Result<CalibrationResult> calibrateCpu(const MpiSession& session, const Ca
         options.quick ? " --quick" : "", fits.name.substr(4), utcNow(), world, EIGEN_WORLD_VERSION, EIGEN_MAJOR_VERSION,
         EIGEN_MINOR_VERSION, r.measured.eigen_threads, r.measured.simd, sizes.memory_bytes.back() >> 20,
         fits.collectives ? "MPI_Allgather / MPI_Reduce_scatter_block / MPI_Allreduce from a communication thread "
-                           "(median of the slowest rank)"
+                           "(lower quartile of the slowest rank's times)"
                          : "collectives not measured (world of 1 rank)");
 
     core::ClusterSpec cluster;
@@ -480,6 +495,11 @@ core::Result<CalibrationResult> calibrateCpu(const MpiSession& session, const Ca
             "memcpy bytes/s / 2, efficiencies 1, busbw_half_bytes 0, latency 0) and overlap_compute_slowdown "
             "keeps the default {:g}: fit for one-rank plans only",
             r.profile.overlap_compute_slowdown));
+    }
+    if (const auto& load = r.measured.load_at_start; load && load->busy()) {
+        r.notes.push_back(fmt::format("the machine was busy when calibration began (load average {:.1f} on {} cores): "
+                                      "other processes slowed and scattered the timings; calibrate on an idle machine",
+                                      load->load_1min, load->cores));
     }
     // The profile must be one the simulator loads: the JSON round trip is the file's contract.
     auto back = sim::profileFromJson(sim::profileToJson(r.profile), "calibrated profile", base);

@@ -44,14 +44,24 @@ struct OverlapPoint {
     double collectiveSlowdown() const { return all_gather_overlapped_s / all_gather_alone_s; }
 };
 
+// The host's 1-minute load average (/proc/loadavg) and online cores. Other processes' load slows
+// and scatters every timing: a busy host gives a profile of the host under that load.
+struct HostLoad {
+    double load_1min = 0;
+    int cores = 1;
+    bool busy() const { return load_1min > 0.5 * cores; }
+};
+std::optional<HostLoad> hostLoad();  // nullopt where /proc/loadavg cannot be read
+
 struct CalibrationMeasurements {
     int world_size = 1;
     int eigen_threads = 1;  // threads per GEMM (one: each rank's compute stream is one thread)
     std::string simd;       // Eigen::SimdInstructionSetsInUse()
-    std::vector<sim::GemmPoint> gemm;               // median per shape, slowest rank
-    std::vector<MemoryPoint> memory;                // median per size, slowest rank
-    std::vector<sim::CollectivePoint> collectives;  // median per op/size/group, slowest rank
+    std::vector<sim::GemmPoint> gemm;               // lower quartile per shape, slowest rank
+    std::vector<MemoryPoint> memory;                // lower quartile per size, slowest rank
+    std::vector<sim::CollectivePoint> collectives;  // lower quartile per op/size/group, slowest rank
     std::optional<OverlapPoint> overlap;            // world of 2+ ranks only
+    std::optional<HostLoad> load_at_start;          // rank 0's, before the first measurement
 };
 
 struct CalibrationResult {

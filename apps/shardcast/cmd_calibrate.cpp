@@ -124,6 +124,10 @@ nlohmann::ordered_json resultJson(const cpu::CalibrationResult& r, const std::st
     j["world_size"] = m.world_size;
     j["eigen_threads"] = m.eigen_threads;
     j["simd"] = m.simd;
+    if (m.load_at_start) {
+        j["load_average_at_start"] = m.load_at_start->load_1min;
+        j["cores"] = m.load_at_start->cores;
+    }
     j["profile_file"] = out;
     nlohmann::ordered_json gemm = nlohmann::ordered_json::array();
     for (const sim::GemmPoint& g : m.gemm) {
@@ -217,6 +221,10 @@ int runCalibrate(const CalibrateOptions& o) {
         return reportInputError(session.error().message + ": " + kInstallMpi);
     }
     const cpu::MpiSession& mpi = **session;
+    if (const auto load = cpu::hostLoad(); mpi.rank() == 0 && load && load->busy()) {
+        fmt::print(stderr, "shardcast: warning: load average {:.1f} on {} cores: other processes will slow and scatter "
+                           "the timings; calibrate on an idle machine\n", load->load_1min, load->cores);
+    }
     cpu::CalibrationOptions options;
     options.quick = o.quick;
     if (mpi.rank() == 0 && isatty(STDERR_FILENO)) options.progress = printProgress;
