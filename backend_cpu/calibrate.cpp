@@ -485,9 +485,10 @@ core::Result<CalibrationResult> calibrateCpu(const MpiSession& session, const Ca
                                   world));
     if (r.measured.overlap) {
         r.notes.push_back(fmt::format(
-            "overlap: a GEMM under an all-gather ran {:.2f}x as long (overlap_compute_slowdown); the all-gather "
-            "ran {:.2f}x as long, which the simulator does not model (it slows compute only)",
-            r.measured.overlap->computeSlowdown(), r.measured.overlap->collectiveSlowdown()));
+            "overlap: a GEMM under an all-gather ran {:.2f}x as long (overlap_compute_slowdown {:.3f}, at least 1); "
+            "the all-gather ran {:.2f}x as long, which the simulator does not model (it slows compute only)",
+            r.measured.overlap->computeSlowdown(), r.profile.overlap_compute_slowdown,
+            r.measured.overlap->collectiveSlowdown()));
     } else {
         r.notes.push_back(fmt::format(
             "collectives not measured: this world has 1 rank; run `scripts/mpirun.sh -np N shardcast calibrate "
@@ -495,6 +496,19 @@ core::Result<CalibrationResult> calibrateCpu(const MpiSession& session, const Ca
             "memcpy bytes/s / 2, efficiencies 1, busbw_half_bytes 0, latency 0) and overlap_compute_slowdown "
             "keeps the default {:g}: fit for one-rank plans only",
             r.profile.overlap_compute_slowdown));
+    }
+    // The curves have three to five parameters for tens of points: a large misfit means scattered
+    // timings (another process on the cores), not a curve that needs more terms.
+    constexpr double kScatteredFit = 0.25;
+    if (fits.gemm.rms_relative_error > kScatteredFit) {
+        r.notes.push_back(fmt::format("the GEMM fit misses the measured times by {:.0f}% rms: the timings were "
+                                      "scattered; re-run on an idle machine",
+                                      fits.gemm.rms_relative_error * 100));
+    }
+    if (fits.collectives && fits.collectives->rms_relative_error > kScatteredFit) {
+        r.notes.push_back(fmt::format("the collective fit misses the measured times by {:.0f}% rms: the timings were "
+                                      "scattered; re-run on an idle machine",
+                                      fits.collectives->rms_relative_error * 100));
     }
     if (const auto& load = r.measured.load_at_start; load && load->busy()) {
         r.notes.push_back(fmt::format("the machine was busy when calibration began (load average {:.1f} on {} cores): "
