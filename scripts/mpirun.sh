@@ -9,4 +9,6 @@ if [[ $(id -u) == 0 ]]; then args+=(--allow-run-as-root); fi
 export OMPI_MCA_btl_vader_single_copy_mechanism=none
 # No InfiniBand / UCX probing on a single machine (silences warnings, speeds start-up).
 export OMPI_MCA_pml=ob1
+# Ranks' stderr is a pipe to mpirun even on a terminal: tell them whether ours is one (progress bars).
+if [[ -t 2 ]]; then export SHARDCAST_STDERR_IS_TTY=1; else export SHARDCAST_STDERR_IS_TTY=0; fi
 exec mpirun "${args[@]}" "$@"

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <filesystem>
 #include <memory>
@@ -190,6 +191,13 @@ void printProgress(int done, int total, std::string_view what) {
     std::fflush(stderr);
 }
 
+// Under mpirun a rank's stderr is a pipe to mpirun whatever mpirun's is; scripts/mpirun.sh says
+// in SHARDCAST_STDERR_IS_TTY whether its own stderr is a terminal.
+bool stderrIsTerminal() {
+    if (const char* told = std::getenv("SHARDCAST_STDERR_IS_TTY"); told != nullptr) return std::string(told) == "1";
+    return isatty(STDERR_FILENO) != 0;
+}
+
 #endif  // SHARDCAST_WITH_CPU_BACKEND
 
 constexpr const char* kInstallMpi =
@@ -227,7 +235,7 @@ int runCalibrate(const CalibrateOptions& o) {
     }
     cpu::CalibrationOptions options;
     options.quick = o.quick;
-    if (mpi.rank() == 0 && isatty(STDERR_FILENO)) options.progress = printProgress;
+    if (mpi.rank() == 0 && stderrIsTerminal()) options.progress = printProgress;
     try {
         auto result = cpu::calibrateCpu(mpi, options);
         if (mpi.rank() != 0) return kExitOk;
