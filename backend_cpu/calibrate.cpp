@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <ctime>
 #include <exception>
@@ -54,7 +55,9 @@ Sizes makeSizes(bool quick) {
         p.square = {32, 64, 128, 256};
         p.linears = {{64, 256, 512}, {128, 512, 512}};  // backward needs two FLOP counts
         p.memory_bytes = {int64_t{32} << 20};  // the two operands exceed a 32 MiB L3
-        p.collective_bytes = {1 << 10, 16 << 10, 256 << 10, 4 << 20};
+        // Up to 16 MiB: on a busy machine the largest must take well over a scheduler slice, or
+        // the times do not grow with the size and no bandwidth fits them.
+        p.collective_bytes = {1 << 10, 16 << 10, 256 << 10, 4 << 20, 16 << 20};
         p.overlap_bytes = 1 << 20;
         p.gemm_target_s = 0.02;
     } else {
@@ -172,9 +175,27 @@ MemoryPoint measureMemory(int64_t bytes, int iterations, int32_t rank) {
 // for large ones.
 int collectiveIterations(int64_t bytes) { return static_cast<int>(std::clamp<int64_t>((int64_t{64} << 20) / bytes, 5, 20)); }
 
+// The backend's wait for a nonblocking collective (cpu_backend.cpp, waitPolitely; keep the two in
+// step): MPI_Test in a loop, spinning 64 tests, then yielding until 256, then sleeping 20 us
+// between tests, so that a waiting rank leaves the cores to its peers and its own compute.
+void waitPolitely(MPI_Request& request, const char* call, int32_t rank) {
+    for (int tests = 0;; ++tests) {
+        int done = 0;
+        check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), call, rank);
+        if (done != 0) return;
+        if (tests < 64) continue;
+        if (tests < 256) {
+            std::this_thread::yield();
+        } else {
+            std::this_thread::sleep_for(std::chrono::microseconds(20));
+        }
+    }
+}
+
 // One collective of S bytes (nccl-tests' size: the gathered buffer for all-gather and
 // reduce-scatter, the buffer for all-reduce) on `comm` of n ranks, as the backend issues it
-// (cpu_backend.cpp): fp32 elements, MPI_SUM. S is rounded down to whole fp32 elements per rank.
+// (cpu_backend.cpp): nonblocking, waited for politely, fp32 elements with MPI_SUM, reductions then
+// divided by n. S is rounded down to whole fp32 elements per rank.
 class Collective {
 public:
     Collective(TaskKind kind, int64_t bytes, MPI_Comm comm, int group_size, int32_t rank)
@@ -187,23 +208,34 @@ public:
     }
     int64_t bytes() const { return m_bytes; }
     void run() {
+        MPI_Request request = MPI_REQUEST_NULL;
+        const char* call = "MPI_Iallreduce";
+        int code = MPI_SUCCESS;
         switch (m_kind) {
             case TaskKind::AllGather:
-                check(MPI_Allgather(m_send.data(), m_per_rank, MPI_FLOAT, m_recv.data(), m_per_rank, MPI_FLOAT, m_comm),
-                      "MPI_Allgather", m_rank);
+                call = "MPI_Iallgather";
+                code = MPI_Iallgather(m_send.data(), m_per_rank, MPI_FLOAT, m_recv.data(), m_per_rank, MPI_FLOAT, m_comm,
+                                      &request);
                 break;
             case TaskKind::ReduceScatter:
-                check(MPI_Reduce_scatter_block(m_send.data(), m_recv.data(), m_per_rank, MPI_FLOAT, MPI_SUM, m_comm),
-                      "MPI_Reduce_scatter_block", m_rank);
+                call = "MPI_Ireduce_scatter_block";
+                code = MPI_Ireduce_scatter_block(m_send.data(), m_recv.data(), m_per_rank, MPI_FLOAT, MPI_SUM, m_comm,
+                                                 &request);
                 break;
             case TaskKind::AllReduce:
-                check(MPI_Allreduce(m_send.data(), m_recv.data(), m_per_rank * m_n, MPI_FLOAT, MPI_SUM, m_comm),
-                      "MPI_Allreduce", m_rank);
+                code = MPI_Iallreduce(m_send.data(), m_recv.data(), m_per_rank * m_n, MPI_FLOAT, MPI_SUM, m_comm, &request);
                 break;
             default: throw std::logic_error("not a collective");
         }
+        check(code, call, m_rank);
+        waitPolitely(request, call, m_rank);
+        // The backend averages reductions over the group (FSDP's divide factors): one more pass.
+        if (m_kind != TaskKind::AllGather) {
+            const auto divisor = static_cast<float>(m_n);
+            for (float& x : m_recv) x /= divisor;
+        }
     }
-    // Median over `iterations` of the slowest rank's time, each after a barrier.
+    // The typical time over `iterations` of the slowest rank, each after a barrier.
     double measure(int iterations) {
         for (int i = 0; i < 2; ++i) run();  // warmup: connections, page faults
         std::vector<double> times;
@@ -435,7 +467,15 @@ core::Result<CalibrationResult> calibrateCpu(const MpiSession& session, const Ca
     fits.memory_bytes_per_s = r.measured.memory.back().bytesPerSecond();
     if (!r.measured.collectives.empty()) {
         auto coll = sim::fitCollectiveCurve(r.measured.collectives);
-        if (!coll) return coll.error();
+        if (!coll) {
+            const auto& load = r.measured.load_at_start;
+            return core::makeError(coll.error().message +
+                                   (load ? fmt::format(" (load average {:.1f} on {} cores at the start)", load->load_1min,
+                                                       load->cores)
+                                         : std::string()) +
+                                   ": other processes on the cores scatter the timings; re-run on an idle machine, "
+                                   "without --quick for larger messages");
+        }
         fits.collectives = *coll;
     }
     fits.source = fmt::format(
@@ -443,7 +483,8 @@ core::Result<CalibrationResult> calibrateCpu(const MpiSession& session, const Ca
         "GEMM (C.noalias() = A * B, {} thread per rank, SIMD {}), memcpy over {} MiB, {}",
         options.quick ? " --quick" : "", fits.name.substr(4), utcNow(), world, EIGEN_WORLD_VERSION, EIGEN_MAJOR_VERSION,
         EIGEN_MINOR_VERSION, r.measured.eigen_threads, r.measured.simd, sizes.memory_bytes.back() >> 20,
-        fits.collectives ? "MPI_Allgather / MPI_Reduce_scatter_block / MPI_Allreduce from a communication thread "
+        fits.collectives ? "MPI_Iallgather / MPI_Ireduce_scatter_block / MPI_Iallreduce of fp32, waited for with MPI_Test and "
+                           "backoff, from a communication thread "
                            "(lower quartile of the slowest rank's times)"
                          : "collectives not measured (world of 1 rank)");
 

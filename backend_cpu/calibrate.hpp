@@ -19,7 +19,7 @@ namespace shardcast::cpu {
 class MpiSession;
 
 struct CalibrationOptions {
-    bool quick = false;  // fewer and smaller shapes, collectives up to 4 MiB (a test-sized run)
+    bool quick = false;  // fewer and smaller shapes, collectives up to 16 MiB (a test-sized run)
     // Rank 0 only: called after each measured point with (points done, points in all, what).
     std::function<void(int, int, std::string_view)> progress;
 };

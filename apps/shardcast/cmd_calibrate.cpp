@@ -275,7 +275,7 @@ void registerCalibrateCommand(CLI::App& app, int& exit_code) {
         ->type_name("FILE");
     cmd->add_flag("--json", opts->json, "Print the measured points, the fits and the profile as one JSON object");
     cmd->add_flag("--quick", opts->quick,
-                  "Fewer, smaller GEMM shapes and collectives of 1 KiB - 4 MiB instead of 1 KiB - 256 MiB (for tests)");
+                  "Fewer, smaller GEMM shapes and collectives of 1 KiB - 16 MiB instead of 1 KiB - 256 MiB (for tests)");
     cmd->callback([opts, &exit_code] { exit_code = runCalibrate(*opts); });
 }
 

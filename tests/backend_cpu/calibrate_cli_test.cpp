@@ -91,7 +91,8 @@ TEST_F(CalibrateCliTest, TwoRanksWriteAProfileTheSimulatorLoadsAndUses) {
     EXPECT_GT(p->backward_efficiency_max, 0.0);
     EXPECT_GE(p->gemm_half_flops, 0.0);
     EXPECT_TRUE(std::isfinite(p->gemm_half_flops));
-    // Shared-memory MPI between two ranks: 1 MB/s - 1 TB/s, latency under 10 ms.
+    // Shared-memory MPI between two ranks: 1 MB/s - 1 TB/s; latency under 100 ms (microseconds on an
+    // idle machine, but a waiting rank sleeps between MPI_Tests and a busy one wakes it late).
     EXPECT_TRUE(finitePositive(p->gpu.nvlink_bytes_per_s));
     EXPECT_GT(p->gpu.nvlink_bytes_per_s, 1e6);
     EXPECT_LT(p->gpu.nvlink_bytes_per_s, 1e12);
@@ -104,7 +105,7 @@ TEST_F(CalibrateCliTest, TwoRanksWriteAProfileTheSimulatorLoadsAndUses) {
                                p->nvlink_all_reduce_efficiency}),
                      1.0);
     EXPECT_GE(p->gpu.intra_node_latency_s, 0.0);
-    EXPECT_LT(p->gpu.intra_node_latency_s, 1e-2);
+    EXPECT_LT(p->gpu.intra_node_latency_s, 0.1);
     EXPECT_TRUE(std::isfinite(p->busbw_half_bytes));
     EXPECT_GE(p->busbw_half_bytes, 0.0);
     // Measured overlap: at least 1 (the simulator only slows compute), at most 20x on any machine.
@@ -120,11 +121,11 @@ TEST_F(CalibrateCliTest, TwoRanksWriteAProfileTheSimulatorLoadsAndUses) {
     EXPECT_EQ(j.at("world_size"), 2);
     EXPECT_EQ(j.at("eigen_threads"), 1);
     const auto& coll = j.at("measured").at("collectives");
-    EXPECT_EQ(coll.size(), 3u * 4u);  // 3 ops x 4 quick sizes (1 KiB, 16 KiB, 256 KiB, 4 MiB)
+    EXPECT_EQ(coll.size(), 3u * 5u);  // 3 ops x 5 quick sizes (1 KiB, 16 KiB, 256 KiB, 4 MiB, 16 MiB)
     for (const auto& c : coll) {
         EXPECT_EQ(c.at("group_size"), 2);
         EXPECT_GE(c.at("bytes").get<int64_t>(), int64_t{1} << 10);
-        EXPECT_LE(c.at("bytes").get<int64_t>(), int64_t{4} << 20);
+        EXPECT_LE(c.at("bytes").get<int64_t>(), int64_t{16} << 20);
         // nccl-tests' definitions (doc/PERFORMANCE.md): algbw = S / t; busbw = algbw x (n-1)/n for
         // all-gather and reduce-scatter, x 2(n-1)/n for all-reduce; n = 2 gives 1/2 and 1.
         const double algbw = c.at("bytes").get<double>() / c.at("seconds").get<double>();
