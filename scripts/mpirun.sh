@@ -11,4 +11,6 @@ export OMPI_MCA_btl_vader_single_copy_mechanism=none
 export OMPI_MCA_pml=ob1
 # A rank waiting in MPI yields the core instead of spinning on it (ranks share cores here).
 export OMPI_MCA_mpi_yield_when_idle=1
+# Ranks' stderr is a pipe to mpirun even on a terminal: tell them whether ours is one (progress bars).
+if [[ -t 2 ]]; then export SHARDCAST_STDERR_IS_TTY=1; else export SHARDCAST_STDERR_IS_TTY=0; fi
 exec mpirun "${args[@]}" "$@"

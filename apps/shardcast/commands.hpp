@@ -24,5 +24,6 @@ void registerSweepCommand(CLI::App& app, int& exit_code);
 void registerSearchCommand(CLI::App& app, int& exit_code);
 void registerCompareCommand(CLI::App& app, int& exit_code);
 void registerRunCommand(CLI::App& app, int& exit_code);
+void registerCalibrateCommand(CLI::App& app, int& exit_code);
 
 }  // namespace shardcast::cli

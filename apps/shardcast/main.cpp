@@ -41,6 +41,7 @@ int main(int argc, char** argv) {
         registerSearchCommand(app, exit_code);
         registerCompareCommand(app, exit_code);
         registerRunCommand(app, exit_code);
+        registerCalibrateCommand(app, exit_code);
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {
         return app.exit(e);
