@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend_cpu/mpi_session.hpp"
+#include "backend_cpu/mpi_wait.hpp"
 
 namespace shardcast::cpu {
 namespace {
@@ -175,26 +176,9 @@ MemoryPoint measureMemory(int64_t bytes, int iterations, int32_t rank) {
 // for large ones.
 int collectiveIterations(int64_t bytes) { return static_cast<int>(std::clamp<int64_t>((int64_t{64} << 20) / bytes, 5, 20)); }
 
-// The backend's wait for a nonblocking collective (cpu_backend.cpp, waitPolitely; keep the two in
-// step): MPI_Test in a loop, spinning 64 tests, then yielding until 256, then sleeping 20 us
-// between tests, so that a waiting rank leaves the cores to its peers and its own compute.
-void waitPolitely(MPI_Request& request, const char* call, int32_t rank) {
-    for (int tests = 0;; ++tests) {
-        int done = 0;
-        check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), call, rank);
-        if (done != 0) return;
-        if (tests < 64) continue;
-        if (tests < 256) {
-            std::this_thread::yield();
-        } else {
-            std::this_thread::sleep_for(std::chrono::microseconds(20));
-        }
-    }
-}
-
 // One collective of S bytes (nccl-tests' size: the gathered buffer for all-gather and
 // reduce-scatter, the buffer for all-reduce) on `comm` of n ranks, as the backend issues it
-// (cpu_backend.cpp): nonblocking, waited for politely, fp32 elements with MPI_SUM, reductions then
+// (cpu_backend.cpp): nonblocking, waited for politely (mpi_wait.hpp), fp32 elements with MPI_SUM, reductions then
 // divided by n. S is rounded down to whole fp32 elements per rank.
 class Collective {
 public:
@@ -228,7 +212,9 @@ public:
             default: throw std::logic_error("not a collective");
         }
         check(code, call, m_rank);
-        waitPolitely(request, call, m_rank);
+        if (core::Status waited = waitPolitely(request, call, m_rank); !waited) {
+            throw std::runtime_error(waited.error().message);
+        }
         // The backend averages reductions over the group (FSDP's divide factors): one more pass.
         if (m_kind != TaskKind::AllGather) {
             const auto divisor = static_cast<float>(m_n);
@@ -513,8 +499,9 @@ core::Result<CalibrationResult> calibrateCpu(const MpiSession& session, const Ca
     r.profile.task_launch_ns = 0;
     r.profile.unit_hook_ns = 0;
     if (r.measured.overlap) {
-        // The simulator slows compute only; it never runs faster than alone.
+        // Contention both ways, each at least 1 (nothing runs faster than alone).
         r.profile.overlap_compute_slowdown = std::max(1.0, r.measured.overlap->computeSlowdown());
+        r.profile.overlap_collective_slowdown = std::max(1.0, r.measured.overlap->collectiveSlowdown());
     }
 
     r.notes.push_back("peak_flops_bf16/fp16/tf32 = the measured fp32 rate: the CPU backend computes in fp32 "
@@ -526,16 +513,17 @@ core::Result<CalibrationResult> calibrateCpu(const MpiSession& session, const Ca
                                   world));
     if (r.measured.overlap) {
         r.notes.push_back(fmt::format(
-            "overlap: a GEMM under an all-gather ran {:.2f}x as long (overlap_compute_slowdown {:.3f}, at least 1); "
-            "the all-gather ran {:.2f}x as long, which the simulator does not model (it slows compute only)",
+            "overlap: a GEMM under an all-gather ran {:.2f}x as long (overlap_compute_slowdown {:.3f}), the "
+            "all-gather under the GEMM {:.2f}x as long (overlap_collective_slowdown {:.3f}); each at least 1, "
+            "measured with one GEMM shape and one message size",
             r.measured.overlap->computeSlowdown(), r.profile.overlap_compute_slowdown,
-            r.measured.overlap->collectiveSlowdown()));
+            r.measured.overlap->collectiveSlowdown(), r.profile.overlap_collective_slowdown));
     } else {
         r.notes.push_back(fmt::format(
             "collectives not measured: this world has 1 rank; run `scripts/mpirun.sh -np N shardcast calibrate "
             "--backend cpu` (N >= 2) to measure them. The collective fields are placeholders (nvlink_bytes_per_s = "
-            "memcpy bytes/s / 2, efficiencies 1, busbw_half_bytes 0, latency 0) and overlap_compute_slowdown "
-            "keeps the default {:g}: fit for one-rank plans only",
+            "memcpy bytes/s / 2, efficiencies 1, busbw_half_bytes 0, latency 0) and the overlap slowdowns "
+            "keep their defaults ({:g} for compute): fit for one-rank plans only",
             r.profile.overlap_compute_slowdown));
     }
     // The curves have three to five parameters for tens of points: a large misfit means scattered

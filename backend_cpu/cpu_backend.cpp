@@ -1,8 +1,6 @@
 #include "backend_cpu/cpu_backend.hpp"
 
 #include <algorithm>
-#include <chrono>
-#include <thread>
 #include <climits>
 #include <csignal>
 #include <cstdlib>
@@ -14,6 +12,8 @@
 #include <Eigen/Core>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+
+#include "backend_cpu/mpi_wait.hpp"
 
 namespace shardcast::cpu {
 namespace {
@@ -78,25 +78,6 @@ struct Bf16Codec {
     static MPI_Datatype type() { return MPI_UINT16_T; }
     static std::string show(T x) { return fmt::format("{} (bf16 0x{:04x})", fromBf16(x), x); }
 };
-
-// Waits for a nonblocking collective, driving MPI's progress with MPI_Test. A blocking MPI call
-// spins at full speed; with several stream threads per rank and more threads than cores, the
-// spinning steals the CPU from the very peers (and this rank's compute) it waits for, and a step
-// slows down by orders of magnitude. So: spin briefly (short messages finish in microseconds),
-// then yield, then sleep 20 us between tests.
-core::Status waitPolitely(MPI_Request& request, const char* call, int32_t rank) {
-    for (int tests = 0;; ++tests) {
-        int done = 0;
-        if (auto s = mpiCheck(MPI_Test(&request, &done, MPI_STATUS_IGNORE), call, rank); !s) return s;
-        if (done != 0) return core::Ok{};
-        if (tests < 64) continue;
-        if (tests < 256) {
-            std::this_thread::yield();
-        } else {
-            std::this_thread::sleep_for(std::chrono::microseconds(20));
-        }
-    }
-}
 
 struct CollectiveCall {
     const core::Program& program;

@@ -56,6 +56,11 @@ constexpr double kCpuOptimizerBytesPerS = 1.0e9 * 28.0;
 // NCCL kernels occupy SMs (8-32 channels, one CTA each, of 108-132 SMs) and HBM bandwidth while they
 // run; GEMMs overlapped with NCCL typically slow by 10-20%. 1.15 is the middle of that range.
 constexpr double kOverlapComputeSlowdown = 1.15;
+// Collectives under concurrent compute: the GPU presets keep them at their uncontended speed (1.0:
+// no figure to rely on yet, a GPU calibration will measure it). On the CPU backend the ranks'
+// communication threads share cores with compute and slow by orders of magnitude; `shardcast
+// calibrate` measures the factor.
+constexpr double kOverlapCollectiveSlowdown = 1.0;
 // Host issue costs: PyTorch eager dispatch + cudaLaunchKernel is ~5-10 us per op; a task is at
 // least one op. FSDP2's per-unit pre/post hooks (Python, stream syncs, all-gather bookkeeping) cost
 // of order 100 us per unit and pass.
@@ -84,6 +89,7 @@ const std::vector<Field>& fields() {
         {"host_link_efficiency", &HardwareProfile::host_link_efficiency, true},
         {"cpu_optimizer_bytes_per_s", &HardwareProfile::cpu_optimizer_bytes_per_s, true},
         {"overlap_compute_slowdown", &HardwareProfile::overlap_compute_slowdown, true},
+        {"overlap_collective_slowdown", &HardwareProfile::overlap_collective_slowdown, true},
         {"task_launch_ns", &HardwareProfile::task_launch_ns, false},
         {"unit_hook_ns", &HardwareProfile::unit_hook_ns, false},
     };
@@ -113,6 +119,7 @@ HardwareProfile HardwareProfile::fromCluster(const core::ClusterSpec& cluster) {
     p.host_link_efficiency = kHostLinkEfficiency;
     p.cpu_optimizer_bytes_per_s = kCpuOptimizerBytesPerS;
     p.overlap_compute_slowdown = kOverlapComputeSlowdown;
+    p.overlap_collective_slowdown = kOverlapCollectiveSlowdown;
     p.task_launch_ns = kTaskLaunchNs;
     p.unit_hook_ns = kUnitHookNs;
     return p;

@@ -38,8 +38,11 @@ struct HardwareProfile {
     double host_link_efficiency = 0;
     double cpu_optimizer_bytes_per_s = 0;         // an optimizer task's hbm_bytes processed per second on the CPU
 
-    // Overlap: compute kernels run this many times slower while any collective runs.
+    // Overlap: compute kernels run overlap_compute_slowdown times slower while any collective runs,
+    // and collectives overlap_collective_slowdown times slower while any compute kernel runs (both
+    // at least 1; 1 = no contention that way).
     double overlap_compute_slowdown = 0;
+    double overlap_collective_slowdown = 1;
 
     // Host issue: each task costs launch time; each unit's first task of a pass (forward or
     // backward of one micro-batch) also costs its FSDP hooks.

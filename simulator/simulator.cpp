@@ -12,9 +12,10 @@ constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
 
 // What the event loop needs to know of a task, computed once per run.
 enum TaskTrait : uint8_t {
-    kContends = 1,   // a collective with work: while one runs, compute is slowed
-    kSlowed = 2,     // CostModel::slowedByOverlap
-    kHostWaits = 4,  // the host waits for it after issuing it
+    kContends = 1,         // a collective with work: while one runs, compute is slowed; it is slowed by compute
+    kSlowed = 2,           // CostModel::slowedByOverlap
+    kHostWaits = 4,        // the host waits for it after issuing it
+    kComputeContends = 8,  // kSlowed with work: while one runs, collectives are slowed
 };
 
 int streamIndex(core::Stream s) { return static_cast<int>(s); }
@@ -65,6 +66,7 @@ void Simulator::prepare(const core::Program& program, core::Timeline& out) {
         uint8_t traits = 0;
         if (core::isCollective(t.kind) && work > 0) traits |= kContends;
         if (CostModel::slowedByOverlap(t)) traits |= kSlowed;
+        if ((traits & kSlowed) && work > 0) traits |= kComputeContends;
         if (t.host_blocks || t.stream == core::Stream::Host) traits |= kHostWaits;
         m_traits[id] = traits;
         m_streams[streamIndex(t.stream)].tasks.push_back(id);
@@ -112,7 +114,7 @@ void Simulator::run(const core::Program& program, core::Timeline& out) {
     m_host_waits_for = kNoTask;
     m_host_resumes_now = false;
     m_active_collectives = 0;
-    m_slowdown = 1.0;
+    m_active_compute = 0;
     m_done = 0;
     if (n == 0) return;
 
@@ -194,19 +196,24 @@ void Simulator::tryStart(int stream, int64_t now) {
 void Simulator::startTask(int32_t id, int64_t now) {
     const int s = streamIndex(m_program->tasks[id].stream);
     StreamState& st = m_streams[s];
+    const int64_t work = m_work_ns[id];
+    const uint8_t traits = m_traits[id];
+    // The running tasks change speed first (this one is not running yet), then this one starts at
+    // the speed the new state gives it.
+    bool changed = (traits & kContends) && ++m_active_collectives == 1;
+    changed = ((traits & kComputeContends) && ++m_active_compute == 1) || changed;
+    if (changed) rescale(now);
     ++st.next;
     st.head_deps_done = 0;
     st.waits_for = kNoTask;
     st.running = id;
     m_out->tasks[id].start_ns = now;
-    const int64_t work = m_work_ns[id];
-    const uint8_t traits = m_traits[id];
-    if ((traits & kContends) && ++m_active_collectives == 1) setContention(true, now);
     int64_t end = now + work;
-    if (traits & kSlowed) {
+    if (traits & (kSlowed | kContends)) {
         st.remaining_ns = static_cast<double>(work);
         st.last_update_ns = now;
-        end = now + roundToInt64(st.remaining_ns * m_slowdown);
+        st.factor = factorFor(traits);
+        end = now + roundToInt64(st.remaining_ns * st.factor);
     }
     schedule(s, end);
 }
@@ -220,7 +227,9 @@ void Simulator::finishTask(int stream, int64_t now) {
     core::TaskTime& tt = m_out->tasks[id];
     tt.end_ns = now;
     m_out->stream_busy_ns[stream] += now - tt.start_ns;
-    if ((m_traits[id] & kContends) && --m_active_collectives == 0) setContention(false, now);
+    bool changed = (m_traits[id] & kContends) && --m_active_collectives == 0;
+    changed = ((m_traits[id] & kComputeContends) && --m_active_compute == 0) || changed;
+    if (changed) rescale(now);
     if (m_host_waits_for == id) {
         m_host_waits_for = kNoTask;
         if (m_next_issue < m_program->size()) {
@@ -236,19 +245,27 @@ void Simulator::finishTask(int stream, int64_t now) {
     }
 }
 
-void Simulator::setContention(bool on, int64_t now) {
-    const double slowdown = on ? m_profile.overlap_compute_slowdown : 1.0;
-    if (slowdown == m_slowdown) return;
+double Simulator::factorFor(uint8_t traits) const {
+    if (traits & kSlowed) return m_active_collectives > 0 ? m_profile.overlap_compute_slowdown : 1.0;
+    if (traits & kContends) return m_active_compute > 0 ? m_profile.overlap_collective_slowdown : 1.0;
+    return 1.0;
+}
+
+// Every running task whose speed the contention state sets: the work done since its last update at
+// its old speed is taken off, and its end rescheduled at its new speed.
+void Simulator::rescale(int64_t now) {
     for (int k = 0; k < m_used_stream_count; ++k) {
         const int s = m_used_streams[k];
         StreamState& st = m_streams[s];
-        if (st.running == kNoTask || !(m_traits[st.running] & kSlowed)) continue;
-        const double done = static_cast<double>(now - st.last_update_ns) / m_slowdown;
+        if (st.running == kNoTask || !(m_traits[st.running] & (kSlowed | kContends))) continue;
+        const double factor = factorFor(m_traits[st.running]);
+        if (factor == st.factor) continue;
+        const double done = static_cast<double>(now - st.last_update_ns) / st.factor;
         st.remaining_ns = std::max(0.0, st.remaining_ns - done);
         st.last_update_ns = now;
-        schedule(s, now + roundToInt64(st.remaining_ns * slowdown));
+        st.factor = factor;
+        schedule(s, now + roundToInt64(st.remaining_ns * factor));
     }
-    m_slowdown = slowdown;
 }
 
 }  // namespace shardcast::sim

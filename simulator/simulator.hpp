@@ -6,8 +6,9 @@
 // after issuing a Task::host_blocks task (and CPU work on Stream::Host, which runs on the host
 // thread) until it ends, and before issuing a task with Task::host_wait until that task ends
 // (FSDP1's rate limiter). While any collective
-// runs, compute kernels run overlap_compute_slowdown times slower: their remaining work is
-// rescaled exactly whenever that state changes.
+// runs, compute kernels run overlap_compute_slowdown times slower, and while any such compute
+// kernel runs, collectives run overlap_collective_slowdown times slower: the remaining work of
+// every running task is rescaled exactly whenever either state changes.
 //
 // Events fire in (time, scheduling order): equal times break ties by the order they were
 // scheduled, and an assertion checks that time never goes backwards. Each stream runs one
@@ -55,6 +56,7 @@ private:
         int32_t running = -1;
         double remaining_ns = 0;         // slowed task: uncontended work left at last_update_ns
         int64_t last_update_ns = 0;
+        double factor = 1.0;             // slowed task: the slowdown it runs at since last_update_ns
     };
 
     // The inputs of CostModel::durationNs besides the kind (and the run's compute dtype).
@@ -73,7 +75,8 @@ private:
     void tryStart(int stream, int64_t now);
     void startTask(int32_t id, int64_t now);
     void finishTask(int stream, int64_t now);
-    void setContention(bool on, int64_t now);
+    double factorFor(uint8_t traits) const;
+    void rescale(int64_t now);
 
     HardwareProfile m_profile;
     CostModel m_cost;
@@ -101,8 +104,8 @@ private:
     int32_t m_next_issue = 0;
     int32_t m_host_waits_for = -1;
     bool m_host_resumes_now = false;  // the host blocked before issuing (Task::host_wait)
-    int m_active_collectives = 0;
-    double m_slowdown = 1.0;  // current slowdown of compute tasks
+    int m_active_collectives = 0;  // running collectives with work (they slow compute)
+    int m_active_compute = 0;      // running compute tasks slowed by overlap (they slow collectives)
     int32_t m_done = 0;
 };
 

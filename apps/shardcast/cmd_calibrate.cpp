@@ -113,6 +113,8 @@ void printTables(const cpu::CalibrationResult& r, const std::string& out) {
     }
     fmt::print("  overlap_compute_slowdown              {:10.3f} x{}\n", p.overlap_compute_slowdown,
                m.overlap ? "" : "  (default, not measured)");
+    fmt::print("  overlap_collective_slowdown           {:10.3f} x{}\n", p.overlap_collective_slowdown,
+               m.overlap ? "" : "  (default, not measured)");
     for (const std::string& note : r.notes) fmt::print("Note: {}\n", note);
     fmt::print("Wrote {}\n", out);
 }

@@ -28,6 +28,7 @@ TEST(HardwareProfileTest, DefaultsComeFromTheGpuAndPublishedEfficiencies) {
 TEST(HardwareProfileTest, JsonRoundTripKeepsEveryField) {
     HardwareProfile p = h100();
     p.overlap_compute_slowdown = 1.3;
+    p.overlap_collective_slowdown = 7.5;
     p.task_launch_ns = 1234;
     p.gpu.nvlink_bytes_per_s = 123e9;
     const auto path = std::filesystem::temp_directory_path() / "shardcast_profile_roundtrip.json";
@@ -38,6 +39,7 @@ TEST(HardwareProfileTest, JsonRoundTripKeepsEveryField) {
     ASSERT_TRUE(loaded.ok()) << loaded.error().message;
     EXPECT_EQ(profileToJson(*loaded), profileToJson(p));
     EXPECT_DOUBLE_EQ(loaded->overlap_compute_slowdown, 1.3);
+    EXPECT_DOUBLE_EQ(loaded->overlap_collective_slowdown, 7.5);
     EXPECT_EQ(loaded->task_launch_ns, 1234);
     EXPECT_DOUBLE_EQ(loaded->gpu.nvlink_bytes_per_s, 123e9);
 }

@@ -171,6 +171,35 @@ TEST(SimulatorTest, ComputeStartingDuringACollectiveIsSlowedFromItsStart) {
     EXPECT_EQ(t.tasks[1].end_ns, 3 * kMs);
 }
 
+TEST(SimulatorTest, ComputeSlowsCollectivesByTheirContentionFactorExactly) {
+    HardwareProfile p = noLatency();
+    p.overlap_compute_slowdown = 1.0;
+    p.overlap_collective_slowdown = 4.0;
+    ProgramBuilder b;
+    b.collective(TaskKind::AllGather, 2, kOneMsAllGatherBytes, 2, 1);  // 1 ms of work
+    b.compute(TaskKind::Forward, 1, kTwoMsFlops);                      // 0 - 2 ms
+    const core::Timeline t = simulate(p, b.program());
+    // While the forward runs (2 ms) the all-gather does 2 / 4 = 0.5 ms of work; the other 0.5 ms
+    // runs at full speed once the forward has ended: 2.5 ms.
+    EXPECT_EQ(t.tasks[1].end_ns, 2 * kMs);
+    EXPECT_EQ(t.tasks[0].end_ns, 2'500'000);
+    EXPECT_EQ(t.busyNs(Stream::AllGather), 2'500'000);
+}
+
+TEST(SimulatorTest, ContentionBothWaysSlowsEachUntilTheOtherEnds) {
+    HardwareProfile p = noLatency();
+    p.overlap_compute_slowdown = 1.25;
+    p.overlap_collective_slowdown = 2.0;
+    ProgramBuilder b;
+    b.collective(TaskKind::AllGather, 2, kOneMsAllGatherBytes, 2, 1);  // 1 ms of work
+    b.compute(TaskKind::Forward, 1, kTwoMsFlops);                      // 2 ms of work
+    const core::Timeline t = simulate(p, b.program());
+    // Both slowed from 0: the all-gather's 1 ms at half speed ends at 2 ms, by when the forward has
+    // done 2 / 1.25 = 1.6 ms of its work; the other 0.4 ms runs alone: 2.4 ms.
+    EXPECT_EQ(t.tasks[0].end_ns, 2 * kMs);
+    EXPECT_EQ(t.tasks[1].end_ns, 2'400'000);
+}
+
 TEST(SimulatorTest, HostLaunchOverheadDelaysIssue) {
     HardwareProfile p = roundProfile();
     p.task_launch_ns = 1 * kMs;
