@@ -13,7 +13,9 @@
 // Time (pairNs). Per micro-batch, the compute stream runs each unit's forward with the next
 // unit's all-gather under it, and in backward each unit's backward with the previous unit's
 // all-gather (prefetch) and the next unit's reduction under it. Compute slows by the profile's
-// overlap_compute_slowdown while a collective runs (as in the simulator's event loop); the host
+// overlap_compute_slowdown while a collective runs (as in the simulator's event loop; its
+// overlap_collective_slowdown, 1 on the GPU presets, is not modelled here: the chosen grouping is
+// re-timed by the full simulation, which does model it); the host
 // issue cost (a hook per unit, a launch per task) bounds a pass from below. Collective times come
 // from the simulator's CostModel, with the sizes and groups of UnitInfo (one group per kind for
 // all units), compute times from its durations of the block's tasks. It assumes one all-gather
