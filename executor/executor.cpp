@@ -27,6 +27,7 @@ class Run {
 public:
     Run(Backend& backend, const core::Program& program) : m_backend(backend), m_program(program), m_alloc(backend) {
         const int32_t n = program.size();
+        m_stream_waits_for.fill(kWaitsForNothing);
         m_done.assign(static_cast<size_t>(n), 0);
         m_deferred.assign(static_cast<size_t>(n), {});
         auto deferFrees = [&](core::Span span) {
@@ -57,7 +58,7 @@ public:
             std::lock_guard lk(m_mutex);
             m_stop = true;
         }
-        m_cv.notify_all();
+        wakeAll();
         for (std::thread& w : m_workers) w.join();
         m_workers.clear();
     }
@@ -77,18 +78,29 @@ public:
             m_last_stamp = -1;
             m_t0 = steadyNs();
         }
-        std::unique_lock lk(m_mutex);
-        for (int32_t id = 0; id < n && !m_failed; ++id) {
+        for (int32_t id = 0; id < n; ++id) {
             const core::Task& t = m_program.tasks[static_cast<size_t>(id)];
-            if (t.host_wait >= 0) {
-                m_cv.wait(lk, [&] { return m_failed || m_done[static_cast<size_t>(t.host_wait)] != 0; });
+            const auto s = static_cast<size_t>(t.stream);
+            bool wake = false;
+            {
+                std::unique_lock lk(m_mutex);
+                if (t.host_wait >= 0) hostWaitFor(lk, t.host_wait);
+                if (m_failed) break;
+                m_queues[s].push_back(id);
+                wake = m_stream_waits_for[s] == kWaitsForQueue;
             }
-            m_queues[static_cast<size_t>(t.stream)].push_back(id);
-            m_cv.notify_all();
-            if (t.host_blocks) m_cv.wait(lk, [&] { return m_failed || m_done[static_cast<size_t>(id)] != 0; });
+            // Only the stream's own worker can take the task, and only if it is idle.
+            if (wake) m_stream_cv[s].notify_one();
+            if (t.host_blocks) {
+                std::unique_lock lk(m_mutex);
+                hostWaitFor(lk, id);
+            }
         }
-        m_cv.wait(lk, [&] { return m_failed || m_finished == n; });
-        if (m_failed) return m_error;
+        {
+            std::unique_lock lk(m_mutex);
+            hostWaitFor(lk, kWaitsForAll);
+            if (m_failed) return m_error;
+        }
         for (int32_t id = 0; id < n; ++id) {
             const core::TaskTime& tt = m_timeline.tasks[static_cast<size_t>(id)];
             m_timeline.stream_busy_ns[static_cast<size_t>(tt.stream)] += tt.durationNs();
@@ -145,25 +157,65 @@ private:
         return core::Ok{};
     }
 
+    // Under m_mutex: the host waits until task `id` has ended (kWaitsForAll: every task), or a
+    // task failed. A task's end wakes the host only when it is the one the host waits for.
+    void hostWaitFor(std::unique_lock<std::mutex>& lk, int32_t id) {
+        const int32_t n = m_program.size();
+        auto ready = [&] {
+            return m_failed || (id == kWaitsForAll ? m_finished == n : m_done[static_cast<size_t>(id)] != 0);
+        };
+        m_host_waits_for = id;
+        m_host_cv.wait(lk, ready);
+        m_host_waits_for = kWaitsForNothing;
+    }
+
+    // Wakes every waiting thread (a failure, or the end of the run).
+    void wakeAll() {
+        m_host_cv.notify_all();
+        for (std::condition_variable& cv : m_stream_cv) cv.notify_all();
+    }
+
+    // Wakes exactly the threads waiting for task `id`, which has just ended: a worker whose next
+    // task depends on it, and the host if it waits for it (or for the last task). Waking only those
+    // keeps the hand-off between threads to about one context switch per task.
+    void finished(int32_t id) {
+        std::array<bool, core::kStreamCount> wake_stream{};
+        bool wake_host = false;
+        {
+            std::lock_guard lk(m_mutex);
+            m_done[static_cast<size_t>(id)] = 1;
+            ++m_finished;
+            for (size_t s = 0; s < wake_stream.size(); ++s) wake_stream[s] = m_stream_waits_for[s] == id;
+            wake_host = m_host_waits_for == id || (m_host_waits_for == kWaitsForAll && m_finished == m_program.size());
+        }
+        for (size_t s = 0; s < wake_stream.size(); ++s) {
+            if (wake_stream[s]) m_stream_cv[s].notify_one();
+        }
+        if (wake_host) m_host_cv.notify_one();
+    }
+
     void workerLoop(core::Stream stream) {
-        std::deque<int32_t>& queue = m_queues[static_cast<size_t>(stream)];
+        const auto s = static_cast<size_t>(stream);
+        std::deque<int32_t>& queue = m_queues[s];
+        std::condition_variable& cv = m_stream_cv[s];
         for (;;) {
             int32_t id = -1;
             {
                 std::unique_lock lk(m_mutex);
-                m_cv.wait(lk, [&] { return m_stop || m_failed || !queue.empty(); });
+                m_stream_waits_for[s] = kWaitsForQueue;
+                cv.wait(lk, [&] { return m_stop || m_failed || !queue.empty(); });
+                m_stream_waits_for[s] = kWaitsForNothing;
                 if (m_failed || queue.empty()) return;
                 id = queue.front();
                 queue.pop_front();
                 const core::Task& t = m_program.tasks[static_cast<size_t>(id)];
                 const int32_t* deps = m_program.depsBegin(t);
-                m_cv.wait(lk, [&] {
-                    if (m_failed) return true;
-                    for (uint32_t k = 0; k < t.deps.count; ++k) {
-                        if (m_done[static_cast<size_t>(deps[k])] == 0) return false;
-                    }
-                    return true;
-                });
+                for (uint32_t k = 0; k < t.deps.count && !m_failed; ++k) {
+                    const int32_t dep = deps[k];
+                    m_stream_waits_for[s] = dep;
+                    cv.wait(lk, [&] { return m_failed || m_done[static_cast<size_t>(dep)] != 0; });
+                }
+                m_stream_waits_for[s] = kWaitsForNothing;
                 if (m_failed) return;
             }
             core::Status ran = core::Ok{};
@@ -183,24 +235,27 @@ private:
                                           m_error.message;
                     }
                 }
-                m_cv.notify_all();
+                wakeAll();
                 m_backend.abortRun(m_error);
                 return;
             }
-            {
-                std::lock_guard lk(m_mutex);
-                m_done[static_cast<size_t>(id)] = 1;
-                ++m_finished;
-            }
-            m_cv.notify_all();
+            finished(id);
         }
     }
 
     Backend& m_backend;
     const core::Program& m_program;
 
-    std::mutex m_mutex;  // queues, done flags, failure, stop
-    std::condition_variable m_cv;
+    // What a thread waits for: a task id, or one of these.
+    static constexpr int32_t kWaitsForNothing = -1;
+    static constexpr int32_t kWaitsForQueue = -2;  // a worker: a task in its queue
+    static constexpr int32_t kWaitsForAll = -3;    // the host: every task of the step
+
+    std::mutex m_mutex;  // queues, done flags, what each thread waits for, failure, stop
+    std::condition_variable m_host_cv;
+    std::array<std::condition_variable, core::kStreamCount> m_stream_cv;  // one per stream worker
+    std::array<int32_t, core::kStreamCount> m_stream_waits_for{};
+    int32_t m_host_waits_for = kWaitsForNothing;
     std::array<std::deque<int32_t>, core::kStreamCount> m_queues;
     std::array<bool, core::kStreamCount> m_used{};
     std::vector<uint8_t> m_done;
