@@ -1,9 +1,13 @@
 #include "core/units.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cstdio>
 #include <string>
+#include <utility>
+
+#include <fmt/format.h>
 
 namespace shardcast::core {
 
@@ -88,6 +92,18 @@ std::string formatBytes(int64_t bytes) {
         std::snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(bytes) / kGiB);
     }
     return buf;
+}
+
+std::string formatFlopRate(double flops_per_s) {
+    static constexpr std::array<std::pair<double, const char*>, 5> kUnits = {
+        {{1e15, "PFLOP/s"}, {1e12, "TFLOP/s"}, {1e9, "GFLOP/s"}, {1e6, "MFLOP/s"}, {1e3, "kFLOP/s"}}};
+    for (const auto& [scale, unit] : kUnits) {
+        if (flops_per_s >= scale) {
+            const double v = flops_per_s / scale;
+            return fmt::format("{:.{}f} {}", v, v >= 100 ? 0 : v >= 10 ? 1 : 2, unit);
+        }
+    }
+    return fmt::format("{:.0f} FLOP/s", flops_per_s);
 }
 
 std::string formatCount(int64_t n) {

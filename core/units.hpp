@@ -56,6 +56,9 @@ constexpr int64_t kGiB = int64_t{1} << 30;
 std::string formatGiB(int64_t bytes, int decimals = 2);   // "12.34 GiB"
 std::string formatBytes(int64_t bytes);                   // picks B / KiB / MiB / GiB
 std::string formatCount(int64_t n);                       // 8,030,261,248
+// A FLOP rate in the largest SI unit that keeps it at 1 or more, 3 significant digits at least:
+// "989 TFLOP/s", "36.8 GFLOP/s", "1.50 MFLOP/s".
+std::string formatFlopRate(double flops_per_s);
 
 std::string toLower(std::string_view s);  // ASCII, for case-insensitive names
 

@@ -34,8 +34,8 @@ void printText(const sim::Evaluation& e) {
     fmt::print("  all-gather        {:10.2f} ms\n", s.all_gather_s * 1e3);
     fmt::print("  reduce-scatter    {:10.2f} ms\n", s.reduce_scatter_s * 1e3);
     fmt::print("  all-reduce        {:10.2f} ms\n", s.all_reduce_s * 1e3);
-    fmt::print("MFU                 {:10.3f}   (model FLOPs / step / {:.0f} TFLOP/s {} peak)\n", s.mfu,
-               s.peak_flops / 1e12, core::dtypeName(program.compute_dtype));
+    fmt::print("MFU                 {:10.3f}   (model FLOPs / step / {} {} peak)\n", s.mfu,
+               core::formatFlopRate(s.peak_flops), core::dtypeName(program.compute_dtype));
     fmt::print("HFU                 {:10.3f}\n", s.hfu);
     fmt::print("Tokens/s per GPU    {:10.0f}\n", s.tokens_per_s_per_gpu);
     fmt::print("Peak memory         {:>13}  of {} ({})\n", gib(s.peak_bytes), gib(e.profile.gpu.memory_bytes),

@@ -60,8 +60,8 @@ void appendTimeSection(std::string& out, const sim::Evaluation& e) {
     line("Time per step (simulated with the cost models; ms = 1e-3 s)");
     line(fmt::format("  step            {:>10.2f} ms   compute stream busy {:.2f} ms, exposed communication {:.2f} ms",
                      ms(ts.step_s), ms(ts.compute_s), ms(ts.exposed_comm_s)));
-    line(fmt::format("  MFU             {:>10.3f}      model FLOPs (6N + 12Lhs per token) over {:.0f} TFLOP/s {} peak",
-                     ts.mfu, ts.peak_flops / 1e12, core::dtypeName(prog.compute_dtype)));
+    line(fmt::format("  MFU             {:>10.3f}      model FLOPs (6N + 12Lhs per token) over {} {} peak",
+                     ts.mfu, core::formatFlopRate(ts.peak_flops), core::dtypeName(prog.compute_dtype)));
     line(fmt::format("  HFU             {:>10.3f}      hardware FLOPs, recompute included", ts.hfu));
     line(fmt::format("  throughput      {:>10.0f} tokens/s per GPU", ts.tokens_per_s_per_gpu));
     line(fmt::format("  {:<22}{:>12}", "stream", "busy (ms)"));

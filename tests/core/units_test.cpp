@@ -15,6 +15,13 @@ TEST(UnitsTest, FormatGiBUsesPowersOfTwo) {
 }
 
 TEST(UnitsTest, FormatBytesPicksUnit) {
+    EXPECT_EQ(sc::formatFlopRate(989e12), "989 TFLOP/s");
+    EXPECT_EQ(sc::formatFlopRate(36.78e9), "36.8 GFLOP/s");
+    EXPECT_EQ(sc::formatFlopRate(1.5e6), "1.50 MFLOP/s");
+    EXPECT_EQ(sc::formatFlopRate(2.25e15), "2.25 PFLOP/s");
+    EXPECT_EQ(sc::formatFlopRate(0), "0 FLOP/s");
+    EXPECT_EQ(sc::formatFlopRate(999), "999 FLOP/s");
+    EXPECT_EQ(sc::formatFlopRate(1000), "1.00 kFLOP/s");
     EXPECT_EQ(sc::formatBytes(0), "0 B");
     EXPECT_EQ(sc::formatBytes(1023), "1023 B");
     EXPECT_EQ(sc::formatBytes(1536), "1.50 KiB");
