@@ -1,7 +1,5 @@
 #include "backend_cpu/calibrate.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -19,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend_cpu/mpi_session.hpp"
+#include "core/host_info.hpp"
 #include "backend_cpu/mpi_wait.hpp"
 
 namespace shardcast::cpu {
@@ -329,24 +328,12 @@ std::string utcNow() {
     return buf;
 }
 
-// MemTotal from /proc/meminfo (kB); the physical pages where that file is missing.
-int64_t memTotalBytes() {
-    std::ifstream in("/proc/meminfo");
-    std::string key;
-    int64_t kb = 0;
-    while (in >> key >> kb) {
-        if (key == "MemTotal:") return kb * 1024;
-        in.ignore(256, '\n');
-    }
-    return static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<int64_t>(sysconf(_SC_PAGE_SIZE));
-}
-
 // The GPU the profile describes before any fit: this host. The 1.0 placeholders are all replaced
 // below (by the fits, or by figures derived from the memcpy bandwidth).
 core::GpuSpec hostSpec() {
     core::GpuSpec gpu;
     gpu.name = cpuProfileName();
-    gpu.memory_bytes = memTotalBytes();
+    gpu.memory_bytes = core::physicalMemoryBytes();
     gpu.peak_flops_bf16 = gpu.peak_flops_fp32 = 1.0;
     gpu.hbm_bytes_per_s = gpu.nvlink_bytes_per_s = gpu.network_bytes_per_s = gpu.host_link_bytes_per_s = 1.0;
     return gpu;
@@ -363,9 +350,7 @@ std::optional<HostLoad> hostLoad() {
 }
 
 std::string cpuProfileName() {
-    std::array<char, 256> host{};
-    if (gethostname(host.data(), host.size() - 1) != 0) return "cpu-unknown";
-    return "cpu-" + std::string(host.data());
+    return "cpu-" + core::hostName();
 }
 
 core::Result<CalibrationResult> calibrateCpu(const MpiSession& session, const CalibrationOptions& options) {
@@ -447,7 +432,7 @@ core::Result<CalibrationResult> calibrateCpu(const MpiSession& session, const Ca
     if (!gemm) return gemm.error();
     sim::CalibrationFits& fits = r.fits;
     fits.name = cpuProfileName();
-    fits.memory_bytes = memTotalBytes();
+    fits.memory_bytes = core::physicalMemoryBytes();
     fits.gemm = *gemm;
     // The largest buffer: streaming from DRAM, the conservative figure (docs/calibration.md).
     fits.memory_bytes_per_s = r.measured.memory.back().bytesPerSecond();

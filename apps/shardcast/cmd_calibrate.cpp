@@ -1,6 +1,5 @@
 // `shardcast calibrate --backend cpu`: measure this machine, fit the cost curves, write a profile.
 // Run under `mpirun -np N` to measure collectives; rank 0 prints and writes, the others take part.
-#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -191,13 +190,6 @@ void printProgress(int done, int total, std::string_view what) {
                std::string(static_cast<size_t>(kWidth - filled), '.'), done * 100 / total, what);
     if (done == total) fmt::print(stderr, "\n");
     std::fflush(stderr);
-}
-
-// Under mpirun a rank's stderr is a pipe to mpirun whatever mpirun's is; scripts/mpirun.sh says
-// in SHARDCAST_STDERR_IS_TTY whether its own stderr is a terminal.
-bool stderrIsTerminal() {
-    if (const char* told = std::getenv("SHARDCAST_STDERR_IS_TTY"); told != nullptr) return std::string(told) == "1";
-    return isatty(STDERR_FILENO) != 0;
 }
 
 #endif  // SHARDCAST_WITH_CPU_BACKEND

@@ -1,11 +1,9 @@
 // `shardcast run`: execute a plan's Program for real on a backend and write the measured run
 // (core::RunRecord). Launched once per rank: `mpirun -np N shardcast run PLAN --backend cpu`.
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -16,6 +14,7 @@
 
 #include "apps/shardcast/commands.hpp"
 #include "apps/shardcast/plan_options.hpp"
+#include "core/host_info.hpp"
 #include "core/plan_build.hpp"
 #include "core/run_record.hpp"
 #include "simulator/chrome_trace.hpp"
@@ -45,40 +44,6 @@ std::optional<int64_t> envInt(const char* name) {
     const long long x = std::strtoll(v, &end, 10);
     if (end == v || *end != '\0') return std::nullopt;
     return x;
-}
-
-// /proc/meminfo's MemAvailable in bytes; 0 when unknown.
-int64_t memAvailableBytes() {
-    std::ifstream in("/proc/meminfo");
-    std::string key;
-    int64_t kib = 0;
-    std::string unit;
-    while (in >> key >> kib) {
-        std::getline(in, unit);
-        if (key == "MemAvailable:") return kib * 1024;
-    }
-    return 0;
-}
-
-std::string cpuModel() {
-    std::ifstream in("/proc/cpuinfo");
-    std::string line;
-    while (std::getline(in, line)) {
-        if (line.rfind("model name", 0) == 0) {
-            if (auto colon = line.find(':'); colon != std::string::npos) {
-                std::string model = line.substr(colon + 1);
-                model.erase(0, model.find_first_not_of(' '));
-                return model;
-            }
-        }
-    }
-    return "unknown";
-}
-
-std::string hostName() {
-    char name[256] = {};
-    if (gethostname(name, sizeof(name) - 1) != 0) return "unknown";
-    return name;
 }
 
 #endif
@@ -134,7 +99,7 @@ int runRun(const RunOptions& o) {
     // Memory: every rank on this machine holds the predicted peak of counted allocations (kernel
     // scratch comes on top); refused before anything is allocated.
     const int64_t local_ranks = std::max<int64_t>(1, envInt("OMPI_COMM_WORLD_LOCAL_SIZE").value_or(1));
-    const int64_t available = memAvailableBytes();
+    const int64_t available = core::meminfoBytes("MemAvailable");
     const int64_t predicted_peak = predicted.summary.peak_bytes;
     if (available > 0 && predicted_peak * local_ranks > available) {
         if (env_rank != 0) return kExitBadInput;
@@ -161,7 +126,7 @@ int runRun(const RunOptions& o) {
     }
     cpu::CpuBackend backend(mpi, o.verify);
     exec::Executor executor(backend);
-    const bool progress = mpi.rank() == 0 && isatty(STDERR_FILENO) == 1;
+    const bool progress = mpi.rank() == 0 && stderrIsTerminal();
     if (progress) {  // on a terminal: one line, rewritten after each step
         executor.onStep([](int32_t done, int32_t total) {
             fmt::print(stderr, "\rstep {}/{}{}", done, total, done == total ? "\r            \r" : "");
@@ -197,8 +162,8 @@ int runRun(const RunOptions& o) {
     record.compute_note = cpu::kComputeNote;
     record.plan = core::planToJson(*plan);
     record.profile = sim::profileToJson(predicted.profile);
-    record.environment = {{"hostname", hostName()},
-                          {"processor", cpuModel()},
+    record.environment = {{"hostname", core::hostName()},
+                          {"processor", core::cpuModelName()},
                           {"mpi_library", mpi.libraryVersion()},
                           {"eigen_simd", cpu::eigenSimd()},
                           {"eigen_threads", cpu::eigenThreads()},

@@ -16,6 +16,11 @@ constexpr int kExitBadInput = 2;
 // Prints "shardcast: error: MESSAGE" as exactly one line on stderr; returns kExitBadInput.
 int reportInputError(std::string_view message);
 
+// Whether progress may be drawn on stderr: it is a terminal. Under mpirun a rank's stderr is a
+// pipe to mpirun whatever mpirun's is; scripts/mpirun.sh says in SHARDCAST_STDERR_IS_TTY whether
+// its own stderr is a terminal.
+bool stderrIsTerminal();
+
 void registerPlanCommand(CLI::App& app, int& exit_code);
 void registerModelsCommand(CLI::App& app, int& exit_code);
 void registerGpusCommand(CLI::App& app, int& exit_code);

@@ -1,4 +1,7 @@
 // The shardcast command: subcommand dispatch and exit codes (0 ok, 1 runtime failure, 2 bad input).
+#include <unistd.h>
+
+#include <cstdlib>
 #include <exception>
 #include <string>
 #include <string_view>
@@ -9,6 +12,11 @@
 #include "apps/shardcast/commands.hpp"
 
 namespace shardcast::cli {
+
+bool stderrIsTerminal() {
+    if (const char* told = std::getenv("SHARDCAST_STDERR_IS_TTY"); told != nullptr) return std::string(told) == "1";
+    return isatty(STDERR_FILENO) != 0;
+}
 
 int reportInputError(std::string_view message) {
     std::string one_line(message);

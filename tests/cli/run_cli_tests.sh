@@ -3,6 +3,8 @@
 # and one-line error messages for bad input, listings, plan write-back, and golden plans.
 #   usage: run_cli_tests.sh SHARDCAST_BINARY REPO_ROOT
 set -uo pipefail
+# shellcheck source=tests/cli/harness.sh
+source "$(dirname "${BASH_SOURCE[0]}")/harness.sh"
 
 bin=${1:?usage: run_cli_tests.sh SHARDCAST_BINARY REPO_ROOT}
 root=${2:?usage: run_cli_tests.sh SHARDCAST_BINARY REPO_ROOT}
@@ -11,44 +13,6 @@ root=$(cd "$root" && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cd "$tmp"
-
-passed=0
-failed=0
-pass() { passed=$((passed + 1)); echo "PASS  $1"; }
-fail() { failed=$((failed + 1)); echo "FAIL  $1"; [ -n "${2:-}" ] && printf '      %s\n' "$2"; }
-
-# expect_ok NAME CMD...: exit 0.
-expect_ok() {
-    local name=$1; shift
-    if "$@" >"$tmp/out" 2>"$tmp/err"; then
-        pass "$name"
-    else
-        fail "$name" "exit $? from: $* -- stderr: $(head -c 400 "$tmp/err")"
-    fi
-}
-
-# expect_bad_input NAME PATTERN CMD...: exit 2 and exactly one stderr line that starts with
-# "shardcast: error: " and matches the extended regex PATTERN (the file or flag it must name).
-expect_bad_input() {
-    local name=$1 pattern=$2; shift 2
-    "$@" >"$tmp/out" 2>"$tmp/err"
-    local rc=$?
-    local lines first
-    lines=$(wc -l <"$tmp/err")
-    first=$(head -n 1 "$tmp/err")
-    if [ "$rc" -ne 2 ]; then
-        fail "$name" "expected exit 2, got $rc -- stderr: $(head -c 400 "$tmp/err")"
-    elif [ "$lines" -ne 1 ]; then
-        fail "$name" "expected one stderr line, got $lines: $(head -c 400 "$tmp/err")"
-    elif [[ "$first" != "shardcast: error: "* ]]; then
-        fail "$name" "stderr does not start with 'shardcast: error: ': $first"
-    elif ! grep -Eq -- "$pattern" <<<"$first"; then
-        fail "$name" "stderr does not name /$pattern/: $first"
-    else
-        pass "$name"
-    fi
-}
-
 # --- plan --json: one JSON object with every documented key -----------------------------------
 check_keys='
 import json, sys
@@ -218,5 +182,4 @@ for plan in "${goldens[@]}"; do
     fi
 done
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish

@@ -4,6 +4,8 @@
 # keys, --trace, and exit 2 for bad input.
 #   usage: run_compare_cli_tests.sh SHARDCAST_BINARY WRITE_TEST_RUN_BINARY
 set -uo pipefail
+# shellcheck source=tests/cli/harness.sh
+source "$(dirname "${BASH_SOURCE[0]}")/harness.sh"
 
 bin=${1:?usage: run_compare_cli_tests.sh SHARDCAST_BINARY WRITE_TEST_RUN_BINARY}
 writer=${2:?usage: run_compare_cli_tests.sh SHARDCAST_BINARY WRITE_TEST_RUN_BINARY}
@@ -13,38 +15,6 @@ models=$(cd "$(dirname "$0")/../../models" && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cd "$tmp"
-
-passed=0
-failed=0
-pass() { passed=$((passed + 1)); echo "PASS  $1"; }
-fail() { failed=$((failed + 1)); echo "FAIL  $1"; [ -n "${2:-}" ] && printf '      %s\n' "$2"; }
-
-check() {
-    local name=$1 code=$2 file=$3
-    if python3 -c "$code" "$file" 2>"$tmp/pyerr"; then pass "$name"; else fail "$name" "$(tail -n 3 "$tmp/pyerr")"; fi
-}
-
-# expect_exit NAME CODE CMD...
-expect_exit() {
-    local name=$1 want=$2; shift 2
-    "$@" >"$tmp/out" 2>"$tmp/err"
-    local rc=$?
-    if [ "$rc" -eq "$want" ]; then pass "$name"; else fail "$name" "expected exit $want, got $rc: $(head -c 300 "$tmp/err")"; fi
-}
-
-# expect_bad_input NAME PATTERN CMD...: exit 2 and one stderr line matching PATTERN.
-expect_bad_input() {
-    local name=$1 pattern=$2; shift 2
-    "$@" >"$tmp/out" 2>"$tmp/err"
-    local rc=$?
-    if [ "$rc" -ne 2 ]; then
-        fail "$name" "expected exit 2, got $rc: $(head -c 300 "$tmp/err")"
-    elif [ "$(wc -l <"$tmp/err")" -ne 1 ] || ! grep -Eq -- "$pattern" "$tmp/err"; then
-        fail "$name" "stderr should be one line matching '$pattern': $(head -c 300 "$tmp/err")"
-    else
-        pass "$name"
-    fi
-}
 
 expect_exit "plan --write-plan tiny-llama" 0 \
     "$bin" plan --model tiny-llama --gpu H100-SXM --nodes 1 --gpus-per-node 4 --seq-len 512 --write-plan "$tmp/tiny.plan.json"
@@ -162,5 +132,4 @@ expect_bad_input "--scale unknown key names the flag and the valid keys" "--scal
 expect_bad_input "--scale hidden not a multiple of the heads" "--scale.*multiple of 16" \
     "$bin" plan --model tiny-llama --scale hidden=100
 
-echo "compare CLI: $passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish "compare CLI"

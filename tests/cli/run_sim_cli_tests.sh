@@ -3,6 +3,8 @@
 # search (--json, --pytorch) and their exit codes for bad input.
 #   usage: run_sim_cli_tests.sh SHARDCAST_BINARY REPO_ROOT
 set -uo pipefail
+# shellcheck source=tests/cli/harness.sh
+source "$(dirname "${BASH_SOURCE[0]}")/harness.sh"
 
 bin=${1:?usage: run_sim_cli_tests.sh SHARDCAST_BINARY REPO_ROOT}
 root=${2:?usage: run_sim_cli_tests.sh SHARDCAST_BINARY REPO_ROOT}
@@ -11,25 +13,6 @@ root=$(cd "$root" && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cd "$tmp"
-
-passed=0
-failed=0
-pass() { passed=$((passed + 1)); echo "PASS  $1"; }
-fail() { failed=$((failed + 1)); echo "FAIL  $1"; [ -n "${2:-}" ] && printf '      %s\n' "$2"; }
-
-# check NAME PYTHON_SNIPPET FILE: the snippet reads sys.argv[1] and raises on failure.
-check() {
-    local name=$1 code=$2 file=$3
-    if python3 -c "$code" "$file" 2>"$tmp/pyerr"; then pass "$name"; else fail "$name" "$(tail -n 3 "$tmp/pyerr")"; fi
-}
-
-# expect_exit NAME CODE CMD...
-expect_exit() {
-    local name=$1 want=$2; shift 2
-    "$@" >"$tmp/out" 2>"$tmp/err"
-    local rc=$?
-    if [ "$rc" -eq "$want" ]; then pass "$name"; else fail "$name" "expected exit $want, got $rc: $(head -c 300 "$tmp/err")"; fi
-}
 
 plan=(--model llama-3.1-8b --gpu H100-SXM --nodes 1 --gpus-per-node 8)
 
@@ -128,5 +111,4 @@ expect_exit "search: bad --headroom is exit 2" 2 "$bin" search "${plan[@]}" --he
 expect_exit "search: missing --profile file is exit 2" 2 "$bin" search "${plan[@]}" --profile "$tmp/nope.json"
 expect_exit "search: unknown flag is exit 2" 2 "$bin" search "${plan[@]}" --no-such-flag
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish

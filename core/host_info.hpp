@@ -1,0 +1,19 @@
+#pragma once
+// Facts about the machine this process runs on, for run records, calibrated profiles and the
+// memory checks before a run (Linux: /proc/meminfo, /proc/cpuinfo).
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace shardcast::core {
+
+// A /proc/meminfo field ("MemTotal", "MemAvailable") in bytes; 0 when the file or field is missing.
+int64_t meminfoBytes(std::string_view field);
+// MemTotal, or the physical pages times the page size where /proc/meminfo is missing.
+int64_t physicalMemoryBytes();
+// /proc/cpuinfo's first "model name"; "unknown" when missing.
+std::string cpuModelName();
+// gethostname; "unknown" when it fails.
+std::string hostName();
+
+}  // namespace shardcast::core
