@@ -26,19 +26,14 @@ core::DType gemmDType(core::DType dtype) {
 }
 
 GemmRunner::~GemmRunner() {
-    for (auto& [key, p] : m_plans) {
-        if (p.a != nullptr) cublasLtMatrixLayoutDestroy(p.a);
-        if (p.b != nullptr) cublasLtMatrixLayoutDestroy(p.b);
-        if (p.c != nullptr) cublasLtMatrixLayoutDestroy(p.c);
-        if (p.desc != nullptr) cublasLtMatmulDescDestroy(p.desc);
-    }
+    for (auto& [key, p] : m_plans) destroy(p);
     if (m_workspace != nullptr) cudaFree(m_workspace);
     if (m_handle != nullptr) cublasLtDestroy(m_handle);
 }
 
 core::Status GemmRunner::init(int64_t workspace_bytes) {
-    SHARDCAST_CUDA_TRY(cublasCheck, cublasLtCreate(&m_handle));
-    SHARDCAST_CUDA_TRY(cudaCheck, cudaMalloc(&m_workspace, static_cast<size_t>(workspace_bytes)));
+    if (m_handle == nullptr) SHARDCAST_CUDA_TRY(cublasCheck, cublasLtCreate(&m_handle));
+    if (m_workspace == nullptr) SHARDCAST_CUDA_TRY(cudaCheck, cudaMalloc(&m_workspace, static_cast<size_t>(workspace_bytes)));
     m_workspace_bytes = workspace_bytes;
     return core::Ok{};
 }
@@ -46,7 +41,15 @@ core::Status GemmRunner::init(int64_t workspace_bytes) {
 core::Result<GemmRunner::Plan*> GemmRunner::plan(int64_t m, int64_t n, int64_t k, core::DType dtype) {
     const auto key = std::make_tuple(m, n, k, static_cast<int>(dtype));
     if (auto found = m_plans.find(key); found != m_plans.end()) return &found->second;
-    Plan& p = m_plans[key];  // destroyed with the runner even if a step below fails
+    Plan p;
+    if (auto s = describe(p, m, n, k, dtype); !s) {
+        destroy(p);  // a failed shape is not cached: the next call reports it again
+        return s.error();
+    }
+    return &m_plans.emplace(key, p).first->second;
+}
+
+core::Status GemmRunner::describe(Plan& p, int64_t m, int64_t n, int64_t k, core::DType dtype) {
     const cudaDataType_t type = cudaType(dtype);
     SHARDCAST_CUDA_TRY(cublasCheck, cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     SHARDCAST_CUDA_TRY(cublasCheck, cublasLtMatrixLayoutCreate(&p.a, type, static_cast<uint64_t>(m), static_cast<uint64_t>(k), m));
@@ -65,14 +68,22 @@ core::Result<GemmRunner::Plan*> GemmRunner::plan(int64_t m, int64_t n, int64_t k
                         "cublasLtMatmulAlgoGetHeuristic");
     }
     cublasLtMatmulPreferenceDestroy(pref);
-    if (!s) return s.error();
+    if (!s) return s;
     if (found == 0) {
         return core::makeError("cublasLtMatmulAlgoGetHeuristic found no algorithm for a GEMM of m " + std::to_string(m) +
                                ", n " + std::to_string(n) + ", k " + std::to_string(k) + " in " +
                                std::string(core::dtypeName(dtype)));
     }
     p.algo = result.algo;
-    return &p;
+    return core::Ok{};
+}
+
+void GemmRunner::destroy(Plan& p) noexcept {
+    if (p.a != nullptr) cublasLtMatrixLayoutDestroy(p.a);
+    if (p.b != nullptr) cublasLtMatrixLayoutDestroy(p.b);
+    if (p.c != nullptr) cublasLtMatrixLayoutDestroy(p.c);
+    if (p.desc != nullptr) cublasLtMatmulDescDestroy(p.desc);
+    p = Plan{};
 }
 
 core::Status GemmRunner::run(int64_t m, int64_t n, int64_t k, core::DType dtype, const void* a, const void* b, void* c,

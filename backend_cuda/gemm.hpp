@@ -25,7 +25,8 @@ public:
     GemmRunner(const GemmRunner&) = delete;
     GemmRunner& operator=(const GemmRunner&) = delete;
 
-    // Creates the handle and a workspace of `workspace_bytes` on the current device.
+    // Creates the handle and a workspace of `workspace_bytes` on the current device (what an
+    // earlier failed call created is kept, not leaked).
     core::Status init(int64_t workspace_bytes = int64_t{32} << 20);
     // Enqueues C = A B on `stream` (not synchronized). dtype: gemmDType of the op's.
     core::Status run(int64_t m, int64_t n, int64_t k, core::DType dtype, const void* a, const void* b, void* c,
@@ -38,6 +39,8 @@ private:
         cublasLtMatmulAlgo_t algo{};
     };
     core::Result<Plan*> plan(int64_t m, int64_t n, int64_t k, core::DType dtype);
+    core::Status describe(Plan& p, int64_t m, int64_t n, int64_t k, core::DType dtype);
+    static void destroy(Plan& p) noexcept;
 
     cublasLtHandle_t m_handle = nullptr;
     void* m_workspace = nullptr;
