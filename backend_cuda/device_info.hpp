@@ -20,8 +20,9 @@ struct DeviceMemory {
 core::Result<DeviceMemory> deviceMemory(int device);
 
 // The run record's environment for `device`: GPU name, compute capability, memory, SM and memory
-// clocks (peak, kHz as CUDA reports them), driver / runtime / NCCL / cuBLASLt versions. The
-// power limit needs NVML, which this build does not link: recorded as not read.
+// clocks (peak, kHz as CUDA reports them), driver / runtime / NCCL / cuBLASLt versions; from NVML
+// when the driver provides libnvidia-ml.so.1 (dlopen, not linked), the enforced power limit (W)
+// and the SM clock now (MHz), otherwise "power_limit" says why they were not read.
 nlohmann::json environment(int device);
 
 }  // namespace shardcast::cuda
