@@ -3,7 +3,8 @@
 # folder if present), runs the GPU tests (ctest label `gpu`), then runs the bundled Llama-3.1-8B
 # plan with one unit per block on this machine's GPU, emulating rank 0 of a node of 8 GPUs
 # (`--emulate-rank 0`: every allocation and kernel for real, collectives filled locally), compares
-# prediction with measurement (`shardcast compare`) and prints one table.
+# prediction with measurement (`shardcast compare`) and prints one table. With two or more GPUs and
+# mpirun it also runs tiny-llama on 2 GPUs, one process each (NCCL between processes).
 #   usage: scripts/gpu-check.sh [BUILD_DIR]      (default: build/ beside this script's repository)
 # Environment: GPU_CHECK_STRATEGIES (default "FULL_SHARD SHARD_GRAD_OP"), GPU_CHECK_SCALE (a
 # --scale value, e.g. layers=8, for a GPU with little memory), JOBS (build parallelism).
@@ -39,6 +40,21 @@ fi
 echo "== GPU tests (ctest -L gpu)"
 ctest --test-dir "$build" -L gpu --output-on-failure --timeout 300
 tests_rc=$?
+
+# Several GPUs and mpirun: one process per GPU with real NCCL collectives between them.
+gpu_count=$(grep -c '^GPU ' "$tmp/gpus")
+multi="skipped (one GPU)"
+if [ "$gpu_count" -ge 2 ] && command -v mpirun >/dev/null 2>&1; then
+    echo "== tiny-llama on 2 GPUs under mpirun (NCCL between processes)"
+    if timeout 120 "$src/scripts/mpirun.sh" -np 2 "$shardcast" run --backend cuda --model "$src/models/tiny-llama.json" \
+        --nodes 1 --gpus-per-node 2 --seq-len 256 --warmup 1 --steps 3 --out "$tmp/run-2gpu.json"; then
+        multi="passed"
+    else
+        multi="FAILED"
+    fi
+elif [ "$gpu_count" -ge 2 ]; then
+    multi="skipped (no mpirun)"
+fi
 
 echo "== Llama-3.1-8B per block, rank 0 of 8 emulated"
 rows=()
@@ -78,5 +94,5 @@ print(f"{strategy:<14}{ms(comp.get('predicted_busy_ns', 0)):>20}{ms(comp.get('me
 PY
 done
 echo "* measured step with collectives emulated (no communication): not comparable with the prediction"
-echo "gpu-check: done in $((SECONDS - start)) s; gpu tests $([ $tests_rc -eq 0 ] && echo passed || echo FAILED)"
-[ $tests_rc -eq 0 ]
+echo "gpu-check: done in $((SECONDS - start)) s; gpu tests $([ $tests_rc -eq 0 ] && echo passed || echo FAILED); 2-GPU run $multi"
+[ $tests_rc -eq 0 ] && [ "$multi" != "FAILED" ]

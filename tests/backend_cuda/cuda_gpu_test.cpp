@@ -1,7 +1,7 @@
 // Tests that need an NVIDIA GPU (ctest label `gpu`); each skips with a message when
 // cudaGetDeviceCount reports none. GEMMs of the backend's cuBLASLt path against a CPU reference,
-// and an emulated rank of a 4-rank plan producing a full measured timeline whose counted memory is
-// the prediction's.
+// an emulated rank of a 4-rank plan and a 1-rank plan on real NCCL, each producing a full measured
+// timeline whose counted memory is the prediction's.
 #include <array>
 #include <cstdint>
 #include <cstdlib>
@@ -116,23 +116,22 @@ TEST(CudaGpuTest, GemmMatchesCpuReference) {
     checkGemm(core::DType::BF16, 128, 256, 32);
 }
 
-// `shardcast run --backend cuda --emulate-rank 1` of a 4-rank plan: a timeline of every task of
-// the Program, on the Program's streams, the collectives (and only they) marked emulated, and
-// counted memory equal to the prediction's, exact bytes.
-TEST(CudaGpuTest, EmulatedRankProducesAFullTimeline) {
-    REQUIRE_GPU();
-    const auto out = std::filesystem::temp_directory_path() / "shardcast_cuda_emulated_run.json";
+// Runs `shardcast ARGS --out FILE` on tiny-llama and checks its record against the prediction of
+// exactly what ran: a timeline of every task of the Program on its stream, exactly `emulated`
+// collectives marked emulated (all or none), and counted memory equal to the Program's events on
+// the measured timeline and, for each category one stream touches, to the prediction's bytes.
+void runAndCheck(const std::string& args, int32_t world, int32_t recorded_rank, bool emulated) {
+    const auto out = std::filesystem::temp_directory_path() / "shardcast_cuda_gpu_run.json";
     const std::string cmd = std::string(SHARDCAST_BIN) + " run --backend cuda --model " + SHARDCAST_SOURCE_DIR +
-                            "/models/tiny-llama.json --seq-len 64 --micro-batch 1 --nodes 1 --gpus-per-node 4 "
-                            "--strategy FULL_SHARD --emulate-rank 1 --warmup 1 --steps 2 --out " +
-                            out.string();
+                            "/models/tiny-llama.json --seq-len 64 --micro-batch 1 --warmup 1 --steps 2 " + args +
+                            " --out " + out.string();
     ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
     auto record = core::loadRunRecord(out);
     std::filesystem::remove(out);
     ASSERT_TRUE(record.ok()) << record.error().message;
     EXPECT_EQ(record->backend, "cuda");
-    EXPECT_EQ(record->world_size, 4);
-    EXPECT_EQ(record->recorded_rank, 1);
+    EXPECT_EQ(record->world_size, world);
+    EXPECT_EQ(record->recorded_rank, recorded_rank);
     EXPECT_EQ(record->step_ns.size(), 2u);
     EXPECT_TRUE(record->environment.contains("gpu"));
     auto plan = core::planFromJson(record->plan, "record plan", SHARDCAST_SOURCE_DIR);
@@ -154,7 +153,7 @@ TEST(CudaGpuTest, EmulatedRankProducesAFullTimeline) {
         if (core::isCollective(program.tasks[i].kind)) collectives.push_back(static_cast<int32_t>(i));
     }
     EXPECT_FALSE(collectives.empty());
-    EXPECT_EQ(record->emulated_tasks, collectives);
+    EXPECT_EQ(record->emulated_tasks, emulated ? collectives : std::vector<int32_t>{});
     // Memory: the Program's events on the measured timeline (what the executor counted), and, for
     // each category only one stream touches (its high-water mark does not depend on timing), the
     // prediction's bytes exactly (as tests/backend_cpu/run_record_check.cpp does).
@@ -177,6 +176,19 @@ TEST(CudaGpuTest, EmulatedRankProducesAFullTimeline) {
         EXPECT_EQ(record->memory.max_per_category[c], predicted->timed.max_per_category[c])
             << core::categoryName(static_cast<core::MemCategory>(c));
     }
+}
+
+// `--emulate-rank 1` of a 4-rank plan on one GPU: collectives filled locally, all marked emulated.
+TEST(CudaGpuTest, EmulatedRankProducesAFullTimeline) {
+    REQUIRE_GPU();
+    runAndCheck("--nodes 1 --gpus-per-node 4 --strategy FULL_SHARD --emulate-rank 1", 4, 1, true);
+}
+
+// A 1-rank plan without mpirun: real NCCL communicators of one rank (ncclGetUniqueId,
+// ncclCommInitRank, the collectives), nothing emulated.
+TEST(CudaGpuTest, OneRankRunUsesNccl) {
+    REQUIRE_GPU();
+    runAndCheck("--nodes 1 --gpus-per-node 1 --strategy FULL_SHARD", 1, 0, false);
 }
 
 }  // namespace
