@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <cmath>
 #include <new>
+#include <numeric>
 
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
@@ -12,6 +14,7 @@
 #include "backend_cuda/cuda_check.hpp"
 #include "backend_cuda/gemm.hpp"
 #include "backend_cuda/kernels.hpp"
+#include "core/verify_data.hpp"
 
 namespace shardcast::cuda {
 namespace {
@@ -55,6 +58,108 @@ core::Status grow(DeviceBuffer& b, int64_t bytes, cudaStream_t stream) {
 
 ncclRedOp_t avg() { return ncclAvg; }
 
+// Verify data in the collective's element type (core/verify_data.hpp).
+struct F32Codec {
+    using T = float;
+    static T enc(float v) { return v; }
+    static float dec(T x) { return x; }
+    static std::string show(T x) { return fmt::format("{}", x); }
+};
+struct Bf16Codec {
+    using T = uint16_t;
+    static T enc(float v) { return core::verify::toBf16(v); }
+    static float dec(T x) { return core::verify::fromBf16(x); }
+    static std::string show(T x) { return fmt::format("{} (bf16 0x{:04x})", dec(x), x); }
+};
+
+std::string unitName(const core::Program& program, int32_t unit) {
+    if (unit < 0 || unit >= static_cast<int32_t>(program.units.size())) return "(step)";
+    return program.units[static_cast<size_t>(unit)].name;
+}
+
+struct VerifyCall {
+    const core::Program& program;
+    int32_t id;
+    const std::vector<int32_t>& members;  // world ranks in communicator order
+    int32_t rank;
+    int64_t count;                        // elements per rank (the whole buffer for all-reduce)
+    void* send;
+    void* recv;
+    ncclComm_t comm;
+    ncclDataType_t type;
+    cudaStream_t stream;
+};
+
+// One collective on verify data: fills the send buffer, runs it, copies the result back and checks
+// it. Sets `checked` to the elements verified.
+template <class Codec>
+core::Status verifyCollective(const VerifyCall& c, int64_t& checked) {
+    using T = typename Codec::T;
+    checked = 0;
+    const core::Task& task = c.program.tasks[static_cast<size_t>(c.id)];
+    const core::TaskKind kind = task.kind;
+    const auto members = static_cast<int64_t>(c.members.size());
+    const int64_t send_elems = kind == core::TaskKind::ReduceScatter ? c.count * members : c.count;
+    const int64_t recv_elems = kind == core::TaskKind::AllGather ? c.count * members : c.count;
+    const int32_t unit = std::max(task.unit, 0);
+    const auto position = static_cast<int64_t>(std::find(c.members.begin(), c.members.end(), c.rank) - c.members.begin());
+    std::vector<T> send(static_cast<size_t>(send_elems)), recv(static_cast<size_t>(recv_elems), Codec::enc(-1.0f));
+    for (int64_t i = 0; i < send_elems; ++i) {
+        send[static_cast<size_t>(i)] = kind == core::TaskKind::AllGather
+                                           ? Codec::enc(core::verify::paramValue(unit, position * c.count + i))
+                                           : Codec::enc(core::verify::gradValue(unit, c.rank, i, members));
+    }
+    const auto send_bytes = static_cast<size_t>(send_elems) * sizeof(T);
+    const auto recv_bytes = static_cast<size_t>(recv_elems) * sizeof(T);
+    SHARDCAST_CUDA_TRY(cudaCheck, cudaMemcpyAsync(c.send, send.data(), send_bytes, cudaMemcpyHostToDevice, c.stream));
+    SHARDCAST_CUDA_TRY(cudaCheck, cudaMemcpyAsync(c.recv, recv.data(), recv_bytes, cudaMemcpyHostToDevice, c.stream));
+    const auto n = static_cast<size_t>(c.count);
+    switch (kind) {
+        case core::TaskKind::AllGather:
+            SHARDCAST_CUDA_TRY(ncclCheck, ncclAllGather(c.send, c.recv, n, c.type, c.comm, c.stream));
+            break;
+        case core::TaskKind::ReduceScatter:
+            SHARDCAST_CUDA_TRY(ncclCheck, ncclReduceScatter(c.send, c.recv, n, c.type, avg(), c.comm, c.stream));
+            break;
+        default:
+            SHARDCAST_CUDA_TRY(ncclCheck, ncclAllReduce(c.send, c.recv, n, c.type, avg(), c.comm, c.stream));
+            break;
+    }
+    SHARDCAST_CUDA_TRY(cudaCheck, cudaMemcpyAsync(recv.data(), c.recv, recv_bytes, cudaMemcpyDeviceToHost, c.stream));
+    SHARDCAST_CUDA_TRY(cudaCheck, cudaStreamSynchronize(c.stream));
+
+    const int64_t offset = kind == core::TaskKind::ReduceScatter ? position * c.count : 0;
+    for (int64_t i = 0; i < recv_elems; ++i) {
+        const T got = recv[static_cast<size_t>(i)];
+        bool ok = false;
+        T want{};
+        if (kind == core::TaskKind::AllGather) {
+            want = Codec::enc(core::verify::paramValue(unit, i));
+            ok = got == want;
+        } else {
+            float sum = 0;
+            for (int32_t member : c.members) sum += core::verify::gradValue(unit, member, offset + i, members);
+            const float mean = sum / static_cast<float>(members);
+            want = Codec::enc(mean);
+            // ncclAvg may scale each input by 1/members before summing: within members x bf16's
+            // half-ulp of the mean (exact for the power-of-two groups FSDP uses).
+            ok = std::fabs(Codec::dec(got) - mean) <= std::fabs(mean) * static_cast<float>(members) / 256.0f;
+        }
+        if (ok) continue;
+        const std::string what =
+            kind == core::TaskKind::AllGather
+                ? fmt::format("element {} of the all-gathered parameters", i)
+                : fmt::format("element {} of the {} gradient (element {} of the unit's gradient buffer)", i,
+                              kind == core::TaskKind::ReduceScatter ? "reduce-scattered shard of the" : "all-reduced",
+                              offset + i);
+        return core::makeError(fmt::format("verify failed for unit {} on rank {} ({}, task {}): {} is {}, expected {}",
+                                           unitName(c.program, task.unit), c.rank, c.program.taskLabel(c.id), c.id, what,
+                                           Codec::show(got), Codec::show(want)));
+    }
+    checked = recv_elems;
+    return core::Ok{};
+}
+
 }  // namespace
 
 struct CudaBackend::StreamState {
@@ -71,6 +176,7 @@ struct CudaBackend::StreamState {
 struct CudaBackend::Comm {
     ncclComm_t comm = nullptr;
     int32_t members = 0;
+    std::vector<int32_t> ranks;  // world ranks in communicator order
 };
 
 CudaBackend::CudaBackend(const CudaBackendOptions& options, Bootstrap* bootstrap)
@@ -79,6 +185,9 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options, Bootstrap* bootstrap
 core::Result<std::unique_ptr<CudaBackend>> CudaBackend::create(const CudaBackendOptions& options, Bootstrap* bootstrap) {
     if (!options.emulate_rank && bootstrap == nullptr) {
         return core::makeError("the CUDA backend needs a bootstrap (MPI) unless it emulates one rank");
+    }
+    if (options.emulate_rank && options.verify) {
+        return core::makeError("verify mode checks communicated data; an emulated rank communicates nothing");
     }
     std::unique_ptr<CudaBackend> b(new CudaBackend(options, bootstrap));
     SHARDCAST_CUDA_TRY(cudaCheck, cudaSetDevice(options.device));
@@ -151,6 +260,7 @@ core::Status CudaBackend::prepare(const core::Program& program) {
         if (auto s = m_bootstrap->allGather(&mine, sizeof(mine), all.data()); !s) return s;
         auto comm = std::make_unique<Comm>();
         comm->members = static_cast<int32_t>(members.size());
+        comm->ranks = members;
         SHARDCAST_CUDA_TRY(ncclCheck, ncclCommInitRank(&comm->comm, comm->members,
                                                        all[static_cast<size_t>(members.front())], position));
         m_comms.emplace(key, std::move(comm));
@@ -184,6 +294,14 @@ void CudaBackend::release(void* ptr, int64_t) noexcept {
     if (ptr == nullptr) return;
     cudaSetDevice(m_options.device);
     cudaFree(ptr);
+}
+
+int64_t CudaBackend::collectivesVerified() const {
+    return std::accumulate(m_verified_per_stream.begin(), m_verified_per_stream.end(), int64_t{0});
+}
+
+int64_t CudaBackend::elementsVerified() const {
+    return std::accumulate(m_elements_per_stream.begin(), m_elements_per_stream.end(), int64_t{0});
 }
 
 std::vector<int32_t> CudaBackend::emulatedTasks() const {
@@ -330,17 +448,20 @@ core::Status CudaBackend::collective(const core::Program& program, int32_t id, S
     const core::Task& t = program.tasks[static_cast<size_t>(id)];
     int32_t members = t.group_size;
     ncclComm_t comm = nullptr;
+    const Comm* group = nullptr;
     if (!emulating()) {
         auto found = m_comms.find({static_cast<int>(t.stream), t.group});
         if (found == m_comms.end()) return core::makeError("no NCCL communicator was prepared for this collective's group");
-        comm = found->second->comm;
-        members = found->second->members;
+        group = found->second.get();
+        comm = group->comm;
+        members = group->members;
     }
     members = std::max(members, 1);
     ncclDataType_t type = ncclFloat32;
     int64_t word = 4;
     if (core::itemSize(t.dtype) == 2) {
-        type = t.dtype == core::DType::F16 ? ncclFloat16 : ncclBfloat16;
+        // Verify data is bf16 for every 2-byte dtype, as in the CPU backend.
+        type = t.dtype == core::DType::F16 && !m_options.verify ? ncclFloat16 : ncclBfloat16;
         word = 2;
     }
     const int64_t total = t.comm_bytes / word;
@@ -356,6 +477,16 @@ core::Status CudaBackend::collective(const core::Program& program, int32_t id, S
     if (auto g = grow(s.recv, recv_bytes, s.stream); !g) return g;
     if (emulating()) {
         return cudaCheck(launchFill(s.recv.ptr, recv_bytes, kEmulatedPattern, s.stream), "launchFill (emulated collective)");
+    }
+    if (m_options.verify) {
+        const VerifyCall call{program, id, group->ranks, rank(), count, s.send.ptr, s.recv.ptr, comm, type, s.stream};
+        int64_t checked = 0;
+        core::Status done = word == 2 ? verifyCollective<Bf16Codec>(call, checked) : verifyCollective<F32Codec>(call, checked);
+        if (done && checked > 0) {
+            ++m_verified_per_stream[static_cast<size_t>(t.stream)];
+            m_elements_per_stream[static_cast<size_t>(t.stream)] += checked;
+        }
+        return done;
     }
     const auto n = static_cast<size_t>(count);
     switch (t.kind) {

@@ -31,7 +31,12 @@
 // every kernel for real, each collective's output (its receive buffer of the real size) filled
 // locally by a fill kernel instead of communicated. Those tasks are reported by emulatedTasks().
 //
-// Verify mode (collective data checks) is not part of this slice.
+// Verify mode (`verify`): every collective sends the deterministic data of core/verify_data.hpp
+// (as the CPU backend does: parameters for all-gathers, per-rank gradients for reductions; 2-byte
+// dtypes as bf16), and the received buffer is copied back and checked: the gathered parameters
+// exactly, the averaged gradients within NCCL's bf16 / fp32 rounding (ncclAvg may scale each
+// input before summing, so a group whose size is not a power of two does not average exactly).
+// A mismatch is an error naming the unit, the rank and the first bad element.
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -73,6 +78,7 @@ struct CudaBackendOptions {
     int device = 0;                        // CUDA device ordinal of this process
     std::optional<int32_t> emulate_rank;   // run this rank of the Program alone, collectives filled locally
     int32_t world_size = 1;                // the Program's world size (emulation) or the bootstrap's
+    bool verify = false;                   // check every collective's data (not with emulate_rank)
 };
 
 class CudaBackend final : public exec::Backend {
@@ -97,6 +103,9 @@ public:
     bool emulating() const { return m_options.emulate_rank.has_value(); }
     // Task ids whose work was emulated (collectives filled locally), ascending; read after the run.
     std::vector<int32_t> emulatedTasks() const;
+    // Verify mode: collectives checked on this rank and their elements; read after the run.
+    int64_t collectivesVerified() const;
+    int64_t elementsVerified() const;
 
 private:
     explicit CudaBackend(const CudaBackendOptions& options, Bootstrap* bootstrap);
@@ -110,6 +119,8 @@ private:
     std::array<std::unique_ptr<StreamState>, core::kStreamCount> m_streams;  // by core::Stream
     struct Comm;
     std::map<std::pair<int, int32_t>, std::unique_ptr<Comm>> m_comms;  // by (stream, group)
+    std::array<int64_t, core::kStreamCount> m_verified_per_stream{};  // each written by its stream's worker
+    std::array<int64_t, core::kStreamCount> m_elements_per_stream{};
     mutable std::mutex m_emulated_mutex;
     std::vector<int32_t> m_emulated;
 };

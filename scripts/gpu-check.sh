@@ -4,7 +4,7 @@
 # plan with one unit per block on this machine's GPU, emulating rank 0 of a node of 8 GPUs
 # (`--emulate-rank 0`: every allocation and kernel for real, collectives filled locally), compares
 # prediction with measurement (`shardcast compare`) and prints one table. With two or more GPUs and
-# mpirun it also runs tiny-llama on 2 GPUs, one process each (NCCL between processes).
+# mpirun it also runs tiny-llama on 2 GPUs, one process each (NCCL between processes, --verify).
 #   usage: scripts/gpu-check.sh [BUILD_DIR]      (default: build/ beside this script's repository)
 # Environment: GPU_CHECK_STRATEGIES (default "FULL_SHARD SHARD_GRAD_OP"), GPU_CHECK_SCALE (a
 # --scale value, e.g. layers=8, for a GPU with little memory), JOBS (build parallelism).
@@ -47,7 +47,7 @@ multi="skipped (one GPU)"
 if [ "$gpu_count" -ge 2 ] && command -v mpirun >/dev/null 2>&1; then
     echo "== tiny-llama on 2 GPUs under mpirun (NCCL between processes)"
     if timeout 120 "$src/scripts/mpirun.sh" -np 2 "$shardcast" run --backend cuda --model "$src/models/tiny-llama.json" \
-        --nodes 1 --gpus-per-node 2 --seq-len 256 --warmup 1 --steps 3 --out "$tmp/run-2gpu.json"; then
+        --nodes 1 --gpus-per-node 2 --seq-len 256 --warmup 1 --steps 3 --verify --out "$tmp/run-2gpu.json"; then
         multi="passed"
     else
         multi="FAILED"

@@ -221,9 +221,9 @@ int runCuda(const RunOptions& o) {
     auto inputError = [env_rank](const std::string& message) {
         return env_rank == 0 ? reportInputError(message) : kExitBadInput;
     };
-    if (o.verify) {
-        return inputError("--verify: the cuda backend does not check collective data yet (a later slice); run without "
-                          "--verify, or check the plan's collectives with --backend cpu --verify");
+    if (o.verify && o.emulate_rank >= 0) {
+        return inputError("--verify checks the data collectives communicate, and --emulate-rank communicates nothing: "
+                          "use one of them");
     }
     auto plan = core::buildPlan(o.plan);
     if (!plan) return inputError(plan.error().message);
@@ -321,6 +321,7 @@ int runCuda(const RunOptions& o) {
     backend_options.device = device;
     backend_options.world_size = static_cast<int32_t>(needed);
     if (emulate) backend_options.emulate_rank = o.emulate_rank;
+    backend_options.verify = o.verify;
     auto backend = cuda::CudaBackend::create(backend_options, emulate ? nullptr : bootstrap.get());
     if (!backend) {
         if (!emulate && needed > 1) bootstrap->abort(backend.error().message);
@@ -340,6 +341,18 @@ int runCuda(const RunOptions& o) {
         if (!emulate && needed > 1) bootstrap->abort(run.error().message);  // peers may wait in a collective
         fmt::print(stderr, "shardcast: error: {}\n", run.error().message);
         return kExitRuntimeFailure;
+    }
+    // Rank 0 reports the verified collectives of every rank.
+    int64_t verified_all[2] = {(*backend)->collectivesVerified(), (*backend)->elementsVerified()};
+    if (!emulate && needed > 1) {
+        const int64_t mine[2] = {verified_all[0], verified_all[1]};
+        std::vector<int64_t> all(static_cast<size_t>(2 * needed));
+        if (auto s = bootstrap->allGather(mine, sizeof(mine), all.data()); !s) bootstrap->abort(s.error().message);
+        verified_all[0] = verified_all[1] = 0;
+        for (size_t r = 0; r < all.size(); r += 2) {
+            verified_all[0] += all[r];
+            verified_all[1] += all[r + 1];
+        }
     }
     if (!emulate && me != 0) return kExitOk;  // rank 0 writes and prints
 
@@ -368,6 +381,12 @@ int runCuda(const RunOptions& o) {
                                      run->worker_threads, o.warmup, o.steps);
     text.profile_note = "  note: predicted with the plan's GPU preset (--profile takes a measured profile; "
                         "`shardcast calibrate --backend cuda` is not built yet)";
+    record.environment["verify"] = o.verify;
+    if (o.verify) {
+        text.verify = fmt::format("Verify              OK: {} collectives ({} elements) checked over {} ranks; a mismatch on any "
+                                  "rank aborts the run",
+                                  verified_all[0], verified_all[1], needed);
+    }
     return finishRun(o, *plan, predicted, *run, std::move(record), text);
 }
 #endif

@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -189,6 +191,23 @@ TEST(CudaGpuTest, EmulatedRankProducesAFullTimeline) {
 TEST(CudaGpuTest, OneRankRunUsesNccl) {
     REQUIRE_GPU();
     runAndCheck("--nodes 1 --gpus-per-node 1 --strategy FULL_SHARD", 1, 0, false);
+}
+
+// --verify on a 1-rank plan: every collective's data checked (one-rank averages are the data
+// itself), and the report says how many.
+TEST(CudaGpuTest, VerifyChecksEveryCollectiveOfAOneRankRun) {
+    REQUIRE_GPU();
+    const auto log = std::filesystem::temp_directory_path() / "shardcast_cuda_verify.txt";
+    const std::string cmd = std::string(SHARDCAST_BIN) + " run --backend cuda --model " + SHARDCAST_SOURCE_DIR +
+                            "/models/tiny-llama.json --seq-len 64 --micro-batch 1 --nodes 1 --gpus-per-node 1 --warmup 0 "
+                            "--steps 1 --verify > " + log.string() + " 2>&1";
+    const int status = std::system(cmd.c_str());
+    std::ifstream in(log);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::filesystem::remove(log);
+    ASSERT_EQ(status, 0) << text;
+    EXPECT_NE(text.find("Verify              OK: "), std::string::npos) << text;
+    EXPECT_EQ(text.find("OK: 0 collectives"), std::string::npos) << text;
 }
 
 }  // namespace
