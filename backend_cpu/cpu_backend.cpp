@@ -14,6 +14,7 @@
 #include <fmt/ranges.h>
 
 #include "backend_cpu/mpi_wait.hpp"
+#include "core/verify_data.hpp"
 
 namespace shardcast::cpu {
 namespace {
@@ -33,29 +34,11 @@ void gemm(float* a, float* b, float* c, int64_t m, int64_t n, int64_t k, int64_t
     for (int64_t i = 0; i < batch; ++i) C.noalias() = A * B;
 }
 
-// Verify data: small integers, exact in bf16 (8 significant bits: every integer up to 256) and
-// in fp32, so every sum over a group is exact whatever order MPI adds in.
-float paramValue(int32_t unit, int64_t element) {
-    return static_cast<float>((static_cast<int64_t>(unit) * 31 + element * 7) % 61);
-}
-float gradValue(int32_t unit, int32_t rank, int64_t element, int64_t members) {
-    const int64_t range = std::clamp<int64_t>(256 / std::max<int64_t>(members, 1), 2, 61);  // sum < 256
-    return static_cast<float>((static_cast<int64_t>(unit) * 17 + static_cast<int64_t>(rank) * 5 + element * 3) % range);
-}
-
-// bf16 is the top half of an fp32; rounding to nearest, ties to even.
-uint16_t toBf16(float v) {
-    uint32_t bits = 0;
-    std::memcpy(&bits, &v, sizeof(bits));
-    bits += 0x7FFFu + ((bits >> 16) & 1u);
-    return static_cast<uint16_t>(bits >> 16);
-}
-float fromBf16(uint16_t h) {
-    const uint32_t bits = static_cast<uint32_t>(h) << 16;
-    float v = 0;
-    std::memcpy(&v, &bits, sizeof(v));
-    return v;
-}
+// Verify data and bf16 conversions: core/verify_data.hpp (shared with the CUDA backend).
+using core::verify::fromBf16;
+using core::verify::gradValue;
+using core::verify::paramValue;
+using core::verify::toBf16;
 
 // MPI_Op: inout[i] = bf16(in[i] + inout[i]).
 void bf16Sum(void* in, void* inout, int* len, MPI_Datatype*) {

@@ -22,6 +22,7 @@ json runRecordToJson(const RunRecord& run) {
     j["median_step"] = run.median_step;
     j["timeline"] = timelineToJson(run.timeline);
     j["memory"] = timedMemoryToJson(run.memory);
+    if (!run.emulated_tasks.empty()) j["emulated_tasks"] = run.emulated_tasks;
     return j;
 }
 
@@ -90,6 +91,19 @@ Result<RunRecord> runRecordFromJson(const json& j, const std::string& where) {
     auto m = timedMemoryFromJson(**memory, where + ": memory");
     if (!m) return m.error();
     run.memory = std::move(*m);
+    if (const auto it = j.find("emulated_tasks"); it != j.end()) {
+        const auto tasks = static_cast<int64_t>(run.timeline.tasks.size());
+        if (!it->is_array()) return makeError(where + ": field 'emulated_tasks' must be an array of task ids");
+        int64_t previous = -1;
+        for (const json& id : *it) {
+            if (!id.is_number_integer() || id.get<int64_t>() <= previous || id.get<int64_t>() >= tasks) {
+                return makeError(where + ": emulated_tasks must hold ascending task ids from 0 to " + std::to_string(tasks - 1) +
+                                 " (the timeline's tasks)");
+            }
+            previous = id.get<int64_t>();
+            run.emulated_tasks.push_back(static_cast<int32_t>(previous));
+        }
+    }
     return run;
 }
 

@@ -30,6 +30,11 @@ struct RunRecord {
     int32_t median_step = 0;       // index into step_ns of the step whose timeline is recorded
     Timeline timeline;             // that step, times from its start, on the clock aligned across ranks
     TimedMemory memory;            // measured per-category high-water marks and the curve (counted allocations)
+    // Task ids whose work was emulated rather than run (the CUDA backend's --emulate-rank: each
+    // collective's output filled locally), ascending; their times are not measurements of that
+    // work, so comparisons leave them out of time errors. JSON: "emulated_tasks", written only
+    // when not empty (optional: version 1 records without it read as none emulated).
+    std::vector<int32_t> emulated_tasks;
 
     int64_t medianStepNs() const { return step_ns.empty() ? 0 : step_ns[static_cast<size_t>(median_step)]; }
     bool operator==(const RunRecord&) const = default;

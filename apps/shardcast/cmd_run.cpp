@@ -1,12 +1,18 @@
 // `shardcast run`: execute a plan's Program for real on a backend and write the measured run
 // (core::RunRecord). Launched once per rank: `mpirun -np N shardcast run PLAN --backend cpu`.
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -22,8 +28,15 @@
 #ifdef SHARDCAST_WITH_CPU_BACKEND
 #include "backend_cpu/cpu_backend.hpp"
 #include "backend_cpu/mpi_session.hpp"
-#include "executor/executor.hpp"
 #include <mpi.h>
+#endif
+#ifdef SHARDCAST_WITH_CUDA_BACKEND
+#include "backend_cuda/cuda_backend.hpp"
+#include "backend_cuda/device_info.hpp"
+#endif
+#if defined(SHARDCAST_WITH_CPU_BACKEND) || defined(SHARDCAST_WITH_CUDA_BACKEND)
+#define SHARDCAST_WITH_EXECUTOR 1
+#include "executor/executor.hpp"
 #endif
 
 namespace shardcast::cli {
@@ -33,10 +46,11 @@ struct RunOptions {
     core::PlanOverrides plan;
     std::string backend = "cpu", out, trace, profile;
     int32_t steps = 3, warmup = 1;
+    int32_t emulate_rank = -1;  // --emulate-rank (cuda): -1 none
     bool verify = false;
 };
 
-#ifdef SHARDCAST_WITH_CPU_BACKEND
+#ifdef SHARDCAST_WITH_EXECUTOR
 std::optional<int64_t> envInt(const char* name) {
     const char* v = std::getenv(name);
     if (v == nullptr || *v == '\0') return std::nullopt;
@@ -46,6 +60,338 @@ std::optional<int64_t> envInt(const char* name) {
     return x;
 }
 
+// What a backend's run prints besides the shared report.
+struct FinishText {
+    std::string ran;           // the first line: what ran where
+    std::string profile_note;  // printed when no --profile was given
+    std::string verify;        // printed when not empty
+};
+
+// The recording rank's end of a run: checks the counted memory, completes `record` (plan, profile,
+// steps, timeline, memory), writes --out and --trace, and prints the report.
+int finishRun(const RunOptions& o, const core::Plan& plan, const sim::Evaluation& predicted, const exec::Execution& run,
+              core::RunRecord record, const FinishText& text) {
+    // Every allocation was counted by buffer id where the Program says: the counted high-water
+    // marks are the Program's events placed on the measured timeline. Anything else is a bug of
+    // the executor, and the record would not describe the run: none is written.
+    if (run.counted_high_water != run.memory.max_per_category) {
+        for (int c = 0; c < core::kMemCategoryCount; ++c) {
+            const auto k = static_cast<size_t>(c);
+            if (run.counted_high_water[k] == run.memory.max_per_category[k]) continue;
+            fmt::print(stderr, "shardcast: error: rank {} counted a {} high-water mark of {} bytes but the Program's events "
+                       "on the measured timeline reach {} bytes (an executor bug); no run record written\n",
+                       record.recorded_rank, core::categoryName(static_cast<core::MemCategory>(c)), run.counted_high_water[k],
+                       run.memory.max_per_category[k]);
+        }
+        return kExitRuntimeFailure;
+    }
+
+    record.plan = core::planToJson(plan);
+    record.profile = sim::profileToJson(predicted.profile);
+    record.warmup_steps = o.warmup;
+    record.step_ns = run.step_ns;
+    record.median_step = run.median_step;
+    record.timeline = run.timeline;
+    record.memory = run.memory;
+    if (!o.out.empty()) {
+        if (auto saved = core::saveRunRecord(o.out, record); !saved) {
+            fmt::print(stderr, "shardcast: error: {}\n", saved.error().message);
+            return kExitRuntimeFailure;
+        }
+    }
+    if (!o.trace.empty()) {
+        if (auto written = sim::writeChromeTrace(o.trace, predicted.program, run.timeline, &run.memory); !written) {
+            fmt::print(stderr, "shardcast: error: {}\n", written.error().message);
+            return kExitRuntimeFailure;
+        }
+    }
+
+    const auto [lo, hi] = std::minmax_element(run.step_ns.begin(), run.step_ns.end());
+    fmt::print("{}\n", text.ran);
+    fmt::print("Compute             {}\n", record.compute_note);
+    fmt::print("Step time (median)  {:10.2f} ms   spread {:.2f} .. {:.2f} ms (min .. max of {} steps)\n",
+               static_cast<double>(record.medianStepNs()) * 1e-6, static_cast<double>(*lo) * 1e-6,
+               static_cast<double>(*hi) * 1e-6, o.steps);
+    fmt::print("Predicted step      {:10.2f} ms   on profile {}\n", predicted.summary.step_s * 1e3, predicted.profile.gpu.name);
+    if (o.profile.empty()) fmt::print("{}\n", text.profile_note);
+    fmt::print("Stream busy (median step, rank {})\n", record.recorded_rank);
+    for (int st = 0; st < core::kStreamCount; ++st) {
+        const int64_t busy = run.timeline.stream_busy_ns[static_cast<size_t>(st)];
+        if (busy == 0) continue;
+        fmt::print("  {:<18}{:10.2f} ms\n", core::streamName(static_cast<core::Stream>(st)), static_cast<double>(busy) * 1e-6);
+    }
+    fmt::print("Peak memory         {:>12} (counted allocations, rank {})   predicted {}\n",
+               core::formatBytes(run.memory.peak_bytes), record.recorded_rank, core::formatBytes(predicted.summary.peak_bytes));
+    for (int c = 0; c < core::kMemCategoryCount; ++c) {
+        const auto cat = static_cast<size_t>(c);
+        const int64_t high = run.counted_high_water[cat];
+        const int64_t want = predicted.timed.max_per_category[cat];
+        if (high == 0 && want == 0) continue;
+        fmt::print("  {:<18}{:>12} max   predicted {}{}\n", core::categoryName(static_cast<core::MemCategory>(c)),
+                   core::formatBytes(high), core::formatBytes(want), high == want ? "" : "   (differs)");
+    }
+    fmt::print("Tasks               {} per step on rank {}, every one run in {} steps\n", predicted.program.size(),
+               record.recorded_rank,
+               o.warmup + o.steps);
+    if (!record.emulated_tasks.empty()) {
+        fmt::print("Emulated            {} collective tasks: output filled locally, no communication (their times are "
+                   "not measurements)\n",
+                   record.emulated_tasks.size());
+    }
+    if (!text.verify.empty()) fmt::print("{}\n", text.verify);
+    if (!o.out.empty()) fmt::print("Run record written to {}\n", o.out);
+    if (!o.trace.empty()) fmt::print("Chrome trace written to {}\n", o.trace);
+    std::fflush(stdout);
+    return kExitOk;
+}
+#endif
+
+#ifdef SHARDCAST_WITH_CUDA_BACKEND
+#ifdef SHARDCAST_WITH_CPU_BACKEND
+// The CUDA backend's ranks meet through MPI (the CPU backend's session): NCCL's unique ids travel
+// in an MPI_Allgather.
+class MpiBootstrap final : public cuda::Bootstrap {
+public:
+    explicit MpiBootstrap(const cpu::MpiSession& session) : m_session(session) {}
+    int32_t rank() const override { return m_session.rank(); }
+    int32_t worldSize() const override { return m_session.worldSize(); }
+    core::Status allGather(const void* mine, int64_t bytes, void* all) override {
+        const int n = static_cast<int>(bytes);
+        return cpu::mpiCheck(MPI_Allgather(mine, n, MPI_BYTE, all, n, MPI_BYTE, MPI_COMM_WORLD), "MPI_Allgather", rank());
+    }
+    core::Status barrier() override { return cpu::mpiCheck(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier", rank()); }
+    [[noreturn]] void abort(const std::string& message) noexcept override { m_session.abort(message); }
+
+private:
+    const cpu::MpiSession& m_session;
+};
+#endif
+
+// One process that is the whole world (a 1-rank plan run without mpirun).
+class SoloBootstrap final : public cuda::Bootstrap {
+public:
+    int32_t rank() const override { return 0; }
+    int32_t worldSize() const override { return 1; }
+    core::Status allGather(const void* mine, int64_t bytes, void* all) override {
+        std::memcpy(all, mine, static_cast<size_t>(bytes));
+        return core::Ok{};
+    }
+    core::Status barrier() override { return core::Ok{}; }
+    [[noreturn]] void abort(const std::string& message) noexcept override {
+        std::fprintf(stderr, "shardcast: error: %s\n", message.c_str());
+        std::fflush(stderr);
+        std::_Exit(kExitRuntimeFailure);
+    }
+};
+
+// `shardcast run --backend cuda`: one process per GPU under mpirun, or one process emulating one
+// rank (--emulate-rank). Input errors exit 2; a machine without a usable GPU exits 1.
+int runCuda(const RunOptions& o) {
+    const int64_t env_rank = envInt("OMPI_COMM_WORLD_RANK").value_or(0);
+    auto inputError = [env_rank](const std::string& message) {
+        return env_rank == 0 ? reportInputError(message) : kExitBadInput;
+    };
+    if (o.verify && o.emulate_rank >= 0) {
+        return inputError("--verify checks the data collectives communicate, and --emulate-rank communicates nothing: "
+                          "use one of them");
+    }
+    auto plan = core::buildPlan(o.plan);
+    if (!plan) return inputError(plan.error().message);
+    auto profile = sim::resolveProfile(plan->cluster, o.profile);
+    if (!profile) return inputError("--profile " + profile.error().message);
+    sim::EvaluationOptions options;
+    options.issue_order_memory = false;
+    sim::Evaluator evaluator;
+    sim::Evaluation predicted;
+    if (auto s = evaluator.evaluate(*plan, &*profile, options, predicted); !s) return inputError(s.error().message);
+
+    const int64_t needed = predicted.program.world_size;
+    const std::optional<int64_t> launched = envInt("OMPI_COMM_WORLD_SIZE");
+    const int64_t world = launched.value_or(1);
+    const bool emulate = o.emulate_rank >= 0;
+    if (emulate) {
+        if (o.emulate_rank >= needed) {
+            return inputError(fmt::format("--emulate-rank {}: the plan has ranks 0 to {} (nodes {} x gpus-per-node {})",
+                                          o.emulate_rank, needed - 1, plan->cluster.nodes, plan->cluster.gpus_per_node));
+        }
+        if (world != 1) {
+            return inputError(fmt::format("--emulate-rank runs one rank alone in one process, but mpirun started {} ranks: "
+                                          "launch it without mpirun",
+                                          world));
+        }
+    } else if (world != needed) {
+        return inputError(fmt::format("the plan needs {} ranks (nodes {} x gpus-per-node {}) but {} process{} started: launch "
+                                      "`scripts/mpirun.sh -np {} shardcast run --backend cuda ...` on machines with a GPU per "
+                                      "rank, or run one rank alone with --emulate-rank R (collectives filled locally)",
+                                      needed, plan->cluster.nodes, plan->cluster.gpus_per_node, world,
+                                      world == 1 ? " was" : "es were", needed));
+    }
+
+    // The GPU: this process's, by its rank on the machine.
+    auto devices = cuda::usableDevices();
+    if (!devices) {
+        if (env_rank == 0) {
+            fmt::print(stderr, "shardcast: error: --backend cuda needs a usable NVIDIA GPU and driver, and this process has "
+                       "none: {}\n", devices.error().message);
+        }
+        return kExitRuntimeFailure;
+    }
+    const int64_t local_rank = envInt("OMPI_COMM_WORLD_LOCAL_RANK").value_or(0);
+    const int64_t local_ranks = std::max<int64_t>(1, envInt("OMPI_COMM_WORLD_LOCAL_SIZE").value_or(1));
+    if (local_ranks > *devices) {
+        return inputError(fmt::format("{} ranks run on this machine but it has {} CUDA device{}: one rank per GPU (fewer "
+                                      "ranks per machine, or --emulate-rank R on one GPU)",
+                                      local_ranks, *devices, *devices == 1 ? "" : "s"));
+    }
+    const int device = static_cast<int>(local_rank);
+    auto memory = cuda::deviceMemory(device);
+    if (!memory) {
+        fmt::print(stderr, "shardcast: error: {}\n", memory.error().message);
+        return kExitRuntimeFailure;
+    }
+    const int64_t predicted_peak = predicted.summary.peak_bytes;
+    if (predicted_peak > memory->free_bytes) {
+        return inputError(fmt::format(
+            "the plan's predicted peak is {} bytes ({}) per rank but GPU {} has {} bytes ({}) free of {} bytes ({}) "
+            "(cudaMemGetInfo): use a smaller model, --seq-len or --micro-batch, or more ranks",
+            predicted_peak, core::formatBytes(predicted_peak), device, memory->free_bytes,
+            core::formatBytes(memory->free_bytes), memory->total_bytes, core::formatBytes(memory->total_bytes)));
+    }
+
+    // The ranks' meeting point: MPI under mpirun, none for an emulated rank, the process itself for
+    // a 1-rank plan without mpirun. Declared before the backend, so it outlives it.
+    std::unique_ptr<cuda::Bootstrap> bootstrap;
+#ifdef SHARDCAST_WITH_CPU_BACKEND
+    std::unique_ptr<cpu::MpiSession> session;
+    if (!emulate && launched) {
+        auto started = cpu::MpiSession::start(nullptr, nullptr);
+        if (!started) {
+            fmt::print(stderr, "shardcast: error: {}\n", started.error().message);
+            return kExitRuntimeFailure;
+        }
+        session = std::move(*started);
+        if (session->worldSize() != needed) {
+            if (session->rank() == 0) {
+                reportInputError(fmt::format("MPI started {} ranks but the plan needs {}", session->worldSize(), needed));
+            }
+            return kExitBadInput;
+        }
+        bootstrap = std::make_unique<MpiBootstrap>(*session);
+    }
+#endif
+    if (!emulate && !bootstrap) {
+        if (needed > 1) {
+            return inputError("this shardcast was built without MPI, which a multi-rank cuda run needs to meet its ranks: "
+                              "run one rank alone with --emulate-rank R, or rebuild with MPI (apt-get install libopenmpi-dev "
+                              "openmpi-bin libeigen3-dev)");
+        }
+        bootstrap = std::make_unique<SoloBootstrap>();
+    }
+    cuda::CudaBackendOptions backend_options;
+    backend_options.device = device;
+    backend_options.world_size = static_cast<int32_t>(needed);
+    if (emulate) backend_options.emulate_rank = o.emulate_rank;
+    backend_options.verify = o.verify;
+    auto backend = cuda::CudaBackend::create(backend_options, emulate ? nullptr : bootstrap.get());
+    if (!backend) {
+        if (!emulate && needed > 1) bootstrap->abort(backend.error().message);
+        fmt::print(stderr, "shardcast: error: {}\n", backend.error().message);
+        return kExitRuntimeFailure;
+    }
+    const int32_t me = (*backend)->rank();
+    exec::Executor executor(**backend);
+    if ((emulate || me == 0) && stderrIsTerminal()) {
+        executor.onStep([](int32_t done, int32_t total) {
+            fmt::print(stderr, "\rstep {}/{}{}", done, total, done == total ? "\r            \r" : "");
+            std::fflush(stderr);
+        });
+    }
+    auto run = executor.run(predicted.program, {.warmup = o.warmup, .steps = o.steps});
+    if (!run) {
+        if (!emulate && needed > 1) bootstrap->abort(run.error().message);  // peers may wait in a collective
+        fmt::print(stderr, "shardcast: error: {}\n", run.error().message);
+        return kExitRuntimeFailure;
+    }
+    // Rank 0 reports the verified collectives of every rank.
+    int64_t verified_all[2] = {(*backend)->collectivesVerified(), (*backend)->elementsVerified()};
+    if (!emulate && needed > 1) {
+        const int64_t mine[2] = {verified_all[0], verified_all[1]};
+        std::vector<int64_t> all(static_cast<size_t>(2 * needed));
+        if (auto s = bootstrap->allGather(mine, sizeof(mine), all.data()); !s) bootstrap->abort(s.error().message);
+        verified_all[0] = verified_all[1] = 0;
+        for (size_t r = 0; r < all.size(); r += 2) {
+            verified_all[0] += all[r];
+            verified_all[1] += all[r + 1];
+        }
+    }
+    if (!emulate && me != 0) return kExitOk;  // rank 0 writes and prints
+
+    core::RunRecord record;
+    record.backend = "cuda";
+    record.world_size = static_cast<int32_t>(needed);
+    record.recorded_rank = me;
+    record.compute_note = std::string(cuda::kComputeNote) + (emulate ? cuda::kEmulatedNote : "");
+    record.emulated_tasks = (*backend)->emulatedTasks();
+    record.environment = cuda::environment(device);
+    record.environment["hostname"] = core::hostName();
+    record.environment["local_ranks"] = local_ranks;
+    record.environment["worker_threads_per_rank"] = run->worker_threads;
+    record.environment["mode"] = emulate ? fmt::format("rank {} of {} emulated alone", me, needed) : "one process per GPU";
+    record.environment["clock"] = emulate ? "steady_clock after cudaDeviceSynchronize before each step"
+                                          : "steady_clock from the exit of an MPI_Barrier (after cudaDeviceSynchronize) "
+                                            "before each step";
+    FinishText text;
+    text.ran = emulate ? fmt::format("Ran {} as rank {} of {} alone on GPU {} ({}; backend cuda, collectives emulated, {} "
+                                     "worker threads), {} warmup + {} measured steps",
+                                     plan->model_ref, me, needed, device, record.environment.value("gpu", "unknown GPU"),
+                                     run->worker_threads, o.warmup, o.steps)
+                       : fmt::format("Ran {} on {} ranks (backend cuda on {}, {} worker threads per rank), {} warmup + {} "
+                                     "measured steps",
+                                     plan->model_ref, needed, record.environment.value("gpu", "unknown GPU"),
+                                     run->worker_threads, o.warmup, o.steps);
+    text.profile_note = "  note: predicted with the plan's GPU preset (--profile takes a measured profile; "
+                        "`shardcast calibrate --backend cuda` is not built yet)";
+    record.environment["verify"] = o.verify;
+    if (o.verify) {
+        text.verify = fmt::format("Verify              OK: {} collectives ({} elements) checked over {} ranks; a mismatch on any "
+                                  "rank aborts the run",
+                                  verified_all[0], verified_all[1], needed);
+    }
+    return finishRun(o, *plan, predicted, *run, std::move(record), text);
+}
+#endif
+
+#ifndef SHARDCAST_WITH_CUDA_BACKEND
+// `shardcast` links no CUDA library; `shardcast-cuda`, built beside it when cmake found the CUDA
+// toolkit with cuBLASLt and NCCL, is the same program with the CUDA backend. Replaces this process
+// with it, same command line and same PID (so an mpirun rank stays that rank); returns only on
+// failure.
+int execCudaBinary() {
+    std::error_code ec;
+    const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+    const std::filesystem::path cuda = self.parent_path() / "shardcast-cuda";
+    if (ec || access(cuda.c_str(), X_OK) != 0) {
+        return reportInputError("--backend cuda: this shardcast was built without the CUDA backend (no executable " +
+                                cuda.string() + "; cmake builds it when it finds the CUDA toolkit with cuBLASLt and "
+                                "NCCL); use --backend cpu");
+    }
+    std::ifstream in("/proc/self/cmdline", std::ios::binary);
+    std::vector<std::string> args;
+    for (std::string arg; std::getline(in, arg, '\0');) args.push_back(arg);
+    if (args.empty()) {
+        fmt::print(stderr, "shardcast: error: --backend cuda: cannot read this process's command line from /proc/self/cmdline\n");
+        return kExitRuntimeFailure;
+    }
+    args[0] = cuda.string();
+    std::vector<char*> argv;
+    for (std::string& arg : args) argv.push_back(arg.data());
+    argv.push_back(nullptr);
+    std::fflush(stdout);
+    std::fflush(stderr);
+    execv(cuda.c_str(), argv.data());
+    fmt::print(stderr, "shardcast: error: --backend cuda: starting {} failed: {}\n", cuda.string(), std::strerror(errno));
+    return kExitRuntimeFailure;
+}
 #endif
 
 constexpr const char* kInstallMpi =
@@ -54,8 +400,18 @@ constexpr const char* kInstallMpi =
     "`scripts/mpirun.sh -np N shardcast run ...`";
 
 int runRun(const RunOptions& o) {
+    if (o.backend == "cuda") {
+#ifdef SHARDCAST_WITH_CUDA_BACKEND
+        return runCuda(o);
+#else
+        return execCudaBinary();
+#endif
+    }
     if (o.backend != "cpu") {
-        return reportInputError("--backend " + o.backend + ": this shardcast runs plans on `cpu` only (the CUDA backend is not built)");
+        return reportInputError("--backend " + o.backend + ": valid backends are cpu and cuda");
+    }
+    if (o.emulate_rank >= 0) {
+        return reportInputError("--emulate-rank: only --backend cuda emulates a rank (the cpu backend runs every rank)");
     }
 #ifndef SHARDCAST_WITH_CPU_BACKEND
     return reportInputError(std::string("this shardcast was built without the MPI CPU backend that `run` needs: ") +
@@ -139,29 +495,12 @@ int runRun(const RunOptions& o) {
     int64_t verified[2] = {backend.collectivesVerified(), backend.elementsVerified()};
     int64_t verified_all[2] = {0, 0};
     MPI_Reduce(verified, verified_all, 2, MPI_INT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
-    if (mpi.rank() != 0) return kExitOk;
-    // Every allocation was counted by buffer id where the Program says: the counted high-water
-    // marks are the Program's events placed on the measured timeline. Anything else is a bug of
-    // the executor, and the record would not describe the run: none is written.
-    if (run->counted_high_water != run->memory.max_per_category) {
-        for (int c = 0; c < core::kMemCategoryCount; ++c) {
-            const auto k = static_cast<size_t>(c);
-            if (run->counted_high_water[k] == run->memory.max_per_category[k]) continue;
-            fmt::print(stderr, "shardcast: error: rank 0 counted a {} high-water mark of {} bytes but the Program's events "
-                       "on the measured timeline reach {} bytes (an executor bug); no run record written\n",
-                       core::categoryName(static_cast<core::MemCategory>(c)), run->counted_high_water[k],
-                       run->memory.max_per_category[k]);
-        }
-        return kExitRuntimeFailure;
-    }
-
+    if (mpi.rank() != 0) return kExitOk;  // rank 0 writes and prints
     core::RunRecord record;
     record.backend = "cpu";
     record.world_size = mpi.worldSize();
     record.recorded_rank = 0;
     record.compute_note = cpu::kComputeNote;
-    record.plan = core::planToJson(*plan);
-    record.profile = sim::profileToJson(predicted.profile);
     record.environment = {{"hostname", core::hostName()},
                           {"processor", core::cpuModelName()},
                           {"mpi_library", mpi.libraryVersion()},
@@ -171,63 +510,17 @@ int runRun(const RunOptions& o) {
                           {"worker_threads_per_rank", run->worker_threads},
                           {"verify", o.verify},
                           {"clock", "steady_clock from the exit of an MPI_Barrier before each step"}};
-    record.warmup_steps = o.warmup;
-    record.step_ns = run->step_ns;
-    record.median_step = run->median_step;
-    record.timeline = run->timeline;
-    record.memory = run->memory;
-    if (!o.out.empty()) {
-        if (auto saved = core::saveRunRecord(o.out, record); !saved) {
-            fmt::print(stderr, "shardcast: error: {}\n", saved.error().message);
-            return kExitRuntimeFailure;
-        }
-    }
-    if (!o.trace.empty()) {
-        if (auto written = sim::writeChromeTrace(o.trace, predicted.program, run->timeline, &run->memory); !written) {
-            fmt::print(stderr, "shardcast: error: {}\n", written.error().message);
-            return kExitRuntimeFailure;
-        }
-    }
-
-    const auto [lo, hi] = std::minmax_element(run->step_ns.begin(), run->step_ns.end());
-    fmt::print("Ran {} on {} ranks (backend cpu, {} worker threads per rank), {} warmup + {} measured steps\n",
-               plan->model_ref, mpi.worldSize(), run->worker_threads, o.warmup, o.steps);
-    fmt::print("Compute             {}\n", cpu::kComputeNote);
-    fmt::print("Step time (median)  {:10.2f} ms   spread {:.2f} .. {:.2f} ms (min .. max of {} steps)\n",
-               static_cast<double>(record.medianStepNs()) * 1e-6, static_cast<double>(*lo) * 1e-6,
-               static_cast<double>(*hi) * 1e-6, o.steps);
-    fmt::print("Predicted step      {:10.2f} ms   on profile {}\n", predicted.summary.step_s * 1e3, predicted.profile.gpu.name);
-    if (o.profile.empty()) {
-        fmt::print("  note: predicted with the plan's GPU preset; predictions of a CPU run need a profile from "
-                   "`shardcast calibrate --backend cpu` (then --profile)\n");
-    }
-    fmt::print("Stream busy (median step, rank 0)\n");
-    for (int st = 0; st < core::kStreamCount; ++st) {
-        const int64_t busy = run->timeline.stream_busy_ns[static_cast<size_t>(st)];
-        if (busy == 0) continue;
-        fmt::print("  {:<18}{:10.2f} ms\n", core::streamName(static_cast<core::Stream>(st)), static_cast<double>(busy) * 1e-6);
-    }
-    fmt::print("Peak memory         {:>12} (counted allocations, rank 0)   predicted {}\n",
-               core::formatBytes(run->memory.peak_bytes), core::formatBytes(predicted_peak));
-    for (int c = 0; c < core::kMemCategoryCount; ++c) {
-        const auto cat = static_cast<size_t>(c);
-        const int64_t high = run->counted_high_water[cat];
-        const int64_t want = predicted.timed.max_per_category[cat];
-        if (high == 0 && want == 0) continue;
-        fmt::print("  {:<18}{:>12} max   predicted {}{}\n", core::categoryName(static_cast<core::MemCategory>(c)),
-                   core::formatBytes(high), core::formatBytes(want), high == want ? "" : "   (differs)");
-    }
-    fmt::print("Tasks               {} per step on rank 0, every one run in {} steps\n", predicted.program.size(),
-               o.warmup + o.steps);
+    FinishText text;
+    text.ran = fmt::format("Ran {} on {} ranks (backend cpu, {} worker threads per rank), {} warmup + {} measured steps",
+                           plan->model_ref, mpi.worldSize(), run->worker_threads, o.warmup, o.steps);
+    text.profile_note = "  note: predicted with the plan's GPU preset; predictions of a CPU run need a profile from "
+                        "`shardcast calibrate --backend cpu` (then --profile)";
     if (o.verify) {
-        fmt::print("Verify              OK: {} collectives ({} elements) checked over {} ranks; a mismatch on any rank "
-                   "aborts the run\n",
-                   verified_all[0], verified_all[1], mpi.worldSize());
+        text.verify = fmt::format("Verify              OK: {} collectives ({} elements) checked over {} ranks; a mismatch on any "
+                                  "rank aborts the run",
+                                  verified_all[0], verified_all[1], mpi.worldSize());
     }
-    if (!o.out.empty()) fmt::print("Run record written to {}\n", o.out);
-    if (!o.trace.empty()) fmt::print("Chrome trace written to {}\n", o.trace);
-    std::fflush(stdout);
-    return kExitOk;
+    return finishRun(o, *plan, predicted, *run, std::move(record), text);
 #endif
 }
 
@@ -238,12 +531,17 @@ void registerRunCommand(CLI::App& app, int& exit_code) {
     CLI::App* cmd = app.add_subcommand("run", "Execute the plan for real on a backend, one process per rank "
                                               "(`mpirun -np N shardcast run PLAN`), and measure its step");
     addPlanOptions(*cmd, opts->plan);
-    cmd->add_option("--backend", opts->backend, "Backend that runs the Program")->check(CLI::IsMember({"cpu"}))
+    cmd->add_option("--backend", opts->backend, "Backend that runs the Program: cpu (MPI + Eigen, one process per rank) or cuda (one GPU per "
+                    "rank, NCCL; needs a build with the CUDA toolkit)")->check(CLI::IsMember({"cpu", "cuda"}))
         ->capture_default_str();
     cmd->add_option("--steps", opts->steps, "Measured steps (the median one is recorded)")
         ->check(CLI::Range(1, 100000))->capture_default_str();
     cmd->add_option("--warmup", opts->warmup, "Steps run first and discarded")->check(CLI::Range(0, 100000))
         ->capture_default_str();
+    cmd->add_option("--emulate-rank", opts->emulate_rank,
+                    "cuda: run rank R of the plan alone on one GPU, every allocation and kernel for real, each "
+                    "collective's output filled locally (marked emulated in the run record)")
+        ->check(CLI::Range(0, 1 << 30))->type_name("R");
     cmd->add_flag("--verify", opts->verify, "Check every collective's data: gathered parameters equal the originals, reduced gradients the mean over the group's ranks (docs/running.md)");
     cmd->add_option("--out", opts->out, "Write the measured run (core::RunRecord JSON) to FILE")->type_name("FILE");
     cmd->add_option("--trace", opts->trace, "Write the measured step as a Chrome trace to FILE")->type_name("FILE");

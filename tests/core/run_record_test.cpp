@@ -58,5 +58,26 @@ TEST(RunRecordTest, BadFieldsAreNamed) {
     EXPECT_NE(bad.error().message.find("timeline: tasks[0]"), std::string::npos) << bad.error().message;
 }
 
+// The CUDA backend's --emulate-rank marks tasks: an optional field, absent when none is emulated
+// (so version-1 records written before it still read), round-tripped when present.
+TEST(RunRecordTest, EmulatedTasksAreOptionalAndChecked) {
+    RunRecord r = sampleRun();
+    EXPECT_FALSE(runRecordToJson(r).contains("emulated_tasks"));
+    r.emulated_tasks = {1};
+    const nlohmann::json j = runRecordToJson(r);
+    ASSERT_TRUE(j.contains("emulated_tasks"));
+    auto back = runRecordFromJson(j, "run.json");
+    ASSERT_TRUE(back.ok()) << back.error().message;
+    EXPECT_EQ(back->emulated_tasks, std::vector<int32_t>{1});
+    EXPECT_EQ(*back, r);
+    for (const nlohmann::json& bad : {nlohmann::json{2}, nlohmann::json{1, 0}, nlohmann::json("1")}) {
+        nlohmann::json k = j;
+        k["emulated_tasks"] = bad;  // 2: the timeline has tasks 0 and 1 only; {1, 0}: not ascending
+        auto r2 = runRecordFromJson(k, "run.json");
+        ASSERT_FALSE(r2.ok()) << bad.dump();
+        EXPECT_NE(r2.error().message.find("emulated_tasks"), std::string::npos) << r2.error().message;
+    }
+}
+
 }  // namespace
 }  // namespace shardcast::core

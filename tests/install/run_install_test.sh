@@ -26,8 +26,12 @@ if ! "$cmake_command" --install "$build" --prefix "$tmp/prefix" >"$tmp/install.l
 fi
 pass "cmake --install"
 
-# Exactly the command, one file per bundled model, and the examples.
+# Exactly the command (and shardcast-cuda where the build has the CUDA backend), one file per
+# bundled model, and the examples.
+cuda_built=0
+[ -x "$build/bin/shardcast-cuda" ] && cuda_built=1
 expected=$( (echo bin/shardcast
+             [ "$cuda_built" = 1 ] && echo bin/shardcast-cuda
              for f in "$source_dir"/models/*.json; do echo "share/shardcast/models/$(basename "$f")"; done
              cd "$source_dir/examples" && find . -type f | sed 's|^\./|share/shardcast/examples/|') | sort)
 installed=$(cd "$tmp/prefix" && find . -type f -o -type l | sed 's|^\./||' | sort)
@@ -102,6 +106,30 @@ if SHARDCAST_MODELS_DIR="$tmp/override" "$tmp/elsewhere/moved/bin/shardcast" mod
     pass "SHARDCAST_MODELS_DIR overrides the installed models"
 else
     fail "SHARDCAST_MODELS_DIR overrides the installed models" "$(head -c 400 "$tmp/out") $(head -c 400 "$tmp/err")"
+fi
+
+# `run --backend cuda` hands over to the shardcast-cuda installed beside shardcast: with no GPU
+# here it must fail as the CUDA backend does (exit 1, naming the device check), not as a build
+# without CUDA (exit 2). shardcast itself links no CUDA library.
+installed_bin="$tmp/elsewhere/moved/bin/shardcast"
+if ! ldd "$installed_bin" >"$tmp/ldd" 2>&1; then
+    fail "shardcast links no CUDA library" "ldd $installed_bin failed: $(head -c 300 "$tmp/ldd")"
+elif grep -Eq 'libcudart|libnccl|libcublas' "$tmp/ldd"; then
+    fail "shardcast links no CUDA library" "$(grep -E 'cuda|nccl|cublas' "$tmp/ldd")"
+else
+    pass "shardcast links no CUDA library"
+fi
+if [ "$cuda_built" = 1 ]; then
+    (cd "$tmp" && "$installed_bin" run --backend cuda --model tiny-llama --nodes 1 --gpus-per-node 1) \
+        >"$tmp/out" 2>"$tmp/err"
+    rc=$?
+    if [ "$rc" -eq 1 ] && grep -q "needs a usable NVIDIA GPU" "$tmp/err"; then
+        pass "run --backend cuda reaches the installed shardcast-cuda"
+    elif nvidia-smi >/dev/null 2>&1; then
+        pass "run --backend cuda reaches the installed shardcast-cuda (a GPU is present: exit $rc)"
+    else
+        fail "run --backend cuda reaches the installed shardcast-cuda" "exit $rc: $(head -c 400 "$tmp/err")"
+    fi
 fi
 
 echo "$passed passed, $failed failed"

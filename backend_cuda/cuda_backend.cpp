@@ -1,0 +1,502 @@
+#include "backend_cuda/cuda_backend.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <cmath>
+#include <new>
+#include <numeric>
+
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+#include <nccl.h>
+
+#include "backend_cuda/cuda_check.hpp"
+#include "backend_cuda/gemm.hpp"
+#include "backend_cuda/kernels.hpp"
+#include "core/verify_data.hpp"
+
+namespace shardcast::cuda {
+namespace {
+
+// Scratch values: every 16-bit half is bf16 0x3C00 (2^-7) and every 32-bit word reads as an fp32
+// near 0.0078, so GEMMs and reductions never meet NaNs or denormals whatever dtype reads them.
+constexpr uint32_t kScratchPattern = 0x3C003C00u;
+// What an emulated collective writes into its output: a different value, so that a dump shows
+// which buffers were filled locally.
+constexpr uint32_t kEmulatedPattern = 0x3F803F80u;
+
+// An allocation the device could not satisfy: what() names the bytes asked for and the device's
+// free bytes, so the executor's out-of-memory report is complete.
+class DeviceOutOfMemory : public std::bad_alloc {
+public:
+    explicit DeviceOutOfMemory(std::string message) : m_message(std::move(message)) {}
+    const char* what() const noexcept override { return m_message.c_str(); }
+
+private:
+    std::string m_message;
+};
+
+struct DeviceBuffer {
+    void* ptr = nullptr;
+    int64_t bytes = 0;
+};
+
+// Grows `b` to at least `bytes` (contents filled with kScratchPattern on `stream`).
+core::Status grow(DeviceBuffer& b, int64_t bytes, cudaStream_t stream) {
+    if (b.bytes >= bytes) return core::Ok{};
+    if (b.ptr != nullptr) {
+        SHARDCAST_CUDA_TRY(cudaCheck, cudaStreamSynchronize(stream));
+        SHARDCAST_CUDA_TRY(cudaCheck, cudaFree(b.ptr));
+        b = {};
+    }
+    const int64_t rounded = (bytes + 255) / 256 * 256;
+    SHARDCAST_CUDA_TRY(cudaCheck, cudaMalloc(&b.ptr, static_cast<size_t>(rounded)));
+    b.bytes = rounded;
+    return cudaCheck(launchFill(b.ptr, rounded, kScratchPattern, stream), "launchFill (scratch)");
+}
+
+ncclRedOp_t avg() { return ncclAvg; }
+
+// Verify data in the collective's element type (core/verify_data.hpp).
+struct F32Codec {
+    using T = float;
+    static T enc(float v) { return v; }
+    static float dec(T x) { return x; }
+    static std::string show(T x) { return fmt::format("{}", x); }
+};
+struct Bf16Codec {
+    using T = uint16_t;
+    static T enc(float v) { return core::verify::toBf16(v); }
+    static float dec(T x) { return core::verify::fromBf16(x); }
+    static std::string show(T x) { return fmt::format("{} (bf16 0x{:04x})", dec(x), x); }
+};
+
+std::string unitName(const core::Program& program, int32_t unit) {
+    if (unit < 0 || unit >= static_cast<int32_t>(program.units.size())) return "(step)";
+    return program.units[static_cast<size_t>(unit)].name;
+}
+
+struct VerifyCall {
+    const core::Program& program;
+    int32_t id;
+    const std::vector<int32_t>& members;  // world ranks in communicator order
+    int32_t rank;
+    int64_t count;                        // elements per rank (the whole buffer for all-reduce)
+    void* send;
+    void* recv;
+    ncclComm_t comm;
+    ncclDataType_t type;
+    cudaStream_t stream;
+};
+
+// One collective on verify data: fills the send buffer, runs it, copies the result back and checks
+// it. Sets `checked` to the elements verified.
+template <class Codec>
+core::Status verifyCollective(const VerifyCall& c, int64_t& checked) {
+    using T = typename Codec::T;
+    checked = 0;
+    const core::Task& task = c.program.tasks[static_cast<size_t>(c.id)];
+    const core::TaskKind kind = task.kind;
+    const auto members = static_cast<int64_t>(c.members.size());
+    const int64_t send_elems = kind == core::TaskKind::ReduceScatter ? c.count * members : c.count;
+    const int64_t recv_elems = kind == core::TaskKind::AllGather ? c.count * members : c.count;
+    const int32_t unit = std::max(task.unit, 0);
+    const auto position = static_cast<int64_t>(std::find(c.members.begin(), c.members.end(), c.rank) - c.members.begin());
+    std::vector<T> send(static_cast<size_t>(send_elems)), recv(static_cast<size_t>(recv_elems), Codec::enc(-1.0f));
+    for (int64_t i = 0; i < send_elems; ++i) {
+        send[static_cast<size_t>(i)] = kind == core::TaskKind::AllGather
+                                           ? Codec::enc(core::verify::paramValue(unit, position * c.count + i))
+                                           : Codec::enc(core::verify::gradValue(unit, c.rank, i, members));
+    }
+    const auto send_bytes = static_cast<size_t>(send_elems) * sizeof(T);
+    const auto recv_bytes = static_cast<size_t>(recv_elems) * sizeof(T);
+    SHARDCAST_CUDA_TRY(cudaCheck, cudaMemcpyAsync(c.send, send.data(), send_bytes, cudaMemcpyHostToDevice, c.stream));
+    SHARDCAST_CUDA_TRY(cudaCheck, cudaMemcpyAsync(c.recv, recv.data(), recv_bytes, cudaMemcpyHostToDevice, c.stream));
+    const auto n = static_cast<size_t>(c.count);
+    switch (kind) {
+        case core::TaskKind::AllGather:
+            SHARDCAST_CUDA_TRY(ncclCheck, ncclAllGather(c.send, c.recv, n, c.type, c.comm, c.stream));
+            break;
+        case core::TaskKind::ReduceScatter:
+            SHARDCAST_CUDA_TRY(ncclCheck, ncclReduceScatter(c.send, c.recv, n, c.type, avg(), c.comm, c.stream));
+            break;
+        default:
+            SHARDCAST_CUDA_TRY(ncclCheck, ncclAllReduce(c.send, c.recv, n, c.type, avg(), c.comm, c.stream));
+            break;
+    }
+    SHARDCAST_CUDA_TRY(cudaCheck, cudaMemcpyAsync(recv.data(), c.recv, recv_bytes, cudaMemcpyDeviceToHost, c.stream));
+    SHARDCAST_CUDA_TRY(cudaCheck, cudaStreamSynchronize(c.stream));
+
+    const int64_t offset = kind == core::TaskKind::ReduceScatter ? position * c.count : 0;
+    for (int64_t i = 0; i < recv_elems; ++i) {
+        const T got = recv[static_cast<size_t>(i)];
+        bool ok = false;
+        T want{};
+        if (kind == core::TaskKind::AllGather) {
+            want = Codec::enc(core::verify::paramValue(unit, i));
+            ok = got == want;
+        } else {
+            float sum = 0;
+            for (int32_t member : c.members) sum += core::verify::gradValue(unit, member, offset + i, members);
+            const float mean = sum / static_cast<float>(members);
+            want = Codec::enc(mean);
+            // ncclAvg may scale each input by 1/members before summing: within members x bf16's
+            // half-ulp of the mean (exact for the power-of-two groups FSDP uses).
+            ok = std::fabs(Codec::dec(got) - mean) <= std::fabs(mean) * static_cast<float>(members) / 256.0f;
+        }
+        if (ok) continue;
+        const std::string what =
+            kind == core::TaskKind::AllGather
+                ? fmt::format("element {} of the all-gathered parameters", i)
+                : fmt::format("element {} of the {} gradient (element {} of the unit's gradient buffer)", i,
+                              kind == core::TaskKind::ReduceScatter ? "reduce-scattered shard of the" : "all-reduced",
+                              offset + i);
+        return core::makeError(fmt::format("verify failed for unit {} on rank {} ({}, task {}): {} is {}, expected {}",
+                                           unitName(c.program, task.unit), c.rank, c.program.taskLabel(c.id), c.id, what,
+                                           Codec::show(got), Codec::show(want)));
+    }
+    checked = recv_elems;
+    return core::Ok{};
+}
+
+}  // namespace
+
+struct CudaBackend::StreamState {
+    cudaStream_t stream = nullptr;
+    GemmRunner gemm;
+    bool gemm_ready = false;
+    std::array<DeviceBuffer, 4> buf{};  // GEMM / attention operands, Adam's p, g, m, v
+    DeviceBuffer send, recv;
+    void* pinned = nullptr;             // host side of host <-> device copies
+    int64_t pinned_bytes = 0;
+    std::vector<char> host_src, host_dst;  // Host-stream work
+};
+
+struct CudaBackend::Comm {
+    ncclComm_t comm = nullptr;
+    int32_t members = 0;
+    std::vector<int32_t> ranks;  // world ranks in communicator order
+};
+
+CudaBackend::CudaBackend(const CudaBackendOptions& options, Bootstrap* bootstrap)
+    : m_options(options), m_bootstrap(bootstrap) {}
+
+core::Result<std::unique_ptr<CudaBackend>> CudaBackend::create(const CudaBackendOptions& options, Bootstrap* bootstrap) {
+    if (!options.emulate_rank && bootstrap == nullptr) {
+        return core::makeError("the CUDA backend needs a bootstrap (MPI) unless it emulates one rank");
+    }
+    if (options.emulate_rank && options.verify) {
+        return core::makeError("verify mode checks communicated data; an emulated rank communicates nothing");
+    }
+    std::unique_ptr<CudaBackend> b(new CudaBackend(options, bootstrap));
+    SHARDCAST_CUDA_TRY(cudaCheck, cudaSetDevice(options.device));
+    int least = 0, greatest = 0;
+    SHARDCAST_CUDA_TRY(cudaCheck, cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    for (int st = 0; st < core::kStreamCount; ++st) {
+        const auto stream = static_cast<core::Stream>(st);
+        // FSDP2's high-priority streams (see the header); CUDA: lower numbers are higher priority.
+        const bool high = stream == core::Stream::AllGatherCopyIn || stream == core::Stream::AllGather ||
+                          stream == core::Stream::ReduceScatter;
+        auto state = std::make_unique<StreamState>();
+        SHARDCAST_CUDA_TRY(cudaCheck,
+                           cudaStreamCreateWithPriority(&state->stream, cudaStreamNonBlocking, high ? greatest : least));
+        b->m_streams[static_cast<size_t>(st)] = std::move(state);
+    }
+    return b;
+}
+
+CudaBackend::~CudaBackend() {
+    cudaSetDevice(m_options.device);
+    cudaDeviceSynchronize();
+    for (auto& [key, c] : m_comms) {
+        if (c->comm != nullptr) ncclCommDestroy(c->comm);
+    }
+    for (auto& s : m_streams) {
+        if (!s) continue;
+        for (DeviceBuffer& b : s->buf) {
+            if (b.ptr != nullptr) cudaFree(b.ptr);
+        }
+        if (s->send.ptr != nullptr) cudaFree(s->send.ptr);
+        if (s->recv.ptr != nullptr) cudaFree(s->recv.ptr);
+        if (s->pinned != nullptr) cudaFreeHost(s->pinned);
+        if (s->stream != nullptr) cudaStreamDestroy(s->stream);
+    }
+}
+
+int32_t CudaBackend::rank() const {
+    if (m_options.emulate_rank) return *m_options.emulate_rank;
+    return m_bootstrap->rank();
+}
+
+int32_t CudaBackend::worldSize() const { return m_options.world_size; }
+
+core::Status CudaBackend::prepare(const core::Program& program) {
+    if (program.world_size != worldSize()) {
+        return core::makeError(fmt::format("the Program is for {} ranks but the CUDA backend runs {}", program.world_size,
+                                           worldSize()));
+    }
+    SHARDCAST_CUDA_TRY(cudaCheck, cudaSetDevice(m_options.device));
+    if (emulating()) return core::Ok{};  // no communicators: collectives are filled locally
+    // Every rank creates the same (stream, group) communicators in the same order; each
+    // communicator's id comes from the group's first rank, through one all-gather over the world.
+    std::vector<std::pair<int, int32_t>> needed;
+    for (const core::Task& t : program.tasks) {
+        if (core::isCollective(t.kind)) needed.emplace_back(static_cast<int>(t.stream), t.group);
+    }
+    std::sort(needed.begin(), needed.end());
+    needed.erase(std::unique(needed.begin(), needed.end()), needed.end());
+    for (const auto& key : needed) {
+        if (m_comms.count(key) != 0) continue;
+        const std::vector<int32_t> members = core::groupRanks(program, key.second, rank());
+        if (members.empty()) {
+            return core::makeError(fmt::format("process group {} of the Program has no instance holding rank {} (world size {})",
+                                               key.second, rank(), worldSize()));
+        }
+        const auto position = static_cast<int>(std::find(members.begin(), members.end(), rank()) - members.begin());
+        ncclUniqueId mine{};
+        if (position == 0) SHARDCAST_CUDA_TRY(ncclCheck, ncclGetUniqueId(&mine));
+        std::vector<ncclUniqueId> all(static_cast<size_t>(m_bootstrap->worldSize()));
+        if (auto s = m_bootstrap->allGather(&mine, sizeof(mine), all.data()); !s) return s;
+        auto comm = std::make_unique<Comm>();
+        comm->members = static_cast<int32_t>(members.size());
+        comm->ranks = members;
+        SHARDCAST_CUDA_TRY(ncclCheck, ncclCommInitRank(&comm->comm, comm->members,
+                                                       all[static_cast<size_t>(members.front())], position));
+        m_comms.emplace(key, std::move(comm));
+    }
+    return core::Ok{};
+}
+
+void* CudaBackend::allocate(int64_t bytes) {
+    if (bytes <= 0) return nullptr;
+    cudaSetDevice(m_options.device);
+    void* p = nullptr;
+    const cudaError_t e = cudaMalloc(&p, static_cast<size_t>(bytes));
+    if (e != cudaSuccess) {
+        cudaGetLastError();  // clears a sticky-free error such as cudaErrorMemoryAllocation
+        size_t free_bytes = 0, total_bytes = 0;
+        cudaMemGetInfo(&free_bytes, &total_bytes);
+        throw DeviceOutOfMemory(fmt::format("cudaMalloc of {} bytes on device {} failed: {} ({}); cudaMemGetInfo: {} bytes "
+                                            "free of {}",
+                                            bytes, m_options.device, cudaGetErrorName(e), cudaGetErrorString(e), free_bytes,
+                                            total_bytes));
+    }
+    // Resident, as the CPU backend touches its pages: written once.
+    if (const cudaError_t m = cudaMemset(p, 0, static_cast<size_t>(bytes)); m != cudaSuccess) {
+        cudaFree(p);
+        throw DeviceOutOfMemory(fmt::format("cudaMemset of a new {}-byte buffer failed: {}", bytes, cudaGetErrorString(m)));
+    }
+    return p;
+}
+
+void CudaBackend::release(void* ptr, int64_t) noexcept {
+    if (ptr == nullptr) return;
+    cudaSetDevice(m_options.device);
+    cudaFree(ptr);
+}
+
+int64_t CudaBackend::collectivesVerified() const {
+    return std::accumulate(m_verified_per_stream.begin(), m_verified_per_stream.end(), int64_t{0});
+}
+
+int64_t CudaBackend::elementsVerified() const {
+    return std::accumulate(m_elements_per_stream.begin(), m_elements_per_stream.end(), int64_t{0});
+}
+
+std::vector<int32_t> CudaBackend::emulatedTasks() const {
+    std::lock_guard lock(m_emulated_mutex);
+    std::vector<int32_t> ids = m_emulated;
+    std::sort(ids.begin(), ids.end());
+    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+    return ids;
+}
+
+core::Status CudaBackend::barrier() {
+    SHARDCAST_CUDA_TRY(cudaCheck, cudaSetDevice(m_options.device));
+    SHARDCAST_CUDA_TRY(cudaCheck, cudaDeviceSynchronize());
+    if (m_bootstrap != nullptr && !emulating()) return m_bootstrap->barrier();
+    return core::Ok{};
+}
+
+void CudaBackend::abortRun(const core::Error& error) noexcept {
+    if (m_bootstrap != nullptr && !emulating() && worldSize() > 1) m_bootstrap->abort(error.message);
+}
+
+core::Status CudaBackend::runTask(const core::Program& program, int32_t id, int32_t step) {
+    const core::Task& t = program.tasks[static_cast<size_t>(id)];
+    StreamState& s = *m_streams[static_cast<size_t>(t.stream)];
+    SHARDCAST_CUDA_TRY(cudaCheck, cudaSetDevice(m_options.device));  // per thread in CUDA
+    core::Status done = core::Ok{};
+    if (core::isCollective(t.kind)) {
+        done = collective(program, id, s);
+    } else if (t.ops.count > 0) {
+        done = compute(program, t, step, s);
+    } else if (t.comm_bytes > 0) {
+        done = copy(t, s);
+    }
+    if (!done) return done;
+    return cudaCheck(cudaStreamSynchronize(s.stream), "cudaStreamSynchronize");
+}
+
+core::Status CudaBackend::compute(const core::Program& program, const core::Task& task, int32_t step, StreamState& s) {
+    const core::OpShape* ops = program.opsBegin(task);
+    if (task.stream == core::Stream::Host) {  // CPU work (the optimizer under offload): its bytes as memory traffic
+        for (uint32_t i = 0; i < task.ops.count; ++i) {
+            const auto half = static_cast<size_t>(std::max<int64_t>(ops[i].bytes / 2, 0));
+            if (half == 0) continue;
+            if (s.host_src.size() < half) s.host_src.resize(half, 1);
+            if (s.host_dst.size() < half) s.host_dst.resize(half, 0);
+            std::memcpy(s.host_dst.data(), s.host_src.data(), half);
+        }
+        return core::Ok{};
+    }
+    if (task.kind == core::TaskKind::OptimizerStep) {
+        // AdamW in fp32 moves 28 bytes per element (kernels.hpp); the op's bytes give the shard.
+        int64_t bytes = 0;
+        for (uint32_t i = 0; i < task.ops.count; ++i) bytes += ops[i].bytes;
+        const int64_t n = bytes / 28;
+        for (DeviceBuffer& b : s.buf) {
+            if (auto g = grow(b, n * 4, s.stream); !g) return g;
+        }
+        return cudaCheck(launchAdam(static_cast<float*>(s.buf[0].ptr), static_cast<const float*>(s.buf[1].ptr),
+                                    static_cast<float*>(s.buf[2].ptr), static_cast<float*>(s.buf[3].ptr), n, step + 1,
+                                    s.stream),
+                         "launchAdam");
+    }
+    for (uint32_t i = 0; i < task.ops.count; ++i) {
+        const core::OpShape& op = ops[i];
+        switch (op.kind) {
+            case core::OpShapeKind::Gemm: {
+                if (!s.gemm_ready) {
+                    if (auto r = s.gemm.init(); !r) return r;
+                    s.gemm_ready = true;
+                }
+                const core::DType dt = gemmDType(op.dtype);
+                const int64_t item = core::itemSize(dt);
+                for (auto [b, bytes] : {std::pair{0, op.m * op.k}, std::pair{1, op.k * op.n}, std::pair{2, op.m * op.n}}) {
+                    if (auto g = grow(s.buf[static_cast<size_t>(b)], bytes * item, s.stream); !g) return g;
+                }
+                for (int64_t r = 0; r < std::max<int64_t>(op.batch, 1); ++r) {
+                    if (auto g = s.gemm.run(op.m, op.n, op.k, dt, s.buf[0].ptr, s.buf[1].ptr, s.buf[2].ptr, s.stream); !g) {
+                        return g;
+                    }
+                }
+                break;
+            }
+            case core::OpShapeKind::Attention:
+            case core::OpShapeKind::AttentionBackward: {
+                // Per sequence and head: scores [s, s] = Q [s, d] K^T [d, s], then out [s, d] =
+                // P [s, s] V [s, d]: 4 s^2 d FLOPs as opFlops counts them; the backward twice that.
+                if (!s.gemm_ready) {
+                    if (auto r = s.gemm.init(); !r) return r;
+                    s.gemm_ready = true;
+                }
+                const core::DType dt = gemmDType(op.dtype);
+                const int64_t item = core::itemSize(dt);
+                const int64_t seq = op.seq, d = op.head_dim;
+                const int64_t products = std::max<int64_t>(op.batch, 1) * op.heads *
+                                         (op.kind == core::OpShapeKind::AttentionBackward ? 2 : 1);
+                if (auto g = grow(s.buf[0], seq * d * item, s.stream); !g) return g;  // Q, then V
+                if (auto g = grow(s.buf[1], d * seq * item, s.stream); !g) return g;  // K^T
+                if (auto g = grow(s.buf[2], seq * seq * item, s.stream); !g) return g;  // scores
+                if (auto g = grow(s.buf[3], seq * d * item, s.stream); !g) return g;  // out
+                for (int64_t p = 0; p < products; ++p) {
+                    if (auto g = s.gemm.run(seq, seq, d, dt, s.buf[0].ptr, s.buf[1].ptr, s.buf[2].ptr, s.stream); !g) return g;
+                    if (auto g = s.gemm.run(seq, d, seq, dt, s.buf[2].ptr, s.buf[0].ptr, s.buf[3].ptr, s.stream); !g) return g;
+                }
+                break;
+            }
+            case core::OpShapeKind::Elementwise: {
+                const int64_t half = op.bytes / 2;
+                if (half <= 0) break;
+                if (auto g = grow(s.buf[0], half, s.stream); !g) return g;
+                if (auto g = grow(s.buf[1], half, s.stream); !g) return g;
+                if (auto g = cudaCheck(launchTraffic(s.buf[0].ptr, s.buf[1].ptr, op.bytes, s.stream), "launchTraffic"); !g) {
+                    return g;
+                }
+                break;
+            }
+        }
+    }
+    return core::Ok{};
+}
+
+core::Status CudaBackend::copy(const core::Task& task, StreamState& s) {
+    if (s.pinned_bytes < task.comm_bytes) {
+        if (s.pinned != nullptr) {
+            SHARDCAST_CUDA_TRY(cudaCheck, cudaFreeHost(s.pinned));
+            s.pinned = nullptr;
+            s.pinned_bytes = 0;
+        }
+        SHARDCAST_CUDA_TRY(cudaCheck, cudaMallocHost(&s.pinned, static_cast<size_t>(task.comm_bytes)));
+        s.pinned_bytes = task.comm_bytes;
+    }
+    if (auto g = grow(s.send, task.comm_bytes, s.stream); !g) return g;
+    const bool to_device = task.stream != core::Stream::DeviceToHost;
+    if (to_device) {
+        return cudaCheck(cudaMemcpyAsync(s.send.ptr, s.pinned, static_cast<size_t>(task.comm_bytes), cudaMemcpyHostToDevice,
+                                         s.stream),
+                         "cudaMemcpyAsync (host to device)");
+    }
+    return cudaCheck(cudaMemcpyAsync(s.pinned, s.send.ptr, static_cast<size_t>(task.comm_bytes), cudaMemcpyDeviceToHost,
+                                     s.stream),
+                     "cudaMemcpyAsync (device to host)");
+}
+
+core::Status CudaBackend::collective(const core::Program& program, int32_t id, StreamState& s) {
+    const core::Task& t = program.tasks[static_cast<size_t>(id)];
+    int32_t members = t.group_size;
+    ncclComm_t comm = nullptr;
+    const Comm* group = nullptr;
+    if (!emulating()) {
+        auto found = m_comms.find({static_cast<int>(t.stream), t.group});
+        if (found == m_comms.end()) return core::makeError("no NCCL communicator was prepared for this collective's group");
+        group = found->second.get();
+        comm = group->comm;
+        members = group->members;
+    }
+    members = std::max(members, 1);
+    ncclDataType_t type = ncclFloat32;
+    int64_t word = 4;
+    if (core::itemSize(t.dtype) == 2) {
+        // Verify data is bf16 for every 2-byte dtype, as in the CPU backend.
+        type = t.dtype == core::DType::F16 && !m_options.verify ? ncclFloat16 : ncclBfloat16;
+        word = 2;
+    }
+    const int64_t total = t.comm_bytes / word;
+    const int64_t count = t.kind == core::TaskKind::AllReduce ? total : total / members;  // per rank
+    if (emulating()) {
+        std::lock_guard lock(m_emulated_mutex);
+        m_emulated.push_back(id);
+    }
+    if (count <= 0) return core::Ok{};
+    const int64_t send_bytes = (t.kind == core::TaskKind::ReduceScatter ? count * members : count) * word;
+    const int64_t recv_bytes = (t.kind == core::TaskKind::AllGather ? count * members : count) * word;
+    if (auto g = grow(s.send, send_bytes, s.stream); !g) return g;
+    if (auto g = grow(s.recv, recv_bytes, s.stream); !g) return g;
+    if (emulating()) {
+        return cudaCheck(launchFill(s.recv.ptr, recv_bytes, kEmulatedPattern, s.stream), "launchFill (emulated collective)");
+    }
+    if (m_options.verify) {
+        const VerifyCall call{program, id, group->ranks, rank(), count, s.send.ptr, s.recv.ptr, comm, type, s.stream};
+        int64_t checked = 0;
+        core::Status done = word == 2 ? verifyCollective<Bf16Codec>(call, checked) : verifyCollective<F32Codec>(call, checked);
+        if (done && checked > 0) {
+            ++m_verified_per_stream[static_cast<size_t>(t.stream)];
+            m_elements_per_stream[static_cast<size_t>(t.stream)] += checked;
+        }
+        return done;
+    }
+    const auto n = static_cast<size_t>(count);
+    switch (t.kind) {
+        case core::TaskKind::AllGather:
+            return ncclCheck(ncclAllGather(s.send.ptr, s.recv.ptr, n, type, comm, s.stream), "ncclAllGather");
+        case core::TaskKind::ReduceScatter:
+            return ncclCheck(ncclReduceScatter(s.send.ptr, s.recv.ptr, n, type, avg(), comm, s.stream), "ncclReduceScatter");
+        default:
+            return ncclCheck(ncclAllReduce(s.send.ptr, s.recv.ptr, n, type, avg(), comm, s.stream), "ncclAllReduce");
+    }
+}
+
+}  // namespace shardcast::cuda

@@ -1,0 +1,128 @@
+#pragma once
+// The CUDA + NCCL backend (DESIGN.md section 6; issue 8): one process per GPU under mpirun, or one
+// process emulating one rank of a larger world (--emulate-rank).
+//
+// Streams: one CUDA stream per Program stream, with FSDP2's priorities: the all-gather copy-in,
+// all-gather and reduce-scatter streams are created with high priority and the all-reduce stream
+// with the default one (FSDPCommContext.lazy_init in
+// torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py: `high_priority = -1` for
+// all_gather_copy_in_stream, all_gather_stream and reduce_scatter_stream; all_reduce_stream =
+// Stream()); compute and the host-copy streams run at the default priority. The executor calls
+// runTask from the stream's worker thread; the task is enqueued on its CUDA stream and that stream
+// is synchronized before returning, so every cross-stream dependency is already met when the
+// executor starts a task (executor/backend.hpp).
+//
+// Compute (core::OpShape): GEMMs with cuBLASLt in the op's dtype (bf16 by default, fp32
+// accumulate); attention as its FLOP-equivalent GEMMs per sequence and head (scores s x s x d and
+// values s x d x s; the backward twice), not a fused attention kernel; elementwise ops as a
+// streaming kernel of their HBM bytes; the optimizer step as a fused AdamW kernel over the fp32
+// shard its bytes stand for (28 bytes per element). Kernels work on per-stream scratch, not on the
+// counted buffers (as the CPU backend does): the counting allocator holds the Program's memory.
+// Host-stream work (the optimizer under CPU offload) runs on the CPU as memory traffic; host <->
+// device copies are cudaMemcpyAsync of their bytes to / from pinned host memory.
+//
+// Collectives: ncclAllGather / ncclReduceScatter / ncclAllReduce of the task's bytes in its dtype
+// (2-byte dtypes as ncclBfloat16 / ncclFloat16, fp32 as ncclFloat32, other dtypes as fp32 words
+// of the same byte count), reductions with ncclAvg: the mean over the group, as FSDP's gradient
+// divide factors give (see backend_cpu/cpu_backend.hpp). One communicator per (stream, process
+// group), so streams never share one.
+//
+// Emulation (emulate_rank set): the process runs rank R's Program alone: every allocation and
+// every kernel for real, each collective's output (its receive buffer of the real size) filled
+// locally by a fill kernel instead of communicated. Those tasks are reported by emulatedTasks().
+//
+// Verify mode (`verify`): every collective sends the deterministic data of core/verify_data.hpp
+// (as the CPU backend does: parameters for all-gathers, per-rank gradients for reductions; 2-byte
+// dtypes as bf16), and the received buffer is copied back and checked: the gathered parameters
+// exactly, the averaged gradients within NCCL's bf16 / fp32 rounding (ncclAvg may scale each
+// input before summing, so a group whose size is not a power of two does not average exactly).
+// A mismatch is an error naming the unit, the rank and the first bad element.
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "executor/backend.hpp"
+
+namespace shardcast::cuda {
+
+inline constexpr const char* kComputeNote =
+    "cuBLASLt GEMMs in the op's dtype (bf16 by default) with fp32 accumulation; attention as FLOP-equivalent "
+    "GEMMs per sequence and head (no fused attention kernel); elementwise ops as a streaming kernel of their "
+    "bytes; the optimizer as a fused AdamW kernel over the fp32 shard; collectives with NCCL (ncclAvg reductions)";
+inline constexpr const char* kEmulatedNote =
+    "; collectives emulated: each collective's output filled locally by a kernel (no communication), those tasks "
+    "listed as emulated";
+
+// How the ranks meet: world rank and size, an all-gather of a few bytes over all ranks (the NCCL
+// unique ids travel through it), a barrier and an abort that ends every rank. The CLI gives one
+// over MPI; a process emulating one rank needs none (nullptr).
+class Bootstrap {
+public:
+    virtual ~Bootstrap() = default;
+    virtual int32_t rank() const = 0;
+    virtual int32_t worldSize() const = 0;
+    // `all` receives worldSize() * bytes: rank r's `mine` at r * bytes.
+    virtual core::Status allGather(const void* mine, int64_t bytes, void* all) = 0;
+    virtual core::Status barrier() = 0;
+    [[noreturn]] virtual void abort(const std::string& message) noexcept = 0;
+};
+
+struct CudaBackendOptions {
+    int device = 0;                        // CUDA device ordinal of this process
+    std::optional<int32_t> emulate_rank;   // run this rank of the Program alone, collectives filled locally
+    int32_t world_size = 1;                // the Program's world size (emulation) or the bootstrap's
+    bool verify = false;                   // check every collective's data (not with emulate_rank)
+};
+
+class CudaBackend final : public exec::Backend {
+public:
+    // Errors: the device cannot be selected, a stream or the GEMM runner cannot be created.
+    // bootstrap: required unless options.emulate_rank is set; it must outlive the backend.
+    static core::Result<std::unique_ptr<CudaBackend>> create(const CudaBackendOptions& options, Bootstrap* bootstrap);
+    ~CudaBackend() override;
+    CudaBackend(const CudaBackend&) = delete;
+    CudaBackend& operator=(const CudaBackend&) = delete;
+
+    std::string_view name() const override { return "cuda"; }
+    int32_t rank() const override;
+    int32_t worldSize() const override;
+    core::Status prepare(const core::Program& program) override;
+    void* allocate(int64_t bytes) override;
+    void release(void* ptr, int64_t bytes) noexcept override;
+    core::Status runTask(const core::Program& program, int32_t id, int32_t step) override;
+    core::Status barrier() override;
+    void abortRun(const core::Error& error) noexcept override;
+
+    bool emulating() const { return m_options.emulate_rank.has_value(); }
+    // Task ids whose work was emulated (collectives filled locally), ascending; read after the run.
+    std::vector<int32_t> emulatedTasks() const;
+    // Verify mode: collectives checked on this rank and their elements; read after the run.
+    int64_t collectivesVerified() const;
+    int64_t elementsVerified() const;
+
+private:
+    explicit CudaBackend(const CudaBackendOptions& options, Bootstrap* bootstrap);
+    struct StreamState;
+    core::Status compute(const core::Program& program, const core::Task& task, int32_t step, StreamState& s);
+    core::Status collective(const core::Program& program, int32_t id, StreamState& s);
+    core::Status copy(const core::Task& task, StreamState& s);
+
+    CudaBackendOptions m_options;
+    Bootstrap* m_bootstrap = nullptr;
+    std::array<std::unique_ptr<StreamState>, core::kStreamCount> m_streams;  // by core::Stream
+    struct Comm;
+    std::map<std::pair<int, int32_t>, std::unique_ptr<Comm>> m_comms;  // by (stream, group)
+    std::array<int64_t, core::kStreamCount> m_verified_per_stream{};  // each written by its stream's worker
+    std::array<int64_t, core::kStreamCount> m_elements_per_stream{};
+    mutable std::mutex m_emulated_mutex;
+    std::vector<int32_t> m_emulated;
+};
+
+}  // namespace shardcast::cuda

@@ -1,0 +1,24 @@
+#pragma once
+// The backend's own kernels (kernels.cu), launched on a stream; each returns the launch's
+// cudaError_t (as int, so that host code needs no CUDA headers to call them).
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+namespace shardcast::cuda {
+
+// Memory traffic of `bytes`: reads bytes/2 from `src`, writes bytes/2 to `dst` (16-byte words;
+// both buffers at least bytes/2 long). An elementwise op's HBM bytes as one streaming kernel.
+int launchTraffic(const void* src, void* dst, int64_t bytes, cudaStream_t stream);
+
+// One fused AdamW step over `n` fp32 elements (PyTorch's AdamW update with decoupled weight decay,
+// torch/optim/adamw.py): m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+// p -= lr (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps) + lr wd p. Reads p, g, m, v and writes
+// p, m, v: 7 fp32 tensors, 28 bytes per element.
+int launchAdam(float* p, const float* g, float* m, float* v, int64_t n, int32_t step, cudaStream_t stream);
+
+// Fills `bytes` of `ptr` with the 32-bit word `pattern` repeated (bytes a multiple of 4); the last
+// bytes % 4 bytes are left as they are.
+int launchFill(void* ptr, int64_t bytes, uint32_t pattern, cudaStream_t stream);
+
+}  // namespace shardcast::cuda

@@ -1,0 +1,38 @@
+#pragma once
+// The deterministic data of verify mode (`shardcast run --verify`), shared by the backends so that
+// every backend checks the same rules (docs/running.md, "Verify mode"). Small integers, exact in
+// bf16 (8 significant bits: every integer up to 256) and in fp32, so every sum over a group is
+// exact whatever order the collective adds in.
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+namespace shardcast::core::verify {
+
+// Element `element` of unit `unit`'s parameters: the same on every rank.
+inline float paramValue(int32_t unit, int64_t element) {
+    return static_cast<float>((static_cast<int64_t>(unit) * 31 + element * 7) % 61);
+}
+
+// Element `element` of unit `unit`'s gradient on `rank`, in a group of `members` ranks: kept below
+// 256 / members so that the group's sum stays exact in bf16.
+inline float gradValue(int32_t unit, int32_t rank, int64_t element, int64_t members) {
+    const int64_t range = std::clamp<int64_t>(256 / std::max<int64_t>(members, 1), 2, 61);  // sum < 256
+    return static_cast<float>((static_cast<int64_t>(unit) * 17 + static_cast<int64_t>(rank) * 5 + element * 3) % range);
+}
+
+// bf16 is the top half of an fp32; rounding to nearest, ties to even.
+inline uint16_t toBf16(float v) {
+    uint32_t bits = 0;
+    std::memcpy(&bits, &v, sizeof(bits));
+    bits += 0x7FFFu + ((bits >> 16) & 1u);
+    return static_cast<uint16_t>(bits >> 16);
+}
+inline float fromBf16(uint16_t h) {
+    const uint32_t bits = static_cast<uint32_t>(h) << 16;
+    float v = 0;
+    std::memcpy(&v, &bits, sizeof(v));
+    return v;
+}
+
+}  // namespace shardcast::core::verify

@@ -1,0 +1,214 @@
+// Tests that need an NVIDIA GPU (ctest label `gpu`); each skips with a message when
+// cudaGetDeviceCount reports none. GEMMs of the backend's cuBLASLt path against a CPU reference,
+// an emulated rank of a 4-rank plan and a 1-rank plan on real NCCL, each producing a full measured
+// timeline whose counted memory is the prediction's.
+#include <array>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include "backend_cuda/cuda_check.hpp"
+#include "backend_cuda/gemm.hpp"
+#include "core/plan.hpp"
+#include "core/program.hpp"
+#include "core/run_record.hpp"
+#include "core/timed_memory.hpp"
+#include "simulator/evaluation.hpp"
+#include "simulator/hardware_profile.hpp"
+
+namespace shardcast::cuda {
+namespace {
+
+bool haveGpu(std::string& why) {
+    int count = 0;
+    const cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) {
+        why = std::string("no usable CUDA device: cudaGetDeviceCount: ") + cudaGetErrorString(e);
+        return false;
+    }
+    if (count == 0) {
+        why = "cudaGetDeviceCount reports no CUDA device";
+        return false;
+    }
+    return true;
+}
+
+#define REQUIRE_GPU()                          \
+    do {                                       \
+        std::string why_;                      \
+        if (!haveGpu(why_)) GTEST_SKIP() << why_; \
+    } while (0)
+
+uint16_t toBf16(float v) {  // exact for the small integers used here
+    uint32_t bits = 0;
+    std::memcpy(&bits, &v, sizeof(bits));
+    return static_cast<uint16_t>(bits >> 16);
+}
+float fromBf16(uint16_t h) {
+    const uint32_t bits = static_cast<uint32_t>(h) << 16;
+    float v = 0;
+    std::memcpy(&v, &bits, sizeof(v));
+    return v;
+}
+
+// C = A B column-major with small integer entries: every product and sum (|C| <= k * 4 = 128) is
+// exact in fp32 and in bf16, so the GPU must match the CPU exactly.
+void checkGemm(core::DType dtype, int64_t m, int64_t n, int64_t k) {
+    std::vector<float> a(static_cast<size_t>(m * k)), b(static_cast<size_t>(k * n)), want(static_cast<size_t>(m * n), 0.0f);
+    for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(static_cast<int64_t>(i * 7 % 5) - 2);
+    for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(static_cast<int64_t>(i * 3 % 5) - 2);
+    for (int64_t col = 0; col < n; ++col) {
+        for (int64_t row = 0; row < m; ++row) {
+            float sum = 0;
+            for (int64_t x = 0; x < k; ++x) sum += a[static_cast<size_t>(x * m + row)] * b[static_cast<size_t>(col * k + x)];
+            want[static_cast<size_t>(col * m + row)] = sum;
+        }
+    }
+    const bool half = dtype != core::DType::F32;
+    const size_t item = half ? 2 : 4;
+    auto upload = [&](const std::vector<float>& host) {
+        void* dev = nullptr;
+        EXPECT_EQ(cudaMalloc(&dev, host.size() * item), cudaSuccess);
+        if (half) {
+            std::vector<uint16_t> h(host.size());
+            for (size_t i = 0; i < host.size(); ++i) h[i] = toBf16(host[i]);
+            EXPECT_EQ(cudaMemcpy(dev, h.data(), h.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+        } else {
+            EXPECT_EQ(cudaMemcpy(dev, host.data(), host.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+        }
+        return dev;
+    };
+    void* da = upload(a);
+    void* db = upload(b);
+    void* dc = upload(std::vector<float>(want.size(), -1.0f));
+    GemmRunner gemm;
+    auto init = gemm.init();
+    ASSERT_TRUE(init.ok()) << init.error().message;
+    auto ran = gemm.run(m, n, k, dtype, da, db, dc, nullptr);
+    ASSERT_TRUE(ran.ok()) << ran.error().message;
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    std::vector<float> got(want.size());
+    if (half) {
+        std::vector<uint16_t> h(want.size());
+        ASSERT_EQ(cudaMemcpy(h.data(), dc, h.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+        for (size_t i = 0; i < h.size(); ++i) got[i] = fromBf16(h[i]);
+    } else {
+        ASSERT_EQ(cudaMemcpy(got.data(), dc, got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    }
+    cudaFree(da);
+    cudaFree(db);
+    cudaFree(dc);
+    for (size_t i = 0; i < want.size(); ++i) {
+        ASSERT_EQ(got[i], want[i]) << core::dtypeName(dtype) << " GEMM " << m << "x" << n << "x" << k << ": element " << i;
+    }
+}
+
+TEST(CudaGpuTest, GemmMatchesCpuReference) {
+    REQUIRE_GPU();
+    checkGemm(core::DType::F32, 64, 48, 32);
+    checkGemm(core::DType::BF16, 64, 48, 32);
+    checkGemm(core::DType::BF16, 128, 256, 32);
+}
+
+// Runs `shardcast ARGS --out FILE` on tiny-llama and checks its record against the prediction of
+// exactly what ran: a timeline of every task of the Program on its stream, exactly `emulated`
+// collectives marked emulated (all or none), and counted memory equal to the Program's events on
+// the measured timeline and, for each category one stream touches, to the prediction's bytes.
+void runAndCheck(const std::string& args, int32_t world, int32_t recorded_rank, bool emulated) {
+    const auto out = std::filesystem::temp_directory_path() / "shardcast_cuda_gpu_run.json";
+    const std::string cmd = std::string(SHARDCAST_BIN) + " run --backend cuda --model " + SHARDCAST_SOURCE_DIR +
+                            "/models/tiny-llama.json --seq-len 64 --micro-batch 1 --warmup 1 --steps 2 " + args +
+                            " --out " + out.string();
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    auto record = core::loadRunRecord(out);
+    std::filesystem::remove(out);
+    ASSERT_TRUE(record.ok()) << record.error().message;
+    EXPECT_EQ(record->backend, "cuda");
+    EXPECT_EQ(record->world_size, world);
+    EXPECT_EQ(record->recorded_rank, recorded_rank);
+    EXPECT_EQ(record->step_ns.size(), 2u);
+    EXPECT_TRUE(record->environment.contains("gpu"));
+    auto plan = core::planFromJson(record->plan, "record plan", SHARDCAST_SOURCE_DIR);
+    ASSERT_TRUE(plan.ok()) << plan.error().message;
+    auto profile = sim::profileFromJson(record->profile, "record profile", sim::HardwareProfile::fromCluster(plan->cluster));
+    ASSERT_TRUE(profile.ok()) << profile.error().message;
+    sim::EvaluationOptions options;
+    options.issue_order_memory = false;
+    auto predicted = sim::evaluatePlan(*plan, &*profile, options);
+    ASSERT_TRUE(predicted.ok()) << predicted.error().message;
+    const core::Program& program = predicted->program;
+    ASSERT_EQ(record->timeline.tasks.size(), program.tasks.size());
+    std::vector<int32_t> collectives;
+    for (size_t i = 0; i < program.tasks.size(); ++i) {
+        const core::TaskTime& t = record->timeline.tasks[i];
+        EXPECT_LE(0, t.start_ns);
+        EXPECT_LE(t.start_ns, t.end_ns) << "task " << i;
+        EXPECT_EQ(t.stream, program.tasks[i].stream) << "task " << i;
+        if (core::isCollective(program.tasks[i].kind)) collectives.push_back(static_cast<int32_t>(i));
+    }
+    EXPECT_FALSE(collectives.empty());
+    EXPECT_EQ(record->emulated_tasks, emulated ? collectives : std::vector<int32_t>{});
+    // Memory: the Program's events on the measured timeline (what the executor counted), and, for
+    // each category only one stream touches (its high-water mark does not depend on timing), the
+    // prediction's bytes exactly (as tests/backend_cpu/run_record_check.cpp does).
+    core::TimedMemory replayed;
+    core::MemoryTimer timer;
+    timer.compute(program, record->timeline, replayed);
+    EXPECT_EQ(record->memory.max_per_category, replayed.max_per_category);
+    std::array<uint32_t, core::kMemCategoryCount> streams{};
+    for (const core::Task& task : program.tasks) {
+        for (core::Span span : {task.mem_start, task.mem_peak, task.mem_end}) {
+            for (uint32_t k = 0; k < span.count; ++k) {
+                const core::MemEvent& e = program.mem[span.offset + k];
+                const core::Stream by = e.timed_after >= 0 ? program.tasks[static_cast<size_t>(e.timed_after)].stream : task.stream;
+                streams[static_cast<size_t>(e.category)] |= 1u << static_cast<unsigned>(by);
+            }
+        }
+    }
+    for (size_t c = 0; c < streams.size(); ++c) {
+        if ((streams[c] & (streams[c] - 1)) != 0) continue;
+        EXPECT_EQ(record->memory.max_per_category[c], predicted->timed.max_per_category[c])
+            << core::categoryName(static_cast<core::MemCategory>(c));
+    }
+}
+
+// `--emulate-rank 1` of a 4-rank plan on one GPU: collectives filled locally, all marked emulated.
+TEST(CudaGpuTest, EmulatedRankProducesAFullTimeline) {
+    REQUIRE_GPU();
+    runAndCheck("--nodes 1 --gpus-per-node 4 --strategy FULL_SHARD --emulate-rank 1", 4, 1, true);
+}
+
+// A 1-rank plan without mpirun: real NCCL communicators of one rank (ncclGetUniqueId,
+// ncclCommInitRank, the collectives), nothing emulated.
+TEST(CudaGpuTest, OneRankRunUsesNccl) {
+    REQUIRE_GPU();
+    runAndCheck("--nodes 1 --gpus-per-node 1 --strategy FULL_SHARD", 1, 0, false);
+}
+
+// --verify on a 1-rank plan: every collective's data checked (one-rank averages are the data
+// itself), and the report says how many.
+TEST(CudaGpuTest, VerifyChecksEveryCollectiveOfAOneRankRun) {
+    REQUIRE_GPU();
+    const auto log = std::filesystem::temp_directory_path() / "shardcast_cuda_verify.txt";
+    const std::string cmd = std::string(SHARDCAST_BIN) + " run --backend cuda --model " + SHARDCAST_SOURCE_DIR +
+                            "/models/tiny-llama.json --seq-len 64 --micro-batch 1 --nodes 1 --gpus-per-node 1 --warmup 0 "
+                            "--steps 1 --verify > " + log.string() + " 2>&1";
+    const int status = std::system(cmd.c_str());
+    std::ifstream in(log);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::filesystem::remove(log);
+    ASSERT_EQ(status, 0) << text;
+    EXPECT_NE(text.find("Verify              OK: "), std::string::npos) << text;
+    EXPECT_EQ(text.find("OK: 0 collectives"), std::string::npos) << text;
+}
+
+}  // namespace
+}  // namespace shardcast::cuda
