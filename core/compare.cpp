@@ -28,18 +28,36 @@ Result<Comparison> compareStep(const Program& program, const Timeline& predicted
             "the measured timeline has {} tasks but the plan's program has {}: the run is not of this plan",
             measured.tasks.size(), program.tasks.size()));
     }
+    std::vector<uint8_t> excluded(program.tasks.size(), 0);
+    for (const int32_t id : options.excluded_tasks) {
+        if (id < 0 || id >= program.size()) {
+            return makeError(fmt::format("emulated task {} is not a task of the plan's program (ids 0 .. {})", id,
+                                         program.size() - 1));
+        }
+        excluded[static_cast<size_t>(id)] = 1;
+    }
     Comparison c;
-    c.task_count = program.size();
+    c.excluded_task_count = static_cast<int32_t>(std::count(excluded.begin(), excluded.end(), uint8_t{1}));
+    c.task_count = program.size() - c.excluded_task_count;
     c.predicted_step_ns = predicted.step_ns;
     c.measured_step_ns = measured.step_ns;
-    c.step_time_error = relativeError(c.predicted_step_ns, c.measured_step_ns);
+    if (c.excluded_task_count == 0) c.step_time_error = relativeError(c.predicted_step_ns, c.measured_step_ns);
 
+    // Busy time of the tasks compared: a stream runs one task at a time, so it is the sum of their
+    // durations (the Timeline's busy time when nothing is excluded).
     std::array<bool, kStreamCount> used{};
-    for (const Task& t : program.tasks) used[static_cast<size_t>(t.stream)] = true;
+    std::array<int64_t, kStreamCount> predicted_busy{}, measured_busy{};
+    for (int32_t id = 0; id < program.size(); ++id) {
+        if (excluded[static_cast<size_t>(id)] != 0) continue;
+        const auto s = static_cast<size_t>(program.tasks[static_cast<size_t>(id)].stream);
+        used[s] = true;
+        predicted_busy[s] += predicted.tasks[static_cast<size_t>(id)].durationNs();
+        measured_busy[s] += measured.tasks[static_cast<size_t>(id)].durationNs();
+    }
     for (int s = 0; s < kStreamCount; ++s) {
         if (!used[static_cast<size_t>(s)]) continue;
-        const auto stream = static_cast<Stream>(s);
-        StreamComparison sc{stream, predicted.busyNs(stream), measured.busyNs(stream), std::nullopt};
+        StreamComparison sc{static_cast<Stream>(s), predicted_busy[static_cast<size_t>(s)],
+                            measured_busy[static_cast<size_t>(s)], std::nullopt};
         sc.error = relativeError(sc.predicted_busy_ns, sc.measured_busy_ns);
         c.streams.push_back(sc);
     }
@@ -57,6 +75,7 @@ Result<Comparison> compareStep(const Program& program, const Timeline& predicted
     std::vector<TaskComparison> all;
     all.reserve(program.tasks.size());
     for (int32_t id = 0; id < program.size(); ++id) {
+        if (excluded[static_cast<size_t>(id)] != 0) continue;
         const int64_t p = predicted.tasks[static_cast<size_t>(id)].durationNs();
         const int64_t m = measured.tasks[static_cast<size_t>(id)].durationNs();
         all.push_back(TaskComparison{id, p, m, relativeError(p, m)});
@@ -86,6 +105,7 @@ nlohmann::json comparisonToJson(const Program& program, const Comparison& c) {
     j["predicted_peak_bytes"] = c.predicted_peak_bytes;
     j["measured_peak_bytes"] = c.measured_peak_bytes;
     j["task_count"] = c.task_count;
+    j["excluded_task_count"] = c.excluded_task_count;
     json streams = json::object();
     for (const StreamComparison& s : c.streams) {
         streams[std::string(streamName(s.stream))] = {{"predicted_busy_ns", s.predicted_busy_ns},

@@ -55,21 +55,26 @@ struct Comparison {
     std::optional<double> peak_memory_error;
     std::vector<CategoryComparison> categories;  // categories either side uses, in MemCategory order
     std::vector<TaskComparison> tasks;           // largest |duration error| first, ties by id
-    int32_t task_count = 0;                      // tasks compared (all of the Program's)
+    int32_t task_count = 0;                      // tasks compared (the Program's, less the excluded)
+    int32_t excluded_task_count = 0;             // CompareOptions::excluded_tasks
 };
 
 struct CompareOptions {
     int32_t top_tasks = 10;  // how many tasks to keep in Comparison::tasks (all when larger)
+    // Tasks whose measured times are not measurements (RunRecord::emulated_tasks: collectives a
+    // single GPU filled locally). They are left out of the task and stream busy-time errors, and
+    // the step time, which contains them, is not compared (step_time_error stays empty).
+    std::vector<int32_t> excluded_tasks;
 };
 
 // Errors (the user's input, not an invariant): a measured timeline whose task count is not the
-// Program's, naming both counts. The predicted timeline must be the Program's (asserted).
+// Program's, naming both counts; an excluded task id outside the Program. The predicted timeline must be the Program's (asserted).
 Result<Comparison> compareStep(const Program& program, const Timeline& predicted, const TimedMemory& predicted_memory,
                                const Timeline& measured, const TimedMemory& measured_memory,
                                const CompareOptions& options = {});
 
 // {"step_time_error", "predicted_step_ns", "measured_step_ns", "peak_memory_error",
-//  "predicted_peak_bytes", "measured_peak_bytes", "streams": {name: {"predicted_busy_ns",
+//  "predicted_peak_bytes", "measured_peak_bytes", "task_count", "excluded_task_count", "streams": {name: {"predicted_busy_ns",
 //  "measured_busy_ns", "error"}}, "categories": {name: {"predicted_bytes", "measured_bytes",
 //  "error_bytes", "error"}}, "tasks": [{"id", "unit", "kind", "stream", "predicted_ns",
 //  "measured_ns", "error"}]}; an error without a measured value is null.

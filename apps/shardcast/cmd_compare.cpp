@@ -73,6 +73,11 @@ void printText(const core::RunRecord& run, const core::Program& program, const c
     fmt::print("Measured: rank {}'s timeline of the median of {} steps ({} warmup steps discarded)\n",
                run.recorded_rank, run.step_ns.size(), run.warmup_steps);
     if (!run.compute_note.empty()) fmt::print("Compute: {}\n", run.compute_note);
+    if (c.excluded_task_count > 0) {
+        fmt::print("Emulated: {} collective tasks were filled locally, not communicated (--emulate-rank): they are left "
+                   "out of the stream and task errors, and the step time, which contains them, is not compared\n",
+                   c.excluded_task_count);
+    }
     fmt::print("\n");
     fmt::print("{:<24}{:>16}{:>16}{:>12}\n", "Step", "predicted (ms)", "measured (ms)", "error");
     fmt::print("{:<24}{:>16.3f}{:>16.3f}{:>12}\n", "step time", ms(c.predicted_step_ns), ms(c.measured_step_ns),
@@ -141,7 +146,7 @@ int runCompare(const CompareOptions& o) {
     if (auto s = evaluator.evaluate(*plan, &*profile, options, e); !s) {
         return reportInputError(o.run + ": plan: " + s.error().message);
     }
-    auto c = core::compareStep(e.program, e.timeline, e.timed, run->timeline, run->memory, core::CompareOptions{o.top});
+    auto c = core::compareStep(e.program, e.timeline, e.timed, run->timeline, run->memory, core::CompareOptions{o.top, run->emulated_tasks});
     if (!c) return reportInputError(o.run + ": timeline.tasks: " + c.error().message);
 
     if (!o.trace.empty()) {

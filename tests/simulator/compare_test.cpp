@@ -48,7 +48,7 @@ struct Fixture {
         run = testing::perturbedRun(plan, e, perturbation);
     }
     core::Result<core::Comparison> compare(int32_t top) const {
-        return core::compareStep(e.program, e.timeline, e.timed, run.timeline, run.memory, core::CompareOptions{top});
+        return core::compareStep(e.program, e.timeline, e.timed, run.timeline, run.memory, core::CompareOptions{top, {}});
     }
 };
 
@@ -180,6 +180,45 @@ TEST(CompareTest, OneCategoryFactorLandsOnThatCategory) {
         }
     }
     EXPECT_TRUE(saw_activation);
+}
+
+// Emulated collectives (a single GPU playing one rank) are no measurements: the compute stream is
+// still compared exactly, the collective streams and the step time are not.
+TEST(CompareTest, EmulatedTasksAreLeftOutOfTimeErrors) {
+    const Fixture f(testing::Perturbation{.stretch = 2});
+    core::CompareOptions options{1'000'000, {}};
+    for (int32_t id = 0; id < f.e.program.size(); ++id) {
+        if (core::isCollective(f.e.program.tasks[static_cast<size_t>(id)].kind)) options.excluded_tasks.push_back(id);
+    }
+    ASSERT_FALSE(options.excluded_tasks.empty());
+    auto c = core::compareStep(f.e.program, f.e.timeline, f.e.timed, f.run.timeline, f.run.memory, options);
+    ASSERT_TRUE(c.ok()) << c.error().message;
+    EXPECT_FALSE(c->step_time_error.has_value());
+    EXPECT_EQ(c->excluded_task_count, static_cast<int32_t>(options.excluded_tasks.size()));
+    EXPECT_EQ(c->task_count, f.e.program.size() - c->excluded_task_count);
+    EXPECT_EQ(c->tasks.size(), static_cast<size_t>(c->task_count));
+    for (const core::TaskComparison& t : c->tasks) {
+        EXPECT_FALSE(core::isCollective(f.e.program.tasks[static_cast<size_t>(t.id)].kind)) << t.id;
+    }
+    bool compute_seen = false;
+    for (const core::StreamComparison& s : c->streams) {
+        EXPECT_NE(s.stream, core::Stream::AllGather);
+        EXPECT_NE(s.stream, core::Stream::ReduceScatter);
+        if (s.stream == core::Stream::Compute) {
+            compute_seen = true;
+            ASSERT_TRUE(s.error.has_value());
+            EXPECT_DOUBLE_EQ(*s.error, testing::errorOfFactor(2));
+        }
+    }
+    EXPECT_TRUE(compute_seen);
+    // Memory is still compared: the emulated run allocates every buffer for real.
+    ASSERT_TRUE(c->peak_memory_error.has_value());
+    EXPECT_DOUBLE_EQ(*c->peak_memory_error, 0.0);
+
+    options.excluded_tasks = {f.e.program.size()};
+    auto bad = core::compareStep(f.e.program, f.e.timeline, f.e.timed, f.run.timeline, f.run.memory, options);
+    ASSERT_FALSE(bad.ok());
+    EXPECT_NE(bad.error().message.find("not a task"), std::string::npos) << bad.error().message;
 }
 
 TEST(CompareTest, RefusesATimelineOfAnotherTaskCount) {
