@@ -1,5 +1,7 @@
 #include "backend_cpu/mpi_wait.hpp"
 
+#include <sys/prctl.h>
+
 #include <chrono>
 #include <thread>
 
@@ -8,6 +10,8 @@
 namespace shardcast::cpu {
 
 core::Status waitPolitely(MPI_Request& request, const char* call, int32_t rank) {
+    static thread_local const bool kSlackSet = prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL) == 0;
+    (void)kSlackSet;
     for (int tests = 0;; ++tests) {
         int done = 0;
         if (auto s = mpiCheck(MPI_Test(&request, &done, MPI_STATUS_IGNORE), call, rank); !s) return s;
