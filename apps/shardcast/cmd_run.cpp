@@ -60,6 +60,37 @@ std::optional<int64_t> envInt(const char* name) {
     return x;
 }
 
+// What a rank other than 0 returns where rank 0 reports an error before MPI starts: 0, so that it
+// is never the job's first non-zero exit. mpirun aborts the job at the first rank that exits
+// non-zero, which could kill rank 0 before its message is out (seen in the tests); the job's exit
+// status is still rank 0's.
+constexpr int kOtherRankExit = kExitOk;
+
+// Every rank checks its input; only rank 0 (by the launcher's environment) says what is wrong, so
+// that a bad input is one line however many ranks mpirun started.
+int rankZeroInputError(const std::string& message) {
+    return envInt("OMPI_COMM_WORLD_RANK").value_or(0) == 0 ? reportInputError(message) : kOtherRankExit;
+}
+
+// What every backend's run starts from: the plan with the flags applied, and its prediction on
+// the --profile (or the plan's GPU preset). Errors are the user's input.
+struct PreparedRun {
+    core::Plan plan;
+    sim::Evaluation predicted;
+};
+core::Result<PreparedRun> prepareRun(const RunOptions& o) {
+    auto plan = core::buildPlan(o.plan);
+    if (!plan) return plan.error();
+    auto profile = sim::resolveProfile(plan->cluster, o.profile);
+    if (!profile) return core::makeError("--profile " + profile.error().message);
+    sim::EvaluationOptions options;
+    options.issue_order_memory = false;
+    sim::Evaluator evaluator;
+    PreparedRun prepared{std::move(*plan), {}};
+    if (auto s = evaluator.evaluate(prepared.plan, &*profile, options, prepared.predicted); !s) return s.error();
+    return prepared;
+}
+
 // What a backend's run prints besides the shared report.
 struct FinishText {
     std::string ran;           // the first line: what ran where
@@ -188,22 +219,15 @@ public:
 // rank (--emulate-rank). Input errors exit 2; a machine without a usable GPU exits 1.
 int runCuda(const RunOptions& o) {
     const int64_t env_rank = envInt("OMPI_COMM_WORLD_RANK").value_or(0);
-    auto inputError = [env_rank](const std::string& message) {
-        return env_rank == 0 ? reportInputError(message) : kExitBadInput;
-    };
+    const auto inputError = rankZeroInputError;
     if (o.verify && o.emulate_rank >= 0) {
         return inputError("--verify checks the data collectives communicate, and --emulate-rank communicates nothing: "
                           "use one of them");
     }
-    auto plan = core::buildPlan(o.plan);
-    if (!plan) return inputError(plan.error().message);
-    auto profile = sim::resolveProfile(plan->cluster, o.profile);
-    if (!profile) return inputError("--profile " + profile.error().message);
-    sim::EvaluationOptions options;
-    options.issue_order_memory = false;
-    sim::Evaluator evaluator;
-    sim::Evaluation predicted;
-    if (auto s = evaluator.evaluate(*plan, &*profile, options, predicted); !s) return inputError(s.error().message);
+    auto prepared = prepareRun(o);
+    if (!prepared) return inputError(prepared.error().message);
+    const core::Plan* plan = &prepared->plan;
+    sim::Evaluation& predicted = prepared->predicted;
 
     const int64_t needed = predicted.program.world_size;
     const std::optional<int64_t> launched = envInt("OMPI_COMM_WORLD_SIZE");
@@ -230,10 +254,9 @@ int runCuda(const RunOptions& o) {
     // The GPU: this process's, by its rank on the machine.
     auto devices = cuda::usableDevices();
     if (!devices) {
-        if (env_rank == 0) {
-            fmt::print(stderr, "shardcast: error: --backend cuda needs a usable NVIDIA GPU and driver, and this process has "
-                       "none: {}\n", devices.error().message);
-        }
+        if (env_rank != 0) return kOtherRankExit;
+        fmt::print(stderr, "shardcast: error: --backend cuda needs a usable NVIDIA GPU and driver, and this process has "
+                   "none: {}\n", devices.error().message);
         return kExitRuntimeFailure;
     }
     const int64_t local_rank = envInt("OMPI_COMM_WORLD_LOCAL_RANK").value_or(0);
@@ -271,10 +294,8 @@ int runCuda(const RunOptions& o) {
         }
         session = std::move(*started);
         if (session->worldSize() != needed) {
-            if (session->rank() == 0) {
-                reportInputError(fmt::format("MPI started {} ranks but the plan needs {}", session->worldSize(), needed));
-            }
-            return kExitBadInput;
+            if (session->rank() != 0) return kOtherRankExit;
+            return reportInputError(fmt::format("MPI started {} ranks but the plan needs {}", session->worldSize(), needed));
         }
         bootstrap = std::make_unique<MpiBootstrap>(*session);
     }
@@ -419,18 +440,11 @@ int runRun(const RunOptions& o) {
 #else
     // Every rank checks its input; only rank 0 (by the launcher's environment) says what is wrong.
     const int64_t env_rank = envInt("OMPI_COMM_WORLD_RANK").value_or(0);
-    auto inputError = [env_rank](const std::string& message) {
-        return env_rank == 0 ? reportInputError(message) : kExitBadInput;
-    };
-    auto plan = core::buildPlan(o.plan);
-    if (!plan) return inputError(plan.error().message);
-    auto profile = sim::resolveProfile(plan->cluster, o.profile);
-    if (!profile) return inputError("--profile " + profile.error().message);
-    sim::EvaluationOptions options;
-    options.issue_order_memory = false;
-    sim::Evaluator evaluator;
-    sim::Evaluation predicted;
-    if (auto s = evaluator.evaluate(*plan, &*profile, options, predicted); !s) return inputError(s.error().message);
+    const auto inputError = rankZeroInputError;
+    auto prepared = prepareRun(o);
+    if (!prepared) return inputError(prepared.error().message);
+    const core::Plan* plan = &prepared->plan;
+    sim::Evaluation& predicted = prepared->predicted;
 
     // Ranks: one process per GPU of the plan, started by mpirun. Checked before MPI starts, from
     // the launcher's environment, so that a mismatch is one line and exit 2 on every rank.
@@ -438,7 +452,7 @@ int runRun(const RunOptions& o) {
     const std::optional<int64_t> launched = envInt("OMPI_COMM_WORLD_SIZE");
     const int64_t world = launched.value_or(1);
     if (world != needed) {
-        if (env_rank != 0) return kExitBadInput;
+        if (env_rank != 0) return kOtherRankExit;
         const std::string how =
             fmt::format("launch it as `scripts/mpirun.sh -np {} shardcast run ...` (mpirun with the flags a container "
                         "needs), or plan for {} rank{} with `--nodes 1 --gpus-per-node {}`",
@@ -458,7 +472,7 @@ int runRun(const RunOptions& o) {
     const int64_t available = core::meminfoBytes("MemAvailable");
     const int64_t predicted_peak = predicted.summary.peak_bytes;
     if (available > 0 && predicted_peak * local_ranks > available) {
-        if (env_rank != 0) return kExitBadInput;
+        if (env_rank != 0) return kOtherRankExit;
         return reportInputError(fmt::format(
             "the plan's predicted peak is {} bytes ({}) per rank, {} bytes ({}) for the {} rank{} on this machine, but "
             "MemAvailable is {} bytes ({}): use a smaller model, --seq-len, --micro-batch or fewer ranks per machine",
@@ -474,11 +488,9 @@ int runRun(const RunOptions& o) {
     }
     const cpu::MpiSession& mpi = **session;
     if (mpi.worldSize() != needed) {  // a launcher other than OpenMPI's mpirun
-        if (mpi.rank() == 0) {
-            reportInputError(fmt::format("MPI started {} ranks but the plan needs {} (nodes {} x gpus-per-node {})",
-                                         mpi.worldSize(), needed, plan->cluster.nodes, plan->cluster.gpus_per_node));
-        }
-        return kExitBadInput;
+        if (mpi.rank() != 0) return kOtherRankExit;
+        return reportInputError(fmt::format("MPI started {} ranks but the plan needs {} (nodes {} x gpus-per-node {})",
+                                            mpi.worldSize(), needed, plan->cluster.nodes, plan->cluster.gpus_per_node));
     }
     cpu::CpuBackend backend(mpi, o.verify);
     exec::Executor executor(backend);
