@@ -206,21 +206,21 @@ int runCalibrate(const CalibrateOptions& o) {
                                         "--backend cpu` measures: ") + kInstallMpi);
 #else
     // Checked on every rank before MPI starts and before minutes of measuring: a bad --out ends
-    // every rank with exit 2 and nothing written.
+    // the job with exit 2 (said once, by rank 0) and nothing written.
     const std::string out = o.out.empty() ? cpu::cpuProfileName() + ".json" : o.out;
     std::error_code ec;
     const std::filesystem::path parent = std::filesystem::absolute(out, ec).parent_path();
     if (ec || !std::filesystem::is_directory(parent, ec)) {
-        return reportInputError("--out " + out + ": directory " + parent.string() +
+        return rankZeroInputError("--out " + out + ": directory " + parent.string() +
                                 " does not exist (create it, or give a file in an existing directory)");
     }
     if (std::filesystem::is_directory(out, ec)) {
-        return reportInputError("--out " + out + " is a directory; give the profile file's path, e.g. " +
+        return rankZeroInputError("--out " + out + " is a directory; give the profile file's path, e.g. " +
                                 (std::filesystem::path(out) / (cpu::cpuProfileName() + ".json")).string());
     }
     auto session = cpu::MpiSession::start(nullptr, nullptr);
     if (!session) {
-        return reportInputError(session.error().message + ": " + kInstallMpi);
+        return rankZeroInputError(session.error().message + ": " + kInstallMpi);
     }
     const cpu::MpiSession& mpi = **session;
     if (const auto load = cpu::hostLoad(); mpi.rank() == 0 && load && load->busy()) {

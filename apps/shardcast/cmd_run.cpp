@@ -51,27 +51,6 @@ struct RunOptions {
 };
 
 #ifdef SHARDCAST_WITH_EXECUTOR
-std::optional<int64_t> envInt(const char* name) {
-    const char* v = std::getenv(name);
-    if (v == nullptr || *v == '\0') return std::nullopt;
-    char* end = nullptr;
-    const long long x = std::strtoll(v, &end, 10);
-    if (end == v || *end != '\0') return std::nullopt;
-    return x;
-}
-
-// What a rank other than 0 returns where rank 0 reports an error before MPI starts: 0, so that it
-// is never the job's first non-zero exit. mpirun aborts the job at the first rank that exits
-// non-zero, which could kill rank 0 before its message is out (seen in the tests); the job's exit
-// status is still rank 0's.
-constexpr int kOtherRankExit = kExitOk;
-
-// Every rank checks its input; only rank 0 (by the launcher's environment) says what is wrong, so
-// that a bad input is one line however many ranks mpirun started.
-int rankZeroInputError(const std::string& message) {
-    return envInt("OMPI_COMM_WORLD_RANK").value_or(0) == 0 ? reportInputError(message) : kOtherRankExit;
-}
-
 // What every backend's run starts from: the plan with the flags applied, and its prediction on
 // the --profile (or the plan's GPU preset). Errors are the user's input.
 struct PreparedRun {

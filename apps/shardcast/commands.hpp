@@ -1,6 +1,8 @@
 #pragma once
 // One registration function per subcommand. Each adds its subcommand to the app; when the
 // subcommand runs, it stores the process exit code in `exit_code`.
+#include <cstdint>
+#include <optional>
 #include <string_view>
 
 namespace CLI {
@@ -20,6 +22,20 @@ int reportInputError(std::string_view message);
 // pipe to mpirun whatever mpirun's is; scripts/mpirun.sh says in SHARDCAST_STDERR_IS_TTY whether
 // its own stderr is a terminal.
 bool stderrIsTerminal();
+
+// An integer environment variable; empty when unset, empty or not an integer.
+std::optional<int64_t> envInt(const char* name);
+
+// Under mpirun, what a rank other than 0 returns where rank 0 reports an error before MPI starts:
+// 0, so that it is never the job's first non-zero exit. mpirun aborts the job at the first rank
+// that exits non-zero, which could kill rank 0 before its message is out; the job's exit status is
+// still rank 0's.
+constexpr int kOtherRankExit = kExitOk;
+
+// Bad input seen by every rank of an mpirun job before MPI starts: rank 0 (OMPI_COMM_WORLD_RANK,
+// 0 outside mpirun) reports it and returns kExitBadInput, the others return kOtherRankExit quietly,
+// so the user reads one line however many ranks were started.
+int rankZeroInputError(std::string_view message);
 
 void registerPlanCommand(CLI::App& app, int& exit_code);
 void registerModelsCommand(CLI::App& app, int& exit_code);

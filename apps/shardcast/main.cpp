@@ -13,6 +13,19 @@
 
 namespace shardcast::cli {
 
+std::optional<int64_t> envInt(const char* name) {
+    const char* v = std::getenv(name);
+    if (v == nullptr || *v == '\0') return std::nullopt;
+    char* end = nullptr;
+    const long long x = std::strtoll(v, &end, 10);
+    if (end == v || *end != '\0') return std::nullopt;
+    return x;
+}
+
+int rankZeroInputError(std::string_view message) {
+    return envInt("OMPI_COMM_WORLD_RANK").value_or(0) == 0 ? reportInputError(message) : kOtherRankExit;
+}
+
 bool stderrIsTerminal() {
     if (const char* told = std::getenv("SHARDCAST_STDERR_IS_TTY"); told != nullptr) return std::string(told) == "1";
     return isatty(STDERR_FILENO) != 0;
