@@ -14,6 +14,7 @@
 #include <fmt/ranges.h>
 
 #include "backend_cpu/mpi_wait.hpp"
+#include "core/compare.hpp"
 #include "core/verify_data.hpp"
 
 namespace shardcast::cpu {
@@ -47,19 +48,11 @@ void bf16Sum(void* in, void* inout, int* len, MPI_Datatype*) {
     for (int i = 0; i < *len; ++i) b[i] = toBf16(fromBf16(a[i]) + fromBf16(b[i]));
 }
 
-struct F32Codec {
-    using T = float;
-    static T enc(float v) { return v; }
-    static float dec(T x) { return x; }
+struct F32Codec : core::verify::F32Values {
     static MPI_Datatype type() { return MPI_FLOAT; }
-    static std::string show(T x) { return fmt::format("{}", x); }
 };
-struct Bf16Codec {
-    using T = uint16_t;
-    static T enc(float v) { return toBf16(v); }
-    static float dec(T x) { return fromBf16(x); }
+struct Bf16Codec : core::verify::Bf16Values {
     static MPI_Datatype type() { return MPI_UINT16_T; }
-    static std::string show(T x) { return fmt::format("{} (bf16 0x{:04x})", fromBf16(x), x); }
 };
 
 struct CollectiveCall {
@@ -73,11 +66,6 @@ struct CollectiveCall {
     int32_t corrupt;  // test hook: 1 all-gathers, 2 reductions send a wrong first element from the last member
     MPI_Op sum;
 };
-
-std::string unitName(const core::Program& program, int32_t unit) {
-    if (unit < 0 || unit >= static_cast<int32_t>(program.units.size())) return "(step)";
-    return program.units[static_cast<size_t>(unit)].name;
-}
 
 // One collective of `total` elements of Codec::T (the gathered / reduced size S). Sets `checked`
 // to the elements verified (0 when not verifying).
@@ -158,7 +146,7 @@ core::Status runCollective(const CollectiveCall& c, int64_t total, std::vector<t
                                      ? "the original parameter, the same on every rank"
                                      : fmt::format("the mean over ranks [{}] of their gradients", fmt::join(c.members, ","));
         return core::makeError(fmt::format("verify failed for unit {} on rank {} ({}, task {}): {} is {}, expected {} ({})",
-                                           unitName(c.program, c.task.unit), c.rank, c.program.taskLabel(c.id), c.id,
+                                           core::taskUnitName(c.program, c.id), c.rank, c.program.taskLabel(c.id), c.id,
                                            what, Codec::show(recv[i]), Codec::show(want), rule));
     }
     checked = recv_elems;

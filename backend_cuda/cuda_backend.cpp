@@ -14,6 +14,7 @@
 #include "backend_cuda/cuda_check.hpp"
 #include "backend_cuda/gemm.hpp"
 #include "backend_cuda/kernels.hpp"
+#include "core/compare.hpp"
 #include "core/verify_data.hpp"
 
 namespace shardcast::cuda {
@@ -59,23 +60,8 @@ core::Status grow(DeviceBuffer& b, int64_t bytes, cudaStream_t stream) {
 ncclRedOp_t avg() { return ncclAvg; }
 
 // Verify data in the collective's element type (core/verify_data.hpp).
-struct F32Codec {
-    using T = float;
-    static T enc(float v) { return v; }
-    static float dec(T x) { return x; }
-    static std::string show(T x) { return fmt::format("{}", x); }
-};
-struct Bf16Codec {
-    using T = uint16_t;
-    static T enc(float v) { return core::verify::toBf16(v); }
-    static float dec(T x) { return core::verify::fromBf16(x); }
-    static std::string show(T x) { return fmt::format("{} (bf16 0x{:04x})", dec(x), x); }
-};
-
-std::string unitName(const core::Program& program, int32_t unit) {
-    if (unit < 0 || unit >= static_cast<int32_t>(program.units.size())) return "(step)";
-    return program.units[static_cast<size_t>(unit)].name;
-}
+using F32Codec = core::verify::F32Values;
+using Bf16Codec = core::verify::Bf16Values;
 
 struct VerifyCall {
     const core::Program& program;
@@ -153,7 +139,7 @@ core::Status verifyCollective(const VerifyCall& c, int64_t& checked) {
                               kind == core::TaskKind::ReduceScatter ? "reduce-scattered shard of the" : "all-reduced",
                               offset + i);
         return core::makeError(fmt::format("verify failed for unit {} on rank {} ({}, task {}): {} is {}, expected {}",
-                                           unitName(c.program, task.unit), c.rank, c.program.taskLabel(c.id), c.id, what,
+                                           core::taskUnitName(c.program, c.id), c.rank, c.program.taskLabel(c.id), c.id, what,
                                            Codec::show(got), Codec::show(want)));
     }
     checked = recv_elems;

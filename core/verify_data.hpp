@@ -6,6 +6,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <string>
+
+#include <fmt/format.h>
 
 namespace shardcast::core::verify {
 
@@ -34,5 +37,20 @@ inline float fromBf16(uint16_t h) {
     std::memcpy(&v, &bits, sizeof(v));
     return v;
 }
+
+// Verify values in a collective's element type: encode, decode, and show in a mismatch message.
+// Backends add their library's datatype (MPI_FLOAT, ncclFloat, ...).
+struct F32Values {
+    using T = float;
+    static T enc(float v) { return v; }
+    static float dec(T x) { return x; }
+    static std::string show(T x) { return fmt::format("{}", x); }
+};
+struct Bf16Values {
+    using T = uint16_t;
+    static T enc(float v) { return toBf16(v); }
+    static float dec(T x) { return fromBf16(x); }
+    static std::string show(T x) { return fmt::format("{} (bf16 0x{:04x})", fromBf16(x), x); }
+};
 
 }  // namespace shardcast::core::verify
