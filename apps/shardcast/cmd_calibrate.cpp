@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/shardcast/commands.hpp"
+#include "apps/shardcast/store_cli.hpp"
 #ifdef SHARDCAST_WITH_CPU_BACKEND
 #include "backend_cpu/calibrate.hpp"
 #include "backend_cpu/mpi_session.hpp"
@@ -28,6 +29,7 @@ struct CalibrateOptions {
     std::string out;
     bool json = false;
     bool quick = false;
+    SaveRequest save;
 };
 
 #ifdef SHARDCAST_WITH_CPU_BACKEND
@@ -241,10 +243,22 @@ int runCalibrate(const CalibrateOptions& o) {
             fmt::print(stderr, "shardcast: error: --out {}: {}\n", out, saved.error().message);
             return kExitRuntimeFailure;
         }
+        std::string saved_line;
+        if (o.save.requested) {
+            auto stored = saveCalibratedProfile(o.save, result->profile, cpu::cpuProfileName());
+            if (!stored) {
+                fmt::print(stderr, "shardcast: error: --save: {}\n", stored.error().message);
+                return kExitRuntimeFailure;
+            }
+            saved_line = *stored;
+        }
         if (o.json) {
-            fmt::print("{}\n", resultJson(*result, out).dump(2));
+            nlohmann::ordered_json j = resultJson(*result, out);
+            if (!saved_line.empty()) j["saved"] = saved_line;
+            fmt::print("{}\n", j.dump(2));
         } else {
             printTables(*result, out);
+            if (!saved_line.empty()) fmt::print("{}\n", saved_line);
         }
         return kExitOk;
     } catch (const std::exception& e) {
@@ -268,6 +282,7 @@ void registerCalibrateCommand(CLI::App& app, int& exit_code) {
     cmd->add_option("--out", opts->out, "Profile file to write, atomically (default: cpu-<hostname>.json)")
         ->type_name("FILE");
     cmd->add_flag("--json", opts->json, "Print the measured points, the fits and the profile as one JSON object");
+    addSaveOption(*cmd, opts->save, "the profile (default NAME: cpu-<hostname>) for `--profile NAME`");
     cmd->add_flag("--quick", opts->quick,
                   "Fewer, smaller GEMM shapes and collectives of 1 KiB - 16 MiB instead of 1 KiB - 256 MiB (for tests)");
     cmd->callback([opts, &exit_code] { exit_code = runCalibrate(*opts); });

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "apps/shardcast/commands.hpp"
+#include "apps/shardcast/store_cli.hpp"
 
 namespace shardcast::cli {
 
@@ -63,6 +64,9 @@ int main(int argc, char** argv) {
         registerCompareCommand(app, exit_code);
         registerRunCommand(app, exit_code);
         registerCalibrateCommand(app, exit_code);
+        registerDbCommand(app, exit_code);
+        // Every command reads or writes the store somewhere (--save, --profile NAME, db, compare).
+        for (CLI::App* sub : app.get_subcommands({})) addDbOption(*sub);
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {
         return app.exit(e);
