@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "apps/shardcast/commands.hpp"
+#include "core/version.hpp"
 
 namespace shardcast::cli {
 
@@ -45,7 +46,7 @@ int reportInputError(std::string_view message) {
 int main(int argc, char** argv) {
     using namespace shardcast::cli;
     CLI::App app{"shardcast: plan PyTorch FSDP / ZeRO sharded training before the run", "shardcast"};
-    app.set_version_flag("--version", "shardcast 0.1.0");
+    app.set_version_flag("--version", "shardcast " + std::string(shardcast::core::kShardcastVersion));
     app.require_subcommand(1);
     app.get_formatter()->column_width(36);
     app.footer("Exit codes: 0 ok, 1 runtime failure, 2 bad input. `shardcast COMMAND --help` for details.\n");
