@@ -11,6 +11,7 @@
 
 #include "apps/shardcast/commands.hpp"
 #include "apps/shardcast/store_cli.hpp"
+#include "core/version.hpp"
 
 namespace shardcast::cli {
 
@@ -46,7 +47,7 @@ int reportInputError(std::string_view message) {
 int main(int argc, char** argv) {
     using namespace shardcast::cli;
     CLI::App app{"shardcast: plan PyTorch FSDP / ZeRO sharded training before the run", "shardcast"};
-    app.set_version_flag("--version", "shardcast 0.1.0");
+    app.set_version_flag("--version", "shardcast " + std::string(shardcast::core::kShardcastVersion));
     app.require_subcommand(1);
     app.get_formatter()->column_width(36);
     app.footer("Exit codes: 0 ok, 1 runtime failure, 2 bad input. `shardcast COMMAND --help` for details.\n");
