@@ -45,10 +45,14 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
+#include <cuda_runtime_api.h>
+
 #include "executor/backend.hpp"
+#include "executor/bootstrap.hpp"
 
 namespace shardcast::cuda {
 
@@ -60,25 +64,24 @@ inline constexpr const char* kEmulatedNote =
     "; collectives emulated: each collective's output filled locally by a kernel (no communication), those tasks "
     "listed as emulated";
 
-// How the ranks meet: world rank and size, an all-gather of a few bytes over all ranks (the NCCL
-// unique ids travel through it), a barrier and an abort that ends every rank. The CLI gives one
-// over MPI; a process emulating one rank needs none (nullptr).
-class Bootstrap {
-public:
-    virtual ~Bootstrap() = default;
-    virtual int32_t rank() const = 0;
-    virtual int32_t worldSize() const = 0;
-    // `all` receives worldSize() * bytes: rank r's `mine` at r * bytes.
-    virtual core::Status allGather(const void* mine, int64_t bytes, void* all) = 0;
-    virtual core::Status barrier() = 0;
-    [[noreturn]] virtual void abort(const std::string& message) noexcept = 0;
-};
+// How the ranks meet (executor/bootstrap.hpp): MPI under mpirun / srun, the in-process world of
+// `run --gpus N` (executor/in_process_world.hpp), or none for an emulated rank (nullptr).
+using Bootstrap = exec::Bootstrap;
 
 struct CudaBackendOptions {
     int device = 0;                        // CUDA device ordinal of this process
     std::optional<int32_t> emulate_rank;   // run this rank of the Program alone, collectives filled locally
     int32_t world_size = 1;                // the Program's world size (emulation) or the bootstrap's
     bool verify = false;                   // check every collective's data (not with emulate_rank)
+    int64_t predicted_peak_bytes = 0;      // the plan's predicted peak per rank, for out-of-memory messages (0: unknown)
+};
+
+// The device-side cross-check of the counted memory, read after a run.
+struct DeviceMemoryCheck {
+    int64_t pool_reserved_high_bytes = 0;  // cudaMemPoolAttrReservedMemHigh of the counted buffers' pool
+    int64_t pool_used_high_bytes = 0;      // cudaMemPoolAttrUsedMemHigh of the same pool
+    int64_t device_used_bytes = 0;         // cudaMemGetInfo: total - free, every process and library included
+    int64_t device_total_bytes = 0;
 };
 
 class CudaBackend final : public exec::Backend {
@@ -106,6 +109,15 @@ public:
     // Verify mode: collectives checked on this rank and their elements; read after the run.
     int64_t collectivesVerified() const;
     int64_t elementsVerified() const;
+    // Time each stream's tasks of step `step` (warmup steps counted from 0) spent between their
+    // start and end events on the GPU (cudaEventElapsedTime), summed; zeros for a step not run.
+    std::array<int64_t, core::kStreamCount> eventBusyNs(int32_t step) const;
+    // The counted buffers' pool high-water marks and the device's used bytes now.
+    core::Result<DeviceMemoryCheck> memoryCheck() const;
+    // From any thread, for a world of threads in one process: aborts this rank's NCCL
+    // communicators (ncclCommAbort), so that a stream blocked in a collective whose peer failed
+    // returns. The backend runs no collective afterwards.
+    void abortCommunicators() noexcept;
 
 private:
     explicit CudaBackend(const CudaBackendOptions& options, Bootstrap* bootstrap);
@@ -113,6 +125,9 @@ private:
     core::Status compute(const core::Program& program, const core::Task& task, int32_t step, StreamState& s);
     core::Status collective(const core::Program& program, int32_t id, StreamState& s);
     core::Status copy(const core::Task& task, StreamState& s);
+    core::Status createPools();
+    void destroyEvents() noexcept;
+    std::string outOfMemoryMessage(int64_t bytes, std::string_view call, int error) const;
 
     CudaBackendOptions m_options;
     Bootstrap* m_bootstrap = nullptr;
@@ -123,6 +138,17 @@ private:
     std::array<int64_t, core::kStreamCount> m_elements_per_stream{};
     mutable std::mutex m_emulated_mutex;
     std::vector<int32_t> m_emulated;
+
+    // Counted buffers: m_pool, allocated on m_alloc_stream and synchronized (see the header comment).
+    mutable std::mutex m_pool_mutex;
+    cudaMemPool_t m_pool = nullptr;
+    cudaStream_t m_alloc_stream = nullptr;
+    // Per task: events recorded on its stream before and after its work.
+    std::vector<cudaEvent_t> m_task_start, m_task_end;
+    mutable std::mutex m_event_mutex;
+    std::map<int32_t, std::array<int64_t, core::kStreamCount>> m_event_busy;  // by step
+    std::mutex m_comms_mutex;  // m_comms while prepare() adds to it, against abortCommunicators()
+    std::atomic<bool> m_comms_aborted{false};
 };
 
 }  // namespace shardcast::cuda
