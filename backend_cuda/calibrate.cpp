@@ -74,7 +74,10 @@ public:
     DeviceBuffer(int device, int64_t bytes) : m_device(device), m_bytes(bytes) {
         check(cudaCheck(cudaSetDevice(device), "cudaSetDevice"));
         check(cudaCheck(cudaMalloc(&m_ptr, static_cast<size_t>(bytes)), fmt::format("cudaMalloc of {} bytes", bytes)));
+        // Filled on the legacy default stream, which the non-blocking streams below do not wait
+        // for: synchronized before any of them reads it.
         check(cudaCheck(launchFill(m_ptr, bytes, kFillPattern, nullptr), "launchFill"));
+        check(cudaCheck(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize (fill)"));
     }
     ~DeviceBuffer() {
         if (m_ptr == nullptr) return;

@@ -1,6 +1,7 @@
 #pragma once
-// The CUDA + NCCL backend (DESIGN.md section 6; issue 8): one process per GPU under mpirun, or one
-// process emulating one rank of a larger world (--emulate-rank).
+// The CUDA + NCCL backend (DESIGN.md section 6; issue 8): one process per GPU under mpirun or
+// srun, one thread per GPU of one process (`run --gpus N`, an exec::InProcessWorld as the
+// Bootstrap), or one process emulating one rank of a larger world (--emulate-rank).
 //
 // Streams: one CUDA stream per Program stream, with FSDP2's priorities: the all-gather copy-in,
 // all-gather and reduce-scatter streams are created with high priority and the all-reduce stream
@@ -8,9 +9,30 @@
 // torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py: `high_priority = -1` for
 // all_gather_copy_in_stream, all_gather_stream and reduce_scatter_stream; all_reduce_stream =
 // Stream()); compute and the host-copy streams run at the default priority. The executor calls
-// runTask from the stream's worker thread; the task is enqueued on its CUDA stream and that stream
-// is synchronized before returning, so every cross-stream dependency is already met when the
-// executor starts a task (executor/backend.hpp).
+// runTask from the stream's worker thread. runTask makes the task's cross-stream dependencies
+// explicit on the device (cudaStreamWaitEvent on each dependency's end event), records a start
+// event, enqueues the work, records the end event and synchronizes the stream before returning.
+// The executor has already seen every dependency end, so the waits cost nothing; they keep the
+// order correct on the device should the synchronization ever go. The event pair gives each
+// task's GPU time (eventBusyNs: per stream and step); the executor's host-side clock stays the
+// source of the recorded timeline.
+//
+// Memory: the counted buffers (the executor's CountingAllocator over allocate / release) come
+// from a cudaMemPool_t of their own (cudaMemPoolCreate; release threshold UINT64_MAX, so memory
+// freed to the pool stays reserved instead of going back to the driver at a synchronization),
+// allocated with cudaMallocFromPoolAsync on a dedicated allocation stream, zeroed there and that
+// stream synchronized before the pointer is returned. Backend::allocate has no stream argument:
+// the executor allocates a task's buffers under its allocator lock, and counts them by buffer id
+// whatever stream later uses them; a synchronous allocation on one stream hands out a buffer that
+// every stream may use at once, without a stream in the interface and without cudaMalloc's and
+// cudaFree's device-wide synchronization. release is cudaFreeAsync on the same stream, not
+// synchronized: no kernel reads a counted buffer, and the executor frees one only after its last
+// user ended. Kernel scratch is stream-ordered on the task's stream (cudaMallocAsync /
+// cudaFreeAsync from the device's default pool, same threshold). An allocation the pool cannot
+// satisfy throws std::bad_alloc whose message names the bytes asked for, the plan's predicted peak
+// (options.predicted_peak_bytes), the pool's reserved bytes and cudaMemGetInfo's free / total;
+// the executor turns it into the run's error. memoryCheck() reads the pool's high-water marks
+// (cudaMemPoolAttrReservedMemHigh, UsedMemHigh) and cudaMemGetInfo's used bytes, for the record.
 //
 // Compute (core::OpShape): GEMMs with cuBLASLt in the op's dtype (bf16 by default, fp32
 // accumulate); attention as its FLOP-equivalent GEMMs per sequence and head (scores s x s x d and
@@ -25,7 +47,9 @@
 // (2-byte dtypes as ncclBfloat16 / ncclFloat16, fp32 as ncclFloat32, other dtypes as fp32 words
 // of the same byte count), reductions with ncclAvg: the mean over the group, as FSDP's gradient
 // divide factors give (see backend_cpu/cpu_backend.hpp). One communicator per (stream, process
-// group), so streams never share one.
+// group), so streams never share one; its ncclUniqueId comes from the group's first rank through
+// one Bootstrap::allGather over the world, then ncclCommInitRank. In a world of threads a failed
+// rank's peers may be blocked in a collective: abortCommunicators() (ncclCommAbort) frees them.
 //
 // Emulation (emulate_rank set): the process runs rank R's Program alone: every allocation and
 // every kernel for real, each collective's output (its receive buffer of the real size) filled

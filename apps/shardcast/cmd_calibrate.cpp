@@ -18,6 +18,8 @@
 
 #include "apps/shardcast/commands.hpp"
 #include "core/launch_env.hpp"
+#include "core/result.hpp"
+#include "simulator/hardware_profile.hpp"
 #ifdef SHARDCAST_WITH_CUDA_BACKEND
 #include <set>
 #include <tuple>
@@ -76,6 +78,27 @@ void printProgress(int done, int total, std::string_view what) {
 }
 
 double percentError(double fitted, double measured) { return (fitted - measured) / measured * 100; }
+
+// The end of a calibration that succeeded or failed: the profile written atomically to `out`,
+// then `to_json`'s object or `print`'s tables on stdout.
+template <class Calibration, class ToJson, class Print>
+int writeCalibration(const core::Result<Calibration>& result, const std::string& out, bool json, ToJson to_json,
+                     Print print) {
+    if (!result) {
+        fmt::print(stderr, "shardcast: error: calibrate: {}\n", result.error().message);
+        return kExitRuntimeFailure;
+    }
+    if (auto saved = sim::saveProfile(out, result->profile); !saved) {
+        fmt::print(stderr, "shardcast: error: --out {}: {}\n", out, saved.error().message);
+        return kExitRuntimeFailure;
+    }
+    if (json) {
+        fmt::print("{}\n", to_json(*result, out).dump(2));
+    } else {
+        print(*result, out);
+    }
+    return kExitOk;
+}
 #endif
 
 #ifdef SHARDCAST_WITH_CPU_BACKEND
@@ -419,25 +442,13 @@ int runCalibrateCuda(const CalibrateOptions& o) {
     const std::string out = o.out.empty() ? name + ".json" : o.out;
     if (auto bad = outError(out, name)) return reportInputError(*bad);
     if (stderrIsTerminal()) options.progress = printProgress;
-    auto result = cuda::calibrateCuda(options);
-    if (!result) {
-        fmt::print(stderr, "shardcast: error: calibrate: {}\n", result.error().message);
-        return kExitRuntimeFailure;
-    }
-    if (auto saved = sim::saveProfile(out, result->profile); !saved) {
-        fmt::print(stderr, "shardcast: error: --out {}: {}\n", out, saved.error().message);
-        return kExitRuntimeFailure;
-    }
-    if (o.json) {
-        fmt::print("{}\n", cudaResultJson(*result, out).dump(2));
-    } else {
-        printCudaTables(*result, out);
-    }
-    if (!result->communication_measured) {
+    const auto result = cuda::calibrateCuda(options);
+    const int code = writeCalibration(result, out, o.json, cudaResultJson, printCudaTables);
+    if (code == kExitOk && !result->communication_measured) {
         fmt::print(stderr, "shardcast: note: communication was not measured (one GPU): the profile's collective fields "
                            "are the preset's\n");
     }
-    return kExitOk;
+    return code;
 }
 #endif  // SHARDCAST_WITH_CUDA_BACKEND
 
@@ -476,22 +487,9 @@ int runCalibrate(const CalibrateOptions& o) {
     options.quick = o.quick;
     if (mpi.rank() == 0 && stderrIsTerminal()) options.progress = printProgress;
     try {
-        auto result = cpu::calibrateCpu(mpi, options);
+        const auto result = cpu::calibrateCpu(mpi, options);
         if (mpi.rank() != 0) return kExitOk;
-        if (!result) {
-            fmt::print(stderr, "shardcast: error: calibrate: {}\n", result.error().message);
-            return kExitRuntimeFailure;
-        }
-        if (auto saved = sim::saveProfile(out, result->profile); !saved) {
-            fmt::print(stderr, "shardcast: error: --out {}: {}\n", out, saved.error().message);
-            return kExitRuntimeFailure;
-        }
-        if (o.json) {
-            fmt::print("{}\n", resultJson(*result, out).dump(2));
-        } else {
-            printTables(*result, out);
-        }
-        return kExitOk;
+        return writeCalibration(result, out, o.json, resultJson, printTables);
     } catch (const std::exception& e) {
         // The other ranks may be inside a collective: end them all rather than leave them waiting.
         mpi.abort(fmt::format("calibrate (rank {}): {}", mpi.rank(), e.what()));

@@ -1,17 +1,13 @@
 // `shardcast run`: execute a plan's Program for real on a backend and write the measured run
-// (core::RunRecord). Launched once per rank: `mpirun -np N shardcast run PLAN --backend cpu`.
-#include <unistd.h>
-
+// (core::RunRecord). Launched once per rank: `mpirun -np N shardcast run PLAN --backend cpu`, or
+// `srun -n N ...`; `--backend cuda --gpus N` runs every rank as a thread of one process.
 #include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
-#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <memory>
 #include <optional>
 #include <string>

@@ -1,4 +1,5 @@
 // The launcher's environment -> rank, world, local rank and size (core/launch_env.hpp).
+#include <cstdint>
 #include <map>
 #include <string>
 
@@ -17,35 +18,31 @@ LaunchEnv fromMap(const std::map<std::string, std::string>& vars) {
     });
 }
 
+void expectEnv(const LaunchEnv& e, Launcher launcher, int64_t rank, int64_t world, int64_t local_rank, int64_t local_size) {
+    EXPECT_EQ(e.launcher, launcher);
+    EXPECT_EQ(e.rank, rank);
+    EXPECT_EQ(e.world_size, world);
+    EXPECT_EQ(e.local_rank, local_rank);
+    EXPECT_EQ(e.local_size, local_size);
+}
+
 TEST(LaunchEnvTest, NoLauncherIsAWorldOfOne) {
     const LaunchEnv e = fromMap({{"HOME", "/root"}});
-    EXPECT_EQ(e.launcher, Launcher::None);
     EXPECT_FALSE(e.launched());
-    EXPECT_EQ(e.rank, 0);
-    EXPECT_EQ(e.world_size, 1);
-    EXPECT_EQ(e.local_rank, 0);
-    EXPECT_EQ(e.local_size, 1);
+    expectEnv(e, Launcher::None, 0, 1, 0, 1);
 }
 
 TEST(LaunchEnvTest, MpirunVariables) {
     const LaunchEnv e = fromMap({{"OMPI_COMM_WORLD_RANK", "5"}, {"OMPI_COMM_WORLD_SIZE", "16"},
                                  {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"}});
-    EXPECT_EQ(e.launcher, Launcher::Mpirun);
-    EXPECT_EQ(e.rank, 5);
-    EXPECT_EQ(e.world_size, 16);
-    EXPECT_EQ(e.local_rank, 1);
-    EXPECT_EQ(e.local_size, 4);
+    expectEnv(e, Launcher::Mpirun, 5, 16, 1, 4);
 }
 
 // srun -N 2 -n 16 --ntasks-per-node 8: global rank 11 is task 3 of the second node.
 TEST(LaunchEnvTest, SrunVariables) {
     const LaunchEnv e = fromMap({{"SLURM_PROCID", "11"}, {"SLURM_NTASKS", "16"}, {"SLURM_LOCALID", "3"},
                                  {"SLURM_NODEID", "1"}, {"SLURM_TASKS_PER_NODE", "8(x2)"}});
-    EXPECT_EQ(e.launcher, Launcher::Srun);
-    EXPECT_EQ(e.rank, 11);
-    EXPECT_EQ(e.world_size, 16);
-    EXPECT_EQ(e.local_rank, 3);
-    EXPECT_EQ(e.local_size, 8);
+    expectEnv(e, Launcher::Srun, 11, 16, 3, 8);
 }
 
 TEST(LaunchEnvTest, SrunStepCountsWinOverTheAllocations) {
