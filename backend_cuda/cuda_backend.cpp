@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstring>
-#include <climits>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <new>
 #include <numeric>
 

@@ -86,7 +86,7 @@ rows=()
 for strategy in $strategies; do
     out="$tmp/run-$strategy.json"
     args=(run --backend cuda --model llama-3.1-8b --nodes 1 --gpus-per-node 8 --wrap block --strategy "$strategy"
-          --emulate-rank 0 --warmup 1 --steps 3 --out "$out" "${profile_args[@]}")
+          --emulate-rank 0 --warmup 1 --steps 3 --out "$out" ${profile_args[@]+"${profile_args[@]}"})
     [ -n "${GPU_CHECK_SCALE:-}" ] && args+=(--scale "$GPU_CHECK_SCALE")
     echo "-- shardcast ${args[*]}"
     if ! timeout 240 "$shardcast" "${args[@]}"; then
@@ -104,7 +104,7 @@ echo
 echo "== Summary"
 summary_args=("$calibration")
 for row in "${rows[@]}"; do summary_args+=("$row"); done
-python3 - "${summary_args[@]}" <<'PY' || echo "gpu-check: python3 missing or failed: the comparisons are in $tmp (kept)"
+python3 - "${summary_args[@]}" <<'PY' || echo "gpu-check: python3 missing or failed: no summary table"
 import json, os, sys
 calibration, rows = sys.argv[1], sys.argv[2:]
 def ms(ns): return f"{ns / 1e6:.2f} ms"

@@ -235,7 +235,8 @@ int finishCudaRun(const RunOptions& o, const PreparedRun& prepared, const exec::
     }
     record.environment["stream_busy_median_step"] = {
         {"what", "per stream, the median step's task durations summed: between each task's cudaEventRecord pair on "
-                 "its stream (cudaEventElapsedTime) and by the host clock around the task"},
+                 "its stream (cudaEventElapsedTime) and by the host clock around the task; the Host stream's tasks run on the "
+                 "CPU, so their events bracket no GPU work"},
         {"streams", events}};
     if (auto check = backend.memoryCheck(); check) {
         record.environment["device_memory"] = {
