@@ -6,7 +6,9 @@
 #include <chrono>
 #include <cmath>
 #include <memory>
+#include <set>
 #include <stdexcept>
+#include <tuple>
 #include <utility>
 
 #include <cuda_runtime_api.h>
@@ -511,6 +513,26 @@ std::vector<int64_t> collectiveSizes(bool quick) {
     const int64_t last = quick ? int64_t{16} << 20 : int64_t{1} << 30;
     for (int64_t s = 1 << 10; s <= last; s *= 4) sizes.push_back(s);
     return sizes;
+}
+
+PlanShapes planShapes(const core::Program& program) {
+    std::set<std::tuple<int64_t, int64_t, int64_t, bool>> gemms;
+    std::set<std::pair<int64_t, int64_t>> attention;
+    for (const core::Task& t : program.tasks) {
+        const core::OpShape* ops = program.opsBegin(t);
+        for (uint32_t i = 0; i < t.ops.count; ++i) {
+            const core::OpShape& op = ops[i];
+            if (op.kind == core::OpShapeKind::Gemm) {
+                gemms.insert({op.m, op.n, op.k, t.kind == TaskKind::Backward});
+            } else if (op.kind == core::OpShapeKind::Attention) {
+                attention.insert({op.seq, op.head_dim});
+            }
+        }
+    }
+    PlanShapes out;
+    for (const auto& [m, n, k, backward] : gemms) out.gemms.push_back({m, n, k, backward, 0});
+    for (const auto& [seq, d] : attention) out.attention.push_back({seq, d, 0});
+    return out;
 }
 
 std::string cudaProfileName(int device) {

@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/program.hpp"
 #include "core/result.hpp"
 #include "core/units.hpp"
 #include "simulator/calibration_fit.hpp"
@@ -87,6 +88,15 @@ struct CudaCalibrationResult {
 
 // Errors: a CUDA, cuBLASLt or NCCL call failed (the message names it), or a fit failed.
 core::Result<CudaCalibrationResult> calibrateCuda(const CudaCalibrationOptions& options);
+
+// The distinct GEMM shapes (forward: Forward and Recompute tasks; backward: Backward tasks) and
+// attention shapes (seq, head_dim) of a Program, in ascending order, seconds 0: what calibration
+// measures as "the plan's shapes". Pure: no device is touched.
+struct PlanShapes {
+    std::vector<sim::GemmPoint> gemms;
+    std::vector<AttentionPoint> attention;
+};
+PlanShapes planShapes(const core::Program& program);
 
 // The profile's GPU name for `device`: "cuda-" and cudaDeviceProp::name with spaces as '-', e.g.
 // "cuda-NVIDIA-H200"; "cuda-gpu" when the device cannot be read.

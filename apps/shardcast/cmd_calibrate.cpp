@@ -21,8 +21,7 @@
 #include "core/result.hpp"
 #include "simulator/hardware_profile.hpp"
 #ifdef SHARDCAST_WITH_CUDA_BACKEND
-#include <set>
-#include <tuple>
+#include <utility>
 
 #include "backend_cuda/calibrate.hpp"
 #include "backend_cuda/device_info.hpp"
@@ -277,21 +276,9 @@ core::Status addPlanShapes(const CalibrateOptions& o, cuda::CudaCalibrationOptio
     sim::Evaluator evaluator;
     sim::Evaluation evaluation;
     if (auto s = evaluator.evaluate(*plan, nullptr, {}, evaluation); !s) return s.error();
-    std::set<std::tuple<int64_t, int64_t, int64_t, bool>> gemms;
-    std::set<std::pair<int64_t, int64_t>> attention;
-    const core::Program& program = evaluation.program;
-    for (const core::Task& t : program.tasks) {
-        const core::OpShape* ops = program.opsBegin(t);
-        for (uint32_t i = 0; i < t.ops.count; ++i) {
-            if (ops[i].kind == core::OpShapeKind::Gemm) {
-                gemms.insert({ops[i].m, ops[i].n, ops[i].k, t.kind == core::TaskKind::Backward});
-            } else if (ops[i].kind == core::OpShapeKind::Attention) {
-                attention.insert({ops[i].seq, ops[i].head_dim});
-            }
-        }
-    }
-    for (const auto& [m, n, k, backward] : gemms) into.plan_gemms.push_back({m, n, k, backward, 0});
-    for (const auto& [seq, d] : attention) into.plan_attention.push_back({seq, d, 0});
+    cuda::PlanShapes shapes = cuda::planShapes(evaluation.program);
+    into.plan_gemms = std::move(shapes.gemms);
+    into.plan_attention = std::move(shapes.attention);
     return core::Ok{};
 }
 
