@@ -193,6 +193,22 @@ core::Status CudaBackend::createPools() {
     cudaMemPool_t scratch = nullptr;
     SHARDCAST_CUDA_TRY(cudaCheck, cudaDeviceGetDefaultMemPool(&scratch, m_options.device));
     if (auto k = keepReserved(scratch); !k) return k;
+    // Ranks that are threads of one process: NCCL's P2P transport between them may read and write
+    // a peer's buffers directly, and pool memory is accessible only from its own device until
+    // cudaMemPoolSetAccess grants more (CUDA Runtime API, Memory Pools; the same fix as XLA's
+    // cudaMallocAsync allocator for intra-node NCCL, openxla/xla#14891). A peer without P2P access
+    // gets none: NCCL then goes through host memory.
+    for (int peer : m_options.peer_devices) {
+        if (peer == m_options.device) continue;
+        int can = 0;
+        SHARDCAST_CUDA_TRY(cudaCheck, cudaDeviceCanAccessPeer(&can, peer, m_options.device));
+        if (can == 0) continue;
+        cudaMemAccessDesc access{};
+        access.location.type = cudaMemLocationTypeDevice;
+        access.location.id = peer;
+        access.flags = cudaMemAccessFlagsProtReadWrite;
+        SHARDCAST_CUDA_TRY(cudaCheck, cudaMemPoolSetAccess(scratch, &access, 1));
+    }
     return cudaCheck(cudaStreamCreateWithFlags(&m_alloc_stream, cudaStreamNonBlocking),
                      "cudaStreamCreateWithFlags (allocation stream)");
 }

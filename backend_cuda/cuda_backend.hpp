@@ -98,6 +98,9 @@ struct CudaBackendOptions {
     int32_t world_size = 1;                // the Program's world size (emulation) or the bootstrap's
     bool verify = false;                   // check every collective's data (not with emulate_rank)
     int64_t predicted_peak_bytes = 0;      // the plan's predicted peak per rank, for out-of-memory messages (0: unknown)
+    // Other GPUs of this process (a world of threads): kernel scratch, which holds the collectives'
+    // buffers, is made accessible to them (see createPools).
+    std::vector<int> peer_devices;
 };
 
 // The device-side cross-check of the counted memory, read after a run.

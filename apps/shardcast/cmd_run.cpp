@@ -295,6 +295,7 @@ int runCudaThreads(const RunOptions& o, const PreparedRun& prepared, CudaRunShap
         options.world_size = n;
         options.verify = o.verify;
         options.predicted_peak_bytes = prepared.predicted.summary.peak_bytes;
+        for (int32_t peer = 0; peer < n; ++peer) options.peer_devices.push_back(peer);
         auto backend = cuda::CudaBackend::create(options, &world.member(r));
         if (!backend) {
             fmt::print(stderr, "shardcast: error: GPU {}: {}\n", r, backend.error().message);
