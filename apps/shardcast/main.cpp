@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "apps/shardcast/commands.hpp"
+#include "core/launch_env.hpp"
 
 namespace shardcast::cli {
 
@@ -23,7 +24,13 @@ std::optional<int64_t> envInt(const char* name) {
 }
 
 int rankZeroInputError(std::string_view message) {
-    return envInt("OMPI_COMM_WORLD_RANK").value_or(0) == 0 ? reportInputError(message) : kOtherRankExit;
+    return core::processLaunchEnv().rank == 0 ? reportInputError(message) : kOtherRankExit;
+}
+
+int reportNoUsableGpu(std::string_view why) {
+    fmt::print(stderr, "shardcast: error: --backend cuda needs a usable NVIDIA GPU and driver, and this process has none: "
+                       "{}\n", why);
+    return kExitRuntimeFailure;
 }
 
 bool stderrIsTerminal() {
