@@ -11,6 +11,7 @@
 
 #include "apps/shardcast/commands.hpp"
 #include "apps/shardcast/store_cli.hpp"
+#include "core/launch_env.hpp"
 #include "core/version.hpp"
 
 namespace shardcast::cli {
@@ -25,7 +26,13 @@ std::optional<int64_t> envInt(const char* name) {
 }
 
 int rankZeroInputError(std::string_view message) {
-    return envInt("OMPI_COMM_WORLD_RANK").value_or(0) == 0 ? reportInputError(message) : kOtherRankExit;
+    return core::processLaunchEnv().rank == 0 ? reportInputError(message) : kOtherRankExit;
+}
+
+int reportNoUsableGpu(std::string_view why) {
+    fmt::print(stderr, "shardcast: error: --backend cuda needs a usable NVIDIA GPU and driver, and this process has none: "
+                       "{}\n", why);
+    return kExitRuntimeFailure;
 }
 
 bool stderrIsTerminal() {
