@@ -516,7 +516,7 @@ void registerCalibrateCommand(CLI::App& app, int& exit_code) {
         ->type_name("FILE");
     cmd->add_flag("--json", opts->json, "Print the measured points, the fits and the profile as one JSON object");
     addSaveOption(*cmd, opts->save,
-                  "the profile for `--profile NAME` (default NAME: the profile's file name without .json)");
+                  "the profile for `--profile NAME` (default NAME: cpu-HOST or the GPU's, as the default --out file is named)");
     cmd->add_flag("--quick", opts->quick,
                   "cpu: fewer, smaller GEMM shapes and collectives of 1 KiB - 16 MiB instead of 1 KiB - 256 MiB (for "
                   "tests); cuda: fewer repetitions, square sizes and HBM sizes, collectives of 1 KiB - 16 MiB");
