@@ -321,6 +321,27 @@ struct Store::Impl {
 
     Result<ObjectId> insertProfile(const ProfileInput& in, int64_t created_ms) {
         if (in.name.empty()) return makeError(db->path().string() + ": a profile needs a name");
+        // The same figures under the same name again (a GPU's preset figures, saved with every
+        // prediction made on them) are the newest profile of that name, not a copy of it.
+        auto s = statement("SELECT id FROM profiles WHERE name = ?1 ORDER BY id DESC LIMIT 1");
+        if (!s) return s.error();
+        std::optional<int64_t> newest;
+        {
+            Query q(*s);
+            if (auto st = q->bind(1, in.name); !st) return st.error();
+            auto row = q->step();
+            if (!row) return row.error();
+            if (*row) newest = q->columnInt(0);
+        }
+        if (newest) {
+            auto existing = read(ObjectId{Kind::profile, *newest});
+            if (!existing) return existing.error();
+            const json& b = existing->body;
+            if (b.value("cluster", std::string()) == in.cluster && b.value("source", std::string()) == in.source &&
+                b.value("profile", json()) == in.profile) {
+                return existing->id;
+            }
+        }
         return insert(Kind::profile, in.name, created_ms, in.summary_line, in.profile,
                       {{"cluster", in.cluster}, {"source", in.source}});
     }

@@ -305,6 +305,25 @@ TEST(StoreTest, ProfileByNameIsTheNewest) {
     EXPECT_FALSE(store->saveProfile(sampleProfile("", 1)).ok());
 }
 
+TEST(StoreTest, TheSameProfileAgainIsTheNewestNotACopy) {
+    TempDir dir;
+    auto store = openStore(dir);
+    auto v1 = *store->saveProfile(sampleProfile("lab", 1));
+    EXPECT_EQ(*store->saveProfile(sampleProfile("lab", 1)), v1);  // same name, same figures
+    auto v2 = *store->saveProfile(sampleProfile("lab", 2));
+    EXPECT_NE(v2, v1);
+    // Back to the first figures: a new version, since the newest differs.
+    auto v3 = *store->saveProfile(sampleProfile("lab", 1));
+    EXPECT_NE(v3, v1);
+    EXPECT_NE(v3, v2);
+    ProfileInput other_source = sampleProfile("lab", 1);
+    other_source.source = "file";
+    EXPECT_NE(*store->saveProfile(other_source), v3);
+    auto listed = store->list(Kind::profile, std::nullopt);
+    ASSERT_TRUE(listed.ok());
+    EXPECT_EQ(listed->size(), 4u);
+}
+
 TEST(StoreTest, RemoveRefusesThenCascadesAsDocumented) {
     TempDir dir;
     auto store = openStore(dir);
