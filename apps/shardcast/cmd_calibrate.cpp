@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/shardcast/commands.hpp"
+#include "apps/shardcast/store_cli.hpp"
 #include "core/launch_env.hpp"
 #include "core/result.hpp"
 #include "simulator/hardware_profile.hpp"
@@ -46,6 +47,7 @@ struct CalibrateOptions {
     std::string out;
     bool json = false;
     bool quick = false;
+    SaveRequest save;
     int32_t gpus = 0;                     // cuda: GPUs 0 .. gpus-1; 0: every visible one
     std::string model = "llama-3.1-8b";   // cuda: the plan whose GEMM and attention shapes are measured
     int64_t seq_len = 0;                  // cuda: its sequence length; 0: the plan's default
@@ -81,8 +83,8 @@ double percentError(double fitted, double measured) { return (fitted - measured)
 // The end of a calibration that succeeded or failed: the profile written atomically to `out`,
 // then `to_json`'s object or `print`'s tables on stdout.
 template <class Calibration, class ToJson, class Print>
-int writeCalibration(const core::Result<Calibration>& result, const std::string& out, bool json, ToJson to_json,
-                     Print print) {
+int writeCalibration(const core::Result<Calibration>& result, const std::string& out, const SaveRequest& save,
+                     const std::string& default_name, bool json, ToJson to_json, Print print) {
     if (!result) {
         fmt::print(stderr, "shardcast: error: calibrate: {}\n", result.error().message);
         return kExitRuntimeFailure;
@@ -91,10 +93,22 @@ int writeCalibration(const core::Result<Calibration>& result, const std::string&
         fmt::print(stderr, "shardcast: error: --out {}: {}\n", out, saved.error().message);
         return kExitRuntimeFailure;
     }
+    std::string saved_line;
+    if (save.requested) {
+        auto stored = saveCalibratedProfile(save, result->profile, default_name);
+        if (!stored) {
+            fmt::print(stderr, "shardcast: error: --save: {}\n", stored.error().message);
+            return kExitRuntimeFailure;
+        }
+        saved_line = *stored;
+    }
     if (json) {
-        fmt::print("{}\n", to_json(*result, out).dump(2));
+        auto j = to_json(*result, out);
+        if (!saved_line.empty()) j["saved"] = saved_line;
+        fmt::print("{}\n", j.dump(2));
     } else {
         print(*result, out);
+        if (!saved_line.empty()) fmt::print("{}\n", saved_line);
     }
     return kExitOk;
 }
@@ -430,7 +444,7 @@ int runCalibrateCuda(const CalibrateOptions& o) {
     if (auto bad = outError(out, name)) return reportInputError(*bad);
     if (stderrIsTerminal()) options.progress = printProgress;
     const auto result = cuda::calibrateCuda(options);
-    const int code = writeCalibration(result, out, o.json, cudaResultJson, printCudaTables);
+    const int code = writeCalibration(result, out, o.save, name, o.json, cudaResultJson, printCudaTables);
     if (code == kExitOk && !result->communication_measured) {
         fmt::print(stderr, "shardcast: note: communication was not measured (one GPU): the profile's collective fields "
                            "are the preset's\n");
@@ -476,7 +490,7 @@ int runCalibrate(const CalibrateOptions& o) {
     try {
         const auto result = cpu::calibrateCpu(mpi, options);
         if (mpi.rank() != 0) return kExitOk;
-        return writeCalibration(result, out, o.json, resultJson, printTables);
+        return writeCalibration(result, out, o.save, cpu::cpuProfileName(), o.json, resultJson, printTables);
     } catch (const std::exception& e) {
         // The other ranks may be inside a collective: end them all rather than leave them waiting.
         mpi.abort(fmt::format("calibrate (rank {}): {}", mpi.rank(), e.what()));
@@ -501,6 +515,8 @@ void registerCalibrateCommand(CLI::App& app, int& exit_code) {
                     "Profile file to write, atomically (default: cpu-<hostname>.json, or cuda-<GPU name>.json)")
         ->type_name("FILE");
     cmd->add_flag("--json", opts->json, "Print the measured points, the fits and the profile as one JSON object");
+    addSaveOption(*cmd, opts->save,
+                  "the profile for `--profile NAME` (default NAME: cpu-HOST or the GPU's, as the default --out file is named)");
     cmd->add_flag("--quick", opts->quick,
                   "cpu: fewer, smaller GEMM shapes and collectives of 1 KiB - 16 MiB instead of 1 KiB - 256 MiB (for "
                   "tests); cuda: fewer repetitions, square sizes and HBM sizes, collectives of 1 KiB - 16 MiB");

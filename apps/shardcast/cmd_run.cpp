@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/shardcast/commands.hpp"
+#include "apps/shardcast/store_cli.hpp"
 #include "apps/shardcast/plan_options.hpp"
 #include "core/host_info.hpp"
 #include "core/launch_env.hpp"
@@ -51,6 +52,7 @@ struct RunOptions {
     int32_t emulate_rank = -1;  // --emulate-rank (cuda): -1 none
     int32_t gpus = 0;           // --gpus (cuda): ranks as threads of this process, one per GPU; 0 none
     bool verify = false;
+    SaveRequest save;
 };
 
 #ifdef SHARDCAST_WITH_EXECUTOR
@@ -59,17 +61,21 @@ struct RunOptions {
 struct PreparedRun {
     core::Plan plan;
     sim::Evaluation predicted;
+    ResolvedProfile profile;
 };
 core::Result<PreparedRun> prepareRun(const RunOptions& o) {
     auto plan = core::buildPlan(o.plan);
     if (!plan) return plan.error();
-    auto profile = sim::resolveProfile(plan->cluster, o.profile);
+    auto profile = resolveProfileArg(plan->cluster, o.profile);
     if (!profile) return core::makeError("--profile " + profile.error().message);
     sim::EvaluationOptions options;
     options.issue_order_memory = false;
+    options.record_curve = o.save.requested;  // the prediction saved beside the run
     sim::Evaluator evaluator;
-    PreparedRun prepared{std::move(*plan), {}};
-    if (auto s = evaluator.evaluate(prepared.plan, &*profile, options, prepared.predicted); !s) return s.error();
+    PreparedRun prepared{std::move(*plan), {}, std::move(*profile)};
+    if (auto s = evaluator.evaluate(prepared.plan, &prepared.profile.profile, options, prepared.predicted); !s) {
+        return s.error();
+    }
     return prepared;
 }
 
@@ -82,8 +88,51 @@ struct FinishText {
 
 // The recording rank's end of a run: checks the counted memory, completes `record` (plan, profile,
 // steps, timeline, memory), writes --out and --trace, and prints the report.
-int finishRun(const RunOptions& o, const core::Plan& plan, const sim::Evaluation& predicted, const exec::Execution& run,
-              core::RunRecord record, const FinishText& text) {
+// --save: the run, its plan and the prediction it is compared with, in one store.
+SaveOutcome saveRun(const SaveRequest& request, const core::Plan& plan, const sim::Evaluation& predicted,
+                    const ResolvedProfile& profile, const core::RunRecord& record) {
+    SaveOutcome out;
+    auto store = openStore(true);
+    if (!store) {
+        fmt::print(stderr, "shardcast: error: --save: {}\n", store.error().message);
+        out.exit_code = kExitBadInput;
+        return out;
+    }
+    const std::string db_path = (*store)->path().string();
+    auto prediction = savePrediction(**store, plan, predicted, profile, request.name);
+    core::Result<db::ObjectId> run_id = core::makeError("not saved");
+    if (prediction) {
+        auto plan_json = core::selfContainedPlanJson(plan);
+        if (!plan_json) {
+            run_id = plan_json.error();
+        } else {
+            db::RunInput input;
+            input.name = request.name;
+            input.plan = std::move(*plan_json);
+            input.record = core::runRecordToJson(record);
+            input.summary_line = fmt::format("{}: {} on {} ranks, {:.2f} ms/step measured, peak {}", planSummaryLine(plan),
+                                             record.backend, record.world_size,
+                                             static_cast<double>(record.medianStepNs()) * 1e-6,
+                                             core::formatGiB(record.memory.peak_bytes));
+            run_id = (*store)->saveRun(input);
+        }
+    }
+    if (!prediction || !run_id) {
+        fmt::print(stderr, "shardcast: error: --save: {}: {}\n", db_path,
+                   (!prediction ? prediction.error() : run_id.error()).message);
+        out.exit_code = kExitRuntimeFailure;
+        return out;
+    }
+    out.line = fmt::format("Saved {} (plan {}, prediction {}) in {}; `shardcast compare --run {} --prediction {}`",
+                           db::formatId(*run_id), db::formatId(prediction->plan), db::formatId(prediction->prediction),
+                           db_path, db::formatId(*run_id), db::formatId(prediction->prediction));
+    return out;
+}
+
+int finishRun(const RunOptions& o, const PreparedRun& prepared, const exec::Execution& run, core::RunRecord record,
+              const FinishText& text) {
+    const core::Plan& plan = prepared.plan;
+    const sim::Evaluation& predicted = prepared.predicted;
     // Every allocation was counted by buffer id where the Program says: the counted high-water
     // marks are the Program's events placed on the measured timeline. Anything else is a bug of
     // the executor, and the record would not describe the run: none is written.
@@ -117,6 +166,12 @@ int finishRun(const RunOptions& o, const core::Plan& plan, const sim::Evaluation
             fmt::print(stderr, "shardcast: error: {}\n", written.error().message);
             return kExitRuntimeFailure;
         }
+    }
+
+    SaveOutcome saved;
+    if (o.save.requested) {
+        saved = saveRun(o.save, plan, predicted, prepared.profile, record);
+        if (saved.exit_code != kExitOk) return saved.exit_code;
     }
 
     const auto [lo, hi] = std::minmax_element(run.step_ns.begin(), run.step_ns.end());
@@ -154,6 +209,7 @@ int finishRun(const RunOptions& o, const core::Plan& plan, const sim::Evaluation
     if (!text.verify.empty()) fmt::print("{}\n", text.verify);
     if (!o.out.empty()) fmt::print("Run record written to {}\n", o.out);
     if (!o.trace.empty()) fmt::print("Chrome trace written to {}\n", o.trace);
+    if (o.save.requested) fmt::print("{}\n", saved.line);
     std::fflush(stdout);
     return kExitOk;
 }
@@ -269,7 +325,7 @@ int finishCudaRun(const RunOptions& o, const PreparedRun& prepared, const exec::
                                   "rank aborts the run",
                                   verified[0], verified[1], shape.needed);
     }
-    return finishRun(o, plan, prepared.predicted, run, std::move(record), text);
+    return finishRun(o, prepared, run, std::move(record), text);
 }
 
 void progressOnTerminal(exec::Executor& executor) {
@@ -626,7 +682,7 @@ int runRun(const RunOptions& o) {
                                   "rank aborts the run",
                                   verified_all[0], verified_all[1], mpi.worldSize());
     }
-    return finishRun(o, *plan, predicted, *run, std::move(record), text);
+    return finishRun(o, *prepared, *run, std::move(record), text);
 #endif
 }
 
@@ -655,8 +711,8 @@ void registerRunCommand(CLI::App& app, int& exit_code) {
     cmd->add_flag("--verify", opts->verify, "Check every collective's data: gathered parameters equal the originals, reduced gradients the mean over the group's ranks (docs/running.md)");
     cmd->add_option("--out", opts->out, "Write the measured run (core::RunRecord JSON) to FILE")->type_name("FILE");
     cmd->add_option("--trace", opts->trace, "Write the measured step as a Chrome trace to FILE")->type_name("FILE");
-    cmd->add_option("--profile", opts->profile, "Hardware profile JSON for the prediction recorded with the run")
-        ->type_name("FILE");
+    addProfileOption(*cmd, opts->profile);
+    addSaveOption(*cmd, opts->save, "the measured run, its plan and its prediction (rank 0 saves)");
     cmd->callback([opts, &exit_code] { exit_code = runRun(*opts); });
 }
 

@@ -55,5 +55,6 @@ void registerSearchCommand(CLI::App& app, int& exit_code);
 void registerCompareCommand(CLI::App& app, int& exit_code);
 void registerRunCommand(CLI::App& app, int& exit_code);
 void registerCalibrateCommand(CLI::App& app, int& exit_code);
+void registerDbCommand(CLI::App& app, int& exit_code);
 
 }  // namespace shardcast::cli
