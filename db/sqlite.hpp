@@ -37,6 +37,8 @@ public:
     core::Result<int64_t> queryInt(std::string_view sql);
     core::Result<std::string> queryText(std::string_view sql);
     core::Status setBusyTimeoutMs(int ms);
+    // SQLite opens a file it may not write read-only, silently (sqlite3_db_readonly tells).
+    bool readOnly() const;
     int64_t lastInsertRowId() const;
     int changes() const;
 

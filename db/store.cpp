@@ -722,6 +722,10 @@ Result<std::unique_ptr<Store>> Store::open(const fs::path& path, bool create) {
     auto impl = std::make_unique<Impl>();
     impl->db = std::move(*connection);
     sqlite::Connection& db = *impl->db;
+    if (db.readOnly()) {
+        return makeError(shown + ": the file is read-only; the store needs write access, also to read (its write-ahead log); are the "
+                         "file and its folder writable by this user?");
+    }
     if (auto st = db.setBusyTimeoutMs(kBusyTimeoutMs); !st) return st.error();
     if (auto st = db.exec("PRAGMA foreign_keys = ON"); !st) return st.error();
 
