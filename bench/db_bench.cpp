@@ -13,7 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/model_io.hpp"
+#include "bench/bench_plan.hpp"
 #include "core/plan.hpp"
 #include "core/step_io.hpp"
 #include "db/store.hpp"
@@ -58,20 +58,10 @@ std::unique_ptr<db::Store> openStore(const std::filesystem::path& path) {
     return std::move(store).value();
 }
 
-// A FULL_SHARD per-block plan of a bundled model on `nodes` x 8 H100s, evaluated with its memory
-// curve, as `shardcast simulate --save` would store it.
+// The benchmarks' plan (bench/bench_plan.hpp) evaluated with its memory curve, as
+// `shardcast simulate --save` would store it.
 db::PredictionInput prediction(const char* model_name, int nodes) {
-    auto model = core::resolveModel(model_name);
-    if (!model) fail(model.error().message);
-    core::Plan plan;
-    plan.model = std::make_shared<const core::Model>(std::move(*model));
-    plan.model_ref = model_name;
-    plan.cluster.gpu = *core::findGpuPreset("H100-SXM");
-    plan.cluster.nodes = nodes;
-    plan.cluster.gpus_per_node = 8;
-    plan.training.seq_len = 8192;
-    plan.sharding.strategy = core::Strategy::FullShard;
-    plan.sharding.wrap.kind = core::WrapKind::Block;
+    const core::Plan plan = bench::benchPlan(model_name, nodes);
     sim::EvaluationOptions options;
     options.record_curve = true;
     auto e = sim::evaluatePlan(plan, nullptr, options);

@@ -17,11 +17,10 @@ using shardcast::db::testing::readBytes;
 using shardcast::db::testing::samplePlan;
 using shardcast::db::testing::samplePrediction;
 using shardcast::db::testing::sampleTimeline;
+using shardcast::db::testing::contains;
 using shardcast::db::testing::TempDir;
 using shardcast::db::testing::writeBytes;
 namespace fs = std::filesystem;
-
-bool contains(const std::string& haystack, const std::string& needle) { return haystack.find(needle) != std::string::npos; }
 
 // A closed store with enough content for several pages (the last close checkpoints and removes the log).
 void makeStore(const fs::path& path) {

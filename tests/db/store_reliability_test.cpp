@@ -30,11 +30,10 @@ using shardcast::db::testing::readBytes;
 using shardcast::db::testing::writeBytes;
 using shardcast::db::testing::sampleTimeline;
 using shardcast::db::testing::samplePrediction;
+using shardcast::db::testing::contains;
 using shardcast::db::testing::TempDir;
 using nlohmann::json;
 namespace fs = std::filesystem;
-
-bool contains(const std::string& haystack, const std::string& needle) { return haystack.find(needle) != std::string::npos; }
 
 // Runs `body` in a child process (which never returns into GoogleTest) with its stdout on a pipe;
 // the parent gets the pid and the pipe's read end. No Store may be open in the parent at fork.

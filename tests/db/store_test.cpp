@@ -17,10 +17,9 @@ using namespace shardcast::db;
 using shardcast::db::testing::samplePlan;
 using shardcast::db::testing::samplePrediction;
 using shardcast::db::testing::sampleTimeline;
+using shardcast::db::testing::contains;
 using shardcast::db::testing::TempDir;
 using nlohmann::json;
-
-bool contains(const std::string& haystack, const std::string& needle) { return haystack.find(needle) != std::string::npos; }
 
 std::unique_ptr<Store> openStore(const TempDir& dir, const std::string& name = "store.db") {
     auto store = Store::open(dir / name);
