@@ -421,6 +421,8 @@ struct Store::Impl {
         return "";
     }
 
+    Result<std::vector<Entry>> list(std::optional<Kind> kind, const std::optional<std::string>& tag);
+
     Result<Object> read(const ObjectId& id) {
         const std::string sql = "SELECT name, created_ms, summary, body, body_bytes" + std::string(extraColumns(id.kind)) +
                                 linkColumns(id.kind) + " FROM " + std::string(info(id.kind).plural) + " WHERE id = ?1";
@@ -790,6 +792,15 @@ auto inTransaction(sqlite::Connection& db, F&& body) -> decltype(body()) {
     return result;
 }
 
+// Runs the reads of `body` on one snapshot (a writer may commit between two of them otherwise).
+template <class F>
+auto inReadTransaction(sqlite::Connection& db, F&& body) -> decltype(body()) {
+    if (auto st = db.exec("BEGIN"); !st) return st.error();
+    auto result = body();
+    (void)db.exec("COMMIT");  // ends a transaction that only read: nothing to lose if it fails
+    return result;
+}
+
 }  // namespace
 
 Result<ObjectId> Store::savePlan(const json& self_contained_plan, std::string_view name, std::string_view summary_line) {
@@ -822,21 +833,18 @@ Status Store::addNote(const ObjectId& id, std::string_view text) {
 }
 
 Result<std::vector<Entry>> Store::list(std::optional<Kind> kind, std::optional<std::string> tag) const {
-    Impl& impl = *m_impl;
-    // One read transaction, so the entries and their tags come from one snapshot.
-    if (auto st = impl.db->exec("BEGIN"); !st) return st.error();
-    struct End {
-        sqlite::Connection& db;
-        ~End() { (void)db.exec("COMMIT"); }
-    } end{*impl.db};
+    return inReadTransaction(*m_impl->db, [&] { return m_impl->list(kind, tag); });
+}
+
+Result<std::vector<Entry>> Store::Impl::list(std::optional<Kind> kind, const std::optional<std::string>& tag) {
     std::vector<Entry> entries;
     for (const KindInfo& k : kKinds) {
         if (kind && *kind != k.kind) continue;
         std::map<int64_t, std::vector<std::string>> tags;
         {
-            auto s = impl.statement("SELECT object, tag FROM tags WHERE kind = ?1 ORDER BY tag");
+            auto s = statement("SELECT object, tag FROM tags WHERE kind = ?1 ORDER BY tag");
             if (!s) return s.error();
-            Impl::Query q(*s);
+            Query q(*s);
             if (auto st = q->bind(1, k.prefix); !st) return st.error();
             for (;;) {
                 auto row = q->step();
@@ -845,13 +853,13 @@ Result<std::vector<Entry>> Store::list(std::optional<Kind> kind, std::optional<s
                 tags[q->columnInt(0)].push_back(q->columnText(1));
             }
         }
-        std::string sql = "SELECT id, name, created_ms, summary" + Impl::linkColumns(k.kind) + " FROM " +
+        std::string sql = "SELECT id, name, created_ms, summary" + linkColumns(k.kind) + " FROM " +
                           std::string(k.plural);
         if (tag) sql += " WHERE id IN (SELECT object FROM tags WHERE kind = ?1 AND tag = ?2)";
         sql += " ORDER BY created_ms DESC, id DESC";
-        auto s = impl.statement(sql);
+        auto s = statement(sql);
         if (!s) return s.error();
-        Impl::Query q(*s);
+        Query q(*s);
         if (tag) {
             if (auto st = q->bind(1, k.prefix); !st) return st.error();
             if (auto st = q->bind(2, *tag); !st) return st.error();
@@ -865,7 +873,7 @@ Result<std::vector<Entry>> Store::list(std::optional<Kind> kind, std::optional<s
             e.name = q->columnText(1);
             e.created_unix_ms = q->columnInt(2);
             e.summary = q->columnText(3);
-            e.links = Impl::readLinks(k.kind, **s, 4);
+            e.links = readLinks(k.kind, **s, 4);
             if (auto t = tags.find(e.id.number); t != tags.end()) e.tags = std::move(t->second);
             entries.push_back(std::move(e));
         }
@@ -876,10 +884,7 @@ Result<std::vector<Entry>> Store::list(std::optional<Kind> kind, std::optional<s
 }
 
 Result<Object> Store::get(const ObjectId& id) const {
-    if (auto st = m_impl->db->exec("BEGIN"); !st) return st.error();
-    auto object = m_impl->read(id);
-    (void)m_impl->db->exec("COMMIT");
-    return object;
+    return inReadTransaction(*m_impl->db, [&] { return m_impl->read(id); });
 }
 
 Result<Object> Store::profileByName(std::string_view name) const {
@@ -940,10 +945,7 @@ Result<std::vector<ObjectId>> Store::remove(const ObjectId& id, bool force) {
 }
 
 Result<json> Store::exportObject(const ObjectId& id) const {
-    if (auto st = m_impl->db->exec("BEGIN"); !st) return st.error();
-    auto doc = m_impl->exportDocument(id);
-    (void)m_impl->db->exec("COMMIT");
-    return doc;
+    return inReadTransaction(*m_impl->db, [&] { return m_impl->exportDocument(id); });
 }
 
 Result<ObjectId> Store::importObject(const json& document, const std::string& where) {

@@ -120,8 +120,9 @@ class Store {
 public:
     // Opens (and with `create`, creates with its folders) the store at `path` and migrates an older
     // schema forward in one transaction. Errors name the file: not a database, truncated, not a
-    // shardcast store, newer schema ("... schema version 7; this shardcast reads up to 2"), locked
-    // for longer than the busy timeout, unwritable folder.
+    // shardcast store, newer schema ("FILE: schema version 7 is newer than this shardcast reads (2);
+    // ..."), locked for longer than the busy timeout, read-only file or unwritable folder. An empty
+    // file becomes a new store (as SQLite treats it).
     static core::Result<std::unique_ptr<Store>> open(const std::filesystem::path& path, bool create = true);
     ~Store();
     Store(const Store&) = delete;
@@ -149,7 +150,11 @@ public:
     // Objects that refer to `id` (predictions of a plan, comparisons of a run, ...).
     core::Result<std::vector<ObjectId>> referencedBy(const ObjectId& id) const;
     // Without `force`, refuses when referencedBy is not empty (the error lists them). With it,
-    // removes `id` and, recursively, what refers to it; returns every id removed.
+    // removes `id` and, recursively, what depends on it; returns every id removed, `id` first. What
+    // depends: a plan's predictions, a run's or a prediction's comparisons. A run of a removed plan
+    // and a prediction of a removed profile stay, their link set to null (the schema's foreign keys:
+    // prediction.plan CASCADE, prediction.profile SET NULL, run.plan SET NULL, comparison.* CASCADE).
+    // Tags and notes go with their object.
     core::Result<std::vector<ObjectId>> remove(const ObjectId& id, bool force);
 
     // {"format": "shardcast-db-object", "version": 1, "kind": "plan", ..., and the objects it links
