@@ -98,6 +98,23 @@ TEST(StoreOpenTest, RefusesAnotherApplicationsDatabase) {
     expectRefused(dir2, tagged, {"another application", "1234"});
 }
 
+TEST(StoreOpenTest, ADamagedBlobIsAnErrorNamingFileAndObject) {
+    TempDir dir;
+    const fs::path path = dir / "store.db";
+    makeStore(path);
+    exec(path, "UPDATE predictions SET body = x'789c0000' WHERE id = 3");
+    exec(path, "UPDATE predictions SET body_bytes = -5 WHERE id = 4");
+    auto store = Store::open(path);
+    ASSERT_TRUE(store.ok()) << store.error().message;
+    for (const char* id : {"pred-3", "pred-4"}) {
+        auto got = (*store)->get(*parseId(id));
+        ASSERT_FALSE(got.ok()) << id;
+        EXPECT_TRUE(contains(got.error().message, path.string() + ": " + id)) << got.error().message;
+        EXPECT_TRUE(contains(got.error().message, "damaged")) << got.error().message;
+    }
+    EXPECT_TRUE((*store)->get({Kind::prediction, 5}).ok());
+}
+
 TEST(StoreOpenTest, AnEmptySqliteFileBecomesAStore) {
     TempDir dir;
     writeBytes(dir / "empty.db", "");
