@@ -1,5 +1,7 @@
 #include "db/sqlite.hpp"
 
+#include <chrono>
+#include <thread>
 #include <utility>
 
 #include <sqlite3.h>
@@ -107,6 +109,39 @@ core::Status Connection::setBusyTimeoutMs(int ms) {
 }
 
 bool Connection::readOnly() const { return sqlite3_db_readonly(m_db, "main") == 1; }
+
+core::Status Connection::enableWal(int timeout_ms) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    for (;;) {
+        sqlite3_stmt* stmt = nullptr;
+        int rc = sqlite3_prepare_v2(m_db, "PRAGMA journal_mode = WAL", -1, &stmt, nullptr);
+        std::string mode;
+        if (rc == SQLITE_OK) {
+            rc = sqlite3_step(stmt);
+            if (rc == SQLITE_ROW) {
+                const auto* text = sqlite3_column_text(stmt, 0);
+                mode = text ? reinterpret_cast<const char*>(text) : "";
+                rc = SQLITE_OK;
+            }
+        }
+        const int primary = rc & 0xff;
+        if (rc != SQLITE_OK) {
+            core::Error e = error("PRAGMA journal_mode = WAL");
+            sqlite3_finalize(stmt);
+            if ((primary == SQLITE_BUSY || primary == SQLITE_LOCKED) && std::chrono::steady_clock::now() < deadline) {
+                std::this_thread::sleep_for(std::chrono::milliseconds(5));
+                continue;
+            }
+            return e;
+        }
+        sqlite3_finalize(stmt);
+        if (mode != "wal") {
+            return core::makeError(m_path.string() + ": cannot switch to write-ahead logging (journal_mode stays '" +
+                                   mode + "')");
+        }
+        return core::Ok{};
+    }
+}
 
 int64_t Connection::lastInsertRowId() const { return sqlite3_last_insert_rowid(m_db); }
 int Connection::changes() const { return sqlite3_changes(m_db); }

@@ -731,19 +731,21 @@ Result<std::unique_ptr<Store>> Store::open(const fs::path& path, bool create) {
     if (auto st = db.setBusyTimeoutMs(kBusyTimeoutMs); !st) return st.error();
     if (auto st = db.exec("PRAGMA foreign_keys = ON"); !st) return st.error();
 
-    // The authoritative check (the header may lag a write-ahead log), still before any write.
-    auto app_id = db.queryInt("PRAGMA application_id");
-    if (!app_id) return app_id.error();
-    auto version = db.queryInt("PRAGMA user_version");
-    if (!version) return version.error();
-    if (*app_id != 0 || *version != 0) {
-        if (auto st = checkVersions(path, *app_id, *version); !st) return st.error();
-    } else {
-        auto objects = db.queryInt("SELECT count(*) FROM sqlite_schema");
-        if (!objects) return objects.error();
-        if (*objects > 0) {
-            if (auto st = checkVersions(path, 0, 0); !st) return st.error();
-        }
+    // The authoritative check (the header may lag a write-ahead log), still before any write, in one
+    // statement so the three values come from one snapshot (another process may be creating the store).
+    int64_t app_id = 0, version = 0, objects = 0;
+    {
+        auto s = db.prepare("SELECT (SELECT application_id FROM pragma_application_id), "
+                            "(SELECT user_version FROM pragma_user_version), (SELECT count(*) FROM sqlite_schema)");
+        if (!s) return s.error();
+        auto row = s->step();
+        if (!row) return row.error();
+        app_id = s->columnInt(0);
+        version = s->columnInt(1);
+        objects = s->columnInt(2);
+    }
+    if (app_id != 0 || version != 0 || objects > 0) {
+        if (auto st = checkVersions(path, app_id, version); !st) return st.error();
     }
 
     // Only now write. WAL lets readers go on while one process writes (https://www.sqlite.org/wal.html).
@@ -752,13 +754,11 @@ Result<std::unique_ptr<Store>> Store::open(const fs::path& path, bool create) {
     auto mode = db.queryText("PRAGMA journal_mode");
     if (!mode) return mode.error();
     if (*mode != "wal") {
-        auto set = db.queryText("PRAGMA journal_mode = WAL");
-        if (!set) return set.error();
-        if (*set != "wal") return makeError(shown + ": cannot switch the store to write-ahead logging (journal_mode is " + *set + ")");
+        if (auto st = db.enableWal(kBusyTimeoutMs); !st) return st.error();
     }
     if (auto st = db.exec("PRAGMA synchronous = FULL"); !st) return st.error();
 
-    if (*version < kSchemaVersion) {
+    if (version < kSchemaVersion) {
         auto tx = sqlite::Transaction::begin(db);
         if (!tx) return tx.error();
         // Another process may have migrated between the check above and the lock.

@@ -42,22 +42,49 @@ struct Child {
     int out = -1;
 };
 
-Child spawn(const std::function<int(int out)>& body) {
-    int fds[2];
-    EXPECT_EQ(::pipe(fds), 0);
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-        ::close(fds[0]);
-        int code = 99;
-        try {
-            code = body(fds[1]);
-        } catch (...) {
+// The children of one test: a failed assertion returns early, and the destructor then kills and
+// reaps those not yet waited for, so no writer or reader outlives its test.
+class Children {
+public:
+    Children() = default;
+    Children(const Children&) = delete;
+    Children& operator=(const Children&) = delete;
+    ~Children() {
+        for (pid_t pid : m_running) {
+            ::kill(pid, SIGKILL);
+            ::waitpid(pid, nullptr, 0);
         }
-        ::_exit(code);
     }
-    ::close(fds[1]);
-    return Child{pid, fds[0]};
-}
+
+    Child spawn(const std::function<int(int out)>& body) {
+        int fds[2];
+        EXPECT_EQ(::pipe(fds), 0);
+        const pid_t pid = ::fork();
+        if (pid == 0) {
+            ::close(fds[0]);
+            int code = 99;
+            try {
+                code = body(fds[1]);
+            } catch (...) {
+            }
+            ::_exit(code);
+        }
+        ::close(fds[1]);
+        m_running.push_back(pid);
+        return Child{pid, fds[0]};
+    }
+
+    // The exit code, or 128 + the signal that ended it.
+    int wait(const Child& child) {
+        int status = 0;
+        ::waitpid(child.pid, &status, 0);
+        std::erase(m_running, child.pid);
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+
+private:
+    std::vector<pid_t> m_running;
+};
 
 // Everything the child wrote until it exited (or died).
 std::string drain(int fd) {
@@ -72,10 +99,11 @@ std::string drain(int fd) {
     return all;
 }
 
-int waitExit(pid_t pid) {
-    int status = 0;
-    ::waitpid(pid, &status, 0);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+// The child's side of a failure: its message on the pipe, and the exit code.
+int failWith(int out, const std::string& message, int code) {
+    const std::string line = message + "\n";
+    [[maybe_unused]] const ssize_t n = ::write(out, line.data(), line.size());
+    return code;
 }
 
 // One line per successful save, written with one write(2) right after save returned.
@@ -121,49 +149,47 @@ void expectPredictionIs(const Store& store, const ObjectId& id, int64_t seq) {
 TEST(StoreReliabilityTest, TwoWritersAndAReaderLoseNothing) {
     TempDir dir;
     const fs::path path = dir / "store.db";
-    { ASSERT_TRUE(Store::open(path).ok()); }
+    // No store yet: the three processes also race to create it and run the migrations.
     const fs::path stop = dir / "stop";
+    Children children;
     constexpr int kSweepSaves = 1000, kGuiSaves = 200;
 
     // The "CLI sweep": 1,000 predictions, each with its own plan.
-    Child sweep = spawn([&](int out) {
+    Child sweep = children.spawn([&](int out) {
         auto store = Store::open(path);
-        if (!store) return 1;
+        if (!store) return failWith(out, store.error().message, 1);
         for (int64_t seq = 0; seq < kSweepSaves; ++seq) {
             PredictionInput in = samplePrediction(seq);
             auto id = (*store)->savePrediction(in);
-            if (!id) return 2;
+            if (!id) return failWith(out, id.error().message, 2);
             report(out, seq, *id);
         }
         return 0;
     });
     // The "GUI": plans and profiles at the same time.
-    Child gui = spawn([&](int out) {
+    Child gui = children.spawn([&](int out) {
         auto store = Store::open(path);
-        if (!store) return 1;
+        if (!store) return failWith(out, store.error().message, 1);
         for (int64_t seq = 0; seq < kGuiSaves; ++seq) {
             auto id = seq % 2 == 0 ? (*store)->savePlan(shardcast::db::testing::samplePlan(100000 + seq), "gui", "")
                                    : (*store)->saveProfile({"gui", "c", "file", {{"seq", seq}}, ""});
-            if (!id) return 2;
+            if (!id) return failWith(out, id.error().message, 2);
             report(out, seq, *id);
         }
         return 0;
     });
     // A reader: every listed object reads back and decodes, however often it looks.
-    Child reader = spawn([&](int out) {
+    Child reader = children.spawn([&](int out) {
         auto store = Store::open(path);
-        if (!store) return 1;
+        if (!store) return failWith(out, store.error().message, 1);
         int64_t reads = 0;
-        while (!fs::exists(stop)) {
+        for (bool last = false; !last;) {
+            last = fs::exists(stop);  // one more pass after the writers finished
             auto entries = (*store)->list(std::nullopt, std::nullopt);
-            if (!entries) return 2;
+            if (!entries) return failWith(out, entries.error().message, 2);
             for (size_t i = 0; i < entries->size() && i < 50; ++i) {
                 auto object = (*store)->get((*entries)[i].id);
-                if (!object) {
-                    const std::string msg = object.error().message + "\n";
-                    [[maybe_unused]] const ssize_t n = ::write(out, msg.data(), msg.size());
-                    return 3;
-                }
+                if (!object) return failWith(out, object.error().message, 3);
                 if ((*entries)[i].id.kind == Kind::prediction && !object->body.at("timeline").contains("tasks")) return 4;
                 ++reads;
             }
@@ -174,11 +200,11 @@ TEST(StoreReliabilityTest, TwoWritersAndAReaderLoseNothing) {
     });
 
     const std::string sweep_out = drain(sweep.out), gui_out = drain(gui.out);
-    EXPECT_EQ(waitExit(sweep.pid), 0);
-    EXPECT_EQ(waitExit(gui.pid), 0);
+    ASSERT_EQ(children.wait(sweep), 0) << sweep_out.substr(sweep_out.rfind('\n', sweep_out.size() - 2) + 1);
+    ASSERT_EQ(children.wait(gui), 0) << gui_out.substr(gui_out.rfind('\n', gui_out.size() - 2) + 1);
     writeBytes(stop, "");
     const std::string reader_out = drain(reader.out);
-    EXPECT_EQ(waitExit(reader.pid), 0) << reader_out;
+    ASSERT_EQ(children.wait(reader), 0) << reader_out;
     EXPECT_GT(std::stoll(reader_out), 0) << "the reader never read an object";
 
     auto store = Store::open(path);
@@ -213,11 +239,12 @@ TEST(StoreReliabilityTest, AWriterKilledAtRandomPointsLosesNoReportedSave) {
     std::mt19937 rng(seed);
     std::uniform_int_distribution<int> delay_us(1'000, 60'000);
     std::map<int64_t, ObjectId> saved;  // seq -> id, across all rounds
+    Children children;
     int64_t next_seq = 0;
     int killed_mid_run = 0;
     for (int round = 0; round < 25; ++round) {
         const int64_t first = next_seq;
-        Child writer = spawn([&](int out) {
+        Child writer = children.spawn([&](int out) {
             auto store = Store::open(path);
             if (!store) return 1;
             for (int64_t seq = first;; ++seq) {
@@ -229,7 +256,7 @@ TEST(StoreReliabilityTest, AWriterKilledAtRandomPointsLosesNoReportedSave) {
         std::this_thread::sleep_for(std::chrono::microseconds(delay_us(rng)));
         ::kill(writer.pid, SIGKILL);
         const std::string out = drain(writer.out);
-        const int code = waitExit(writer.pid);
+        const int code = children.wait(writer);
         ASSERT_EQ(code, 128 + SIGKILL) << "the writer ended on its own in round " << round;
         ++killed_mid_run;
         for (const auto& [seq, id] : parseReports(out)) {
@@ -285,13 +312,14 @@ TEST(StoreReliabilityTest, ASaveOnAFullDiskFailsClearlyAndKeepsTheData) {
     TempDir dir;
     const fs::path path = dir / "store.db";
     const auto saved = fillStore(path);
+    Children children;
     const auto limit = static_cast<rlim_t>(std::max<uintmax_t>(fs::file_size(path), 65536) + 65536);
-    Child writer = spawn([&](int out) {
+    Child writer = children.spawn([&](int out) {
         ::signal(SIGXFSZ, SIG_IGN);  // then a write past the limit fails with EFBIG instead of killing
         const rlimit rl{limit, limit};
         if (::setrlimit(RLIMIT_FSIZE, &rl) != 0) return 5;
         auto store = Store::open(path);
-        if (!store) return 1;
+        if (!store) return failWith(out, store.error().message, 1);
         auto id = (*store)->savePrediction(hugePrediction());
         if (id) return 3;
         const std::string msg = id.error().message;
@@ -299,7 +327,7 @@ TEST(StoreReliabilityTest, ASaveOnAFullDiskFailsClearlyAndKeepsTheData) {
         return 0;
     });
     const std::string message = drain(writer.out);
-    ASSERT_EQ(waitExit(writer.pid), 0) << "exit 3: the save succeeded past the size limit";
+    ASSERT_EQ(children.wait(writer), 0) << "exit 3: the save succeeded past the size limit";
     EXPECT_TRUE(contains(message, path.string())) << message;
     EXPECT_TRUE(contains(message, "disk is full") || contains(message, "disk I/O error")) << message;
     EXPECT_TRUE(contains(message, "ulimit")) << message;
@@ -316,7 +344,8 @@ TEST(StoreReliabilityTest, ASaveInAReadOnlyFolderFailsClearlyAndKeepsTheData) {
     const auto saved = fillStore(path);
     ::chmod(path.c_str(), 0444);
     ::chmod(folder.c_str(), 0555);
-    Child writer = spawn([&](int out) {
+    Children children;
+    Child writer = children.spawn([&](int out) {
         if (::geteuid() == 0 && (::setgid(65534) != 0 || ::setuid(65534) != 0)) return 5;
         if (::access(path.c_str(), W_OK) == 0) return 6;  // the permissions are not enforced here
         auto store = Store::open(path);
@@ -332,7 +361,7 @@ TEST(StoreReliabilityTest, ASaveInAReadOnlyFolderFailsClearlyAndKeepsTheData) {
         return 0;
     });
     const std::string message = drain(writer.out);
-    const int code = waitExit(writer.pid);
+    const int code = children.wait(writer);
     ::chmod(folder.c_str(), 0755);
     ::chmod(path.c_str(), 0644);
     if (code == 5 || code == 6) GTEST_SKIP() << "cannot make a read-only file here (running as root without setuid)";
