@@ -116,6 +116,8 @@ struct CheckReport {
     int64_t file_bytes = 0;
 };
 
+// One connection per Store: use a Store from one thread at a time (open one per thread); any
+// number of processes may share the file.
 class Store {
 public:
     // Opens (and with `create`, creates with its folders) the store at `path` and migrates an older
