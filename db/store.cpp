@@ -6,7 +6,6 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
-#include <set>
 #include <system_error>
 #include <unordered_map>
 #include <utility>
@@ -21,7 +20,6 @@
 namespace shardcast::db {
 
 namespace fs = std::filesystem;
-using core::Error;
 using core::makeError;
 using core::Ok;
 using core::Result;
@@ -47,7 +45,7 @@ constexpr std::array<KindInfo, 5> kKinds = {{{Kind::plan, "plan", "plans"},
 
 const KindInfo& info(Kind kind) { return kKinds[static_cast<size_t>(kind)]; }
 
-// Every reference between objects, as the schema's foreign keys declare them (migrations below):
+// Every reference between objects, as the schema's foreign keys declare them (db/schema.cpp):
 // `cascade` deletes the referring object with its target, otherwise the reference becomes NULL.
 struct Link {
     Kind from;
