@@ -33,15 +33,16 @@ constexpr int kExportVersion = 1;
 
 struct KindInfo {
     Kind kind;
-    std::string_view prefix;  // in ids and in the tags / notes tables
-    std::string_view plural;  // the table, and `db list --kind`
+    std::string_view prefix;    // in ids and in the tags / notes tables
+    std::string_view singular;  // an exported object's "kind"
+    std::string_view plural;    // the table, and `db list --kind`
 };
 
-constexpr std::array<KindInfo, 5> kKinds = {{{Kind::plan, "plan", "plans"},
-                                              {Kind::prediction, "pred", "predictions"},
-                                              {Kind::run, "run", "runs"},
-                                              {Kind::profile, "prof", "profiles"},
-                                              {Kind::comparison, "cmp", "comparisons"}}};
+constexpr std::array<KindInfo, 5> kKinds = {{{Kind::plan, "plan", "plan", "plans"},
+                                              {Kind::prediction, "pred", "prediction", "predictions"},
+                                              {Kind::run, "run", "run", "runs"},
+                                              {Kind::profile, "prof", "profile", "profiles"},
+                                              {Kind::comparison, "cmp", "comparison", "comparisons"}}};
 
 const KindInfo& info(Kind kind) { return kKinds[static_cast<size_t>(kind)]; }
 
@@ -516,7 +517,7 @@ struct Store::Impl {
         if (auto st = q->bind(1, id.number); !st) return st.error();
         if (auto row = q->step(); !row) return row.error();
         json doc = core::documentHeader("db-object", kExportVersion);
-        doc["kind"] = std::string(info(id.kind).prefix);
+        doc["kind"] = std::string(info(id.kind).singular);
         doc["id"] = formatId(id);
         doc["name"] = object->name;
         doc["created_unix_ms"] = object->created_unix_ms;
@@ -560,7 +561,7 @@ Result<ObjectId> Store::Impl::importDocument(const json& doc, const std::string&
     if (!id_text) return id_text.error();
     auto old_id = parseId(*id_text);
     if (!old_id) return makeError(where + ": id: " + old_id.error().message);
-    if (info(old_id->kind).prefix != *kind_text) return makeError(where + ": kind '" + *kind_text + "' does not match id " + *id_text);
+    if (info(old_id->kind).singular != *kind_text) return makeError(where + ": kind '" + *kind_text + "' does not match id " + *id_text);
     if (auto it = imported.find(*id_text); it != imported.end()) return it->second;
     const std::string here = where + ": " + *id_text;
     auto name = textField(doc, "name", here);

@@ -159,8 +159,11 @@ public:
     // Tags and notes go with their object.
     core::Result<std::vector<ObjectId>> remove(const ObjectId& id, bool force);
 
-    // {"format": "shardcast-db-object", "version": 1, "kind": "plan", ..., and the objects it links
-    // to, embedded} : importObject of it into any store recreates it (new ids) and its links.
+    // {"format": "shardcast-db-object", "version": 1, "kind": "plan"|"prediction"|"run"|"profile"|
+    // "comparison", "id", "name", "created_unix_ms", "summary", "tags", "notes", "body" (as get),
+    // "linked": {"plan-3": <the same form>, ...}}: the objects it links to, embedded, recursively.
+    // importObject of it into any store recreates it (new ids, same name, time, tags and notes) and
+    // its links, in one transaction; plans already there (same hash) are reused.
     core::Result<nlohmann::json> exportObject(const ObjectId& id) const;
     core::Result<ObjectId> importObject(const nlohmann::json& document, const std::string& where);
 

@@ -411,6 +411,8 @@ TEST(StoreTest, ExportImportRecreatesObjectsAndLinks) {
     auto doc = from->exportObject(cmp);
     ASSERT_TRUE(doc.ok()) << doc.error().message;
     EXPECT_EQ(doc->at("format"), "shardcast-db-object");
+    EXPECT_EQ(doc->at("kind"), "comparison");
+    EXPECT_EQ(doc->at("linked").at(formatId(run)).at("kind"), "run");
 
     auto to = openStore(dir, "to.db");
     (void)*to->savePlan(samplePlan(100), "", "");  // so ids differ between the stores
