@@ -204,6 +204,7 @@ struct Store::Impl {
         Query(const Query&) = delete;
         Query& operator=(const Query&) = delete;
         sqlite::Statement* operator->() const { return m_s; }
+        sqlite::Statement& operator*() const { return *m_s; }
 
     private:
         sqlite::Statement* m_s;
@@ -335,14 +336,19 @@ struct Store::Impl {
                       {{"run", in.run.number}, {"prediction", in.prediction.number}});
     }
 
+    // Tags and notes name their object as (?1 kind prefix, ?2 number).
+    static Status bindObject(sqlite::Statement& s, const ObjectId& id) {
+        if (auto st = s.bind(1, info(id.kind).prefix); !st) return st;
+        return s.bind(2, id.number);
+    }
+
     Status insertTag(const ObjectId& id, std::string_view tag) {
         if (tag.empty()) return makeError(where(id) + ": a tag cannot be empty");
         if (auto st = requireExists(id); !st) return st;
         auto s = statement("INSERT OR IGNORE INTO tags (kind, object, tag) VALUES (?1, ?2, ?3)");
         if (!s) return s.error();
         Query q(*s);
-        if (auto st = q->bind(1, info(id.kind).prefix); !st) return st;
-        if (auto st = q->bind(2, id.number); !st) return st;
+        if (auto st = bindObject(*q, id); !st) return st;
         if (auto st = q->bind(3, tag); !st) return st;
         return q->run();
     }
@@ -352,8 +358,7 @@ struct Store::Impl {
         auto s = statement("INSERT INTO notes (kind, object, created_ms, text) VALUES (?1, ?2, ?3, ?4)");
         if (!s) return s.error();
         Query q(*s);
-        if (auto st = q->bind(1, info(id.kind).prefix); !st) return st;
-        if (auto st = q->bind(2, id.number); !st) return st;
+        if (auto st = bindObject(*q, id); !st) return st;
         if (auto st = q->bind(3, created_ms); !st) return st;
         if (auto st = q->bind(4, text); !st) return st;
         return q->run();
@@ -363,8 +368,7 @@ struct Store::Impl {
         auto s = statement("SELECT tag FROM tags WHERE kind = ?1 AND object = ?2 ORDER BY tag");
         if (!s) return s.error();
         Query q(*s);
-        if (auto st = q->bind(1, info(id.kind).prefix); !st) return st.error();
-        if (auto st = q->bind(2, id.number); !st) return st.error();
+        if (auto st = bindObject(*q, id); !st) return st.error();
         std::vector<std::string> tags;
         for (;;) {
             auto row = q->step();
@@ -378,8 +382,7 @@ struct Store::Impl {
         auto s = statement("SELECT created_ms, text FROM notes WHERE kind = ?1 AND object = ?2 ORDER BY id");
         if (!s) return s.error();
         Query q(*s);
-        if (auto st = q->bind(1, info(id.kind).prefix); !st) return st.error();
-        if (auto st = q->bind(2, id.number); !st) return st.error();
+        if (auto st = bindObject(*q, id); !st) return st.error();
         std::vector<Note> notes;
         for (;;) {
             auto row = q->step();
