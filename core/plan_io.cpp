@@ -390,7 +390,8 @@ Result<Model> readEmbeddedModel(const json& m, const std::string& where) {
     return model;
 }
 
-// "scale" applies on top of the model however the plan named it.
+// "scale" applies on top of the model however the plan named it. An embedded config is scaled as
+// it stands (scaleModel would read the model's file again, and an embedded model has none).
 Status applyScale(const json& j, const std::string& where, Model model, Plan& plan) {
     if (const auto scale_it = j.find("scale"); scale_it != j.end()) {
         if (!scale_it->is_string()) {
@@ -401,7 +402,14 @@ Status applyScale(const json& j, const std::string& where, Model model, Plan& pl
         if (!spec) return spec.error();
         if (spec->seq_len) return makeError(where + ": scale: seq is not a model size; set training.seq_len instead");
         plan.scale = spec->model;
-        auto scaled = scaleModel(model, plan.scale);
+        Result<Model> scaled = makeError("");
+        if (plan.model_config && !plan.model_config->contains("format")) {
+            auto config = scaleHfConfig(*plan.model_config, plan.scale, where + ": model.config");
+            if (!config) return makeError(where + ": scale: " + config.error().message);
+            scaled = importHfConfig(*config, model.name + "@" + scaleString(plan.scale), model.source);
+        } else {
+            scaled = scaleModel(model, plan.scale);
+        }
         if (!scaled) return makeError(where + ": scale: " + scaled.error().message);
         model = std::move(*scaled);
     }
