@@ -153,39 +153,43 @@ core::Result<SavedPrediction> savePrediction(db::Store& store, const core::Plan&
     return SavedPrediction{*saved, plan_id};
 }
 
+std::unique_ptr<db::Store> openStoreToSave(SaveOutcome& out) {
+    auto store = openStore(true);
+    if (store) return std::move(*store);
+    fmt::print(stderr, "shardcast: error: --save: {}\n", store.error().message);
+    out.exit_code = kExitBadInput;
+    return nullptr;
+}
+
+void reportSaveFailure(SaveOutcome& out, const db::Store& store, const std::string& message) {
+    fmt::print(stderr, "shardcast: error: --save: {}: {}\n", store.path().string(), message);
+    out.exit_code = kExitRuntimeFailure;
+}
+
 SaveOutcome savePredictionReported(const core::Plan& plan, const sim::Evaluation& e, const ResolvedProfile& profile,
                                    const SaveRequest& request) {
     SaveOutcome out;
-    auto store = openStore(true);
-    if (!store) {
-        fmt::print(stderr, "shardcast: error: --save: {}\n", store.error().message);
-        out.exit_code = kExitBadInput;
-        return out;
-    }
-    auto saved = savePrediction(**store, plan, e, profile, request.name);
+    auto store = openStoreToSave(out);
+    if (!store) return out;
+    auto saved = savePrediction(*store, plan, e, profile, request.name);
     if (!saved) {
-        fmt::print(stderr, "shardcast: error: --save: {}: {}\n", (*store)->path().string(), saved.error().message);
-        out.exit_code = kExitRuntimeFailure;
+        reportSaveFailure(out, *store, saved.error().message);
         return out;
     }
-    out.saved = {{"db", (*store)->path().string()},
+    out.saved = {{"db", store->path().string()},
                  {"prediction", db::formatId(saved->prediction)},
                  {"plan", db::formatId(saved->plan)}};
     out.line = fmt::format("Saved {} (plan {}) in {}", db::formatId(saved->prediction), db::formatId(saved->plan),
-                           (*store)->path().string());
+                           store->path().string());
     return out;
 }
 
 SaveOutcome evaluateAndSaveReported(const std::vector<core::Plan>& plans, const ResolvedProfile& profile,
                                     double headroom, const SaveRequest& request, const std::string& tag) {
     SaveOutcome out;
-    auto store = openStore(true);
-    if (!store) {
-        fmt::print(stderr, "shardcast: error: --save: {}\n", store.error().message);
-        out.exit_code = kExitBadInput;
-        return out;
-    }
-    const std::string db_path = (*store)->path().string();
+    auto store = openStoreToSave(out);
+    if (!store) return out;
+    const std::string db_path = store->path().string();
     sim::EvaluationOptions options;
     options.headroom = headroom;
     options.record_curve = true;
@@ -197,12 +201,12 @@ SaveOutcome evaluateAndSaveReported(const std::vector<core::Plan>& plans, const 
     for (const core::Plan& plan : plans) {
         core::Status done = evaluator.evaluate(plan, &profile.profile, options, e);
         core::Result<SavedPrediction> saved = core::makeError("not evaluated");
-        if (done) saved = savePrediction(**store, plan, e, profile, request.name);
-        if (done && saved && !tag.empty()) done = (*store)->addTag(saved->prediction, tag);
+        if (done) saved = savePrediction(*store, plan, e, profile, request.name);
+        if (done && saved && !tag.empty()) done = store->addTag(saved->prediction, tag);
         if (!done || !saved) {
-            fmt::print(stderr, "shardcast: error: --save: {}: {} (saved before it: {})\n", db_path,
-                       (!done ? done.error() : saved.error()).message, ids.empty() ? "none" : joinNames(ids));
-            out.exit_code = kExitRuntimeFailure;
+            reportSaveFailure(out, *store,
+                              fmt::format("{} (saved before it: {})", (!done ? done.error() : saved.error()).message,
+                                          ids.empty() ? "none" : joinNames(ids)));
             return out;
         }
         list.push_back({{"prediction", db::formatId(saved->prediction)}, {"plan", db::formatId(saved->plan)}});
