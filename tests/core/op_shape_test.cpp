@@ -186,7 +186,7 @@ TEST(OpShapeTest, EagerAttentionRecomputedUnderSelectiveCheckpointing) {
     Plan plan = planFor("gpt2", 8);
     plan.training.seq_len = 1024;
     plan.training.attention = AttentionKernel::Eager;
-    plan.training.ac = Checkpointing::Selective;
+    plan.training.ac = Checkpointing::AttnCore;
     const Program p = lowered(plan);
     const int32_t fwd = findTask(p, TaskKind::Forward, "transformer.h.2");
     const std::vector<Gemm> fwd_gemms = gemmsOf(opsOf(p, fwd));

@@ -50,7 +50,7 @@ void validateMatrix(const char* model_name, MatrixTotals& totals) {
     for (Strategy s : {Strategy::NoShard, Strategy::ShardGradOp, Strategy::FullShard, Strategy::HybridShard,
                        Strategy::HybridShardZero2}) {
         for (int fsdp : {1, 2}) {
-            for (const char* ac : {"none", "full", "full:2", "selective"}) {
+            for (const char* ac : {"none", "full", "layer:2", "op", "attn-core"}) {
                 for (Offload offload : {Offload::None, Offload::Cpu}) {
                     if (s == Strategy::NoShard && offload == Offload::Cpu) continue;  // not a valid plan
                     for (bool no_sync : {false, true}) {
