@@ -110,8 +110,9 @@ std::string acDescription(Checkpointing mode, int every, bool flash_attention) {
         case Checkpointing::Full: return "full (every block checkpointed: keeps its input, recomputes its forward)";
         case Checkpointing::Layer: {
             const std::string k = std::to_string(every);
-            return "torchtitan selective layer AC: every " + k + "-th block fully checkpointed (blocks " +
-                   std::to_string(every - 1) + ", " + std::to_string(2 * every - 1) + ", ...)";
+            return "torchtitan selective layer AC (option " + k + "): one block in " + k +
+                   " fully checkpointed (blocks " + std::to_string(every - 1) + ", " + std::to_string(2 * every - 1) +
+                   ", ...), the others keep everything";
         }
         case Checkpointing::Op:
             return "torchtitan selective op AC: every block keeps its mm outputs (all but every second mm) and "

@@ -42,7 +42,7 @@ inline constexpr std::string_view kAcChoices =
     "none | full | layer:K (every K-th block; full:K is an alias) | op (torchtitan per-op SAC) | "
     "attn-core (Megatron attention-core recompute)";
 std::string acString(Checkpointing mode, int every);
-// The mode in words, for reports: "torchtitan selective layer AC: every 2nd block checkpointed".
+// The mode in words, for reports ("torchtitan selective layer AC (option 2): one block in 2 ...").
 std::string acDescription(Checkpointing mode, int every, bool flash_attention);
 // Layer mode: torchtitan's _apply_layer_sac counts blocks from 1 and wraps those where the count
 // is a multiple of K, i.e. block indices K-1, 2K-1, ... (0-based).

@@ -411,12 +411,17 @@ TEST(LoweringTest, FrozenParametersAreGatheredButNotReduced) {
     EXPECT_LT(half.program.hardware_flops_per_step, all.program.hardware_flops_per_step);
 }
 
+// Llama-3.1-8B, FULL_SHARD per block on 8 GPUs, one sequence of 8192 tokens.
+Plan llama8BAt8192(Checkpointing ac) {
+    auto plan = makePlan(bundled("llama-3.1-8b"), Strategy::FullShard, 1, 8);
+    plan.training.seq_len = 8192;
+    plan.training.ac = ac;
+    return plan;
+}
+
 // Full checkpointing keeps only each block's input: b*s*h bf16 elements per block.
 TEST(LoweringTest, FullCheckpointingKeepsBlockInputs) {
-    auto model = bundled("llama-3.1-8b");
-    auto plan = makePlan(model, Strategy::FullShard, 1, 8);
-    plan.training.seq_len = 8192;
-    plan.training.ac = Checkpointing::Full;
+    auto plan = llama8BAt8192(Checkpointing::Full);
     auto r = lowerAndReplay(plan);
     EXPECT_EQ(r.program.units[5].activation_bytes, 8192 * 4096 * 2);
     EXPECT_EQ(countTasks(r.program, TaskKind::Recompute), 32);
@@ -471,9 +476,7 @@ TEST(LoweringTest, ProgramIsWellFormed) {
 // (torchtitan/distributed/activation_checkpoint.py; parallelize_llama.py before it) increments its
 // block count before testing count % K == 0, so blocks 1, 3, 5, ... are checkpointed, not 0, 2, 4.
 TEST(LoweringTest, CheckpointEveryOtherBlock) {
-    auto model = bundled("llama-3.1-8b");
-    auto plan = makePlan(model, Strategy::FullShard, 1, 8);
-    plan.training.seq_len = 8192;
+    auto plan = llama8BAt8192(Checkpointing::None);
     auto spec = parseAcSpec("layer:2");
     ASSERT_TRUE(spec.has_value());
     plan.training.ac = spec->mode;
@@ -508,6 +511,28 @@ TEST(LoweringTest, CheckpointingSpellings) {
     EXPECT_NE(why.find("layer:K"), std::string::npos) << why;
     EXPECT_NE(why.find("op (torchtitan per-op SAC)"), std::string::npos) << why;
     EXPECT_NE(why.find("attn-core"), std::string::npos) << why;
+    // The report names the mode in words, and which blocks layer:K takes.
+    EXPECT_NE(acDescription(Checkpointing::Layer, 2, true).find("blocks 1, 3, ..."), std::string::npos);
+    EXPECT_NE(acDescription(Checkpointing::AttnCore, 1, true).find("no-op with flash attention"), std::string::npos);
+    EXPECT_EQ(acDescription(Checkpointing::AttnCore, 1, false).find("no-op"), std::string::npos);
+}
+
+// Megatron's attention-core recompute drops only s^2 tensors; a flash kernel keeps none, so the
+// plan keeps and computes exactly what it does without checkpointing.
+TEST(LoweringTest, AttnCoreIsANoOpWithFlashAttention) {
+    auto model = bundled("llama-3.1-8b");
+    auto plan = makePlan(model, Strategy::FullShard, 1, 8);
+    auto none = lowerAndReplay(plan);
+    plan.training.ac = Checkpointing::AttnCore;
+    auto core_ac = lowerAndReplay(plan);
+    EXPECT_EQ(core_ac.program.units[5].activation_bytes, none.program.units[5].activation_bytes);
+    EXPECT_EQ(core_ac.program.hardware_flops_per_step, none.program.hardware_flops_per_step);
+    EXPECT_EQ(core_ac.memory.peak_bytes, none.memory.peak_bytes);
+    plan.training.attention = AttentionKernel::Eager;
+    auto eager_core = lowerAndReplay(plan);
+    plan.training.ac = Checkpointing::None;
+    auto eager_none = lowerAndReplay(plan);
+    EXPECT_LT(eager_core.program.units[5].activation_bytes, eager_none.program.units[5].activation_bytes);
 }
 
 // Per-op SAC (torchtitan's _save_list policy, torchtitan/models/llama/parallelize_llama.py
@@ -520,10 +545,7 @@ TEST(LoweringTest, CheckpointingSpellings) {
 // The recompute runs k_proj, o_proj, up_proj (and the norms, RoPE, SiLU, mul, residuals) but no
 // attention, and no q, v, gate or down GEMM.
 TEST(LoweringTest, PerOpSacKeepsOddMatmulsAndAttention) {
-    auto model = bundled("llama-3.1-8b");
-    auto plan = makePlan(model, Strategy::FullShard, 1, 8);
-    plan.training.seq_len = 8192;
-    plan.training.ac = Checkpointing::Op;
+    auto plan = llama8BAt8192(Checkpointing::Op);
     auto r = lowerAndReplay(plan);
     EXPECT_EQ(r.program.units[5].activation_bytes, int64_t{8192} * 63616);
     EXPECT_EQ(countTasks(r.program, TaskKind::Recompute), 32);
@@ -627,9 +649,7 @@ int64_t matrixFlopsPerStep(const Program& p) {
 // The executed attention is 7/12 of the convention's, so with flash attention and no recompute
 // HFU reads below MFU (by about 9% here): the conventions say why (kMfuConvention, kHfuConvention).
 TEST(LoweringTest, FlopConventionsForLlama8B) {
-    auto model = bundled("llama-3.1-8b");
-    auto plan = makePlan(model, Strategy::FullShard, 1, 8);
-    plan.training.seq_len = 8192;
+    auto plan = llama8BAt8192(Checkpointing::None);
     auto none = lowerAndReplay(plan);
     EXPECT_EQ(none.program.model_flops_per_step, 474435173744640);
     EXPECT_EQ(matrixFlopsPerStep(none.program), 368868971249664 + 61572651155456);
