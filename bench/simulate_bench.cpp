@@ -98,7 +98,7 @@ void BM_Sweep1000_Llama8B_TwoThreads(benchmark::State& state) {
     sim::SweepOptions options;
     options.threads = 2;
     options.acs = {core::AcSpec{core::Checkpointing::None, 1}, core::AcSpec{core::Checkpointing::Full, 1},
-                   core::AcSpec{core::Checkpointing::Selective, 1}};
+                   core::AcSpec{core::Checkpointing::Op, 1}};
     for (int64_t mb = 1; mb <= 8; ++mb) options.micro_batches.push_back(mb);
     auto candidates = sim::sweepCandidates(plan, options);  // 3 strategies x 15 wraps x 8 x 3 = 1,080
     candidates.resize(std::min<size_t>(candidates.size(), 1000));

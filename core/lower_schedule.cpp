@@ -81,6 +81,7 @@ void Lowering::forwardSegment(int32_t si, int mb, bool first) {
         peakScratch(MemCategory::Temp, seg.fwd_peak_temp);
     }
     m_s.seg_saved[static_cast<size_t>(si)] = alloc(At::End, MemCategory::Activation, seg.saved);
+    m_s.seg_kept[static_cast<size_t>(si)] = alloc(At::End, MemCategory::Activation, seg.sac_kept);
 }
 
 // Post-forward hook, rule 5: reshard unless the unit keeps its parameters until backward.
@@ -263,7 +264,9 @@ void Lowering::prefetchAfter(int32_t u, int mb) {
 }
 
 // A checkpointed segment is recomputed first; the backward then releases the saved tensors and
-// produces the segment's gradients (kept, or accumulated into those already held).
+// produces the segment's gradients (kept, or accumulated into those already held). Per-op SAC's
+// kept outputs are handed back to the recompute, which re-creates what the backward needs
+// (saved_full, sharing their storage where they are among it); the rest of them die with it.
 void Lowering::backwardSegment(int32_t si, int mb) {
     const Segment& seg = m_s.segs[static_cast<size_t>(si)];
     BufferRef& saved = m_s.seg_saved[static_cast<size_t>(si)];
@@ -271,9 +274,10 @@ void Lowering::backwardSegment(int32_t si, int mb) {
     UnitState& st = m_s.st[seg.unit];
     if (seg.checkpointed) {
         computeTask(TaskKind::Recompute, seg.unit, mb);
-        cur().flops = seg.fwd_flops;
-        cur().hbm_bytes = seg.fwd_hbm + seg.weight_bytes;
-        cur().ops = seg.fwd_ops;
+        cur().flops = seg.rec_flops;
+        cur().hbm_bytes = seg.rec_hbm + seg.rec_weight_bytes;
+        cur().ops = seg.rec_ops;
+        release(At::Start, m_s.seg_kept[static_cast<size_t>(si)]);
         peakScratch(MemCategory::Activation, seg.fwd_peak_act);
         peakScratch(MemCategory::Temp, seg.fwd_peak_temp);
         recomputed = alloc(At::End, MemCategory::Activation, seg.saved_full);

@@ -129,7 +129,10 @@ struct Model {
     // Numbers ops whose costs (kind, variants, every Coef and flag) are identical, so the
     // lowering computes the costs of a repeated block once. The importers call it.
     void assignCostClasses();
-    // FLOPs per token as 6*N + 12*L*h*s (the MFU convention; PaLM appendix B, torchtitan).
+    // Parameters of the modules that run an Embedding op (token and position embeddings).
+    int64_t numEmbeddingParams() const;
+    // Model FLOPs per token by torchtitan's MFU convention: 6 * (N - N_embedding) + 12 * L * h * s
+    // (PaLM appendix B; torchtitan's get_num_flop_per_token / get_dense_model_nparams_and_flops).
     double modelFlopsPerToken(int64_t seq_len) const;
 };
 

@@ -189,9 +189,10 @@ void addAttentionCore(Builder& b, int32_t m, const AttnShape& a) {
     Op& flash = b.op(m, "attn.core", OpKind::Attention);
     attentionKernel(flash, KernelShape::FlashAttention);
     flash.attention_variants = variant::kFlash;
-    flash.flops.per_token_seq = 4 * qd;  // QK^T + PV, without causal halving
-    // Flash backward recomputes the scores (about 2.5x forward); 2 keeps the model-FLOPs convention.
-    flash.bwd_flops_factor = 2;
+    flash.flops.per_token_seq = 4 * qd;  // QK^T + PV over all s x s; causal halves what runs (lowering)
+    // FlashAttention-2's backward recomputes Q K^T: 5 GEMMs for the forward's 2 (flash-attention
+    // benchmarks/benchmark_flash_attention.py, flops(): bwd = 2.5 * fwd).
+    flash.bwd_flops_factor = 2.5;
     flash.causal = true;
     flash.saved_act.per_token = qd + 2 * kvd + qd;
     flash.saved_f32.per_token = heads;

@@ -213,10 +213,7 @@ Result<Plan> buildPlan(const PlanOverrides& o) {
     }
     if (o.ac) {
         auto v = parseAcSpec(*o.ac);
-        if (!v) {
-            return makeError(fmt::format(
-                "--ac: unknown checkpointing '{}'; valid: none, full, full:K (every K-th block), selective", *o.ac));
-        }
+        if (!v) return makeError("--ac: " + acSpecError(*o.ac));
         t.ac = v->mode;
         t.ac_every = v->every;
     }

@@ -215,7 +215,9 @@ Status readTraining(const json& j, const std::string& where, TrainingSpec& t) {
     r.optionalDType("reduce_dtype", t.reduce_dtype);
     r.enumeration("master_dtype", t.master_dtype, parseDType, "fp32, bf16, fp16");
     AcSpec ac{t.ac, t.ac_every};
-    r.enumeration("ac", ac, parseAcSpec, "none, full, full:K (every K-th block), selective");
+    r.enumeration("ac", ac, parseAcSpec,
+                  std::string(kAcChoices) +
+                      " (\"selective\" is ambiguous: torchtitan's is layer:K or op, Megatron's attn-core)");
     t.ac = ac.mode;
     t.ac_every = ac.every;
     r.enumeration("attention", t.attention, parseAttention, "flash, eager");

@@ -58,7 +58,7 @@ void addPlanOptions(CLI::App& cmd, core::PlanOverrides& o) {
     addOpt(cmd, "--master-dtype", o.master_dtype, "DTYPE",
            "Dtype of sharded params, grads and optimizer state: fp32 | bf16 | fp16", "fp32");
     addOpt(cmd, "--optimizer", o.optimizer, "NAME", "adamw | sgd | sgd-momentum", "adamw");
-    addOpt(cmd, "--ac", o.ac, "MODE", "Activation checkpointing: none | full | full:K (every K-th block) | selective", "none");
+    addOpt(cmd, "--ac", o.ac, "MODE", "Activation checkpointing: " + std::string(core::kAcChoices), "none");
     addOpt(cmd, "--attention", o.attention, "KERNEL", "Attention kernel: flash | eager", "flash");
     addOpt(cmd, "--kernels", o.kernels, "IMPL",
            "Kernel implementation: eager (HuggingFace modules) | fused (fused norm, loss)", "eager");

@@ -355,7 +355,7 @@ TEST(PlanIoTest, RoundTripThroughJson) {
     j["training"]["no_sync"] = true;
     j["training"]["param_dtype"] = nullptr;
     j["training"]["optimizer"] = "sgd-momentum";
-    j["training"]["ac"] = "selective";
+    j["training"]["ac"] = "op";
     j["training"]["kernels"] = "fused";
     j["training"]["offload"] = "cpu";
     j["training"]["frozen"] = "embed_tokens";
@@ -378,7 +378,7 @@ TEST(PlanIoTest, RoundTripThroughJson) {
     EXPECT_FALSE(back->training.param_dtype.has_value());
     EXPECT_EQ(back->training.reduce_dtype, sc::DType::F32);
     EXPECT_EQ(back->training.optimizer, sc::Optimizer::SgdMomentum);
-    EXPECT_EQ(back->training.ac, sc::Checkpointing::Selective);
+    EXPECT_EQ(back->training.ac, sc::Checkpointing::Op);
     EXPECT_EQ(back->training.kernels, sc::KernelImpl::Fused);
     EXPECT_EQ(back->training.offload, sc::Offload::Cpu);
     EXPECT_EQ(back->training.frozen_regex, "embed_tokens");
@@ -437,6 +437,10 @@ TEST(PlanIoTest, PlanFileErrorsNameFileAndField) {
         {{{"training", {{"param_dtype", "fp64"}}}}, "plan.json: training.param_dtype 'fp64' is not one of"},
         {{{"training", {{"param_dtype", "fp8"}}}}, "plan.json: training.param_dtype fp8 is not supported"},
         {{{"training", {{"optimizer", "lion"}}}}, "plan.json: training.optimizer 'lion' is not one of adamw"},
+        // "selective" names three different things (torchtitan layer or op SAC, Megatron's core).
+        {{{"training", {{"ac", "selective"}}}},
+         "plan.json: training.ac 'selective' is not one of none | full | layer:K"},
+        {{{"training", {{"ac", "selective"}}}}, "torchtitan's is layer:K or op, Megatron's attn-core"},
         {{{"training", {{"frozen", "("}}}}, "plan.json: training.frozen"},
         {{{"cluster", {{"gpu", "V100"}}}}, "plan.json: cluster.gpu"},
         {{{"cluster", {{"nodes", 0}}}}, "plan.json: cluster.nodes must be a positive integer (got 0)"},
