@@ -1,0 +1,237 @@
+#include "gui/main_window.hpp"
+
+#include <QAction>
+#include <QApplication>
+#include <QClipboard>
+#include <QCloseEvent>
+#include <QCoreApplication>
+#include <QDir>
+#include <QDockWidget>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QKeySequence>
+#include <QLabel>
+#include <QMenuBar>
+#include <QScrollArea>
+#include <QSettings>
+#include <QStatusBar>
+#include <QTabWidget>
+
+#include "gui/compare_view.hpp"
+#include "gui/export.hpp"
+#include "gui/fit_view.hpp"
+#include "gui/input_panel.hpp"
+#include "gui/memory_view.hpp"
+#include "gui/palette.hpp"
+#include "gui/planner.hpp"
+#include "gui/timeline_view.hpp"
+#include "gui/wrap_view.hpp"
+#include "simulator/chrome_trace.hpp"
+
+namespace shardcast::gui {
+
+namespace {
+constexpr int kMaxRecent = 8;
+QString q(std::string_view s) { return QString::fromUtf8(s.data(), static_cast<qsizetype>(s.size())); }
+}  // namespace
+
+QString MainWindow::defaultPlanPath() {
+    const QString name = "llama-3.1-8b-8xh100.json";
+    const QString installed = QDir(QCoreApplication::applicationDirPath()).filePath(SHARDCAST_EXAMPLES_DIR_FROM_BIN "/" + name);
+    if (QFileInfo::exists(installed)) return QDir::cleanPath(installed);
+    return QDir(SHARDCAST_SOURCE_EXAMPLES_DIR).filePath(name);
+}
+
+QStringList MainWindow::viewNames() { return {"fit", "memory", "timeline", "wrap", "compare"}; }
+
+MainWindow::MainWindow(Options options) : m_options(options) {
+    setWindowTitle("shardcast");
+    m_planner = new Planner(this);
+    m_inputs = new InputPanel;
+    auto* dock = new QDockWidget("Plan", this);
+    dock->setObjectName("inputs-dock");
+    auto* scroll = new QScrollArea;
+    scroll->setWidget(m_inputs);
+    scroll->setWidgetResizable(true);
+    scroll->setMinimumWidth(m_inputs->sizeHint().width() + 24);
+    dock->setWidget(scroll);
+    dock->setFeatures(QDockWidget::DockWidgetMovable | QDockWidget::DockWidgetFloatable);
+    addDockWidget(Qt::LeftDockWidgetArea, dock);
+
+    m_tabs = new QTabWidget;
+    m_fit = new FitView;
+    m_memory = new MemoryView;
+    m_timeline = new TimelineView;
+    m_wrap = new WrapView;
+    m_compare = new CompareView;
+    m_tabs->addTab(m_fit, "Fit");
+    m_tabs->addTab(m_memory, "Memory");
+    m_tabs->addTab(m_timeline, "Timeline");
+    m_tabs->addTab(m_wrap, "Wrap");
+    m_tabs->addTab(m_compare, "Compare");
+    setCentralWidget(m_tabs);
+    m_status = new QLabel;
+    statusBar()->addWidget(m_status, 1);
+
+    connect(m_inputs, &InputPanel::changed, this, &MainWindow::replan);
+    connect(m_planner, &Planner::planReady, this, &MainWindow::onPlan);
+    connect(m_planner, &Planner::planFailed, this, [this](quint64, const QString& message) {
+        m_inputs->showError(message);
+        m_status->setText("Not re-planned: " + message + " (the previous plan is shown)");
+    });
+    connect(m_planner, &Planner::strategiesReady, m_fit, &FitView::setStrategies);
+    connect(m_planner, &Planner::wrapReady, m_wrap, &WrapView::setResult);
+    connect(m_fit, &FitView::strategyClicked, this,
+            [this](core::Strategy s) { m_inputs->setKnob("strategy", q(core::strategyName(s))); });
+    connect(m_wrap, &WrapView::candidateChosen, m_inputs, &InputPanel::applyCandidate);
+
+    buildMenus();
+    if (m_options.use_settings) {
+        QSettings settings("shardcast", "shardcast-gui");
+        restoreGeometry(settings.value("geometry").toByteArray());
+        restoreState(settings.value("state").toByteArray());
+    }
+    resize(size().isEmpty() ? QSize(1400, 900) : size());
+}
+
+MainWindow::~MainWindow() = default;
+
+void MainWindow::buildMenus() {
+    QMenu* file = menuBar()->addMenu("&File");
+    QAction* open = file->addAction("&Open plan...");
+    open->setShortcut(QKeySequence::Open);
+    connect(open, &QAction::triggered, this, [this] {
+        const QString path = QFileDialog::getOpenFileName(this, "Open plan", {}, "Plans (*.json)");
+        if (!path.isEmpty()) (void)openPlan(path);
+    });
+    m_recent = file->addMenu("Open &recent");
+    refreshRecentMenu();
+    QAction* save = file->addAction("&Save plan...");
+    save->setShortcut(QKeySequence::Save);
+    connect(save, &QAction::triggered, this, [this] {
+        const QString path = QFileDialog::getSaveFileName(this, "Save plan", {}, "Plans (*.json)");
+        if (path.isEmpty()) return;
+        if (auto s = savePlan(path); !s) m_status->setText(QString::fromStdString(s.error().message));
+    });
+    QAction* model = file->addAction("Open &model config...");
+    connect(model, &QAction::triggered, this, [this] {
+        const QString path = QFileDialog::getOpenFileName(this, "Open model config", {}, "JSON (*.json)");
+        if (!path.isEmpty()) m_inputs->openModelFile(path);
+    });
+    QAction* run = file->addAction("Open run &record...");
+    connect(run, &QAction::triggered, this, [this] {
+        const QString path = QFileDialog::getOpenFileName(this, "Open run record", {}, "Run records (*.json)");
+        if (path.isEmpty()) return;
+        showView("compare");
+        (void)m_compare->loadRun(path);
+    });
+    file->addSeparator();
+    QAction* exportView = file->addAction("&Export view as PNG or SVG...");
+    exportView->setShortcut(QKeySequence("Ctrl+E"));
+    connect(exportView, &QAction::triggered, this, [this] {
+        const QString path = QFileDialog::getSaveFileName(this, "Export view", {}, "PNG (*.png);;SVG (*.svg)");
+        if (path.isEmpty()) return;
+        if (auto s = exportCurrentView(path); !s) m_status->setText(QString::fromStdString(s.error().message));
+    });
+    QAction* trace = file->addAction("Export timeline as &Chrome trace...");
+    connect(trace, &QAction::triggered, this, [this] {
+        const QString path = QFileDialog::getSaveFileName(this, "Export Chrome trace", {}, "Chrome trace (*.json)");
+        if (path.isEmpty()) return;
+        if (auto s = exportChromeTrace(path); !s) m_status->setText(QString::fromStdString(s.error().message));
+    });
+    QAction* copy = file->addAction("Copy &PyTorch code");
+    copy->setShortcut(QKeySequence("Ctrl+Shift+C"));
+    connect(copy, &QAction::triggered, this, [this] { QApplication::clipboard()->setText(m_wrap->pytorchCode()); });
+    file->addSeparator();
+    QAction* quit = file->addAction("&Quit");
+    quit->setShortcut(QKeySequence::Quit);
+    connect(quit, &QAction::triggered, this, &QWidget::close);
+
+    QMenu* view = menuBar()->addMenu("&View");
+    const QStringList names = viewNames();
+    for (int i = 0; i < names.size(); ++i) {
+        QAction* a = view->addAction(m_tabs->tabText(i));
+        a->setShortcut(QKeySequence(QString("Alt+%1").arg(i + 1)));
+        connect(a, &QAction::triggered, this, [this, i] { m_tabs->setCurrentIndex(i); });
+    }
+}
+
+void MainWindow::replan() {
+    m_planner->request(m_inputs->overrides());
+    m_wrap->setPending();
+    m_status->setText("Planning...");
+}
+
+void MainWindow::onPlan(std::shared_ptr<const PlanResult> plan) {
+    m_plan = plan;
+    m_inputs->clearErrors();
+    m_fit->setPlan(plan);
+    m_memory->setPlan(plan);
+    m_timeline->setPlan(plan);
+    m_status->setText(QString("%1: %2, step %3")
+                          .arg(q(plan->plan.model->name), plan->eval.fit.fits ? "fits" : "does not fit",
+                               formatMs(plan->eval.summary.step_s)));
+}
+
+core::Status MainWindow::openPlan(const QString& path) {
+    if (auto s = m_inputs->setBasePlan(path); !s) {
+        m_inputs->showError(QString::fromStdString(s.error().message));
+        return s;
+    }
+    addRecent(QFileInfo(path).absoluteFilePath());
+    setWindowTitle("shardcast - " + QFileInfo(path).fileName());
+    return core::Ok{};
+}
+
+core::Status MainWindow::savePlan(const QString& path) const {
+    if (!m_plan) return core::makeError("no plan to save yet");
+    return core::writePlanFile(m_plan->plan, path.toStdString());
+}
+
+core::Status MainWindow::exportCurrentView(const QString& path) { return saveWidgetImage(m_tabs->currentWidget(), path); }
+
+core::Status MainWindow::exportChromeTrace(const QString& path) const {
+    if (!m_plan) return core::makeError("no plan to export yet");
+    const sim::Evaluation& e = m_plan->eval;
+    return sim::writeChromeTrace(path.toStdString(), e.program, e.timeline, &e.timed);
+}
+
+bool MainWindow::showView(const QString& name) {
+    const qsizetype i = viewNames().indexOf(name);
+    if (i < 0) return false;
+    m_tabs->setCurrentIndex(static_cast<int>(i));
+    return true;
+}
+
+void MainWindow::addRecent(const QString& path) {
+    if (!m_options.use_settings) return;
+    QSettings settings("shardcast", "shardcast-gui");
+    QStringList recent = settings.value("recentFiles").toStringList();
+    recent.removeAll(path);
+    recent.prepend(path);
+    while (recent.size() > kMaxRecent) recent.removeLast();
+    settings.setValue("recentFiles", recent);
+    refreshRecentMenu();
+}
+
+void MainWindow::refreshRecentMenu() {
+    m_recent->clear();
+    QStringList recent;
+    if (m_options.use_settings) recent = QSettings("shardcast", "shardcast-gui").value("recentFiles").toStringList();
+    for (const QString& path : recent) {
+        QAction* a = m_recent->addAction(path);
+        connect(a, &QAction::triggered, this, [this, path] { (void)openPlan(path); });
+    }
+    m_recent->setEnabled(!recent.isEmpty());
+}
+
+void MainWindow::closeEvent(QCloseEvent* e) {
+    if (m_options.use_settings) {
+        QSettings settings("shardcast", "shardcast-gui");
+        settings.setValue("geometry", saveGeometry());
+        settings.setValue("state", saveState());
+    }
+    e->accept();
+}
+
+}  // namespace shardcast::gui

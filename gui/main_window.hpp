@@ -1,0 +1,83 @@
+#pragma once
+// The main window: the input dock on the left, the views in tabs on the right, the planner
+// between them, File menu actions and remembered settings (QSettings, organisation "shardcast").
+#include <memory>
+
+#include <QMainWindow>
+#include <QString>
+#include <QStringList>
+
+#include "core/result.hpp"
+#include "gui/plan_results.hpp"
+
+class QLabel;
+class QMenu;
+class QTabWidget;
+
+namespace shardcast::gui {
+
+class CompareView;
+class FitView;
+class InputPanel;
+class MemoryView;
+class Planner;
+class TimelineView;
+class WrapView;
+
+class MainWindow : public QMainWindow {
+    Q_OBJECT
+public:
+    struct Options {
+        bool use_settings = true;  // restore and save geometry, dock state and recent files
+    };
+    explicit MainWindow(Options options);
+    MainWindow() : MainWindow(Options{}) {}
+    ~MainWindow() override;
+
+    // Loads a plan file as the knobs' base and re-plans. Errors: the file's (the previous plan stays).
+    core::Status openPlan(const QString& path);
+    core::Status savePlan(const QString& path) const;
+    core::Status exportCurrentView(const QString& path);
+    core::Status exportChromeTrace(const QString& path) const;
+
+    // "fit", "memory", "timeline", "wrap", "compare"; false for an unknown name.
+    bool showView(const QString& name);
+    static QStringList viewNames();
+
+    Planner* planner() const { return m_planner; }
+    InputPanel* inputs() const { return m_inputs; }
+    FitView* fitView() const { return m_fit; }
+    MemoryView* memoryView() const { return m_memory; }
+    TimelineView* timelineView() const { return m_timeline; }
+    WrapView* wrapView() const { return m_wrap; }
+    CompareView* compareView() const { return m_compare; }
+    const PlanResult* currentPlan() const { return m_plan.get(); }
+
+    // The bundled first-screen plan (examples/llama-3.1-8b-8xh100.json), installed or in the sources.
+    static QString defaultPlanPath();
+
+protected:
+    void closeEvent(QCloseEvent* e) override;
+
+private:
+    void buildMenus();
+    void replan();
+    void onPlan(std::shared_ptr<const PlanResult> plan);
+    void addRecent(const QString& path);
+    void refreshRecentMenu();
+
+    Options m_options;
+    Planner* m_planner = nullptr;
+    InputPanel* m_inputs = nullptr;
+    QTabWidget* m_tabs = nullptr;
+    FitView* m_fit = nullptr;
+    MemoryView* m_memory = nullptr;
+    TimelineView* m_timeline = nullptr;
+    WrapView* m_wrap = nullptr;
+    CompareView* m_compare = nullptr;
+    QLabel* m_status = nullptr;
+    QMenu* m_recent = nullptr;
+    std::shared_ptr<const PlanResult> m_plan;
+};
+
+}  // namespace shardcast::gui
