@@ -119,8 +119,8 @@ core::Status CompareView::loadRun(const QString& path) {
     const sim::Evaluation& e = d.prediction;
     std::vector<TimelineTrack> tracks;
     for (const core::StreamComparison& sc : c.streams) {
-        tracks.push_back(TimelineTrack{q(core::streamName(sc.stream)) + " (predicted)", &e.timeline, sc.stream, false});
-        tracks.push_back(TimelineTrack{q(core::streamName(sc.stream)) + " (measured)", &d.run.timeline, sc.stream, false});
+        tracks.push_back(TimelineTrack{q(core::streamName(sc.stream)) + " (pred.)", &e.timeline, sc.stream, false});
+        tracks.push_back(TimelineTrack{q(core::streamName(sc.stream)) + " (meas.)", &d.run.timeline, sc.stream, false});
     }
     auto shared = m_data;
     m_canvas->setData(

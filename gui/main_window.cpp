@@ -64,11 +64,20 @@ MainWindow::MainWindow(Options options) : m_options(options) {
     m_timeline = new TimelineView;
     m_wrap = new WrapView;
     m_compare = new CompareView;
-    m_tabs->addTab(m_fit, "Fit");
-    m_tabs->addTab(m_memory, "Memory");
-    m_tabs->addTab(m_timeline, "Timeline");
-    m_tabs->addTab(m_wrap, "Wrap");
-    m_tabs->addTab(m_compare, "Compare");
+    // Each view scrolls when the window is smaller than its minimum, so the window takes any size
+    // (--screenshot --size) without being widened.
+    auto addView = [this](QWidget* view, const QString& title) {
+        auto* area = new QScrollArea;
+        area->setWidget(view);
+        area->setWidgetResizable(true);
+        area->setFrameShape(QFrame::NoFrame);
+        m_tabs->addTab(area, title);
+    };
+    addView(m_fit, "Fit");
+    addView(m_memory, "Memory");
+    addView(m_timeline, "Timeline");
+    addView(m_wrap, "Wrap");
+    addView(m_compare, "Compare");
     setCentralWidget(m_tabs);
     m_status = new QLabel;
     statusBar()->addWidget(m_status, 1);
@@ -188,7 +197,10 @@ core::Status MainWindow::savePlan(const QString& path) const {
     return core::writePlanFile(m_plan->plan, path.toStdString());
 }
 
-core::Status MainWindow::exportCurrentView(const QString& path) { return saveWidgetImage(m_tabs->currentWidget(), path); }
+core::Status MainWindow::exportCurrentView(const QString& path) {
+    auto* area = static_cast<QScrollArea*>(m_tabs->currentWidget());
+    return saveWidgetImage(area->widget(), path);
+}
 
 core::Status MainWindow::exportChromeTrace(const QString& path) const {
     if (!m_plan) return core::makeError("no plan to export yet");
