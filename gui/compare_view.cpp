@@ -106,6 +106,10 @@ core::Status CompareView::loadRun(const QString& path) {
                          percent(c.peak_memory_error));
     for (const core::StreamComparison& sc : c.streams) s += QString(" %1 %2;").arg(q(core::streamName(sc.stream)), percent(sc.error));
     if (c.excluded_task_count > 0) s += QString("<br>%1 emulated collective tasks left out of the time errors").arg(c.excluded_task_count);
+    s += "<br>measured lanes coloured by duration error: ";
+    for (double e : {-0.5, -0.25, 0.0, 0.25, 0.5}) {
+        s += QString("<span style='background:%1'>&nbsp;%2%3%&nbsp;</span> ").arg(errorColor(e).name()).arg(e > 0 ? "+" : "").arg(e * 100, 0, 'f', 0);
+    }
     m_summary->setText(s);
 
     QString t = "<b>Tasks with the largest duration error</b><table cellspacing=4><tr><th align=left>task</th><th>predicted</th><th>measured</th><th>error</th></tr>";

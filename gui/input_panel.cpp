@@ -126,7 +126,7 @@ InputPanel::InputPanel(QWidget* parent) : QWidget(parent) {
     addSpin(training, "grad-accum", "training.grad_accum", "grad accumulation",
             "Micro-batches per optimizer step (gradient accumulation steps).", 1, 4096);
     {
-        auto* box = new QCheckBox("reduce on the last micro-batch only");
+        auto* box = new QCheckBox("reduce on the last only");
         Knob& k = addKnob(training, "no-sync", "training.no_sync", "no_sync",
                           "Skip gradient reduction on all but the last micro-batch (FSDP's no_sync() / "
                           "set_requires_gradient_sync(False)).",

@@ -24,6 +24,7 @@
 #include "gui/memory_view.hpp"
 #include "gui/palette.hpp"
 #include "gui/planner.hpp"
+#include "gui/timeline_canvas.hpp"
 #include "gui/timeline_view.hpp"
 #include "gui/wrap_view.hpp"
 #include "simulator/chrome_trace.hpp"
@@ -157,6 +158,22 @@ void MainWindow::buildMenus() {
     connect(quit, &QAction::triggered, this, &QWidget::close);
 
     QMenu* view = menuBar()->addMenu("&View");
+    // Zoom the timeline on screen (the timeline or the compare view); the canvas's own keys
+    // (+, -, Ctrl+0, arrows) work when it has focus.
+    auto zoom = [this, view](const QString& text, const QKeySequence& key, auto apply) {
+        QAction* a = view->addAction(text);
+        a->setShortcut(key);
+        connect(a, &QAction::triggered, this, [this, apply] {
+            TimelineCanvas* canvas = m_tabs->currentIndex() == 4 ? m_compare->canvas() : m_timeline->canvas();
+            TimeAxis& axis = canvas->axis();
+            apply(axis);
+            canvas->update();
+        });
+    };
+    zoom("Zoom &in", QKeySequence::ZoomIn, [](TimeAxis& a) { a.zoomAround(a.leftPx() + a.widthPx() / 2, 1.5); });
+    zoom("Zoom &out", QKeySequence::ZoomOut, [](TimeAxis& a) { a.zoomAround(a.leftPx() + a.widthPx() / 2, 1 / 1.5); });
+    zoom("&Reset zoom", QKeySequence("Ctrl+0"), [](TimeAxis& a) { a.reset(); });
+    view->addSeparator();
     const QStringList names = viewNames();
     for (int i = 0; i < names.size(); ++i) {
         QAction* a = view->addAction(m_tabs->tabText(i));

@@ -169,6 +169,33 @@ void WrapScatter::mouseMoveEvent(QMouseEvent* e) {
                        this);
 }
 
+GroupingStrip::GroupingStrip(QWidget* parent) : QWidget(parent) { setFixedHeight(34); }
+
+void GroupingStrip::setGrouping(int blocks, std::vector<int32_t> ends) {
+    m_blocks = blocks;
+    m_ends = std::move(ends);
+    update();
+}
+
+void GroupingStrip::paintEvent(QPaintEvent*) {
+    QPainter p(this);
+    if (m_blocks <= 0 || m_ends.empty()) return;
+    const double left = 50, w = (width() - left - 4) / static_cast<double>(m_blocks);
+    p.drawText(QRectF(0, 0, left - 6, height()), Qt::AlignRight | Qt::AlignVCenter, "units");
+    int32_t begin = 0;
+    for (size_t u = 0; u < m_ends.size(); ++u) {
+        const int32_t end = m_ends[u];
+        const QRectF r(left + begin * w, 4, (end - begin) * w, height() - 8);
+        p.fillRect(r, u % 2 == 0 ? QColor(0x4e, 0x79, 0xa7) : QColor(0xa0, 0xcb, 0xe8));
+        p.setPen(Qt::white);
+        p.drawRect(r);
+        p.setPen(u % 2 == 0 ? Qt::white : Qt::black);
+        const QString label = end - begin == 1 ? QString::number(begin) : QString("%1-%2").arg(begin).arg(end - 1);
+        if (QFontMetrics(p.font()).horizontalAdvance(label) < r.width() - 2) p.drawText(r, Qt::AlignCenter, label);
+        begin = end;
+    }
+}
+
 WrapView::WrapView(QWidget* parent) : QWidget(parent) {
     auto* layout = new QVBoxLayout(this);
     m_status = new QLabel;
@@ -186,6 +213,7 @@ WrapView::WrapView(QWidget* parent) : QWidget(parent) {
     m_table->setSelectionBehavior(QAbstractItemView::SelectRows);
     m_table->setSelectionMode(QAbstractItemView::SingleSelection);
     m_table->verticalHeader()->hide();
+    m_table->verticalHeader()->setDefaultSectionSize(m_table->fontMetrics().height() + 6);
     m_table->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
     top->addWidget(m_scatter);
     top->addWidget(m_table);
@@ -205,6 +233,8 @@ WrapView::WrapView(QWidget* parent) : QWidget(parent) {
     copy->setToolTip("Copy the fully_shard code of the exact search's grouping to the clipboard.");
     row->addWidget(copy);
     bl->addLayout(row);
+    m_strip = new GroupingStrip;
+    bl->addWidget(m_strip);
     m_code = new QPlainTextEdit;
     m_code->setReadOnly(true);
     m_code->setFont(QFontDatabase::systemFont(QFontDatabase::FixedFont));
@@ -256,9 +286,11 @@ void WrapView::setResult(std::shared_ptr<const WrapResult> result) {
                                    s.fits ? QString("fits") : QString("does not fit"),
                                    s.message.empty() ? QString() : "<br>" + QString::fromStdString(s.message).toHtmlEscaped()));
         m_code->setPlainText(QString::fromStdString(m_result->pytorch_code));
+        m_strip->setGrouping(static_cast<int>(m_result->base.model->blocks.size()), s.ends);
     } else {
         m_search->setText("<b>Exact search</b>: " + QString::fromStdString(m_result->search_error).toHtmlEscaped());
         m_code->clear();
+        m_strip->setGrouping(0, {});
     }
 }
 

@@ -3,7 +3,9 @@
 // point of step time against peak memory, the Pareto front, the capacity line; a sortable table
 // beside it; a click on a point or a row loads that plan. Below: the exact search's grouping and
 // its PyTorch code with a Copy button.
+#include <cstdint>
 #include <memory>
+#include <vector>
 
 #include <QWidget>
 
@@ -43,6 +45,22 @@ private:
     double m_x_max = 1, m_y_max = 1;  // ms, GiB
 };
 
+// The exact search's grouping drawn over the model's blocks: one cell per block, units as
+// alternating colour runs labelled with their block range.
+class GroupingStrip : public QWidget {
+    Q_OBJECT
+public:
+    explicit GroupingStrip(QWidget* parent = nullptr);
+    void setGrouping(int blocks, std::vector<int32_t> ends);
+
+protected:
+    void paintEvent(QPaintEvent*) override;
+
+private:
+    int m_blocks = 0;
+    std::vector<int32_t> m_ends;
+};
+
 class WrapView : public QWidget {
     Q_OBJECT
 public:
@@ -66,6 +84,7 @@ private:
     QTableView* m_table = nullptr;
     QLabel* m_status = nullptr;
     QLabel* m_search = nullptr;
+    GroupingStrip* m_strip = nullptr;
     QPlainTextEdit* m_code = nullptr;
     std::shared_ptr<const WrapResult> m_result;
 };
