@@ -22,6 +22,7 @@
 #include "gui/fit_view.hpp"
 #include "gui/input_panel.hpp"
 #include "gui/memory_view.hpp"
+#include "gui/module_tree.hpp"
 #include "gui/palette.hpp"
 #include "gui/planner.hpp"
 #include "gui/timeline_canvas.hpp"
@@ -58,6 +59,14 @@ MainWindow::MainWindow(Options options) : m_options(options) {
     dock->setWidget(scroll);
     dock->setFeatures(QDockWidget::DockWidgetMovable | QDockWidget::DockWidgetFloatable);
     addDockWidget(Qt::LeftDockWidgetArea, dock);
+    m_modules = new ModuleTree;
+    auto* tree_dock = new QDockWidget("Module tree", this);
+    tree_dock->setObjectName("module-tree-dock");
+    tree_dock->setWidget(m_modules);
+    tree_dock->setFeatures(QDockWidget::DockWidgetMovable | QDockWidget::DockWidgetFloatable);
+    addDockWidget(Qt::LeftDockWidgetArea, tree_dock);
+    tabifyDockWidget(dock, tree_dock);
+    dock->raise();
 
     m_tabs = new QTabWidget;
     m_fit = new FitView;
@@ -194,6 +203,7 @@ void MainWindow::onPlan(std::shared_ptr<const PlanResult> plan) {
     m_fit->setPlan(plan);
     m_memory->setPlan(plan);
     m_timeline->setPlan(plan);
+    m_modules->setPlan(plan);
     m_status->setText(QString("%1: %2, step %3")
                           .arg(q(plan->plan.model->name), plan->eval.fit.fits ? "fits" : "does not fit",
                                formatMs(plan->eval.summary.step_s)));

@@ -20,6 +20,7 @@ class CompareView;
 class FitView;
 class InputPanel;
 class MemoryView;
+class ModuleTree;
 class Planner;
 class TimelineView;
 class WrapView;
@@ -51,6 +52,7 @@ public:
     TimelineView* timelineView() const { return m_timeline; }
     WrapView* wrapView() const { return m_wrap; }
     CompareView* compareView() const { return m_compare; }
+    ModuleTree* moduleTree() const { return m_modules; }
     const PlanResult* currentPlan() const { return m_plan.get(); }
 
     // The bundled first-screen plan (examples/llama-3.1-8b-8xh100.json), installed or in the sources.
@@ -75,6 +77,7 @@ private:
     TimelineView* m_timeline = nullptr;
     WrapView* m_wrap = nullptr;
     CompareView* m_compare = nullptr;
+    ModuleTree* m_modules = nullptr;
     QLabel* m_status = nullptr;
     QMenu* m_recent = nullptr;
     std::shared_ptr<const PlanResult> m_plan;

@@ -6,6 +6,7 @@
 #include "core/compare.hpp"
 #include "core/plan_build.hpp"
 #include "gui/memory_view.hpp"
+#include "gui/module_tree.hpp"
 #include "gui/palette.hpp"
 #include "gui/plan_results.hpp"
 #include "gui/timeline_view.hpp"
@@ -103,6 +104,27 @@ private slots:
         const QString label = QString::fromStdString(plan->eval.program.taskLabel(timed.peak_task));
         for (int r = 0; r < view.aliveList()->count(); ++r) listed = listed || view.aliveList()->item(r)->text().startsWith(label);
         QVERIFY(listed);
+    }
+
+    // Parameters per subtree and the unit of each module under wrap=block.
+    void moduleTreeShowsParamsAndUnits() {
+        auto plan = example();
+        gui::ModuleTree tree;
+        tree.setPlan(plan);
+        const core::Model& model = *plan->plan.model;
+        QCOMPARE(tree.topLevelItemCount(), 1);
+        QCOMPARE(tree.topLevelItem(0)->text(gui::ModuleTree::Params), QLocale::c().toString(static_cast<qlonglong>(model.numParams())));
+        QMap<QString, QTreeWidgetItem*> by_fqn;
+        for (QTreeWidgetItemIterator it(&tree); *it; ++it) by_fqn[(*it)->toolTip(gui::ModuleTree::Name)] = *it;
+        QVERIFY(by_fqn.contains("model.layers.3") && by_fqn.contains("model.layers.3.self_attn") &&
+                by_fqn.contains("model.embed_tokens"));
+        QCOMPARE(by_fqn["model.layers.3"]->text(gui::ModuleTree::Unit), QString("model.layers.3"));
+        QCOMPARE(by_fqn["model.layers.3.self_attn"]->text(gui::ModuleTree::Unit), QString("model.layers.3"));
+        QCOMPARE(by_fqn["model.embed_tokens"]->text(gui::ModuleTree::Unit), QString("(root)"));
+        int64_t block_params = 0;
+        const int32_t block = model.findModule("model.layers.3");
+        for (const core::Param& p : model.params) block_params += model.isWithin(p.module, block) ? p.numel() : 0;
+        QCOMPARE(by_fqn["model.layers.3"]->text(gui::ModuleTree::Params), QLocale::c().toString(static_cast<qlonglong>(block_params)));
     }
 };
 
