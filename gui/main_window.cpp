@@ -28,12 +28,27 @@
 #include "gui/timeline_canvas.hpp"
 #include "gui/timeline_view.hpp"
 #include "gui/wrap_view.hpp"
+#include "core/file_io.hpp"
 #include "simulator/chrome_trace.hpp"
+#ifdef SHARDCAST_GUI_WITH_STORE
+#include <QStandardPaths>
+
+#include "db/store.hpp"
+#include "gui/history_view.hpp"
+#endif
 
 namespace shardcast::gui {
 
 namespace {
 constexpr int kMaxRecent = 8;
+#ifdef SHARDCAST_GUI_WITH_STORE
+// Where an object opened from the store is written for the loaders that read files.
+QString storeCopyPath(const QString& id) {
+    QDir dir(QStandardPaths::writableLocation(QStandardPaths::CacheLocation));
+    dir.mkpath("store");
+    return dir.filePath("store/" + id + ".json");
+}
+#endif
 QString q(std::string_view s) { return QString::fromUtf8(s.data(), static_cast<qsizetype>(s.size())); }
 }  // namespace
 
@@ -44,7 +59,13 @@ QString MainWindow::defaultPlanPath() {
     return QDir(SHARDCAST_SOURCE_EXAMPLES_DIR).filePath(name);
 }
 
-QStringList MainWindow::viewNames() { return {"fit", "memory", "timeline", "wrap", "compare"}; }
+QStringList MainWindow::viewNames() {
+#ifdef SHARDCAST_GUI_WITH_STORE
+    return {"fit", "memory", "timeline", "wrap", "compare", "history"};
+#else
+    return {"fit", "memory", "timeline", "wrap", "compare"};
+#endif
+}
 
 MainWindow::MainWindow(Options options) : m_options(options) {
     setWindowTitle("shardcast");
@@ -88,6 +109,30 @@ MainWindow::MainWindow(Options options) : m_options(options) {
     addView(m_timeline, "Timeline");
     addView(m_wrap, "Wrap");
     addView(m_compare, "Compare");
+#ifdef SHARDCAST_GUI_WITH_STORE
+    m_history = new HistoryView;
+    addView(m_history, "History");
+    connect(m_tabs, &QTabWidget::currentChanged, this, [this](int i) {
+        if (i == 5) (void)m_history->refresh();
+    });
+    connect(m_history, &HistoryView::openPlanRequested, this, [this](const QString& id, const nlohmann::json& plan) {
+        const QString path = storeCopyPath(id);
+        if (auto s = core::writeFileAtomically(path.toStdString(), plan.dump(2) + "\n"); !s) {
+            m_status->setText(QString::fromStdString(s.error().message));
+            return;
+        }
+        if (openPlan(path).ok()) showView("fit");
+    });
+    connect(m_history, &HistoryView::openRunRequested, this, [this](const QString& id, const nlohmann::json& record) {
+        const QString path = storeCopyPath(id);
+        if (auto s = core::writeFileAtomically(path.toStdString(), record.dump() + "\n"); !s) {
+            m_status->setText(QString::fromStdString(s.error().message));
+            return;
+        }
+        showView("compare");
+        (void)m_compare->loadRun(path);
+    });
+#endif
     setCentralWidget(m_tabs);
     m_status = new QLabel;
     statusBar()->addWidget(m_status, 1);
@@ -132,6 +177,15 @@ void MainWindow::buildMenus() {
         if (path.isEmpty()) return;
         if (auto s = savePlan(path); !s) m_status->setText(QString::fromStdString(s.error().message));
     });
+#ifdef SHARDCAST_GUI_WITH_STORE
+    QAction* store = file->addAction("Save to s&tore");
+    store->setShortcut(QKeySequence("Ctrl+Shift+S"));
+    connect(store, &QAction::triggered, this, [this] {
+        auto saved = saveToStore();
+        m_status->setText(saved ? QString("Saved %1 in the store").arg(QString::fromStdString(*saved))
+                                : QString::fromStdString(saved.error().message));
+    });
+#endif
     QAction* model = file->addAction("Open &model config...");
     connect(model, &QAction::triggered, this, [this] {
         const QString path = QFileDialog::getOpenFileName(this, "Open model config", {}, "JSON (*.json)");
@@ -233,6 +287,27 @@ core::Status MainWindow::exportChromeTrace(const QString& path) const {
     if (!m_plan) return core::makeError("no plan to export yet");
     const sim::Evaluation& e = m_plan->eval;
     return sim::writeChromeTrace(path.toStdString(), e.program, e.timeline, &e.timed);
+}
+
+core::Result<std::string> MainWindow::saveToStore() {
+#ifdef SHARDCAST_GUI_WITH_STORE
+    if (!m_plan) return core::makeError("no plan to save yet");
+    auto path = db::defaultDbPath();
+    if (!path) return path.error();
+    auto store = db::Store::open(*path, true);
+    if (!store) return store.error();
+    auto doc = core::selfContainedPlanJson(m_plan->plan);
+    if (!doc) return doc.error();
+    const core::Plan& p = m_plan->plan;
+    const std::string summary = p.model->name + ", " + std::to_string(m_plan->eval.mesh.world_size) + "x " +
+                                p.cluster.gpu.name + ", " + std::string(core::strategyName(p.sharding.strategy));
+    auto id = (*store)->savePlan(*doc, "", summary);
+    if (!id) return id.error();
+    if (m_history) (void)m_history->refresh();
+    return db::formatId(*id);
+#else
+    return core::makeError("this shardcast-gui was built without the store (db/)");
+#endif
 }
 
 bool MainWindow::showView(const QString& name) {

@@ -17,6 +17,7 @@ class QTabWidget;
 namespace shardcast::gui {
 
 class CompareView;
+class HistoryView;
 class FitView;
 class InputPanel;
 class MemoryView;
@@ -41,7 +42,8 @@ public:
     core::Status exportCurrentView(const QString& path);
     core::Status exportChromeTrace(const QString& path) const;
 
-    // "fit", "memory", "timeline", "wrap", "compare"; false for an unknown name.
+    // "fit", "memory", "timeline", "wrap", "compare", and "history" when built with the store;
+    // false for an unknown name.
     bool showView(const QString& name);
     static QStringList viewNames();
 
@@ -53,6 +55,9 @@ public:
     WrapView* wrapView() const { return m_wrap; }
     CompareView* compareView() const { return m_compare; }
     ModuleTree* moduleTree() const { return m_modules; }
+    HistoryView* historyView() const { return m_history; }
+    // Saves the current plan in the store (db::defaultDbPath()); returns its id ("plan-3").
+    core::Result<std::string> saveToStore();
     const PlanResult* currentPlan() const { return m_plan.get(); }
 
     // The bundled first-screen plan (examples/llama-3.1-8b-8xh100.json), installed or in the sources.
@@ -78,6 +83,7 @@ private:
     WrapView* m_wrap = nullptr;
     CompareView* m_compare = nullptr;
     ModuleTree* m_modules = nullptr;
+    HistoryView* m_history = nullptr;  // null without the store
     QLabel* m_status = nullptr;
     QMenu* m_recent = nullptr;
     std::shared_ptr<const PlanResult> m_plan;
