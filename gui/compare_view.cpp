@@ -15,7 +15,6 @@
 namespace shardcast::gui {
 
 namespace {
-QString q(std::string_view s) { return QString::fromUtf8(s.data(), static_cast<qsizetype>(s.size())); }
 QString percent(const std::optional<double>& e) {
     return e ? QString("%1%2%").arg(*e >= 0 ? "+" : "").arg(*e * 100, 0, 'f', 2) : QString("n/a");
 }
@@ -71,11 +70,7 @@ CompareView::CompareView(QWidget* parent) : QWidget(parent) {
     m_summary->setTextInteractionFlags(Qt::TextSelectableByMouse);
     layout->addWidget(m_summary);
     m_canvas = new TimelineCanvas;
-    auto* scroll = new QScrollArea;
-    scroll->setWidget(m_canvas);
-    scroll->setWidgetResizable(true);
-    scroll->setFrameShape(QFrame::NoFrame);
-    layout->addWidget(scroll, 1);
+    layout->addWidget(scrollable(m_canvas), 1);
     m_tasks = new QLabel;
     m_tasks->setTextInteractionFlags(Qt::TextSelectableByMouse);
     layout->addWidget(m_tasks);
@@ -98,13 +93,13 @@ core::Status CompareView::loadRun(const QString& path) {
     QString s = QString("<b>%1</b>: the %2 run (%3 ranks, %4 tasks compared); error = (predicted - measured) / measured<br>"
                         "step %5 predicted, %6 measured: <b>%7</b>; peak memory %8 predicted, %9 measured: <b>%10</b><br>"
                         "stream busy time:")
-                    .arg(path.toHtmlEscaped(), q(d.run.backend))
+                    .arg(path.toHtmlEscaped(), toQString(d.run.backend))
                     .arg(d.run.world_size)
                     .arg(c.task_count)
                     .arg(formatDurationNs(c.predicted_step_ns), formatDurationNs(c.measured_step_ns),
                          percent(c.step_time_error), formatGiB(c.predicted_peak_bytes), formatGiB(c.measured_peak_bytes),
                          percent(c.peak_memory_error));
-    for (const core::StreamComparison& sc : c.streams) s += QString(" %1 %2;").arg(q(core::streamName(sc.stream)), percent(sc.error));
+    for (const core::StreamComparison& sc : c.streams) s += QString(" %1 %2;").arg(toQString(core::streamName(sc.stream)), percent(sc.error));
     if (c.excluded_task_count > 0) s += QString("<br>%1 emulated collective tasks left out of the time errors").arg(c.excluded_task_count);
     s += "<br>measured lanes coloured by duration error: ";
     for (double e : {-0.5, -0.25, 0.0, 0.25, 0.5}) {
@@ -123,8 +118,8 @@ core::Status CompareView::loadRun(const QString& path) {
     const sim::Evaluation& e = d.prediction;
     std::vector<TimelineTrack> tracks;
     for (const core::StreamComparison& sc : c.streams) {
-        tracks.push_back(TimelineTrack{q(core::streamName(sc.stream)) + " (pred.)", &e.timeline, sc.stream, false});
-        tracks.push_back(TimelineTrack{q(core::streamName(sc.stream)) + " (meas.)", &d.run.timeline, sc.stream, false});
+        tracks.push_back(TimelineTrack{toQString(core::streamName(sc.stream)) + " (pred.)", &e.timeline, sc.stream, false});
+        tracks.push_back(TimelineTrack{toQString(core::streamName(sc.stream)) + " (meas.)", &d.run.timeline, sc.stream, false});
     }
     auto shared = m_data;
     m_canvas->setData(

@@ -15,8 +15,6 @@ namespace shardcast::gui {
 
 namespace {
 QString gibLabel(double v) { return QString::number(v, 'f', 0); }
-QString q(std::string_view s) { return QString::fromUtf8(s.data(), static_cast<qsizetype>(s.size())); }
-double gib(int64_t b) { return static_cast<double>(b) / static_cast<double>(core::kGiB); }
 }  // namespace
 
 StrategyBars::StrategyBars(QWidget* parent) : QWidget(parent) {
@@ -58,13 +56,13 @@ void StrategyBars::paintEvent(QPaintEvent*) {
     const QRectF plot = plotRect();
     int64_t top = m_data->capacity_bytes;
     for (const StrategyFit& s : m_data->strategies) top = std::max(top, s.peak_bytes);
-    LinearScale y{0, gib(top) * 1.08, plot.bottom(), plot.top()};
+    LinearScale y{0, toGiB(top) * 1.08, plot.bottom(), plot.top()};
     drawAxes(p, plot, LinearScale{}, y, {}, "peak memory per GPU (GiB)", nullptr, gibLabel);
     const QFontMetrics fm(p.font());
     for (int i = 0; i < static_cast<int>(m_data->strategies.size()); ++i) {
         const StrategyFit& s = m_data->strategies[static_cast<size_t>(i)];
         const QRectF col = barRect(i);
-        const QString name = q(core::strategyName(s.strategy));
+        const QString name = toQString(core::strategyName(s.strategy));
         QFont f = p.font();
         f.setBold(s.strategy == m_current);
         p.setFont(f);
@@ -78,7 +76,7 @@ void StrategyBars::paintEvent(QPaintEvent*) {
         }
         double base = 0;
         for (int c = 0; c < core::kMemCategoryCount; ++c) {
-            const double v = gib(s.at_peak[static_cast<size_t>(c)]);
+            const double v = toGiB(s.at_peak[static_cast<size_t>(c)]);
             if (v <= 0) continue;
             const QRectF seg(QPointF(col.left(), y.toPixel(base + v)), QPointF(col.right(), y.toPixel(base)));
             p.fillRect(seg, categoryColor(static_cast<core::MemCategory>(c)));
@@ -88,12 +86,12 @@ void StrategyBars::paintEvent(QPaintEvent*) {
         p.drawRect(QRectF(QPointF(col.left(), y.toPixel(base)), QPointF(col.right(), plot.bottom())));
         p.setPen(s.fits ? QColor(0x1e, 0x84, 0x49) : QColor(0xc0, 0x39, 0x2b));
         p.drawText(QRectF(col.center().x() - 80, y.toPixel(base) - fm.height() - 2, 160, fm.height()), Qt::AlignCenter,
-                   QString("%1 GiB, %2").arg(gib(s.peak_bytes), 0, 'f', 1).arg(formatMs(s.step_s)));
+                   QString("%1 GiB, %2").arg(toGiB(s.peak_bytes), 0, 'f', 1).arg(formatMs(s.step_s)));
         f.setBold(false);
         p.setFont(f);
     }
-    const double cap = y.toPixel(gib(m_data->capacity_bytes));
-    const double budget = y.toPixel(gib(m_data->budget_bytes));
+    const double cap = y.toPixel(toGiB(m_data->capacity_bytes));
+    const double budget = y.toPixel(toGiB(m_data->budget_bytes));
     p.setPen(QPen(QColor(0xc0, 0x39, 0x2b), 2));
     p.drawLine(QPointF(plot.left(), cap), QPointF(plot.right(), cap));
     p.drawText(QPointF(plot.right() - 170, cap - 4), "capacity " + formatGiB(m_data->capacity_bytes));
@@ -109,7 +107,7 @@ void StrategyBars::paintEvent(QPaintEvent*) {
         for (const StrategyFit& s : m_data->strategies) used = used || s.at_peak[static_cast<size_t>(c)] > 0;
         if (!used) continue;
         p.fillRect(QRectF(plot.right() + 16, ly + 2, 12, 12), categoryColor(static_cast<core::MemCategory>(c)));
-        p.drawText(QPointF(plot.right() + 34, ly + 12), q(core::categoryName(static_cast<core::MemCategory>(c))));
+        p.drawText(QPointF(plot.right() + 34, ly + 12), toQString(core::categoryName(static_cast<core::MemCategory>(c))));
         ly += 18;
     }
 }
@@ -126,14 +124,14 @@ void StrategyBars::mouseMoveEvent(QMouseEvent* e) {
         return;
     }
     const StrategyFit& s = m_data->strategies[static_cast<size_t>(i)];
-    QString text = "<b>" + q(core::strategyName(s.strategy)) + "</b>";
+    QString text = "<b>" + toQString(core::strategyName(s.strategy)) + "</b>";
     if (!s.ok) {
         text += "<br>" + QString::fromStdString(s.error).toHtmlEscaped();
     } else {
         text += QString("<br>peak %1, step %2").arg(formatGiB(s.peak_bytes), formatMs(s.step_s));
         for (int c = core::kMemCategoryCount - 1; c >= 0; --c) {
             if (s.at_peak[static_cast<size_t>(c)] <= 0) continue;
-            text += "<br>" + q(core::categoryName(static_cast<core::MemCategory>(c))) + ": " +
+            text += "<br>" + toQString(core::categoryName(static_cast<core::MemCategory>(c))) + ": " +
                     formatGiB(s.at_peak[static_cast<size_t>(c)]);
         }
         text += "<br><i>click to use this strategy</i>";
@@ -175,16 +173,16 @@ void FitView::setPlan(std::shared_ptr<const PlanResult> plan) {
     m_details->setText(
         QString("%1 on %2 x %3 (%4 node(s) x %5), %6 (FSDP%7), shard %8 x replicate %9, wrap %10 -> %11 units; "
                 "compute stream busy %12, exposed communication %13; peak at %14")
-            .arg(q(p.model->name))
+            .arg(toQString(p.model->name))
             .arg(e.mesh.world_size)
-            .arg(q(e.profile.gpu.name))
+            .arg(toQString(e.profile.gpu.name))
             .arg(p.cluster.nodes)
             .arg(p.cluster.gpus_per_node)
-            .arg(q(core::strategyName(p.sharding.strategy)))
+            .arg(toQString(core::strategyName(p.sharding.strategy)))
             .arg(p.sharding.fsdp_version)
             .arg(e.mesh.shard_size)
             .arg(e.mesh.replicate_size)
-            .arg(q(core::wrapPolicyString(p.sharding.wrap)))
+            .arg(toQString(core::wrapPolicyString(p.sharding.wrap)))
             .arg(e.program.units.size())
             .arg(formatMs(s.compute_s), formatMs(s.exposed_comm_s),
                  e.memory.peak_task >= 0 ? QString::fromStdString(e.program.taskLabel(e.memory.peak_task)) : "start"));

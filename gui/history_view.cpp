@@ -13,10 +13,11 @@
 #include <QTableView>
 #include <QVBoxLayout>
 
+#include "gui/palette.hpp"
+
 namespace shardcast::gui {
 
 namespace {
-QString q(std::string_view s) { return QString::fromUtf8(s.data(), static_cast<qsizetype>(s.size())); }
 constexpr int kMaxDetailChars = 20'000;
 }  // namespace
 
@@ -47,7 +48,7 @@ QVariant HistoryModel::data(const QModelIndex& index, int role) const {
     if (role != Qt::DisplayRole && role != kSortRole && role != Qt::ToolTipRole) return {};
     switch (static_cast<Column>(index.column())) {
         case Id: return QString::fromStdString(db::formatId(e.id));
-        case Kind: return q(db::kindPluralName(e.id.kind));
+        case Kind: return toQString(db::kindPluralName(e.id.kind));
         case Name: return QString::fromStdString(e.name);
         case Created:
             return QDateTime::fromMSecsSinceEpoch(e.created_unix_ms, QTimeZone::UTC).toString("yyyy-MM-dd HH:mm:ss 'UTC'");
@@ -85,7 +86,7 @@ HistoryView::HistoryView(QWidget* parent) : QWidget(parent) {
     m_kind = new QComboBox;
     m_kind->addItem("all kinds");
     for (db::Kind k : {db::Kind::plan, db::Kind::prediction, db::Kind::run, db::Kind::profile, db::Kind::comparison}) {
-        m_kind->addItem(q(db::kindPluralName(k)));
+        m_kind->addItem(toQString(db::kindPluralName(k)));
     }
     auto* refresh_button = new QPushButton("Refresh");
     auto* open = new QPushButton("Open");
@@ -192,34 +193,29 @@ core::Status HistoryView::openRow(int proxy_row) {
     const db::Entry& e = m_model->entry(m_proxy->mapToSource(m_proxy->index(proxy_row, 0)).row());
     auto object = get(e.id);
     if (!object) return object.error();
-    const QString id = QString::fromStdString(db::formatId(e.id));
-    // Follows a link stored as an id string in the body ("plan": "plan-3").
-    auto linked = [this](const nlohmann::json& ref) -> core::Result<db::Object> {
-        if (!ref.is_string()) return core::makeError("no linked object");
+    try {
+        return openObject(*object);
+    } catch (const nlohmann::json::exception& ex) {
+        return core::makeError(db::formatId(e.id) + ": " + ex.what());
+    }
+}
+
+core::Status HistoryView::openObject(const db::Object& object) {
+    const QString id = QString::fromStdString(db::formatId(object.id));
+    // A prediction opens its plan, a comparison its run: links stored as ids ("plan": "plan-3").
+    auto openLinked = [this](const nlohmann::json& ref) -> core::Status {
         auto linked_id = db::parseId(ref.get<std::string>());
         if (!linked_id) return linked_id.error();
-        return get(*linked_id);
+        auto linked = get(*linked_id);
+        if (!linked) return linked.error();
+        return openObject(*linked);
     };
-    try {
-        switch (e.id.kind) {
-            case db::Kind::plan: emit openPlanRequested(id, object->body.at("plan")); return core::Ok{};
-            case db::Kind::prediction: {
-                auto plan = linked(object->body.at("plan"));
-                if (!plan) return plan.error();
-                emit openPlanRequested(QString::fromStdString(db::formatId(plan->id)), plan->body.at("plan"));
-                return core::Ok{};
-            }
-            case db::Kind::run: emit openRunRequested(id, object->body.at("record")); return core::Ok{};
-            case db::Kind::comparison: {
-                auto run = linked(object->body.at("run"));
-                if (!run) return run.error();
-                emit openRunRequested(QString::fromStdString(db::formatId(run->id)), run->body.at("record"));
-                return core::Ok{};
-            }
-            case db::Kind::profile: break;
-        }
-    } catch (const nlohmann::json::exception& ex) {
-        return core::makeError(id.toStdString() + ": " + ex.what());
+    switch (object.id.kind) {
+        case db::Kind::plan: emit openPlanRequested(id, object.body.at("plan")); return core::Ok{};
+        case db::Kind::run: emit openRunRequested(id, object.body.at("record")); return core::Ok{};
+        case db::Kind::prediction: return openLinked(object.body.at("plan"));
+        case db::Kind::comparison: return openLinked(object.body.at("run"));
+        case db::Kind::profile: break;
     }
     return core::makeError(id.toStdString() + ": a profile has nothing to open; its figures are shown below");
 }

@@ -64,6 +64,7 @@ signals:
 
 private:
     core::Result<db::Object> get(const db::ObjectId& id) const;
+    core::Status openObject(const db::Object& object);  // may throw nlohmann::json::exception
 
     std::filesystem::path m_path;
     HistoryModel* m_model = nullptr;

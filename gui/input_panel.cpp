@@ -19,12 +19,12 @@
 #include "core/model_io.hpp"
 #include "core/sharding.hpp"
 #include "core/training.hpp"
+#include "gui/palette.hpp"
 
 namespace shardcast::gui {
 
 namespace {
 
-QString q(std::string_view s) { return QString::fromUtf8(s.data(), static_cast<qsizetype>(s.size())); }
 
 QString reshardText(const core::ShardingSpec& s) {
     switch (s.reshard_after_forward) {
@@ -77,9 +77,9 @@ InputPanel::InputPanel(QWidget* parent) : QWidget(parent) {
     m_model = new QComboBox;
     for (const std::string& name : core::bundledModelNames()) {
         auto m = core::resolveModel(name);
-        const QString label = m ? QString("%1  (%2 B params)").arg(q(name)).arg(static_cast<double>(m->numParams()) / 1e9, 0, 'f', 2)
-                                : q(name);
-        m_model->addItem(label, q(name));
+        const QString label = m ? QString("%1  (%2 B params)").arg(toQString(name)).arg(static_cast<double>(m->numParams()) / 1e9, 0, 'f', 2)
+                                : toQString(name);
+        m_model->addItem(label, toQString(name));
     }
     auto* model_row = new QWidget;
     auto* model_layout = new QHBoxLayout(model_row);
@@ -110,7 +110,7 @@ InputPanel::InputPanel(QWidget* parent) : QWidget(parent) {
     });
 
     QStringList gpus;
-    for (const core::GpuSpec& g : core::gpuPresets()) gpus << q(g.name);
+    for (const core::GpuSpec& g : core::gpuPresets()) gpus << toQString(g.name);
     QFormLayout* cluster = group("Cluster");
     addCombo(cluster, "gpu", "cluster.gpu", "GPU",
              "The GPU model whose memory and speed the plan uses (torch.cuda.get_device_name).", gpus, false);
@@ -279,27 +279,27 @@ void InputPanel::fillFromPlan(const core::Plan& p) {
     const core::TrainingSpec& t = p.training;
     const core::ShardingSpec& s = p.sharding;
     auto set = [this](const QString& key, const QString& v) { find(key)->set(v); };
-    set("model", q(p.model_ref));
-    set("gpu", q(p.cluster.gpu.name));
+    set("model", toQString(p.model_ref));
+    set("gpu", toQString(p.cluster.gpu.name));
     set("nodes", QString::number(p.cluster.nodes));
     set("gpus-per-node", QString::number(p.cluster.gpus_per_node));
     set("micro-batch", QString::number(t.micro_batch));
     set("seq-len", QString::number(t.seq_len));
     set("grad-accum", QString::number(t.grad_accum));
     set("no-sync", t.no_sync ? "true" : "false");
-    set("param-dtype", q(core::dtypeName(t.computeDtype())));
-    set("reduce-dtype", q(core::dtypeName(t.reduceDtype())));
-    set("master-dtype", q(core::dtypeName(t.master_dtype)));
-    set("optimizer", q(core::optimizerName(t.optimizer)));
-    set("ac", q(core::acString(t.ac, t.ac_every)));
-    set("attention", q(core::attentionName(t.attention)));
-    set("kernels", q(core::kernelImplName(t.kernels)));
-    set("offload", q(core::offloadName(t.offload)));
-    set("frozen", q(t.frozen_regex));
-    set("strategy", q(core::strategyName(s.strategy)));
+    set("param-dtype", toQString(core::dtypeName(t.computeDtype())));
+    set("reduce-dtype", toQString(core::dtypeName(t.reduceDtype())));
+    set("master-dtype", toQString(core::dtypeName(t.master_dtype)));
+    set("optimizer", toQString(core::optimizerName(t.optimizer)));
+    set("ac", toQString(core::acString(t.ac, t.ac_every)));
+    set("attention", toQString(core::attentionName(t.attention)));
+    set("kernels", toQString(core::kernelImplName(t.kernels)));
+    set("offload", toQString(core::offloadName(t.offload)));
+    set("frozen", toQString(t.frozen_regex));
+    set("strategy", toQString(core::strategyName(s.strategy)));
     set("shard-size", QString::number(s.shard_size));
     set("fsdp", QString::number(s.fsdp_version));
-    set("wrap", q(core::wrapPolicyString(s.wrap)));
+    set("wrap", toQString(core::wrapPolicyString(s.wrap)));
     set("reshard-after-forward", reshardText(s));
 }
 
@@ -359,10 +359,10 @@ void InputPanel::openModelFile(const QString& path) { setKnob("model", QFileInfo
 
 void InputPanel::applyCandidate(const sim::SweepCandidate& c) {
     ++m_updating;
-    setKnob("strategy", q(core::strategyName(c.strategy)));
-    setKnob("wrap", q(core::wrapPolicyString(c.wrap)));
+    setKnob("strategy", toQString(core::strategyName(c.strategy)));
+    setKnob("wrap", toQString(core::wrapPolicyString(c.wrap)));
     setKnob("micro-batch", QString::number(c.micro_batch));
-    setKnob("ac", q(core::acString(c.ac.mode, c.ac.every)));
+    setKnob("ac", toQString(core::acString(c.ac.mode, c.ac.every)));
     --m_updating;
     emitChanged();
 }

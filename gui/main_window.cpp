@@ -42,14 +42,7 @@ namespace shardcast::gui {
 namespace {
 constexpr int kMaxRecent = 8;
 #ifdef SHARDCAST_GUI_WITH_STORE
-// Where an object opened from the store is written for the loaders that read files.
-QString storeCopyPath(const QString& id) {
-    QDir dir(QStandardPaths::writableLocation(QStandardPaths::CacheLocation));
-    dir.mkpath("store");
-    return dir.filePath("store/" + id + ".json");
-}
 #endif
-QString q(std::string_view s) { return QString::fromUtf8(s.data(), static_cast<qsizetype>(s.size())); }
 }  // namespace
 
 QString MainWindow::defaultPlanPath() {
@@ -98,11 +91,7 @@ MainWindow::MainWindow(Options options) : m_options(options) {
     // Each view scrolls when the window is smaller than its minimum, so the window takes any size
     // (--screenshot --size) without being widened.
     auto addView = [this](QWidget* view, const QString& title) {
-        auto* area = new QScrollArea;
-        area->setWidget(view);
-        area->setWidgetResizable(true);
-        area->setFrameShape(QFrame::NoFrame);
-        m_tabs->addTab(area, title);
+        m_tabs->addTab(scrollable(view), title);
     };
     addView(m_fit, "Fit");
     addView(m_memory, "Memory");
@@ -116,21 +105,13 @@ MainWindow::MainWindow(Options options) : m_options(options) {
         if (i == 5) (void)m_history->refresh();
     });
     connect(m_history, &HistoryView::openPlanRequested, this, [this](const QString& id, const nlohmann::json& plan) {
-        const QString path = storeCopyPath(id);
-        if (auto s = core::writeFileAtomically(path.toStdString(), plan.dump(2) + "\n"); !s) {
-            m_status->setText(QString::fromStdString(s.error().message));
-            return;
-        }
-        if (openPlan(path).ok()) showView("fit");
+        if (const QString path = writeStoreCopy(id, plan); !path.isEmpty() && openPlan(path).ok()) showView("fit");
     });
     connect(m_history, &HistoryView::openRunRequested, this, [this](const QString& id, const nlohmann::json& record) {
-        const QString path = storeCopyPath(id);
-        if (auto s = core::writeFileAtomically(path.toStdString(), record.dump() + "\n"); !s) {
-            m_status->setText(QString::fromStdString(s.error().message));
-            return;
+        if (const QString path = writeStoreCopy(id, record); !path.isEmpty()) {
+            showView("compare");
+            (void)m_compare->loadRun(path);
         }
-        showView("compare");
-        (void)m_compare->loadRun(path);
     });
 #endif
     setCentralWidget(m_tabs);
@@ -146,7 +127,7 @@ MainWindow::MainWindow(Options options) : m_options(options) {
     connect(m_planner, &Planner::strategiesReady, m_fit, &FitView::setStrategies);
     connect(m_planner, &Planner::wrapReady, m_wrap, &WrapView::setResult);
     connect(m_fit, &FitView::strategyClicked, this,
-            [this](core::Strategy s) { m_inputs->setKnob("strategy", q(core::strategyName(s))); });
+            [this](core::Strategy s) { m_inputs->setKnob("strategy", toQString(core::strategyName(s))); });
     connect(m_wrap, &WrapView::candidateChosen, m_inputs, &InputPanel::applyCandidate);
 
     buildMenus();
@@ -259,7 +240,7 @@ void MainWindow::onPlan(std::shared_ptr<const PlanResult> plan) {
     m_timeline->setPlan(plan);
     m_modules->setPlan(plan);
     m_status->setText(QString("%1: %2, step %3")
-                          .arg(q(plan->plan.model->name), plan->eval.fit.fits ? "fits" : "does not fit",
+                          .arg(toQString(plan->plan.model->name), plan->eval.fit.fits ? "fits" : "does not fit",
                                formatMs(plan->eval.summary.step_s)));
 }
 
@@ -288,6 +269,20 @@ core::Status MainWindow::exportChromeTrace(const QString& path) const {
     const sim::Evaluation& e = m_plan->eval;
     return sim::writeChromeTrace(path.toStdString(), e.program, e.timeline, &e.timed);
 }
+
+#ifdef SHARDCAST_GUI_WITH_STORE
+QString MainWindow::writeStoreCopy(const QString& id, const nlohmann::json& document) {
+    // The loaders read files: an object opened from the store is written to the cache first.
+    QDir dir(QStandardPaths::writableLocation(QStandardPaths::CacheLocation));
+    dir.mkpath("store");
+    const QString path = dir.filePath("store/" + id + ".json");
+    if (auto s = core::writeFileAtomically(path.toStdString(), document.dump(2) + "\n"); !s) {
+        m_status->setText(QString::fromStdString(s.error().message));
+        return {};
+    }
+    return path;
+}
+#endif
 
 core::Result<std::string> MainWindow::saveToStore() {
 #ifdef SHARDCAST_GUI_WITH_STORE

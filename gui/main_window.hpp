@@ -7,6 +7,8 @@
 #include <QString>
 #include <QStringList>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "core/result.hpp"
 #include "gui/plan_results.hpp"
 
@@ -72,6 +74,9 @@ private:
     void onPlan(std::shared_ptr<const PlanResult> plan);
     void addRecent(const QString& path);
     void refreshRecentMenu();
+#ifdef SHARDCAST_GUI_WITH_STORE
+    QString writeStoreCopy(const QString& id, const nlohmann::json& document);  // "" on error, shown
+#endif
 
     Options m_options;
     Planner* m_planner = nullptr;

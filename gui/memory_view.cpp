@@ -19,10 +19,8 @@
 namespace shardcast::gui {
 
 namespace {
-QString q(std::string_view s) { return QString::fromUtf8(s.data(), static_cast<qsizetype>(s.size())); }
 QString gibLabel(double v) { return QString::number(v, 'f', 0); }
 QString msLabel(double v) { return QString::number(v / 1e6, 'g', 6); }
-double gib(int64_t b) { return static_cast<double>(b) / static_cast<double>(core::kGiB); }
 }  // namespace
 
 MemoryCurve::MemoryCurve(QWidget* parent) : QWidget(parent) {
@@ -63,7 +61,7 @@ QString MemoryCurve::hoverText(int64_t time_ns) const {
     if (pt.task >= 0) s += "<br>after " + QString::fromStdString(m_plan->eval.program.taskLabel(pt.task)).toHtmlEscaped();
     for (int c = core::kMemCategoryCount - 1; c >= 0; --c) {
         if (pt.bytes[static_cast<size_t>(c)] == 0) continue;
-        s += "<br>" + q(core::categoryName(static_cast<core::MemCategory>(c))) + ": " +
+        s += "<br>" + toQString(core::categoryName(static_cast<core::MemCategory>(c))) + ": " +
              formatGiB(pt.bytes[static_cast<size_t>(c)]);
     }
     return s;
@@ -77,7 +75,7 @@ void MemoryCurve::paintEvent(QPaintEvent*) {
     const auto& curve = e.timed.curve;
     const QRectF plot = plotRect();
     const int64_t top = std::max(e.timed.peak_bytes, e.fit.capacity_bytes);
-    LinearScale y{0, gib(top) * 1.05, plot.bottom(), plot.top()};
+    LinearScale y{0, toGiB(top) * 1.05, plot.bottom(), plot.top()};
     LinearScale x{0, static_cast<double>(e.timeline.step_ns), plot.left(), plot.right()};
     drawAxes(p, plot, x, y, "time in the step (ms)", "memory per GPU (GiB)", msLabel, gibLabel);
     if (curve.empty()) return;
@@ -108,7 +106,7 @@ void MemoryCurve::paintEvent(QPaintEvent*) {
         if (!best) continue;
         double base = 0;
         for (int c = 0; c < core::kMemCategoryCount; ++c) {
-            const double v = gib(best->bytes[static_cast<size_t>(c)]);
+            const double v = toGiB(best->bytes[static_cast<size_t>(c)]);
             if (v <= 0) continue;
             p.fillRect(QRectF(QPointF(px, y.toPixel(base + v)), QPointF(px + 1, y.toPixel(base))),
                        categoryColor(static_cast<core::MemCategory>(c)));
@@ -118,9 +116,9 @@ void MemoryCurve::paintEvent(QPaintEvent*) {
     p.restore();
     // Capacity, budget and the peak.
     p.setPen(QPen(QColor(0xc0, 0x39, 0x2b), 2));
-    p.drawLine(QPointF(plot.left(), y.toPixel(gib(e.fit.capacity_bytes))), QPointF(plot.right(), y.toPixel(gib(e.fit.capacity_bytes))));
-    p.drawText(QPointF(plot.left() + 4, y.toPixel(gib(e.fit.capacity_bytes)) - 4), "capacity " + formatGiB(e.fit.capacity_bytes));
-    const QPointF peak(m_axis.toPixel(e.timed.peak_time_ns), y.toPixel(gib(e.timed.peak_bytes)));
+    p.drawLine(QPointF(plot.left(), y.toPixel(toGiB(e.fit.capacity_bytes))), QPointF(plot.right(), y.toPixel(toGiB(e.fit.capacity_bytes))));
+    p.drawText(QPointF(plot.left() + 4, y.toPixel(toGiB(e.fit.capacity_bytes)) - 4), "capacity " + formatGiB(e.fit.capacity_bytes));
+    const QPointF peak(m_axis.toPixel(e.timed.peak_time_ns), y.toPixel(toGiB(e.timed.peak_bytes)));
     p.setRenderHint(QPainter::Antialiasing);
     p.setPen(QPen(Qt::black, 2));
     p.setBrush(Qt::white);
@@ -133,7 +131,7 @@ void MemoryCurve::paintEvent(QPaintEvent*) {
         if (e.timed.max_per_category[static_cast<size_t>(c)] <= 0) continue;
         p.fillRect(QRectF(plot.right() + 12, ly + 2, 12, 12), categoryColor(static_cast<core::MemCategory>(c)));
         p.setPen(Qt::black);
-        p.drawText(QPointF(plot.right() + 30, ly + 12), q(core::categoryName(static_cast<core::MemCategory>(c))));
+        p.drawText(QPointF(plot.right() + 30, ly + 12), toQString(core::categoryName(static_cast<core::MemCategory>(c))));
         ly += 18;
     }
 }
@@ -175,7 +173,7 @@ void MemoryView::setPlan(std::shared_ptr<const PlanResult> plan) {
         if (!alive) continue;
         auto* item = new QListWidgetItem(QString("%1  [%2]  %3")
                                              .arg(QString::fromStdString(e.program.taskLabel(id)),
-                                                  q(core::streamName(tt.stream)), formatDurationNs(tt.durationNs())));
+                                                  toQString(core::streamName(tt.stream)), formatDurationNs(tt.durationNs())));
         if (id == e.timed.peak_task) {
             QFont f = item->font();
             f.setBold(true);

@@ -4,6 +4,8 @@
 #include <array>
 #include <cmath>
 
+#include <QScrollArea>
+
 namespace shardcast::gui {
 
 QColor categoryColor(core::MemCategory c) {
@@ -52,6 +54,18 @@ QColor errorColor(double relative_error) {
     return QColor::fromRgbF(static_cast<float>(mid.redF() + (end.redF() - mid.redF()) * a),
                             static_cast<float>(mid.greenF() + (end.greenF() - mid.greenF()) * a),
                             static_cast<float>(mid.blueF() + (end.blueF() - mid.blueF()) * a));
+}
+
+QString toQString(std::string_view s) { return QString::fromUtf8(s.data(), static_cast<qsizetype>(s.size())); }
+
+double toGiB(int64_t bytes) { return static_cast<double>(bytes) / static_cast<double>(core::kGiB); }
+
+QScrollArea* scrollable(QWidget* content) {
+    auto* area = new QScrollArea;
+    area->setWidget(content);
+    area->setWidgetResizable(true);
+    area->setFrameShape(QFrame::NoFrame);
+    return area;
 }
 
 QString formatGiB(int64_t bytes) {

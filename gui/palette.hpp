@@ -1,7 +1,11 @@
 #pragma once
 // Colours and number formatting shared by every view: one colour per memory category and per
 // task kind, defined here only.
+
+class QScrollArea;
+class QWidget;
 #include <cstdint>
+#include <string_view>
 
 #include <QColor>
 #include <QString>
@@ -17,9 +21,16 @@ QColor taskKindColor(core::TaskKind k);
 // (0) to red (too large/slow), saturating at +-50%.
 QColor errorColor(double relative_error);
 
+QString toQString(std::string_view s);  // UTF-8
+double toGiB(int64_t bytes);            // bytes / 2^30, for chart scales
+
 QString formatGiB(int64_t bytes);      // "12.34 GiB"
 QString formatMs(double seconds);      // "123.45 ms"
 QString formatDurationNs(int64_t ns);  // picks ns / us / ms / s
 QString formatFlops(int64_t flops);    // "1.23 TFLOP"
+
+// `content` in a frameless scroll area that resizes it: a view keeps its minimum size and scrolls
+// when the window is smaller, instead of widening the window.
+QScrollArea* scrollable(QWidget* content);
 
 }  // namespace shardcast::gui

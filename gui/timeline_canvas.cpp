@@ -17,7 +17,6 @@
 namespace shardcast::gui {
 
 namespace {
-QString q(std::string_view s) { return QString::fromUtf8(s.data(), static_cast<qsizetype>(s.size())); }
 
 // Merged intervals of every task on the compute stream of `t`.
 std::vector<std::pair<int64_t, int64_t>> computeBusy(const core::Timeline& t) {
@@ -143,7 +142,7 @@ QString TimelineCanvas::taskTooltip(int32_t id, int track) const {
                     .arg(QString::fromStdString(m_program->taskLabel(id)).toHtmlEscaped())
                     .arg(id)
                     .arg(QString::fromStdString(core::taskUnitName(*m_program, id)).toHtmlEscaped(),
-                         q(core::taskKindName(task.kind)), q(core::streamName(tt.stream)))
+                         toQString(core::taskKindName(task.kind)), toQString(core::streamName(tt.stream)))
                     .arg(task.micro_batch);
     if (task.comm_bytes > 0) s += "<br>bytes moved: " + QString::fromStdString(core::formatBytes(task.comm_bytes));
     if (task.hbm_bytes > 0) s += "<br>HBM bytes: " + QString::fromStdString(core::formatBytes(task.hbm_bytes));

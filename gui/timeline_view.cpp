@@ -9,10 +9,6 @@
 
 namespace shardcast::gui {
 
-namespace {
-QString q(std::string_view s) { return QString::fromUtf8(s.data(), static_cast<qsizetype>(s.size())); }
-}
-
 TimelineView::TimelineView(QWidget* parent) : QWidget(parent) {
     auto* layout = new QVBoxLayout(this);
     m_summary = new QLabel;
@@ -27,7 +23,7 @@ TimelineView::TimelineView(QWidget* parent) : QWidget(parent) {
         swatch->setFixedSize(12, 12);
         swatch->setStyleSheet("background: " + taskKindColor(static_cast<core::TaskKind>(k)).name() + ";");
         legend->addWidget(swatch);
-        legend->addWidget(new QLabel(q(core::taskKindName(static_cast<core::TaskKind>(k)))));
+        legend->addWidget(new QLabel(toQString(core::taskKindName(static_cast<core::TaskKind>(k)))));
     }
     auto* hatch = new QLabel("<span style='color:#c0392b'>&#9608;</span> exposed communication");
     legend->addWidget(hatch);
@@ -41,11 +37,7 @@ TimelineView::TimelineView(QWidget* parent) : QWidget(parent) {
     legend_scroll->setFixedHeight(legend_row->sizeHint().height());
     layout->addWidget(legend_scroll);
     m_canvas = new TimelineCanvas;
-    auto* scroll = new QScrollArea;
-    scroll->setWidget(m_canvas);
-    scroll->setWidgetResizable(true);
-    scroll->setFrameShape(QFrame::NoFrame);
-    layout->addWidget(scroll, 1);
+    layout->addWidget(scrollable(m_canvas), 1);
     auto* help = new QLabel("Wheel or +/- zooms, Ctrl+0 resets, drag or arrow keys pan; hover a task for details.");
     help->setStyleSheet("color: gray;");
     layout->addWidget(help);
@@ -59,7 +51,7 @@ void TimelineView::setPlan(std::shared_ptr<const PlanResult> plan) {
         const auto stream = static_cast<core::Stream>(s);
         bool used = false;
         for (const core::TaskTime& t : e.timeline.tasks) used = used || t.stream == stream;
-        if (used) tracks.push_back(TimelineTrack{q(core::streamName(stream)), &e.timeline, stream, true});
+        if (used) tracks.push_back(TimelineTrack{toQString(core::streamName(stream)), &e.timeline, stream, true});
     }
     m_summary->setText(QString("step %1: compute stream busy %2, exposed communication %3; %4 tasks")
                            .arg(formatMs(e.summary.step_s), formatMs(e.summary.compute_s),

@@ -3,12 +3,9 @@
 #include <QBrush>
 #include <QColor>
 
-namespace shardcast::gui {
+#include "gui/palette.hpp"
 
-namespace {
-QString q(std::string_view s) { return QString::fromUtf8(s.data(), static_cast<qsizetype>(s.size())); }
-double gib(int64_t b) { return static_cast<double>(b) / static_cast<double>(core::kGiB); }
-}  // namespace
+namespace shardcast::gui {
 
 WrapTableModel::WrapTableModel(QObject* parent) : QAbstractTableModel(parent) {}
 
@@ -46,16 +43,16 @@ QVariant WrapTableModel::data(const QModelIndex& index, int role) const {
     const bool sort = role == kSortRole;
     if (role != Qt::DisplayRole && !sort) return {};
     switch (static_cast<Column>(index.column())) {
-        case Strategy: return q(core::strategyName(c.strategy));
-        case Wrap: return q(core::wrapPolicyString(c.wrap));
-        case Ac: return q(core::acString(c.ac.mode, c.ac.every));
+        case Strategy: return toQString(core::strategyName(c.strategy));
+        case Wrap: return toQString(core::wrapPolicyString(c.wrap));
+        case Ac: return toQString(core::acString(c.ac.mode, c.ac.every));
         case Units: return r.ok ? QVariant(r.units) : QVariant();
         case Step:
             if (!r.ok) return sort ? QVariant(1e300) : QVariant("invalid");
             return sort ? QVariant(r.step_s) : QVariant(QString::number(r.step_s * 1e3, 'f', 2));
         case Peak:
             if (!r.ok) return sort ? QVariant(1e300) : QVariant();
-            return sort ? QVariant(gib(r.peak_bytes)) : QVariant(QString::number(gib(r.peak_bytes), 'f', 2));
+            return sort ? QVariant(toGiB(r.peak_bytes)) : QVariant(QString::number(toGiB(r.peak_bytes), 'f', 2));
         case Exposed:
             if (!r.ok) return {};
             return sort ? QVariant(r.exposed_comm_s) : QVariant(QString::number(r.exposed_comm_s * 1e3, 'f', 2));

@@ -26,8 +26,6 @@
 namespace shardcast::gui {
 
 namespace {
-QString q(std::string_view s) { return QString::fromUtf8(s.data(), static_cast<qsizetype>(s.size())); }
-double gib(int64_t b) { return static_cast<double>(b) / static_cast<double>(core::kGiB); }
 QString numLabel(double v) { return QString::number(v, 'g', 4); }
 QColor strategyColor(core::Strategy s) {
     switch (s) {
@@ -52,12 +50,12 @@ void WrapScatter::setResult(std::shared_ptr<const WrapResult> result) {
     m_result = std::move(result);
     m_selected = -1;
     m_x_max = 1;
-    m_y_max = m_result ? gib(m_result->capacity_bytes) : 1;
+    m_y_max = m_result ? toGiB(m_result->capacity_bytes) : 1;
     if (m_result) {
         for (const sim::SweepResult& r : m_result->sweep) {
             if (!r.ok) continue;
             m_x_max = std::max(m_x_max, r.step_s * 1e3);
-            m_y_max = std::max(m_y_max, gib(r.peak_bytes));
+            m_y_max = std::max(m_y_max, toGiB(r.peak_bytes));
         }
     }
     m_x_max *= 1.05;
@@ -75,7 +73,7 @@ QPointF WrapScatter::pointOf(int candidate) const {
     const sim::SweepResult& r = m_result->sweep[static_cast<size_t>(candidate)];
     const LinearScale x{0, m_x_max, plot.left(), plot.right()};
     const LinearScale y{0, m_y_max, plot.bottom(), plot.top()};
-    return {x.toPixel(r.step_s * 1e3), y.toPixel(gib(r.peak_bytes))};
+    return {x.toPixel(r.step_s * 1e3), y.toPixel(toGiB(r.peak_bytes))};
 }
 
 int WrapScatter::candidateAt(QPointF pos) const {
@@ -106,7 +104,7 @@ void WrapScatter::paintEvent(QPaintEvent*) {
     const LinearScale y{0, m_y_max, plot.bottom(), plot.top()};
     drawAxes(p, plot, x, y, "step time (ms)", "peak memory per GPU (GiB)", numLabel, numLabel);
     p.setRenderHint(QPainter::Antialiasing);
-    const double cap = y.toPixel(gib(m_result->capacity_bytes));
+    const double cap = y.toPixel(toGiB(m_result->capacity_bytes));
     p.setPen(QPen(QColor(0xc0, 0x39, 0x2b), 2));
     p.drawLine(QPointF(plot.left(), cap), QPointF(plot.right(), cap));
     p.drawText(QPointF(plot.left() + 4, cap - 4), "capacity " + formatGiB(m_result->capacity_bytes));
@@ -140,7 +138,7 @@ void WrapScatter::paintEvent(QPaintEvent*) {
                              core::Strategy::HybridShard, core::Strategy::HybridShardZero2}) {
         p.setBrush(strategyColor(s));
         p.drawEllipse(QPointF(lx + 5, ly), 4, 4);
-        const QString name = q(core::strategyName(s));
+        const QString name = toQString(core::strategyName(s));
         p.drawText(QPointF(lx + 12, ly + 4), name);
         lx += 22 + QFontMetrics(p.font()).horizontalAdvance(name);
     }
