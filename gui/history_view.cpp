@@ -51,7 +51,7 @@ QVariant HistoryModel::data(const QModelIndex& index, int role) const {
         case Kind: return toQString(db::kindPluralName(e.id.kind));
         case Name: return QString::fromStdString(e.name);
         case Created:
-            return QDateTime::fromMSecsSinceEpoch(e.created_unix_ms, QTimeZone::UTC).toString("yyyy-MM-dd HH:mm:ss 'UTC'");
+            return QDateTime::fromMSecsSinceEpoch(e.created_unix_ms, Qt::UTC).toString("yyyy-MM-dd HH:mm:ss 'UTC'");
         case Summary: return QString::fromStdString(e.summary);
         case Tags: {
             QStringList tags;

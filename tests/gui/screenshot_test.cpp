@@ -12,6 +12,9 @@
 #include "core/run_record.hpp"
 #include "simulator/evaluation.hpp"
 #include "tests/simulator/perturbed_run.hpp"
+#ifdef SHARDCAST_GUI_WITH_STORE
+#include "db/store.hpp"
+#endif
 
 using namespace shardcast;
 
@@ -69,11 +72,24 @@ private slots:
         const core::RunRecord run = sim::testing::perturbedRun(*plan, *e, sim::testing::Perturbation{.compute_factor = 2});
         m_run = m_dir.filePath("run.json");
         QVERIFY(core::saveRunRecord(m_run.toStdString(), run).ok());
+#ifdef SHARDCAST_GUI_WITH_STORE
+        // The history view's store: the example plan, and the children find it through SHARDCAST_DB.
+        const std::string db_path = m_dir.filePath("store.db").toStdString();
+        auto store = db::Store::open(db_path, true);
+        QVERIFY(store.ok());
+        auto doc = core::selfContainedPlanJson(*plan);
+        QVERIFY(doc.ok());
+        QVERIFY((*store)->savePlan(*doc, "llama-3.1-8b example", "llama-3.1-8b, 8x H100-SXM, FULL_SHARD").ok());
+        qputenv("SHARDCAST_DB", QByteArray::fromStdString(db_path));
+#endif
     }
 
     void everyViewRendersAtTheRequestedSize_data() {
         QTest::addColumn<QString>("view");
         for (const char* v : {"fit", "memory", "timeline", "wrap", "compare"}) QTest::newRow(v) << QString(v);
+#ifdef SHARDCAST_GUI_WITH_STORE
+        QTest::newRow("history") << QString("history");
+#endif
     }
     void everyViewRendersAtTheRequestedSize() {
         QFETCH(QString, view);
