@@ -113,7 +113,9 @@ InputPanel::InputPanel(QWidget* parent) : QWidget(parent) {
     for (const core::GpuSpec& g : core::gpuPresets()) gpus << toQString(g.name);
     QFormLayout* cluster = group("Cluster");
     addCombo(cluster, "gpu", "cluster.gpu", "GPU",
-             "The GPU model whose memory and speed the plan uses (torch.cuda.get_device_name).", gpus, false);
+             "The GPU preset, or a path to a GPU JSON, whose memory and speed the plan uses "
+             "(torch.cuda.get_device_name).",
+             gpus, true);
     addSpin(cluster, "nodes", "cluster.nodes", "nodes", "Machines in the job (torchrun --nnodes).", 1, 131072);
     addSpin(cluster, "gpus-per-node", "cluster.gpus_per_node", "GPUs per node",
             "GPUs used on each machine (torchrun --nproc-per-node).", 1, 64);
