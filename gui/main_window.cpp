@@ -5,6 +5,7 @@
 #include <QClipboard>
 #include <QCloseEvent>
 #include <QCoreApplication>
+#include <QDateTime>
 #include <QDir>
 #include <QDockWidget>
 #include <QFileDialog>
@@ -12,10 +13,13 @@
 #include <QKeySequence>
 #include <QLabel>
 #include <QMenuBar>
+#include <QPushButton>
 #include <QScrollArea>
 #include <QSettings>
+#include <QStandardPaths>
 #include <QStatusBar>
 #include <QTabWidget>
+#include <QVBoxLayout>
 
 #include "gui/compare_view.hpp"
 #include "gui/export.hpp"
@@ -31,7 +35,6 @@
 #include "core/file_io.hpp"
 #include "simulator/chrome_trace.hpp"
 #ifdef SHARDCAST_GUI_WITH_STORE
-#include <QStandardPaths>
 
 #include "db/store.hpp"
 #include "gui/history_view.hpp"
@@ -74,9 +77,18 @@ MainWindow::MainWindow(Options options) : m_options(options) {
     dock->setFeatures(QDockWidget::DockWidgetMovable | QDockWidget::DockWidgetFloatable);
     addDockWidget(Qt::LeftDockWidgetArea, dock);
     m_modules = new ModuleTree;
+    auto* tree_panel = new QWidget;
+    auto* tree_layout = new QVBoxLayout(tree_panel);
+    tree_layout->setContentsMargins(0, 0, 0, 0);
+    tree_layout->addWidget(m_modules, 1);
+    auto* wrap_checked = new QPushButton("Wrap the checked modules");
+    wrap_checked->setToolTip("Make exactly the checked modules FSDP units (one fully_shard call per module).");
+    tree_layout->addWidget(wrap_checked);
+    connect(wrap_checked, &QPushButton::clicked, m_modules, &ModuleTree::applyChecked);
+    connect(m_modules, &ModuleTree::unitsChosen, this, &MainWindow::wrapModules);
     auto* tree_dock = new QDockWidget("Module tree", this);
     tree_dock->setObjectName("module-tree-dock");
-    tree_dock->setWidget(m_modules);
+    tree_dock->setWidget(tree_panel);
     tree_dock->setFeatures(QDockWidget::DockWidgetMovable | QDockWidget::DockWidgetFloatable);
     addDockWidget(Qt::LeftDockWidgetArea, tree_dock);
     tabifyDockWidget(dock, tree_dock);
@@ -283,6 +295,22 @@ QString MainWindow::writeStoreCopy(const QString& id, const nlohmann::json& docu
     return path;
 }
 #endif
+
+void MainWindow::wrapModules(const QStringList& fqns) {
+    if (fqns.isEmpty()) {
+        m_inputs->showError("Module tree: check at least one module to wrap");
+        return;
+    }
+    // A modules:FILE wrap policy (one FQN per line), written where the plan can read it back.
+    QDir dir(QStandardPaths::writableLocation(QStandardPaths::CacheLocation));
+    dir.mkpath("units");
+    const QString path = dir.filePath(QString("units/modules-%1.txt").arg(QDateTime::currentMSecsSinceEpoch()));
+    if (auto s = core::writeFileAtomically(path.toStdString(), (fqns.join('\n') + '\n').toStdString()); !s) {
+        m_inputs->showError(QString::fromStdString(s.error().message));
+        return;
+    }
+    m_inputs->setKnob("wrap", "modules:" + path);
+}
 
 core::Result<std::string> MainWindow::saveToStore() {
 #ifdef SHARDCAST_GUI_WITH_STORE

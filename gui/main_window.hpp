@@ -74,6 +74,7 @@ private:
     void onPlan(std::shared_ptr<const PlanResult> plan);
     void addRecent(const QString& path);
     void refreshRecentMenu();
+    void wrapModules(const QStringList& fqns);  // sets the wrap knob to modules:FILE of these
 #ifdef SHARDCAST_GUI_WITH_STORE
     QString writeStoreCopy(const QString& id, const nlohmann::json& document);  // "" on error, shown
 #endif

@@ -36,6 +36,10 @@ void ModuleTree::setPlan(std::shared_ptr<const PlanResult> plan) {
             item->setToolTip(Name, fqn.isEmpty() ? "(root)" : fqn);
             item->setText(Params, QLocale::c().toString(static_cast<qlonglong>(params[m])));
             item->setTextAlignment(Params, Qt::AlignRight | Qt::AlignVCenter);
+            if (m > 0 && !mod.is_container) {
+                item->setFlags(item->flags() | Qt::ItemIsUserCheckable);
+                item->setCheckState(Name, Qt::Unchecked);
+            }
             m_items[m] = item;
         }
         if (!m_items.empty()) m_items[0]->setExpanded(true);
@@ -57,7 +61,32 @@ void ModuleTree::setPlan(std::shared_ptr<const PlanResult> plan) {
         auto it = unit_of.find(model.modules[m].name);
         unit[m] = it != unit_of.end() ? it->second : unit[static_cast<size_t>(model.modules[m].parent)];
     }
-    for (size_t m = 0; m < m_items.size(); ++m) m_items[m]->setText(Unit, QString::fromStdString(unit[m]));
+    for (size_t m = 0; m < m_items.size(); ++m) {
+        m_items[m]->setText(Unit, QString::fromStdString(unit[m]));
+        if (m_items[m]->flags() & Qt::ItemIsUserCheckable) {
+            m_items[m]->setCheckState(Name, unit_of.count(model.modules[m].name) ? Qt::Checked : Qt::Unchecked);
+        }
+    }
 }
+
+QStringList ModuleTree::checkedModules() const {
+    QStringList out;
+    for (const QTreeWidgetItem* item : m_items) {
+        if ((item->flags() & Qt::ItemIsUserCheckable) && item->checkState(Name) == Qt::Checked) {
+            out << item->toolTip(Name);
+        }
+    }
+    return out;
+}
+
+void ModuleTree::setChecked(const QString& fqn, bool checked) {
+    for (QTreeWidgetItem* item : m_items) {
+        if ((item->flags() & Qt::ItemIsUserCheckable) && item->toolTip(Name) == fqn) {
+            item->setCheckState(Name, checked ? Qt::Checked : Qt::Unchecked);
+        }
+    }
+}
+
+void ModuleTree::applyChecked() { emit unitsChosen(checkedModules()); }
 
 }  // namespace shardcast::gui

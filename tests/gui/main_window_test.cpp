@@ -12,6 +12,7 @@
 #include "gui/fit_view.hpp"
 #include "gui/input_panel.hpp"
 #include "gui/main_window.hpp"
+#include "gui/module_tree.hpp"
 #include "gui/palette.hpp"
 #include "gui/planner.hpp"
 #include "gui/timeline_view.hpp"
@@ -183,6 +184,24 @@ private slots:
             o.micro_batch = 1;
         })));
         QVERIFY(wrap->pytorchCode().contains("fully_shard("));
+    }
+
+    // The module tree as a unit picker: exactly the checked modules become units.
+    void wrappingCheckedModules() {
+        gui::ModuleTree* tree = m_window->moduleTree();
+        QCOMPARE(tree->checkedModules().size(), 32);  // wrap=block: every decoder layer
+        for (const QString& fqn : tree->checkedModules()) tree->setChecked(fqn, false);
+        tree->setChecked("model.layers.0", true);
+        tree->setChecked("model.layers.5", true);
+        tree->applyChecked();
+        QVERIFY(m_window->planner()->waitUntilFinished(kWaitMs));
+        const gui::PlanResult* shown = m_window->currentPlan();
+        QCOMPARE(shown->plan.sharding.wrap.kind, core::WrapKind::Modules);
+        QCOMPARE(shown->plan.sharding.wrap.modules, (std::vector<std::string>{"model.layers.0", "model.layers.5"}));
+        QCOMPARE(shown->eval.program.units.size(), size_t{3});  // the root and the two checked
+        QCOMPARE(tree->checkedModules(), (QStringList{"model.layers.0", "model.layers.5"}));
+        const std::string wrap = "modules:" + m_window->inputs()->knobText("wrap").mid(8).toStdString();
+        checkShows(reference(exampleWith([&wrap](core::PlanOverrides& o) { o.wrap = wrap; })));
     }
 
     void savedPlanReadsBack() {
