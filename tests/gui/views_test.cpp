@@ -78,6 +78,23 @@ private slots:
         QCOMPARE(canvas->taskAt(at).first, before);
     }
 
+    // A re-plan keeps the user's zoom and scroll position; an unzoomed view fits the new step.
+    void replanKeepsTheZoom() {
+        auto plan = example();
+        gui::TimelineView view;
+        view.setPlan(plan);
+        gui::TimelineCanvas* canvas = view.canvas();
+        canvas->resize(1100, 500);
+        canvas->axis().zoomAround(canvas->axis().leftPx() + 200, 5.0);
+        const double scale = canvas->axis().nsPerPixel(), start = canvas->axis().startNs();
+        view.setPlan(example());
+        QCOMPARE(canvas->axis().nsPerPixel(), scale);
+        QCOMPARE(canvas->axis().startNs(), start);
+        canvas->axis().reset();
+        view.setPlan(example());
+        QVERIFY(canvas->axis().isReset());
+    }
+
     void memoryHoverListsTheCategoriesInEffect() {
         auto plan = example();
         gui::MemoryView view;
