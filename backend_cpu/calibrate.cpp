@@ -72,18 +72,8 @@ Sizes makeSizes(bool quick) {
     return p;
 }
 
-// The statistic of every timing: the lower quartile of the iterations (linear interpolation
-// between order statistics). A rank descheduled by another process stretches an iteration by a
-// scheduler slice (milliseconds); on a busy machine that hits many iterations, and the quartile
-// keeps up to three in four of them out of the figure, where a median keeps one in two.
-double typical(std::vector<double> v) {
-    if (v.empty()) return 0;
-    std::sort(v.begin(), v.end());
-    const double pos = 0.25 * static_cast<double>(v.size() - 1);
-    const auto lo = static_cast<size_t>(pos);
-    const size_t hi = std::min(lo + 1, v.size() - 1);
-    return v[lo] + (pos - static_cast<double>(lo)) * (v[hi] - v[lo]);
-}
+// Every timing's statistic: sim::typicalSeconds (the lower quartile, calibration_fit.hpp).
+double typical(std::vector<double> v) { return sim::typicalSeconds(std::move(v)); }
 
 double maxOverRanks(double value, MPI_Comm comm, int32_t rank) {
     double out = 0;
@@ -319,14 +309,6 @@ OverlapPoint measureOverlap(int64_t gemm_size, int64_t bytes, int32_t rank) {
     return p;
 }
 
-std::string utcNow() {
-    const std::time_t now = std::time(nullptr);
-    std::tm tm{};
-    gmtime_r(&now, &tm);
-    char buf[32];
-    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    return buf;
-}
 
 // The GPU the profile describes before any fit: this host. The 1.0 placeholders are all replaced
 // below (by the fits, or by figures derived from the memcpy bandwidth).
@@ -452,7 +434,7 @@ core::Result<CalibrationResult> calibrateCpu(const MpiSession& session, const Ca
     fits.source = fmt::format(
         "calibrated by `shardcast calibrate --backend cpu{}` on {} at {} with {} MPI rank(s): Eigen {}.{}.{} fp32 "
         "GEMM (C.noalias() = A * B, {} thread per rank, SIMD {}), memcpy over {} MiB, {}",
-        options.quick ? " --quick" : "", fits.name.substr(4), utcNow(), world, EIGEN_WORLD_VERSION, EIGEN_MAJOR_VERSION,
+        options.quick ? " --quick" : "", fits.name.substr(4), core::utcNow(), world, EIGEN_WORLD_VERSION, EIGEN_MAJOR_VERSION,
         EIGEN_MINOR_VERSION, r.measured.eigen_threads, r.measured.simd, sizes.memory_bytes.back() >> 20,
         fits.collectives ? "MPI_Iallgather / MPI_Ireduce_scatter_block / MPI_Iallreduce of fp32, waited for with MPI_Test and "
                            "backoff, from a communication thread "

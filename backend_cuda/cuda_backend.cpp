@@ -2,8 +2,9 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstring>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <new>
 #include <numeric>
 
@@ -15,6 +16,7 @@
 #include "backend_cuda/gemm.hpp"
 #include "backend_cuda/kernels.hpp"
 #include "core/compare.hpp"
+#include "core/units.hpp"
 #include "core/verify_data.hpp"
 
 namespace shardcast::cuda {
@@ -43,18 +45,28 @@ struct DeviceBuffer {
     int64_t bytes = 0;
 };
 
-// Grows `b` to at least `bytes` (contents filled with kScratchPattern on `stream`).
+// Grows `b` to at least `bytes` (contents filled with kScratchPattern on `stream`). Stream-ordered
+// (cudaFreeAsync / cudaMallocAsync from the device's default pool, whose release threshold is
+// raised in create()): unlike cudaFree, neither synchronizes the device ("CUDA Runtime API, Stream
+// Ordered Memory Allocator").
 core::Status grow(DeviceBuffer& b, int64_t bytes, cudaStream_t stream) {
     if (b.bytes >= bytes) return core::Ok{};
     if (b.ptr != nullptr) {
-        SHARDCAST_CUDA_TRY(cudaCheck, cudaStreamSynchronize(stream));
-        SHARDCAST_CUDA_TRY(cudaCheck, cudaFree(b.ptr));
+        SHARDCAST_CUDA_TRY(cudaCheck, cudaFreeAsync(b.ptr, stream));
         b = {};
     }
     const int64_t rounded = (bytes + 255) / 256 * 256;
-    SHARDCAST_CUDA_TRY(cudaCheck, cudaMalloc(&b.ptr, static_cast<size_t>(rounded)));
+    SHARDCAST_CUDA_TRY(cudaCheck, cudaMallocAsync(&b.ptr, static_cast<size_t>(rounded), stream));
     b.bytes = rounded;
     return cudaCheck(launchFill(b.ptr, rounded, kScratchPattern, stream), "launchFill (scratch)");
+}
+
+// A pool that keeps what it reserved: a release threshold of UINT64_MAX means memory freed to the
+// pool is never returned to the OS at a synchronization (cudaMemPoolAttrReleaseThreshold).
+core::Status keepReserved(cudaMemPool_t pool) {
+    uint64_t threshold = UINT64_MAX;
+    return cudaCheck(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold),
+                     "cudaMemPoolSetAttribute(cudaMemPoolAttrReleaseThreshold)");
 }
 
 ncclRedOp_t avg() { return ncclAvg; }
@@ -168,6 +180,39 @@ struct CudaBackend::Comm {
 CudaBackend::CudaBackend(const CudaBackendOptions& options, Bootstrap* bootstrap)
     : m_options(options), m_bootstrap(bootstrap) {}
 
+core::Status CudaBackend::createPools() {
+    // The counted buffers' own pool (not the device's default one, which holds kernel scratch), so
+    // its high-water mark is the counted allocations' (plus the counting allocator's cache).
+    cudaMemPoolProps props{};
+    props.allocType = cudaMemAllocationTypePinned;
+    props.handleTypes = cudaMemHandleTypeNone;
+    props.location.type = cudaMemLocationTypeDevice;
+    props.location.id = m_options.device;
+    SHARDCAST_CUDA_TRY(cudaCheck, cudaMemPoolCreate(&m_pool, &props));
+    if (auto k = keepReserved(m_pool); !k) return k;
+    cudaMemPool_t scratch = nullptr;
+    SHARDCAST_CUDA_TRY(cudaCheck, cudaDeviceGetDefaultMemPool(&scratch, m_options.device));
+    if (auto k = keepReserved(scratch); !k) return k;
+    // Ranks that are threads of one process: NCCL's P2P transport between them may read and write
+    // a peer's buffers directly, and pool memory is accessible only from its own device until
+    // cudaMemPoolSetAccess grants more (CUDA Runtime API, Memory Pools; the same fix as XLA's
+    // cudaMallocAsync allocator for intra-node NCCL, openxla/xla#14891). A peer without P2P access
+    // gets none: NCCL then goes through host memory.
+    for (int peer : m_options.peer_devices) {
+        if (peer == m_options.device) continue;
+        int can = 0;
+        SHARDCAST_CUDA_TRY(cudaCheck, cudaDeviceCanAccessPeer(&can, peer, m_options.device));
+        if (can == 0) continue;
+        cudaMemAccessDesc access{};
+        access.location.type = cudaMemLocationTypeDevice;
+        access.location.id = peer;
+        access.flags = cudaMemAccessFlagsProtReadWrite;
+        SHARDCAST_CUDA_TRY(cudaCheck, cudaMemPoolSetAccess(scratch, &access, 1));
+    }
+    return cudaCheck(cudaStreamCreateWithFlags(&m_alloc_stream, cudaStreamNonBlocking),
+                     "cudaStreamCreateWithFlags (allocation stream)");
+}
+
 core::Result<std::unique_ptr<CudaBackend>> CudaBackend::create(const CudaBackendOptions& options, Bootstrap* bootstrap) {
     if (!options.emulate_rank && bootstrap == nullptr) {
         return core::makeError("the CUDA backend needs a bootstrap (MPI) unless it emulates one rank");
@@ -177,6 +222,7 @@ core::Result<std::unique_ptr<CudaBackend>> CudaBackend::create(const CudaBackend
     }
     std::unique_ptr<CudaBackend> b(new CudaBackend(options, bootstrap));
     SHARDCAST_CUDA_TRY(cudaCheck, cudaSetDevice(options.device));
+    if (auto pools = b->createPools(); !pools) return pools.error();
     int least = 0, greatest = 0;
     SHARDCAST_CUDA_TRY(cudaCheck, cudaDeviceGetStreamPriorityRange(&least, &greatest));
     for (int st = 0; st < core::kStreamCount; ++st) {
@@ -193,20 +239,41 @@ core::Result<std::unique_ptr<CudaBackend>> CudaBackend::create(const CudaBackend
 }
 
 CudaBackend::~CudaBackend() {
+    // Teardown: errors have nowhere to go, and every call below is safe on a failed device.
     cudaSetDevice(m_options.device);
     cudaDeviceSynchronize();
-    for (auto& [key, c] : m_comms) {
-        if (c->comm != nullptr) ncclCommDestroy(c->comm);
+    if (!m_comms_aborted) {
+        for (auto& [key, c] : m_comms) {
+            if (c->comm != nullptr) ncclCommDestroy(c->comm);
+        }
     }
+    destroyEvents();
     for (auto& s : m_streams) {
         if (!s) continue;
-        for (DeviceBuffer& b : s->buf) {
-            if (b.ptr != nullptr) cudaFree(b.ptr);
+        for (DeviceBuffer* b : {&s->buf[0], &s->buf[1], &s->buf[2], &s->buf[3], &s->send, &s->recv}) {
+            if (b->ptr != nullptr) cudaFreeAsync(b->ptr, s->stream);
         }
-        if (s->send.ptr != nullptr) cudaFree(s->send.ptr);
-        if (s->recv.ptr != nullptr) cudaFree(s->recv.ptr);
         if (s->pinned != nullptr) cudaFreeHost(s->pinned);
-        if (s->stream != nullptr) cudaStreamDestroy(s->stream);
+        if (s->stream != nullptr) {
+            cudaStreamSynchronize(s->stream);
+            cudaStreamDestroy(s->stream);
+        }
+    }
+    if (m_alloc_stream != nullptr) {
+        cudaStreamSynchronize(m_alloc_stream);
+        cudaStreamDestroy(m_alloc_stream);
+    }
+    // Blocks the counting allocator still holds are freed by it before the backend goes (the
+    // executor's Run owns it); whatever is left goes with the pool.
+    if (m_pool != nullptr) cudaMemPoolDestroy(m_pool);
+}
+
+void CudaBackend::destroyEvents() noexcept {
+    for (std::vector<cudaEvent_t>* events : {&m_task_start, &m_task_end}) {
+        for (cudaEvent_t e : *events) {
+            if (e != nullptr) cudaEventDestroy(e);
+        }
+        events->clear();
     }
 }
 
@@ -223,6 +290,18 @@ core::Status CudaBackend::prepare(const core::Program& program) {
                                            worldSize()));
     }
     SHARDCAST_CUDA_TRY(cudaCheck, cudaSetDevice(m_options.device));
+    // Two events per task, both recorded on the task's stream: its start and its end. The end one
+    // is also what tasks of other streams that depend on it wait for (cudaStreamWaitEvent).
+    destroyEvents();
+    m_task_start.assign(static_cast<size_t>(program.size()), nullptr);
+    m_task_end.assign(static_cast<size_t>(program.size()), nullptr);
+    for (std::vector<cudaEvent_t>* events : {&m_task_start, &m_task_end}) {
+        for (cudaEvent_t& e : *events) SHARDCAST_CUDA_TRY(cudaCheck, cudaEventCreate(&e));
+    }
+    {
+        std::lock_guard lock(m_event_mutex);
+        m_event_busy.clear();
+    }
     if (emulating()) return core::Ok{};  // no communicators: collectives are filled locally
     // Every rank creates the same (stream, group) communicators in the same order; each
     // communicator's id comes from the group's first rank, through one all-gather over the world.
@@ -249,6 +328,11 @@ core::Status CudaBackend::prepare(const core::Program& program) {
         comm->ranks = members;
         SHARDCAST_CUDA_TRY(ncclCheck, ncclCommInitRank(&comm->comm, comm->members,
                                                        all[static_cast<size_t>(members.front())], position));
+        std::lock_guard lock(m_comms_mutex);
+        if (m_comms_aborted) {
+            ncclCommAbort(comm->comm);
+            return core::makeError("the run was aborted while its NCCL communicators were being created");
+        }
         m_comms.emplace(key, std::move(comm));
     }
     return core::Ok{};
@@ -256,30 +340,78 @@ core::Status CudaBackend::prepare(const core::Program& program) {
 
 void* CudaBackend::allocate(int64_t bytes) {
     if (bytes <= 0) return nullptr;
+    std::lock_guard lock(m_pool_mutex);
     cudaSetDevice(m_options.device);
     void* p = nullptr;
-    const cudaError_t e = cudaMalloc(&p, static_cast<size_t>(bytes));
+    const cudaError_t e = cudaMallocFromPoolAsync(&p, static_cast<size_t>(bytes), m_pool, m_alloc_stream);
     if (e != cudaSuccess) {
-        cudaGetLastError();  // clears a sticky-free error such as cudaErrorMemoryAllocation
-        size_t free_bytes = 0, total_bytes = 0;
-        cudaMemGetInfo(&free_bytes, &total_bytes);
-        throw DeviceOutOfMemory(fmt::format("cudaMalloc of {} bytes on device {} failed: {} ({}); cudaMemGetInfo: {} bytes "
-                                            "free of {}",
-                                            bytes, m_options.device, cudaGetErrorName(e), cudaGetErrorString(e), free_bytes,
-                                            total_bytes));
+        cudaGetLastError();  // cudaErrorMemoryAllocation is not sticky: clear it for the calls that follow
+        throw DeviceOutOfMemory(outOfMemoryMessage(bytes, "cudaMallocFromPoolAsync", e));
     }
-    // Resident, as the CPU backend touches its pages: written once.
-    if (const cudaError_t m = cudaMemset(p, 0, static_cast<size_t>(bytes)); m != cudaSuccess) {
-        cudaFree(p);
-        throw DeviceOutOfMemory(fmt::format("cudaMemset of a new {}-byte buffer failed: {}", bytes, cudaGetErrorString(m)));
+    // Resident and written once, as the CPU backend touches its pages; synchronized, so the block
+    // is ready for every stream when the executor gets it.
+    cudaError_t m = cudaMemsetAsync(p, 0, static_cast<size_t>(bytes), m_alloc_stream);
+    if (m == cudaSuccess) m = cudaStreamSynchronize(m_alloc_stream);
+    if (m != cudaSuccess) {
+        cudaFreeAsync(p, m_alloc_stream);
+        throw DeviceOutOfMemory(fmt::format("preparing a new {}-byte buffer on GPU {} failed: {} ({})", bytes,
+                                            m_options.device, cudaGetErrorName(m), cudaGetErrorString(m)));
     }
     return p;
 }
 
+std::string CudaBackend::outOfMemoryMessage(int64_t bytes, std::string_view call, int error) const {
+    size_t free_bytes = 0, total_bytes = 0;
+    const cudaError_t info = cudaMemGetInfo(&free_bytes, &total_bytes);
+    uint64_t reserved = 0;
+    cudaMemPoolGetAttribute(m_pool, cudaMemPoolAttrReservedMemCurrent, &reserved);
+    const auto e = static_cast<cudaError_t>(error);
+    const std::string predicted =
+        m_options.predicted_peak_bytes > 0
+            ? fmt::format("{} bytes ({})", m_options.predicted_peak_bytes, core::formatBytes(m_options.predicted_peak_bytes))
+            : std::string("not given");
+    const std::string device =
+        info == cudaSuccess ? fmt::format("{} bytes ({}) free of {} bytes ({})", free_bytes,
+                                          core::formatBytes(static_cast<int64_t>(free_bytes)), total_bytes,
+                                          core::formatBytes(static_cast<int64_t>(total_bytes)))
+                            : fmt::format("unknown ({})", cudaGetErrorString(info));
+    return fmt::format("out of device memory on GPU {}: {} of {} bytes ({}) failed with {}; the plan's predicted peak of "
+                       "counted allocations is {} per rank; the pool of counted buffers holds {} bytes ({}); "
+                       "cudaMemGetInfo: {}",
+                       m_options.device, call, bytes, core::formatBytes(bytes), cudaGetErrorName(e), predicted, reserved,
+                       core::formatBytes(static_cast<int64_t>(reserved)), device);
+}
+
 void CudaBackend::release(void* ptr, int64_t) noexcept {
     if (ptr == nullptr) return;
+    std::lock_guard lock(m_pool_mutex);
     cudaSetDevice(m_options.device);
-    cudaFree(ptr);
+    // Stream-ordered: reusable by the next allocation on the allocation stream at once. No kernel
+    // reads a counted buffer (kernels work on scratch), and the executor releases a buffer only
+    // after its last task ended, so nothing on another stream can still use it.
+    cudaFreeAsync(ptr, m_alloc_stream);
+}
+
+core::Result<DeviceMemoryCheck> CudaBackend::memoryCheck() const {
+    std::lock_guard lock(m_pool_mutex);
+    SHARDCAST_CUDA_TRY(cudaCheck, cudaSetDevice(m_options.device));
+    DeviceMemoryCheck c;
+    uint64_t value = 0;
+    SHARDCAST_CUDA_TRY(cudaCheck, cudaMemPoolGetAttribute(m_pool, cudaMemPoolAttrReservedMemHigh, &value));
+    c.pool_reserved_high_bytes = static_cast<int64_t>(value);
+    SHARDCAST_CUDA_TRY(cudaCheck, cudaMemPoolGetAttribute(m_pool, cudaMemPoolAttrUsedMemHigh, &value));
+    c.pool_used_high_bytes = static_cast<int64_t>(value);
+    size_t free_bytes = 0, total_bytes = 0;
+    SHARDCAST_CUDA_TRY(cudaCheck, cudaMemGetInfo(&free_bytes, &total_bytes));
+    c.device_total_bytes = static_cast<int64_t>(total_bytes);
+    c.device_used_bytes = static_cast<int64_t>(total_bytes - free_bytes);
+    return c;
+}
+
+std::array<int64_t, core::kStreamCount> CudaBackend::eventBusyNs(int32_t step) const {
+    std::lock_guard lock(m_event_mutex);
+    const auto found = m_event_busy.find(step);
+    return found == m_event_busy.end() ? std::array<int64_t, core::kStreamCount>{} : found->second;
 }
 
 int64_t CudaBackend::collectivesVerified() const {
@@ -305,6 +437,18 @@ core::Status CudaBackend::barrier() {
     return core::Ok{};
 }
 
+void CudaBackend::abortCommunicators() noexcept {
+    std::lock_guard lock(m_comms_mutex);
+    if (m_comms_aborted.exchange(true)) return;
+    cudaSetDevice(m_options.device);
+    // ncclCommAbort is NCCL's way out of a collective that cannot complete: it stops the
+    // communicator's pending operations and frees it (NCCL docs, "Fault Tolerance"). The pointer
+    // stays in m_comms so the destructor knows not to destroy it again.
+    for (auto& [key, c] : m_comms) {
+        if (c->comm != nullptr) ncclCommAbort(c->comm);
+    }
+}
+
 void CudaBackend::abortRun(const core::Error& error) noexcept {
     if (m_bootstrap != nullptr && !emulating() && worldSize() > 1) m_bootstrap->abort(error.message);
 }
@@ -313,6 +457,16 @@ core::Status CudaBackend::runTask(const core::Program& program, int32_t id, int3
     const core::Task& t = program.tasks[static_cast<size_t>(id)];
     StreamState& s = *m_streams[static_cast<size_t>(t.stream)];
     SHARDCAST_CUDA_TRY(cudaCheck, cudaSetDevice(m_options.device));  // per thread in CUDA
+    // Dependencies on other streams, made explicit on the device: the executor has already seen
+    // them end, so these waits cost nothing, but the order no longer rests on the host alone.
+    const int32_t* deps = program.depsBegin(t);
+    for (uint32_t k = 0; k < t.deps.count; ++k) {
+        const auto dep = static_cast<size_t>(deps[k]);
+        if (program.tasks[dep].stream == t.stream) continue;  // one stream runs in order
+        SHARDCAST_CUDA_TRY(cudaCheck, cudaStreamWaitEvent(s.stream, m_task_end[dep], 0));
+    }
+    const auto slot = static_cast<size_t>(id);
+    SHARDCAST_CUDA_TRY(cudaCheck, cudaEventRecord(m_task_start[slot], s.stream));
     core::Status done = core::Ok{};
     if (core::isCollective(t.kind)) {
         done = collective(program, id, s);
@@ -322,7 +476,13 @@ core::Status CudaBackend::runTask(const core::Program& program, int32_t id, int3
         done = copy(t, s);
     }
     if (!done) return done;
-    return cudaCheck(cudaStreamSynchronize(s.stream), "cudaStreamSynchronize");
+    SHARDCAST_CUDA_TRY(cudaCheck, cudaEventRecord(m_task_end[slot], s.stream));
+    SHARDCAST_CUDA_TRY(cudaCheck, cudaStreamSynchronize(s.stream));
+    float ms = 0;
+    SHARDCAST_CUDA_TRY(cudaCheck, cudaEventElapsedTime(&ms, m_task_start[slot], m_task_end[slot]));
+    std::lock_guard lock(m_event_mutex);
+    m_event_busy[step][static_cast<size_t>(t.stream)] += std::llround(static_cast<double>(ms) * 1e6);
+    return core::Ok{};
 }
 
 core::Status CudaBackend::compute(const core::Program& program, const core::Task& task, int32_t step, StreamState& s) {
@@ -436,6 +596,7 @@ core::Status CudaBackend::collective(const core::Program& program, int32_t id, S
     ncclComm_t comm = nullptr;
     const Comm* group = nullptr;
     if (!emulating()) {
+        if (m_comms_aborted) return core::makeError("the run was aborted: this rank's NCCL communicators are gone");
         auto found = m_comms.find({static_cast<int>(t.stream), t.group});
         if (found == m_comms.end()) return core::makeError("no NCCL communicator was prepared for this collective's group");
         group = found->second.get();

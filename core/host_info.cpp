@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <ctime>
 #include <fstream>
 
 namespace shardcast::core {
@@ -46,6 +47,15 @@ std::string hostName() {
     std::array<char, 256> name{};
     if (gethostname(name.data(), name.size() - 1) != 0) return "unknown";
     return name.data();
+}
+
+std::string utcNow() {
+    const std::time_t now = std::time(nullptr);
+    std::tm tm{};
+    gmtime_r(&now, &tm);
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    return buf;
 }
 
 }  // namespace shardcast::core

@@ -16,4 +16,7 @@ std::string cpuModelName();
 // gethostname; "unknown" when it fails.
 std::string hostName();
 
+// Now, UTC, as ISO 8601 to the second ("2026-12-01T08:41:13Z").
+std::string utcNow();
+
 }  // namespace shardcast::core

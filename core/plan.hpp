@@ -17,7 +17,10 @@ namespace shardcast::core {
 
 struct Plan {
     std::shared_ptr<const Model> model;
-    std::string model_ref;  // how the plan names the model: bundled name or path
+    std::string model_ref;  // how the plan names the model: bundled name or path (or the embedded model's name)
+    // The model's config (HF config.json or module tree) when the plan embedded it (a self-contained
+    // plan); null when model_ref names a bundled model or a file. planToJson writes it back embedded.
+    std::shared_ptr<const nlohmann::json> model_config;
     ModelScale scale;       // applied to model_ref's config (`--scale`); `model` is the scaled model
     ClusterSpec cluster;
     TrainingSpec training;
@@ -42,6 +45,12 @@ Result<Plan> planFromJson(const nlohmann::json& j, const std::string& where,
                           const std::filesystem::path& base_dir);
 Result<Plan> loadPlanFile(const std::filesystem::path& path);
 nlohmann::json planToJson(const Plan& plan);
+
+// planToJson with nothing left outside the document, for a store that must read it back anywhere,
+// later: a model that is not bundled is embedded as {"name": NAME, "config": <its config.json or
+// module-tree object>} (read again from the file it was loaded from), and a modules:FILE wrap policy
+// becomes the inline module list. Bundled models stay by name. Errors name the file that cannot be read.
+Result<nlohmann::json> selfContainedPlanJson(const Plan& plan);
 
 // Wrap policy strings: "whole", "block", "every:K", "min-params:N", "modules:FILE".
 Result<WrapPolicy> parseWrapPolicy(const std::string& text, const std::string& where);

@@ -365,6 +365,50 @@ Status validateWrap(const Plan& plan) {
     return Ok{};
 }
 
+// An embedded model {"name": NAME, "config": OBJECT}: the config is a module tree when it has
+// "format", else a HuggingFace config.json, as loadModelFile decides for a file.
+Result<Model> readEmbeddedModel(const json& m, const std::string& where) {
+    const std::string field = where + ": model";
+    for (const auto& [key, value] : m.items()) {
+        if (key != "name" && key != "config") {
+            return makeError(field + ": unknown key '" + key + "' in an embedded model; valid keys: name, config");
+        }
+    }
+    const auto name = m.find("name");
+    if (name == m.end() || !name->is_string() || name->get<std::string>().empty()) {
+        return makeError(field + ".name must be a non-empty string naming the embedded model (got " +
+                         (name == m.end() ? std::string("nothing") : name->dump()) + ")");
+    }
+    const auto config = m.find("config");
+    if (config == m.end() || !config->is_object()) {
+        return makeError(field + ".config must be the model's config.json or module-tree object (got " +
+                         (config == m.end() ? std::string("nothing") : std::string(config->type_name())) + ")");
+    }
+    auto model = config->contains("format") ? importModuleTree(*config, name->get<std::string>(), field + ".config")
+                                            : importHfConfig(*config, name->get<std::string>(), field + ".config");
+    if (!model) return makeError(field + ".config: " + model.error().message);
+    return model;
+}
+
+// "scale" applies on top of the model however the plan named it.
+Status applyScale(const json& j, const std::string& where, Model model, Plan& plan) {
+    if (const auto scale_it = j.find("scale"); scale_it != j.end()) {
+        if (!scale_it->is_string()) {
+            return makeError(where + ": scale must be a string like \"hidden=512,layers=4\" (got " + scale_it->dump() +
+                             ")");
+        }
+        auto spec = parseScale(scale_it->get<std::string>(), where + ": scale");
+        if (!spec) return spec.error();
+        if (spec->seq_len) return makeError(where + ": scale: seq is not a model size; set training.seq_len instead");
+        plan.scale = spec->model;
+        auto scaled = scaleModel(model, plan.scale);
+        if (!scaled) return makeError(where + ": scale: " + scaled.error().message);
+        model = std::move(*scaled);
+    }
+    plan.model = std::make_shared<const Model>(std::move(model));
+    return Ok{};
+}
+
 std::string validShardSizes(int world) {
     std::vector<std::string> sizes;
     for (int d = 1; d <= world; ++d) {
@@ -576,12 +620,14 @@ Result<Plan> planFromJson(const nlohmann::json& j, const std::string& where,
         return makeError(where + ": model is required: a bundled model name (" + join(bundledModelNames()) +
                          ") or a path to a config.json / module-tree file");
     }
-    if (!model_it->is_string()) {
-        return makeError(where + ": model must be a string naming a bundled model or a file (got " +
-                         model_it->dump() + ")");
-    }
-    plan.model_ref = model_it->get<std::string>();
-    {
+    if (model_it->is_object()) {
+        auto embedded = readEmbeddedModel(*model_it, where);
+        if (!embedded) return embedded.error();
+        plan.model_ref = model_it->at("name").get<std::string>();
+        plan.model_config = std::make_shared<const json>(model_it->at("config"));
+        if (auto st = applyScale(j, where, std::move(*embedded), plan); !st) return st.error();
+    } else if (model_it->is_string()) {
+        plan.model_ref = model_it->get<std::string>();
         std::string ref = plan.model_ref;
         if (!isBundledModel(ref)) {
             const std::filesystem::path p(ref);
@@ -591,22 +637,10 @@ Result<Plan> planFromJson(const nlohmann::json& j, const std::string& where,
         }
         auto model = resolveModel(ref);
         if (!model) return makeError(where + ": model: " + model.error().message);
-        if (const auto scale_it = j.find("scale"); scale_it != j.end()) {
-            if (!scale_it->is_string()) {
-                return makeError(where + ": scale must be a string like \"hidden=512,layers=4\" (got " +
-                                 scale_it->dump() + ")");
-            }
-            auto spec = parseScale(scale_it->get<std::string>(), where + ": scale");
-            if (!spec) return spec.error();
-            if (spec->seq_len) {
-                return makeError(where + ": scale: seq is not a model size; set training.seq_len instead");
-            }
-            plan.scale = spec->model;
-            auto scaled = scaleModel(*model, plan.scale);
-            if (!scaled) return makeError(where + ": scale: " + scaled.error().message);
-            model = std::move(scaled);
-        }
-        plan.model = std::make_shared<const Model>(std::move(*model));
+        if (auto st = applyScale(j, where, std::move(*model), plan); !st) return st.error();
+    } else {
+        return makeError(where + ": model must be a string naming a bundled model or a file, or an embedded "
+                         "model {\"name\": ..., \"config\": {...}} (got " + model_it->dump() + ")");
     }
 
     auto section = [&](const char* name) -> Result<const json*> {
@@ -650,7 +684,11 @@ Result<Plan> loadPlanFile(const std::filesystem::path& path) {
 
 nlohmann::json planToJson(const Plan& plan) {
     json j = documentHeader("plan", kPlanFormatVersion);
-    j["model"] = plan.model_ref;
+    if (plan.model_config) {
+        j["model"] = json{{"name", plan.model_ref}, {"config", *plan.model_config}};
+    } else {
+        j["model"] = plan.model_ref;
+    }
     if (!plan.scale.empty()) j["scale"] = scaleString(plan.scale);
 
     const ClusterSpec& c = plan.cluster;
@@ -699,6 +737,21 @@ nlohmann::json planToJson(const Plan& plan) {
     sharding["backward_prefetch"] = std::string(backwardPrefetchName(s.backward_prefetch));
     sharding["limit_all_gathers"] = s.limit_all_gathers;
     j["sharding"] = std::move(sharding);
+    return j;
+}
+
+Result<nlohmann::json> selfContainedPlanJson(const Plan& plan) {
+    json j = planToJson(plan);
+    if (!plan.model_config && !isBundledModel(plan.model_ref)) {
+        // Model::source is the resolved file the model was read from (scaling keeps it).
+        const std::filesystem::path file = plan.model ? plan.model->source : plan.model_ref;
+        auto config = readJsonFile(file);
+        if (!config) return makeError("model: " + config.error().message);
+        if (!config->is_object()) return makeError(file.string() + ": expected a JSON object at the top level");
+        j["model"] = json{{"name", file.stem().string()}, {"config", std::move(*config)}};
+    }
+    const WrapPolicy& w = plan.sharding.wrap;
+    if (w.kind == WrapKind::Modules) j["sharding"]["wrap"] = w.modules;
     return j;
 }
 

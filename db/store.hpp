@@ -95,8 +95,9 @@ struct RunInput {
 };
 
 struct ProfileInput {
-    std::string name;                        // unique among profiles; saving an existing name adds a new
-    std::string cluster;                     // version that `profileByName` then returns (the newest)
+    std::string name;                        // saving an existing name adds a new version that
+    std::string cluster;                     // `profileByName` then returns (the newest), unless the newest
+                                             // has the same cluster, source and profile: then its id
     std::string source;                      // "preset" | "calibrated" | "file"
     nlohmann::json profile;                  // profileToJson
     std::string summary_line;

@@ -7,7 +7,7 @@
 // from it, synchronously: a stream's tasks arrive in Program order from that one thread, tasks of
 // different streams concurrently. A CUDA backend drives one CUDA stream per worker (enqueue, then
 // synchronize that stream); cross-stream dependencies are then already satisfied by the executor
-// when a task is called, so no CUDA event is needed for correctness.
+// when a task is called (the CUDA backend also waits their CUDA events, backend_cuda/cuda_backend.hpp).
 #include <cstdint>
 #include <string>
 #include <string_view>

@@ -286,7 +286,10 @@ core::Result<Execution> Executor::run(const core::Program& program, const Execut
     Execution out;
     std::vector<core::Timeline> timelines;
     std::vector<core::CategoryBytes> high_water;
-    {
+    // Holding Program::initial allocates on this thread: a device out of memory (std::bad_alloc
+    // from Backend::allocate) is an error of the run, not a crash. Tasks' allocations are caught
+    // on the workers.
+    try {
         Run run(m_backend, program);
         out.worker_threads = run.startWorkers();
         for (int32_t s = 0; s < options.warmup + options.steps; ++s) {
@@ -297,6 +300,9 @@ core::Result<Execution> Executor::run(const core::Program& program, const Execut
             high_water.push_back(run.highWater());
             out.step_ns.push_back(run.timeline().step_ns);
         }
+    } catch (const std::exception& e) {
+        return core::makeError(std::string("rank ") + std::to_string(m_backend.rank()) +
+                               ": holding the Program's initial memory failed: " + e.what());
     }
     std::vector<int32_t> order(out.step_ns.size());
     std::iota(order.begin(), order.end(), 0);

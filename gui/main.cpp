@@ -1,6 +1,6 @@
 // shardcast-gui [PLAN.json]: the desktop planner.
-// shardcast-gui --screenshot FILE.png|FILE.svg [--plan PLAN.json] [--view fit|memory|timeline|wrap|compare]
-//               [--size WxH] [--run RUN.json]: renders the window showing that view to FILE without a
+// shardcast-gui --screenshot FILE.png|FILE.svg [--plan PLAN.json] [--view fit|memory|timeline|wrap|compare|history]
+//               [--size WxH] [--run RUN.json] (history: built with the store): renders the window showing that view to FILE without a
 // display and exits (0 written, 1 the file could not be written, 2 bad arguments or a bad plan).
 #include <cstdio>
 #include <optional>
@@ -78,7 +78,8 @@ std::optional<Args> parseArgs(int argc, char** argv, QString& error) {
         } else if (arg == "-h" || arg == "--help") {
             std::printf("usage: shardcast-gui [PLAN.json]\n"
                         "       shardcast-gui --screenshot FILE.png|FILE.svg [--plan PLAN.json] "
-                        "[--view fit|memory|timeline|wrap|compare] [--size WxH] [--run RUN.json]\n");
+                        "[--view %s] [--size WxH] [--run RUN.json]\n",
+                        qPrintable(shardcast::gui::MainWindow::viewNames().join('|')));
             std::exit(kExitOk);
         } else if (arg.startsWith("-")) {
             error = "unknown option '" + arg + "' (see --help)";

@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # The first thing to run on a new NVIDIA GPU box (issue 8): builds shardcast (reusing the build
-# folder if present), runs the GPU tests (ctest label `gpu`), then runs the bundled Llama-3.1-8B
+# folder if present), runs the GPU tests (ctest label `gpu`), calibrates this machine
+# (`shardcast calibrate --backend cuda --quick`: the 8B plan's GEMM shapes, a square sweep, HBM,
+# and NCCL over every local GPU when there are two or more), then runs the bundled Llama-3.1-8B
 # plan with one unit per block on this machine's GPU, emulating rank 0 of a node of 8 GPUs
-# (`--emulate-rank 0`: every allocation and kernel for real, collectives filled locally), compares
-# prediction with measurement (`shardcast compare`) and prints one table. With two or more GPUs and
-# mpirun it also runs tiny-llama on 2 GPUs, one process each (NCCL between processes, --verify).
+# (`--emulate-rank 0`: every allocation and kernel for real, collectives filled locally),
+# predicted on the calibrated profile, compares prediction with measurement (`shardcast compare`)
+# and prints one summary table. With two or more GPUs it also runs tiny-llama on 2 GPUs, a thread
+# per GPU (`--gpus 2`, NCCL between them, --verify), and under mpirun one process per GPU.
+# Budget: within 8 minutes on one H100 / H200 with a build folder present (calibration about a
+# minute with --quick; each 8B run a few seconds after its warmup).
 #   usage: scripts/gpu-check.sh [BUILD_DIR]      (default: build/ beside this script's repository)
 # Environment: GPU_CHECK_STRATEGIES (default "FULL_SHARD SHARD_GRAD_OP"), GPU_CHECK_SCALE (a
 # --scale value, e.g. layers=8, for a GPU with little memory), JOBS (build parallelism).
@@ -41,19 +46,39 @@ echo "== GPU tests (ctest -L gpu)"
 ctest --test-dir "$build" -L gpu --output-on-failure --timeout 300
 tests_rc=$?
 
+echo "== calibrate (shardcast calibrate --backend cuda --quick)"
+profile="$tmp/profile.json"
+calibration="calibration failed (see above)"
+if timeout 240 "$shardcast" calibrate --backend cuda --quick --model llama-3.1-8b --out "$profile" --json \
+    >"$tmp/calibration.json"; then
+    calibration="$tmp/calibration.json"
+    profile_args=(--profile "$profile")
+else
+    profile_args=()  # predicted on the plan's GPU preset instead; the summary says so
+fi
+
 # Several GPUs and mpirun: one process per GPU with real NCCL collectives between them.
 gpu_count=$(grep -c '^GPU ' "$tmp/gpus")
 multi="skipped (one GPU)"
+threads="skipped (one GPU)"
+tiny=(run --backend cuda --model "$src/models/tiny-llama.json" --nodes 1 --gpus-per-node 2 --seq-len 256 --warmup 1
+      --steps 3 --verify)
+if [ "$gpu_count" -ge 2 ]; then
+    echo "== tiny-llama on 2 GPUs, a thread per GPU (--gpus 2, NCCL between threads)"
+    if timeout 120 "$shardcast" "${tiny[@]}" --gpus 2 --out "$tmp/run-2gpu-threads.json"; then
+        threads="passed"
+    else
+        threads="FAILED"
+    fi
+    multi="skipped (no mpirun)"
+fi
 if [ "$gpu_count" -ge 2 ] && command -v mpirun >/dev/null 2>&1; then
     echo "== tiny-llama on 2 GPUs under mpirun (NCCL between processes)"
-    if timeout 120 "$src/scripts/mpirun.sh" -np 2 "$shardcast" run --backend cuda --model "$src/models/tiny-llama.json" \
-        --nodes 1 --gpus-per-node 2 --seq-len 256 --warmup 1 --steps 3 --verify --out "$tmp/run-2gpu.json"; then
+    if timeout 120 "$src/scripts/mpirun.sh" -np 2 "$shardcast" "${tiny[@]}" --out "$tmp/run-2gpu.json"; then
         multi="passed"
     else
         multi="FAILED"
     fi
-elif [ "$gpu_count" -ge 2 ]; then
-    multi="skipped (no mpirun)"
 fi
 
 echo "== Llama-3.1-8B per block, rank 0 of 8 emulated"
@@ -61,7 +86,7 @@ rows=()
 for strategy in $strategies; do
     out="$tmp/run-$strategy.json"
     args=(run --backend cuda --model llama-3.1-8b --nodes 1 --gpus-per-node 8 --wrap block --strategy "$strategy"
-          --emulate-rank 0 --warmup 1 --steps 3 --out "$out")
+          --emulate-rank 0 --warmup 1 --steps 3 --out "$out" ${profile_args[@]+"${profile_args[@]}"})
     [ -n "${GPU_CHECK_SCALE:-}" ] && args+=(--scale "$GPU_CHECK_SCALE")
     echo "-- shardcast ${args[*]}"
     if ! timeout 240 "$shardcast" "${args[@]}"; then
@@ -76,23 +101,43 @@ for strategy in $strategies; do
 done
 
 echo
-echo "== Summary (prediction on the plan's GPU preset; errors are (predicted - measured) / measured)"
-for row in "${rows[@]}"; do
-    strategy=${row%%|*} what=${row#*|}
-    if [ ! -f "$what" ]; then printf '%-14s %s\n' "$strategy" "$what"; continue; fi
-    python3 - "$strategy" "$what" <<'PY' || { echo "$strategy: (python3 missing: raw comparison follows)"; cat "$what"; }
-import json, sys
-strategy, path = sys.argv[1], sys.argv[2]
-c = json.load(open(path))
-def ms(ns): return f"{ns / 1e6:9.2f} ms"
-def err(e): return "      n/a" if e is None else f"{e * 100:+8.1f}%"
-comp = c["streams"].get("compute", {})
-print(f"{'strategy':<14}{'compute busy pred':>20}{'measured':>13}{'error':>10}   {'peak pred':>12}{'measured':>12}{'error':>10}   {'step pred':>12}{'measured*':>12}")
-print(f"{strategy:<14}{ms(comp.get('predicted_busy_ns', 0)):>20}{ms(comp.get('measured_busy_ns', 0)):>13}{err(comp.get('error')):>10}   "
-      f"{c['predicted_peak_bytes'] / 2**30:9.2f} GiB{c['measured_peak_bytes'] / 2**30:9.2f} GiB{err(c['peak_memory_error']):>10}   "
-      f"{ms(c['predicted_step_ns']):>12}{ms(c['measured_step_ns']):>12}")
+echo "== Summary"
+summary_args=("$calibration")
+for row in "${rows[@]}"; do summary_args+=("$row"); done
+python3 - "${summary_args[@]}" <<'PY' || echo "gpu-check: python3 missing or failed: no summary table"
+import json, os, sys
+calibration, rows = sys.argv[1], sys.argv[2:]
+def ms(ns): return f"{ns / 1e6:.2f} ms"
+def err(e): return "n/a" if e is None else f"{e * 100:+.1f}%"
+if os.path.isfile(calibration):
+    c = json.load(open(calibration))
+    fit = c["fit"]["gemm_bf16"]
+    print(f"calibration: {c['gpus']} x {c['gpu']}: bf16 GEMM max {fit['forward_flops_per_s_max'] / 1e12:.1f} TFLOP/s "
+          f"(fit rms {fit['rms_relative_error'] * 100:.1f}%), HBM {c['fit']['memory_bytes_per_s'] / 1e9:.0f} GB/s, "
+          f"communication {'measured' if c['communication_measured'] else 'not measured (one GPU)'}; "
+          f"predictions below use this profile")
+else:
+    print(f"calibration: {calibration}; predictions below use the plan's GPU preset")
+head = ["strategy", "compute busy pred", "measured", "error", "peak pred", "measured", "error", "step pred", "measured*"]
+table, failed = [head], []
+for row in rows:
+    strategy, what = row.split("|", 1)
+    if not os.path.isfile(what):
+        failed.append(f"{strategy}: {what}")
+        continue
+    c = json.load(open(what))
+    comp = c["streams"].get("compute", {})
+    table.append([strategy, ms(comp.get("predicted_busy_ns", 0)), ms(comp.get("measured_busy_ns", 0)), err(comp.get("error")),
+                  f"{c['predicted_peak_bytes'] / 2**30:.2f} GiB", f"{c['measured_peak_bytes'] / 2**30:.2f} GiB",
+                  err(c["peak_memory_error"]), ms(c["predicted_step_ns"]), ms(c["measured_step_ns"])])
+widths = [max(len(r[i]) for r in table) for i in range(len(head))]
+for r in table:
+    print("  ".join(f"{v:<{widths[i]}}" if i == 0 else f"{v:>{widths[i]}}" for i, v in enumerate(r)))
+for line in failed:
+    print(line)
+print("* measured step with collectives emulated (no communication): not comparable with the prediction; "
+      "errors are (predicted - measured) / measured")
 PY
-done
-echo "* measured step with collectives emulated (no communication): not comparable with the prediction"
-echo "gpu-check: done in $((SECONDS - start)) s; gpu tests $([ $tests_rc -eq 0 ] && echo passed || echo FAILED); 2-GPU run $multi"
-[ $tests_rc -eq 0 ] && [ "$multi" != "FAILED" ]
+echo "gpu-check: done in $((SECONDS - start)) s; gpu tests $([ $tests_rc -eq 0 ] && echo passed || echo FAILED);" \
+     "calibration $([ -f "$calibration" ] && echo "done" || echo FAILED); 2-GPU threads $threads; 2-GPU mpirun $multi"
+[ $tests_rc -eq 0 ] && [ -f "$calibration" ] && [ "$multi" != "FAILED" ] && [ "$threads" != "FAILED" ]

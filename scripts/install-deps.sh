@@ -9,7 +9,7 @@ core_packages=(
     build-essential cmake ninja-build pkg-config
     nlohmann-json3-dev libcli11-dev libfmt-dev
     libgtest-dev libgmock-dev libbenchmark-dev
-    libeigen3-dev libsqlite3-dev
+    libeigen3-dev libsqlite3-dev zlib1g-dev
 )
 # Later layers: Qt6 GUI (Debian 12 names: qt6-charts-dev, qt6-svg-dev; Qt6Charts needs Qt6OpenGL,
 # which qt6-base-dev only recommends: libqt6opengl6-dev), OpenMPI CPU backend,

@@ -247,6 +247,15 @@ double collectiveFitSeconds(const CollectiveFit& fit, const CollectivePoint& poi
     return fit.latency_s + s * busBandwidthFactor(point.kind, point.group_size) / busbw;
 }
 
+double typicalSeconds(std::vector<double> v) {
+    if (v.empty()) return 0;
+    std::sort(v.begin(), v.end());
+    const double pos = 0.25 * static_cast<double>(v.size() - 1);
+    const auto lo = static_cast<size_t>(pos);
+    const size_t hi = std::min(lo + 1, v.size() - 1);
+    return v[lo] + (pos - static_cast<double>(lo)) * (v[hi] - v[lo]);
+}
+
 HardwareProfile calibratedProfile(const CalibrationFits& fits, const HardwareProfile& base) {
     HardwareProfile p = base;
     core::GpuSpec& gpu = p.gpu;

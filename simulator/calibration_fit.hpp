@@ -6,12 +6,19 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "core/program.hpp"
 #include "core/result.hpp"
 #include "simulator/hardware_profile.hpp"
 
 namespace shardcast::sim {
+
+// The statistic of every calibration timing: the lower quartile of the iterations (linear
+// interpolation between order statistics); 0 for none. Another process descheduling the measuring
+// one, or clock boosts settling, stretch some iterations; the quartile keeps up to three in four
+// of them out of the figure, where a median keeps one in two.
+double typicalSeconds(std::vector<double> seconds);
 
 // One GEMM C[m, n] = A[m, k] B[k, n] (2 m n k FLOPs) and its median time. `backward`: the shape
 // comes from a backward pass (dgrad / wgrad), fitted with its own eff_max.

@@ -88,12 +88,7 @@ std::vector<SweepResult> runSweep(const core::Plan& base, const std::vector<Swee
             const SweepCandidate& c = candidates[i];
             SweepResult& r = results[i];
             r.candidate = c;
-            plan.sharding.strategy = c.strategy;
-            plan.sharding.shard_size = 0;
-            plan.sharding.wrap = c.wrap;
-            plan.training.micro_batch = c.micro_batch;
-            plan.training.ac = c.ac.mode;
-            plan.training.ac_every = c.ac.every;
+            applyCandidate(c, plan);
             if (auto s = evaluator.evaluate(plan, &profile, eval_options, e); !s) {
                 if (s.error().cancelled) return;
                 r.error = s.error().message;
@@ -152,6 +147,15 @@ int64_t recommend(const std::vector<SweepResult>& results) {
         if (best < 0 || r.step_s < results[static_cast<size_t>(best)].step_s) best = static_cast<int64_t>(i);
     }
     return best;
+}
+
+void applyCandidate(const SweepCandidate& c, core::Plan& plan) {
+    plan.sharding.strategy = c.strategy;
+    plan.sharding.shard_size = 0;
+    plan.sharding.wrap = c.wrap;
+    plan.training.micro_batch = c.micro_batch;
+    plan.training.ac = c.ac.mode;
+    plan.training.ac_every = c.ac.every;
 }
 
 std::string candidateLabel(const SweepCandidate& c) {

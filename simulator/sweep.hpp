@@ -67,5 +67,7 @@ std::vector<size_t> paretoFront(const std::vector<SweepResult>& results);
 int64_t recommend(const std::vector<SweepResult>& results);
 
 std::string candidateLabel(const SweepCandidate& c);
+// The plan a candidate stands for: `plan` (the sweep's base) with the candidate's choices.
+void applyCandidate(const SweepCandidate& c, core::Plan& plan);
 
 }  // namespace shardcast::sim

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <string>
 #include <string_view>
 
@@ -13,11 +14,13 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/shardcast/commands.hpp"
+#include "apps/shardcast/store_cli.hpp"
 #include "core/compare.hpp"
 #include "core/file_io.hpp"
 #include "core/model_io.hpp"
 #include "core/plan.hpp"
 #include "core/run_record.hpp"
+#include "core/step_io.hpp"
 #include "simulator/chrome_trace.hpp"
 #include "simulator/evaluation.hpp"
 #include "simulator/hardware_profile.hpp"
@@ -30,6 +33,8 @@ namespace fs = std::filesystem;
 struct CompareOptions {
     std::string prediction;  // a plan file, or "run": the run's own plan
     std::string run;
+    std::string stored_run, stored_prediction;  // --run ID --prediction ID (the store)
+    SaveRequest save;
     std::string trace;
     int top = 10;
     bool json = false;
@@ -107,7 +112,97 @@ void printText(const core::RunRecord& run, const core::Program& program, const c
     }
 }
 
+int reportComparison(const CompareOptions& o, const core::RunRecord& run_record, const core::Program& program,
+                     const core::Timeline& predicted, const core::TimedMemory& predicted_memory, const std::string& run_name,
+                     const std::optional<std::pair<db::ObjectId, db::ObjectId>>& stored);
+
+// `compare --run ID --prediction ID`: a stored run against a stored prediction, as it was made
+// (its timeline and memory as stored; the Program re-lowered from its stored plan and profile).
+int runCompareStored(const CompareOptions& o) {
+    if (o.stored_run.empty() || o.stored_prediction.empty()) {
+        return reportInputError("--run and --prediction go together: `compare --run run-N --prediction pred-M` "
+                                "(ids from `shardcast db list`)");
+    }
+    if (!o.prediction.empty() || !o.run.empty()) {
+        return reportInputError("give either PLAN.json|run RUN.json or --run ID --prediction ID, not both");
+    }
+    auto run_id = db::parseId(o.stored_run);
+    if (!run_id || run_id->kind != db::Kind::run) {
+        return reportInputError("--run: '" + o.stored_run + "' is not a run id (run-N; `shardcast db list --kind runs`)");
+    }
+    auto pred_id = db::parseId(o.stored_prediction);
+    if (!pred_id || pred_id->kind != db::Kind::prediction) {
+        return reportInputError("--prediction: '" + o.stored_prediction +
+                                "' is not a prediction id (pred-N; `shardcast db list --kind predictions`)");
+    }
+    auto store = openStore(false);
+    if (!store) return reportInputError(store.error().message);
+    const std::string db_path = (*store)->path().string();
+    auto run_obj = (*store)->get(*run_id);
+    if (!run_obj) return reportInputError(run_obj.error().message);
+    auto pred_obj = (*store)->get(*pred_id);
+    if (!pred_obj) return reportInputError(pred_obj.error().message);
+    const std::string run_name = db_path + ": " + o.stored_run;
+    const std::string pred_name = db_path + ": " + o.stored_prediction;
+    auto run = core::runRecordFromJson(run_obj->body.at("record"), run_name);
+    if (!run) return reportInputError(run.error().message);
+
+    // The prediction's plan and profile, as stored with it.
+    std::optional<db::ObjectId> plan_id, profile_id;
+    for (const db::ObjectId& link : pred_obj->links) {
+        if (link.kind == db::Kind::plan) plan_id = link;
+        if (link.kind == db::Kind::profile) profile_id = link;
+    }
+    if (!plan_id) return reportInputError(pred_name + ": the prediction has no plan");
+    auto plan_obj = (*store)->get(*plan_id);
+    if (!plan_obj) return reportInputError(plan_obj.error().message);
+    auto plan = core::planFromJson(plan_obj->body.at("plan"), db_path + ": " + db::formatId(*plan_id), fs::current_path());
+    if (!plan) return reportInputError(plan.error().message);
+    sim::HardwareProfile profile = sim::HardwareProfile::fromCluster(plan->cluster);
+    if (profile_id) {
+        auto prof_obj = (*store)->get(*profile_id);
+        if (!prof_obj) return reportInputError(prof_obj.error().message);
+        auto parsed = sim::profileFromJson(prof_obj->body.at("profile"), db_path + ": " + db::formatId(*profile_id), profile);
+        if (!parsed) return reportInputError(parsed.error().message);
+        profile = *parsed;
+    }
+    auto run_plan = core::planFromJson(run->plan, run_name + ": plan", fs::current_path());
+    if (run_plan) {
+        const std::string diff = firstDifference(comparablePlan(*plan), comparablePlan(*run_plan), o.stored_prediction,
+                                                 o.stored_run);
+        if (!diff.empty()) {
+            return reportInputError(fmt::format("{} does not predict the plan {} ran: they differ first in {}",
+                                                o.stored_prediction, o.stored_run, diff));
+        }
+    }
+    sim::EvaluationOptions options;
+    options.issue_order_memory = false;
+    options.per_unit = false;
+    sim::Evaluator evaluator;
+    sim::Evaluation e;
+    if (auto s = evaluator.evaluate(*plan, &profile, options, e); !s) return reportInputError(pred_name + ": " + s.error().message);
+    auto timeline = core::timelineFromJson(pred_obj->body.at("timeline"), pred_name + ": timeline");
+    if (!timeline) return reportInputError(timeline.error().message);
+    auto memory = core::timedMemoryFromJson(pred_obj->body.at("memory"), pred_name + ": memory");
+    if (!memory) return reportInputError(memory.error().message);
+    if (timeline->tasks.size() != e.program.tasks.size()) {
+        return reportInputError(fmt::format("{}: its timeline has {} tasks but its plan lowers to {} in this shardcast "
+                                            "(made by shardcast {}); re-make the prediction",
+                                            pred_name, timeline->tasks.size(), e.program.tasks.size(),
+                                            pred_obj->body.value("shardcast_version", "?")));
+    }
+    return reportComparison(o, *run, e.program, *timeline, *memory, run_name, std::make_pair(*run_id, *pred_id));
+}
+
 int runCompare(const CompareOptions& o) {
+    if (!o.stored_run.empty() || !o.stored_prediction.empty()) return runCompareStored(o);
+    if (o.prediction.empty() || o.run.empty()) {
+        return reportInputError("compare needs PLAN.json|run and RUN.json, or --run ID --prediction ID (stored)");
+    }
+    if (o.save.requested) {
+        return reportInputError("--save stores comparisons of stored objects: `compare --run ID --prediction ID --save` "
+                                "(save the run with `run --save`)");
+    }
     auto run = core::loadRunRecord(o.run);
     if (!run) return reportInputError(run.error().message);
     const fs::path run_dir = fs::path(o.run).parent_path();
@@ -146,28 +241,59 @@ int runCompare(const CompareOptions& o) {
     if (auto s = evaluator.evaluate(*plan, &*profile, options, e); !s) {
         return reportInputError(o.run + ": plan: " + s.error().message);
     }
-    auto c = core::compareStep(e.program, e.timeline, e.timed, run->timeline, run->memory, core::CompareOptions{o.top, run->emulated_tasks});
-    if (!c) return reportInputError(o.run + ": timeline.tasks: " + c.error().message);
+    return reportComparison(o, *run, e.program, e.timeline, e.timed, o.run, std::nullopt);
+}
+
+// Compares, writes --trace, saves (--save, stored ids only) and prints.
+int reportComparison(const CompareOptions& o, const core::RunRecord& run_record, const core::Program& program,
+                     const core::Timeline& predicted, const core::TimedMemory& predicted_memory, const std::string& run_name,
+                     const std::optional<std::pair<db::ObjectId, db::ObjectId>>& stored) {
+    const core::RunRecord* run = &run_record;
+    auto c = core::compareStep(program, predicted, predicted_memory, run->timeline, run->memory,
+                               core::CompareOptions{o.top, run->emulated_tasks});
+    if (!c) return reportInputError(run_name + ": timeline.tasks: " + c.error().message);
+
+    std::string saved_line;
+    if (o.save.requested && stored) {
+        auto store = openStore(true);
+        if (!store) return reportInputError("--save: " + store.error().message);
+        db::ComparisonInput input;
+        input.name = o.save.name;
+        input.run = stored->first;
+        input.prediction = stored->second;
+        input.report = core::comparisonToJson(program, *c);
+        auto pct = [](const std::optional<double>& x) { return x ? fmt::format("{:+.1f}%", *x * 100) : std::string("n/a"); };
+        input.summary_line = fmt::format("{} vs {}: step {}, peak {}", db::formatId(input.prediction),
+                                         db::formatId(input.run), pct(c->step_time_error), pct(c->peak_memory_error));
+        auto id = (*store)->saveComparison(input);
+        if (!id) {
+            fmt::print(stderr, "shardcast: error: --save: {}: {}\n", (*store)->path().string(), id.error().message);
+            return kExitRuntimeFailure;
+        }
+        saved_line = fmt::format("Saved {} in {}", db::formatId(*id), (*store)->path().string());
+    }
 
     if (!o.trace.empty()) {
         const nlohmann::json trace =
-            sim::comparisonChromeTrace(e.program, e.timeline, &e.timed, run->timeline, &run->memory);
+            sim::comparisonChromeTrace(program, predicted, &predicted_memory, run->timeline, &run->memory);
         if (auto written = core::writeFileAtomically(o.trace, trace.dump() + "\n"); !written) {
             return reportInputError("--trace: " + written.error().message);
         }
     }
     if (o.json) {
-        nlohmann::json j = core::comparisonToJson(e.program, *c);
+        nlohmann::json j = core::comparisonToJson(program, *c);
+        if (!saved_line.empty()) j["saved"] = saved_line;
         j["backend"] = run->backend;
         j["world_size"] = run->world_size;
         j["compute_note"] = run->compute_note;
         if (!o.trace.empty()) j["trace"] = o.trace;
         fmt::print("{}\n", j.dump(2));
     } else {
-        printText(*run, e.program, *c);
+        printText(*run, program, *c);
         if (!o.trace.empty()) {
             fmt::print("\nChrome trace (predicted and measured side by side) written to {}\n", o.trace);
         }
+        if (!saved_line.empty()) fmt::print("{}\n", saved_line);
     }
     std::fflush(stdout);
     return kExitOk;
@@ -181,15 +307,19 @@ void registerCompareCommand(CLI::App& app, int& exit_code) {
         "compare", "Compare a measured run with the prediction of exactly what it ran (its own plan on its own "
                    "hardware profile): step time, stream busy time, per-task durations, peak memory per category, "
                    "as signed relative errors (predicted - measured) / measured");
-    cmd->add_option("prediction", opts->prediction,
+    cmd->add_option("prediction_file", opts->prediction,
                     "The plan file the run ran (checked to be the run's own plan; exit 2 naming the first "
                     "difference), or `run`. Either way the prediction is re-computed from the run's plan and "
                     "hardware profile")
-        ->type_name("PLAN.json|run")
-        ->required();
-    cmd->add_option("run", opts->run, "A measured run (`shardcast run` output, format shardcast-run)")
-        ->type_name("RUN.json")
-        ->required();
+        ->type_name("PLAN.json|run");
+    cmd->add_option("run_file", opts->run, "A measured run (`shardcast run` output, format shardcast-run)")
+        ->type_name("RUN.json");
+    cmd->add_option("--run", opts->stored_run, "A stored run (`run --save`; `db list --kind runs`), with --prediction")
+        ->type_name("ID");
+    cmd->add_option("--prediction", opts->stored_prediction,
+                    "A stored prediction (`plan|simulate --save`), compared as it was made")
+        ->type_name("ID");
+    addSaveOption(*cmd, opts->save, "the comparison of --run and --prediction");
     cmd->add_option("--top", opts->top, "How many tasks with the largest duration error to list")
         ->type_name("N")
         ->default_str("10")

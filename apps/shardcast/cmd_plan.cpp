@@ -8,6 +8,7 @@
 #include "apps/shardcast/commands.hpp"
 #include "apps/shardcast/plan_options.hpp"
 #include "apps/shardcast/report.hpp"
+#include "apps/shardcast/store_cli.hpp"
 #include "core/plan_build.hpp"
 #include "simulator/evaluation.hpp"
 
@@ -21,30 +22,42 @@ struct PlanCommandOptions {
     std::string write_plan;
     std::string profile;
     double headroom = core::kDefaultHeadroom;
+    SaveRequest save;
 };
 
 int runPlan(const PlanCommandOptions& o) {
     auto plan = core::buildPlan(o.plan);
     if (!plan) return reportInputError(plan.error().message);
-    auto profile = sim::resolveProfile(plan->cluster, o.profile);
+    auto profile = resolveProfileArg(plan->cluster, o.profile);
     if (!profile) return reportInputError("--profile " + profile.error().message);
 
     sim::EvaluationOptions options;
     options.headroom = o.headroom;
+    options.record_curve = o.save.requested;
     sim::Evaluator evaluator;
     sim::Evaluation evaluation;
-    if (auto s = evaluator.evaluate(*plan, &*profile, options, evaluation); !s) return reportInputError(s.error().message);
+    if (auto s = evaluator.evaluate(*plan, &profile->profile, options, evaluation); !s) {
+        return reportInputError(s.error().message);
+    }
 
     if (!o.write_plan.empty()) {
         if (auto written = core::writePlanFile(*plan, o.write_plan); !written) {
             return reportInputError("--write-plan: " + written.error().message);
         }
     }
+    SaveOutcome saved;
+    if (o.save.requested) {
+        saved = savePredictionReported(*plan, evaluation, *profile, o.save);
+        if (saved.exit_code != kExitOk) return saved.exit_code;
+    }
     if (o.json) {
-        fmt::print("{}\n", planResultJson(*plan, evaluation).dump(2));
+        nlohmann::ordered_json j = planResultJson(*plan, evaluation);
+        if (o.save.requested) j["saved"] = saved.saved;
+        fmt::print("{}\n", j.dump(2));
     } else {
         fmt::print("{}", planReportText(*plan, evaluation));
         if (!o.write_plan.empty()) fmt::print("\nPlan written to {}\n", o.write_plan);
+        if (o.save.requested) fmt::print("{}\n", saved.line);
     }
     std::fflush(stdout);
     return kExitOk;
@@ -62,8 +75,8 @@ void registerPlanCommand(CLI::App& app, int& exit_code) {
     cmd->add_option("--write-plan", opts->write_plan,
                     "Also write the resulting plan (plan file + flags) to FILE")
         ->type_name("FILE");
-    cmd->add_option("--profile", opts->profile, "Hardware profile JSON overriding the cost-model defaults")
-        ->type_name("FILE");
+    addProfileOption(*cmd, opts->profile);
+    addSaveOption(*cmd, opts->save, "the plan and its prediction");
     cmd->callback([opts, &exit_code] { exit_code = runPlan(*opts); });
 }
 

@@ -1,17 +1,17 @@
 // `shardcast run`: execute a plan's Program for real on a backend and write the measured run
-// (core::RunRecord). Launched once per rank: `mpirun -np N shardcast run PLAN --backend cpu`.
-#include <unistd.h>
-
+// (core::RunRecord). Launched once per rank: `mpirun -np N shardcast run PLAN --backend cpu`, or
+// `srun -n N ...`; `--backend cuda --gpus N` runs every rank as a thread of one process.
 #include <algorithm>
-#include <cerrno>
+#include <array>
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -19,8 +19,10 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/shardcast/commands.hpp"
+#include "apps/shardcast/store_cli.hpp"
 #include "apps/shardcast/plan_options.hpp"
 #include "core/host_info.hpp"
+#include "core/launch_env.hpp"
 #include "core/plan_build.hpp"
 #include "core/run_record.hpp"
 #include "simulator/chrome_trace.hpp"
@@ -33,6 +35,7 @@
 #ifdef SHARDCAST_WITH_CUDA_BACKEND
 #include "backend_cuda/cuda_backend.hpp"
 #include "backend_cuda/device_info.hpp"
+#include "executor/in_process_world.hpp"
 #endif
 #if defined(SHARDCAST_WITH_CPU_BACKEND) || defined(SHARDCAST_WITH_CUDA_BACKEND)
 #define SHARDCAST_WITH_EXECUTOR 1
@@ -47,7 +50,9 @@ struct RunOptions {
     std::string backend = "cpu", out, trace, profile;
     int32_t steps = 3, warmup = 1;
     int32_t emulate_rank = -1;  // --emulate-rank (cuda): -1 none
+    int32_t gpus = 0;           // --gpus (cuda): ranks as threads of this process, one per GPU; 0 none
     bool verify = false;
+    SaveRequest save;
 };
 
 #ifdef SHARDCAST_WITH_EXECUTOR
@@ -56,17 +61,21 @@ struct RunOptions {
 struct PreparedRun {
     core::Plan plan;
     sim::Evaluation predicted;
+    ResolvedProfile profile;
 };
 core::Result<PreparedRun> prepareRun(const RunOptions& o) {
     auto plan = core::buildPlan(o.plan);
     if (!plan) return plan.error();
-    auto profile = sim::resolveProfile(plan->cluster, o.profile);
+    auto profile = resolveProfileArg(plan->cluster, o.profile);
     if (!profile) return core::makeError("--profile " + profile.error().message);
     sim::EvaluationOptions options;
     options.issue_order_memory = false;
+    options.record_curve = o.save.requested;  // the prediction saved beside the run
     sim::Evaluator evaluator;
-    PreparedRun prepared{std::move(*plan), {}};
-    if (auto s = evaluator.evaluate(prepared.plan, &*profile, options, prepared.predicted); !s) return s.error();
+    PreparedRun prepared{std::move(*plan), {}, std::move(*profile)};
+    if (auto s = evaluator.evaluate(prepared.plan, &prepared.profile.profile, options, prepared.predicted); !s) {
+        return s.error();
+    }
     return prepared;
 }
 
@@ -79,8 +88,51 @@ struct FinishText {
 
 // The recording rank's end of a run: checks the counted memory, completes `record` (plan, profile,
 // steps, timeline, memory), writes --out and --trace, and prints the report.
-int finishRun(const RunOptions& o, const core::Plan& plan, const sim::Evaluation& predicted, const exec::Execution& run,
-              core::RunRecord record, const FinishText& text) {
+// --save: the run, its plan and the prediction it is compared with, in one store.
+SaveOutcome saveRun(const SaveRequest& request, const core::Plan& plan, const sim::Evaluation& predicted,
+                    const ResolvedProfile& profile, const core::RunRecord& record) {
+    SaveOutcome out;
+    auto store = openStore(true);
+    if (!store) {
+        fmt::print(stderr, "shardcast: error: --save: {}\n", store.error().message);
+        out.exit_code = kExitBadInput;
+        return out;
+    }
+    const std::string db_path = (*store)->path().string();
+    auto prediction = savePrediction(**store, plan, predicted, profile, request.name);
+    core::Result<db::ObjectId> run_id = core::makeError("not saved");
+    if (prediction) {
+        auto plan_json = core::selfContainedPlanJson(plan);
+        if (!plan_json) {
+            run_id = plan_json.error();
+        } else {
+            db::RunInput input;
+            input.name = request.name;
+            input.plan = std::move(*plan_json);
+            input.record = core::runRecordToJson(record);
+            input.summary_line = fmt::format("{}: {} on {} ranks, {:.2f} ms/step measured, peak {}", planSummaryLine(plan),
+                                             record.backend, record.world_size,
+                                             static_cast<double>(record.medianStepNs()) * 1e-6,
+                                             core::formatGiB(record.memory.peak_bytes));
+            run_id = (*store)->saveRun(input);
+        }
+    }
+    if (!prediction || !run_id) {
+        fmt::print(stderr, "shardcast: error: --save: {}: {}\n", db_path,
+                   (!prediction ? prediction.error() : run_id.error()).message);
+        out.exit_code = kExitRuntimeFailure;
+        return out;
+    }
+    out.line = fmt::format("Saved {} (plan {}, prediction {}) in {}; `shardcast compare --run {} --prediction {}`",
+                           db::formatId(*run_id), db::formatId(prediction->plan), db::formatId(prediction->prediction),
+                           db_path, db::formatId(*run_id), db::formatId(prediction->prediction));
+    return out;
+}
+
+int finishRun(const RunOptions& o, const PreparedRun& prepared, const exec::Execution& run, core::RunRecord record,
+              const FinishText& text) {
+    const core::Plan& plan = prepared.plan;
+    const sim::Evaluation& predicted = prepared.predicted;
     // Every allocation was counted by buffer id where the Program says: the counted high-water
     // marks are the Program's events placed on the measured timeline. Anything else is a bug of
     // the executor, and the record would not describe the run: none is written.
@@ -114,6 +166,12 @@ int finishRun(const RunOptions& o, const core::Plan& plan, const sim::Evaluation
             fmt::print(stderr, "shardcast: error: {}\n", written.error().message);
             return kExitRuntimeFailure;
         }
+    }
+
+    SaveOutcome saved;
+    if (o.save.requested) {
+        saved = saveRun(o.save, plan, predicted, prepared.profile, record);
+        if (saved.exit_code != kExitOk) return saved.exit_code;
     }
 
     const auto [lo, hi] = std::minmax_element(run.step_ns.begin(), run.step_ns.end());
@@ -151,6 +209,7 @@ int finishRun(const RunOptions& o, const core::Plan& plan, const sim::Evaluation
     if (!text.verify.empty()) fmt::print("{}\n", text.verify);
     if (!o.out.empty()) fmt::print("Run record written to {}\n", o.out);
     if (!o.trace.empty()) fmt::print("Chrome trace written to {}\n", o.trace);
+    if (o.save.requested) fmt::print("{}\n", saved.line);
     std::fflush(stdout);
     return kExitOk;
 }
@@ -170,7 +229,7 @@ public:
         return cpu::mpiCheck(MPI_Allgather(mine, n, MPI_BYTE, all, n, MPI_BYTE, MPI_COMM_WORLD), "MPI_Allgather", rank());
     }
     core::Status barrier() override { return cpu::mpiCheck(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier", rank()); }
-    [[noreturn]] void abort(const std::string& message) noexcept override { m_session.abort(message); }
+    void abort(const std::string& message) noexcept override { m_session.abort(message); }
 
 private:
     const cpu::MpiSession& m_session;
@@ -187,85 +246,253 @@ public:
         return core::Ok{};
     }
     core::Status barrier() override { return core::Ok{}; }
-    [[noreturn]] void abort(const std::string& message) noexcept override {
+    void abort(const std::string& message) noexcept override {
         std::fprintf(stderr, "shardcast: error: %s\n", message.c_str());
         std::fflush(stderr);
         std::_Exit(kExitRuntimeFailure);
     }
 };
 
-// `shardcast run --backend cuda`: one process per GPU under mpirun, or one process emulating one
-// rank (--emulate-rank). Input errors exit 2; a machine without a usable GPU exits 1.
+// How a cuda run's ranks were started, for the record and the report.
+struct CudaRunShape {
+    bool emulate = false;
+    int64_t needed = 1;       // the plan's world size
+    int64_t local_ranks = 1;  // ranks on this machine
+    std::string mode, clock;
+};
+
+// The recording rank's end of a cuda run: the environment, the device-side cross-checks and the
+// report. `verified`: collectives and elements verified over all ranks.
+int finishCudaRun(const RunOptions& o, const PreparedRun& prepared, const exec::Execution& run, cuda::CudaBackend& backend,
+                  int device, const CudaRunShape& shape, const std::array<int64_t, 2>& verified) {
+    const core::Plan& plan = prepared.plan;
+    const int32_t me = backend.rank();
+    core::RunRecord record;
+    record.backend = "cuda";
+    record.world_size = static_cast<int32_t>(shape.needed);
+    record.recorded_rank = me;
+    record.compute_note = std::string(cuda::kComputeNote) + (shape.emulate ? cuda::kEmulatedNote : "");
+    record.emulated_tasks = backend.emulatedTasks();
+    record.environment = cuda::environment(device);
+    record.environment["hostname"] = core::hostName();
+    record.environment["local_ranks"] = shape.local_ranks;
+    record.environment["worker_threads_per_rank"] = run.worker_threads;
+    record.environment["mode"] = shape.mode;
+    record.environment["clock"] = shape.clock;
+    // The timeline is the host's (steady_clock around each task, as every backend's); the GPU's
+    // own view of the same median step is its start / end events per task, summed per stream.
+    const std::array<int64_t, core::kStreamCount> by_events = backend.eventBusyNs(o.warmup + run.median_step);
+    nlohmann::json events = nlohmann::json::object();
+    for (int st = 0; st < core::kStreamCount; ++st) {
+        const int64_t host_ns = run.timeline.stream_busy_ns[static_cast<size_t>(st)];
+        if (host_ns == 0 && by_events[static_cast<size_t>(st)] == 0) continue;
+        events[std::string(core::streamName(static_cast<core::Stream>(st)))] = {
+            {"cuda_events_ns", by_events[static_cast<size_t>(st)]}, {"host_clock_ns", host_ns}};
+    }
+    record.environment["stream_busy_median_step"] = {
+        {"what", "per stream, the median step's task durations summed: between each task's cudaEventRecord pair on "
+                 "its stream (cudaEventElapsedTime) and by the host clock around the task; the Host stream's tasks run on the "
+                 "CPU, so their events bracket no GPU work"},
+        {"streams", events}};
+    if (auto check = backend.memoryCheck(); check) {
+        record.environment["device_memory"] = {
+            {"counted_peak_bytes", run.memory.peak_bytes},
+            {"pool_reserved_high_bytes", check->pool_reserved_high_bytes},
+            {"pool_used_high_bytes", check->pool_used_high_bytes},
+            {"device_used_bytes_after_run", check->device_used_bytes},
+            {"device_total_bytes", check->device_total_bytes},
+            {"what", "the counted buffers' cudaMemPool (release threshold UINT64_MAX) high-water marks over the whole "
+                     "run, Program::initial and the counting allocator's cache of freed blocks included; "
+                     "cudaMemGetInfo's total - free after the run, with CUDA context, cuBLASLt and NCCL buffers and "
+                     "kernel scratch"}};
+    } else {
+        record.environment["device_memory"] = {{"error", check.error().message}};
+    }
+    FinishText text;
+    const std::string gpu = record.environment.value("gpu", "unknown GPU");
+    text.ran = shape.emulate
+                   ? fmt::format("Ran {} as rank {} of {} alone on GPU {} ({}; backend cuda, collectives emulated, {} "
+                                 "worker threads), {} warmup + {} measured steps",
+                                 plan.model_ref, me, shape.needed, device, gpu, run.worker_threads, o.warmup, o.steps)
+                   : fmt::format("Ran {} on {} ranks (backend cuda on {}, {}, {} worker threads per rank), {} warmup + {} "
+                                 "measured steps",
+                                 plan.model_ref, shape.needed, gpu, shape.mode, run.worker_threads, o.warmup, o.steps);
+    text.profile_note = "  note: predicted with the plan's GPU preset; `shardcast calibrate --backend cuda` measures "
+                        "this GPU and writes a profile for --profile";
+    record.environment["verify"] = o.verify;
+    if (o.verify) {
+        text.verify = fmt::format("Verify              OK: {} collectives ({} elements) checked over {} ranks; a mismatch on any "
+                                  "rank aborts the run",
+                                  verified[0], verified[1], shape.needed);
+    }
+    return finishRun(o, prepared, run, std::move(record), text);
+}
+
+void progressOnTerminal(exec::Executor& executor) {
+    if (!stderrIsTerminal()) return;
+    executor.onStep([](int32_t done, int32_t total) {
+        fmt::print(stderr, "\rstep {}/{}{}", done, total, done == total ? "\r            \r" : "");
+        std::fflush(stderr);
+    });
+}
+
+// `--gpus N`: every rank a thread of this process on its own GPU (ranks 0 .. N-1 on devices
+// 0 .. N-1), meeting in an InProcessWorld; NCCL between the threads' communicators. Rank 0's
+// timeline is recorded.
+int runCudaThreads(const RunOptions& o, const PreparedRun& prepared, CudaRunShape shape) {
+    const auto n = static_cast<int32_t>(shape.needed);
+    exec::InProcessWorld world(n);
+    // Created here, before any thread runs: creating touches no peer, and this thread can then
+    // abort every rank's communicators when one rank fails.
+    std::vector<std::unique_ptr<cuda::CudaBackend>> backends;
+    for (int32_t r = 0; r < n; ++r) {
+        cuda::CudaBackendOptions options;
+        options.device = r;
+        options.world_size = n;
+        options.verify = o.verify;
+        options.predicted_peak_bytes = prepared.predicted.summary.peak_bytes;
+        for (int32_t peer = 0; peer < n; ++peer) options.peer_devices.push_back(peer);
+        auto backend = cuda::CudaBackend::create(options, &world.member(r));
+        if (!backend) {
+            fmt::print(stderr, "shardcast: error: GPU {}: {}\n", r, backend.error().message);
+            return kExitRuntimeFailure;
+        }
+        backends.push_back(std::move(*backend));
+    }
+    std::vector<std::optional<core::Result<exec::Execution>>> runs(static_cast<size_t>(n));
+    std::atomic<int32_t> finished{0};
+    std::vector<std::thread> threads;
+    for (int32_t r = 0; r < n; ++r) {
+        threads.emplace_back([&, r] {
+            exec::Executor executor(*backends[static_cast<size_t>(r)]);
+            if (r == 0) progressOnTerminal(executor);
+            auto run = executor.run(prepared.predicted.program, {.warmup = o.warmup, .steps = o.steps});
+            // A failure before any task (prepare, initial memory) has not aborted the world yet.
+            if (!run) world.member(r).abort(run.error().message);
+            runs[static_cast<size_t>(r)] = std::move(run);
+            ++finished;
+        });
+    }
+    // A rank that failed aborted the world; its peers may be blocked in a collective that will
+    // never complete: abort every rank's communicators so their streams return.
+    bool communicators_aborted = false;
+    while (finished.load() < n) {
+        if (!communicators_aborted && world.aborted()) {
+            for (auto& b : backends) b->abortCommunicators();
+            communicators_aborted = true;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    for (std::thread& t : threads) t.join();
+    if (world.aborted()) {
+        fmt::print(stderr, "shardcast: error: {}\n", world.abortMessage());
+        return kExitRuntimeFailure;
+    }
+    std::array<int64_t, 2> verified{};
+    for (auto& b : backends) {
+        verified[0] += b->collectivesVerified();
+        verified[1] += b->elementsVerified();
+    }
+    shape.mode = fmt::format("one process, a thread per GPU ({} GPUs)", n);
+    shape.clock = "steady_clock from the exit of an in-process barrier (after cudaDeviceSynchronize) before each step";
+    return finishCudaRun(o, prepared, **runs[0], *backends[0], 0, shape, verified);
+}
+
+// `shardcast run --backend cuda`: one process per GPU under mpirun or srun, one process with a
+// thread per GPU (--gpus N), or one process emulating one rank (--emulate-rank). Input errors
+// exit 2; a machine without a usable GPU exits 1.
 int runCuda(const RunOptions& o) {
-    const int64_t env_rank = envInt("OMPI_COMM_WORLD_RANK").value_or(0);
+    const core::LaunchEnv launch = core::processLaunchEnv();
     const auto inputError = rankZeroInputError;
     if (o.verify && o.emulate_rank >= 0) {
         return inputError("--verify checks the data collectives communicate, and --emulate-rank communicates nothing: "
                           "use one of them");
+    }
+    const bool threads = o.gpus > 0;
+    if (threads && o.emulate_rank >= 0) {
+        return inputError("--gpus runs every rank of the plan, one GPU each, and --emulate-rank one rank alone: use one "
+                          "of them");
+    }
+    if (threads && launch.launched()) {
+        return inputError(fmt::format("--gpus starts a thread per GPU in one process, but {} started {} processes: "
+                                      "drop --gpus (each process is one rank) or launch one process without {}",
+                                      core::launcherName(launch.launcher), launch.world_size,
+                                      core::launcherName(launch.launcher)));
     }
     auto prepared = prepareRun(o);
     if (!prepared) return inputError(prepared.error().message);
     const core::Plan* plan = &prepared->plan;
     sim::Evaluation& predicted = prepared->predicted;
 
-    const int64_t needed = predicted.program.world_size;
-    const std::optional<int64_t> launched = envInt("OMPI_COMM_WORLD_SIZE");
-    const int64_t world = launched.value_or(1);
-    const bool emulate = o.emulate_rank >= 0;
+    CudaRunShape shape;
+    shape.needed = predicted.program.world_size;
+    shape.emulate = o.emulate_rank >= 0;
+    const int64_t needed = shape.needed;
+    const int64_t world = launch.world_size;
+    const bool emulate = shape.emulate;
     if (emulate) {
         if (o.emulate_rank >= needed) {
             return inputError(fmt::format("--emulate-rank {}: the plan has ranks 0 to {} (nodes {} x gpus-per-node {})",
                                           o.emulate_rank, needed - 1, plan->cluster.nodes, plan->cluster.gpus_per_node));
         }
         if (world != 1) {
-            return inputError(fmt::format("--emulate-rank runs one rank alone in one process, but mpirun started {} ranks: "
-                                          "launch it without mpirun",
-                                          world));
+            return inputError(fmt::format("--emulate-rank runs one rank alone in one process, but {} started {} ranks: "
+                                          "launch it without {}",
+                                          core::launcherName(launch.launcher), world, core::launcherName(launch.launcher)));
+        }
+    } else if (threads) {
+        if (o.gpus != needed) {
+            return inputError(fmt::format("--gpus {}: the plan needs {} ranks (nodes {} x gpus-per-node {}), one GPU each: "
+                                          "give --gpus {}",
+                                          o.gpus, needed, plan->cluster.nodes, plan->cluster.gpus_per_node, needed));
         }
     } else if (world != needed) {
-        return inputError(fmt::format("the plan needs {} ranks (nodes {} x gpus-per-node {}) but {} process{} started: launch "
-                                      "`scripts/mpirun.sh -np {} shardcast run --backend cuda ...` on machines with a GPU per "
-                                      "rank, or run one rank alone with --emulate-rank R (collectives filled locally)",
+        return inputError(fmt::format("the plan needs {} ranks (nodes {} x gpus-per-node {}) but {} process{} started: run "
+                                      "`shardcast run --backend cuda --gpus {}` on a machine with {} GPUs, launch "
+                                      "`scripts/mpirun.sh -np {} ...` or `srun --mpi=pmix -n {} ...` with a GPU per rank, "
+                                      "or run one rank alone with --emulate-rank R (collectives filled locally)",
                                       needed, plan->cluster.nodes, plan->cluster.gpus_per_node, world,
-                                      world == 1 ? " was" : "es were", needed));
+                                      world == 1 ? " was" : "es were", needed, needed, needed, needed));
     }
 
-    // The GPU: this process's, by its rank on the machine.
+    // The GPUs: this process's by its rank on the machine, or the first N for --gpus.
     auto devices = cuda::usableDevices();
     if (!devices) {
-        if (env_rank != 0) return kOtherRankExit;
-        fmt::print(stderr, "shardcast: error: --backend cuda needs a usable NVIDIA GPU and driver, and this process has "
-                   "none: {}\n", devices.error().message);
-        return kExitRuntimeFailure;
+        if (launch.rank != 0) return kOtherRankExit;
+        return reportNoUsableGpu(devices.error().message);
     }
-    const int64_t local_rank = envInt("OMPI_COMM_WORLD_LOCAL_RANK").value_or(0);
-    const int64_t local_ranks = std::max<int64_t>(1, envInt("OMPI_COMM_WORLD_LOCAL_SIZE").value_or(1));
-    if (local_ranks > *devices) {
+    shape.local_ranks = threads ? o.gpus : std::max<int64_t>(1, launch.local_size);
+    if (shape.local_ranks > *devices || launch.local_rank >= *devices) {
         return inputError(fmt::format("{} ranks run on this machine but it has {} CUDA device{}: one rank per GPU (fewer "
                                       "ranks per machine, or --emulate-rank R on one GPU)",
-                                      local_ranks, *devices, *devices == 1 ? "" : "s"));
-    }
-    const int device = static_cast<int>(local_rank);
-    auto memory = cuda::deviceMemory(device);
-    if (!memory) {
-        fmt::print(stderr, "shardcast: error: {}\n", memory.error().message);
-        return kExitRuntimeFailure;
+                                      shape.local_ranks, *devices, *devices == 1 ? "" : "s"));
     }
     const int64_t predicted_peak = predicted.summary.peak_bytes;
-    if (predicted_peak > memory->free_bytes) {
-        return inputError(fmt::format(
-            "the plan's predicted peak is {} bytes ({}) per rank but GPU {} has {} bytes ({}) free of {} bytes ({}) "
-            "(cudaMemGetInfo): use a smaller model, --seq-len or --micro-batch, or more ranks",
-            predicted_peak, core::formatBytes(predicted_peak), device, memory->free_bytes,
-            core::formatBytes(memory->free_bytes), memory->total_bytes, core::formatBytes(memory->total_bytes)));
+    const int first_device = threads ? 0 : static_cast<int>(launch.local_rank);
+    const int last_device = threads ? static_cast<int>(o.gpus) - 1 : first_device;
+    for (int device = first_device; device <= last_device; ++device) {
+        auto memory = cuda::deviceMemory(device);
+        if (!memory) {
+            fmt::print(stderr, "shardcast: error: {}\n", memory.error().message);
+            return kExitRuntimeFailure;
+        }
+        if (predicted_peak > memory->free_bytes) {
+            return inputError(fmt::format(
+                "the plan's predicted peak is {} bytes ({}) per rank but GPU {} has {} bytes ({}) free of {} bytes ({}) "
+                "(cudaMemGetInfo): use a smaller model, --seq-len or --micro-batch, or more ranks",
+                predicted_peak, core::formatBytes(predicted_peak), device, memory->free_bytes,
+                core::formatBytes(memory->free_bytes), memory->total_bytes, core::formatBytes(memory->total_bytes)));
+        }
     }
+    if (threads) return runCudaThreads(o, *prepared, shape);
+    const int device = first_device;
 
-    // The ranks' meeting point: MPI under mpirun, none for an emulated rank, the process itself for
-    // a 1-rank plan without mpirun. Declared before the backend, so it outlives it.
+    // The ranks' meeting point: MPI under mpirun / srun, none for an emulated rank, the process
+    // itself for a 1-rank plan without a launcher. Declared before the backend, so it outlives it.
     std::unique_ptr<cuda::Bootstrap> bootstrap;
 #ifdef SHARDCAST_WITH_CPU_BACKEND
     std::unique_ptr<cpu::MpiSession> session;
-    if (!emulate && launched) {
+    if (!emulate && launch.launched()) {
         auto started = cpu::MpiSession::start(nullptr, nullptr);
         if (!started) {
             fmt::print(stderr, "shardcast: error: {}\n", started.error().message);
@@ -281,9 +508,11 @@ int runCuda(const RunOptions& o) {
 #endif
     if (!emulate && !bootstrap) {
         if (needed > 1) {
-            return inputError("this shardcast was built without MPI, which a multi-rank cuda run needs to meet its ranks: "
-                              "run one rank alone with --emulate-rank R, or rebuild with MPI (apt-get install libopenmpi-dev "
-                              "openmpi-bin libeigen3-dev)");
+            return inputError(fmt::format("this shardcast was built without MPI, which a cuda run of one process per rank "
+                                          "needs to meet its ranks: run `--gpus {}` (a thread per GPU, one machine), one "
+                                          "rank alone with --emulate-rank R, or rebuild with MPI (apt-get install "
+                                          "libopenmpi-dev openmpi-bin libeigen3-dev)",
+                                          needed));
         }
         bootstrap = std::make_unique<SoloBootstrap>();
     }
@@ -292,6 +521,7 @@ int runCuda(const RunOptions& o) {
     backend_options.world_size = static_cast<int32_t>(needed);
     if (emulate) backend_options.emulate_rank = o.emulate_rank;
     backend_options.verify = o.verify;
+    backend_options.predicted_peak_bytes = predicted_peak;
     auto backend = cuda::CudaBackend::create(backend_options, emulate ? nullptr : bootstrap.get());
     if (!backend) {
         if (!emulate && needed > 1) bootstrap->abort(backend.error().message);
@@ -300,12 +530,7 @@ int runCuda(const RunOptions& o) {
     }
     const int32_t me = (*backend)->rank();
     exec::Executor executor(**backend);
-    if ((emulate || me == 0) && stderrIsTerminal()) {
-        executor.onStep([](int32_t done, int32_t total) {
-            fmt::print(stderr, "\rstep {}/{}{}", done, total, done == total ? "\r            \r" : "");
-            std::fflush(stderr);
-        });
-    }
+    if (emulate || me == 0) progressOnTerminal(executor);
     auto run = executor.run(predicted.program, {.warmup = o.warmup, .steps = o.steps});
     if (!run) {
         if (!emulate && needed > 1) bootstrap->abort(run.error().message);  // peers may wait in a collective
@@ -313,84 +538,27 @@ int runCuda(const RunOptions& o) {
         return kExitRuntimeFailure;
     }
     // Rank 0 reports the verified collectives of every rank.
-    int64_t verified_all[2] = {(*backend)->collectivesVerified(), (*backend)->elementsVerified()};
+    std::array<int64_t, 2> verified_all = {(*backend)->collectivesVerified(), (*backend)->elementsVerified()};
     if (!emulate && needed > 1) {
         const int64_t mine[2] = {verified_all[0], verified_all[1]};
         std::vector<int64_t> all(static_cast<size_t>(2 * needed));
-        if (auto s = bootstrap->allGather(mine, sizeof(mine), all.data()); !s) bootstrap->abort(s.error().message);
-        verified_all[0] = verified_all[1] = 0;
+        if (auto s = bootstrap->allGather(mine, sizeof(mine), all.data()); !s) {
+            bootstrap->abort(s.error().message);
+            fmt::print(stderr, "shardcast: error: {}\n", s.error().message);
+            return kExitRuntimeFailure;
+        }
+        verified_all = {0, 0};
         for (size_t r = 0; r < all.size(); r += 2) {
             verified_all[0] += all[r];
             verified_all[1] += all[r + 1];
         }
     }
     if (!emulate && me != 0) return kExitOk;  // rank 0 writes and prints
-
-    core::RunRecord record;
-    record.backend = "cuda";
-    record.world_size = static_cast<int32_t>(needed);
-    record.recorded_rank = me;
-    record.compute_note = std::string(cuda::kComputeNote) + (emulate ? cuda::kEmulatedNote : "");
-    record.emulated_tasks = (*backend)->emulatedTasks();
-    record.environment = cuda::environment(device);
-    record.environment["hostname"] = core::hostName();
-    record.environment["local_ranks"] = local_ranks;
-    record.environment["worker_threads_per_rank"] = run->worker_threads;
-    record.environment["mode"] = emulate ? fmt::format("rank {} of {} emulated alone", me, needed) : "one process per GPU";
-    record.environment["clock"] = emulate ? "steady_clock after cudaDeviceSynchronize before each step"
-                                          : "steady_clock from the exit of an MPI_Barrier (after cudaDeviceSynchronize) "
-                                            "before each step";
-    FinishText text;
-    text.ran = emulate ? fmt::format("Ran {} as rank {} of {} alone on GPU {} ({}; backend cuda, collectives emulated, {} "
-                                     "worker threads), {} warmup + {} measured steps",
-                                     plan->model_ref, me, needed, device, record.environment.value("gpu", "unknown GPU"),
-                                     run->worker_threads, o.warmup, o.steps)
-                       : fmt::format("Ran {} on {} ranks (backend cuda on {}, {} worker threads per rank), {} warmup + {} "
-                                     "measured steps",
-                                     plan->model_ref, needed, record.environment.value("gpu", "unknown GPU"),
-                                     run->worker_threads, o.warmup, o.steps);
-    text.profile_note = "  note: predicted with the plan's GPU preset (--profile takes a measured profile; "
-                        "`shardcast calibrate --backend cuda` is not built yet)";
-    record.environment["verify"] = o.verify;
-    if (o.verify) {
-        text.verify = fmt::format("Verify              OK: {} collectives ({} elements) checked over {} ranks; a mismatch on any "
-                                  "rank aborts the run",
-                                  verified_all[0], verified_all[1], needed);
-    }
-    return finishRun(o, *plan, predicted, *run, std::move(record), text);
-}
-#endif
-
-#ifndef SHARDCAST_WITH_CUDA_BACKEND
-// `shardcast` links no CUDA library; `shardcast-cuda`, built beside it when cmake found the CUDA
-// toolkit with cuBLASLt and NCCL, is the same program with the CUDA backend. Replaces this process
-// with it, same command line and same PID (so an mpirun rank stays that rank); returns only on
-// failure.
-int execCudaBinary() {
-    std::error_code ec;
-    const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
-    const std::filesystem::path cuda = self.parent_path() / "shardcast-cuda";
-    if (ec || access(cuda.c_str(), X_OK) != 0) {
-        return reportInputError("--backend cuda: this shardcast was built without the CUDA backend (no executable " +
-                                cuda.string() + "; cmake builds it when it finds the CUDA toolkit with cuBLASLt and "
-                                "NCCL); use --backend cpu");
-    }
-    std::ifstream in("/proc/self/cmdline", std::ios::binary);
-    std::vector<std::string> args;
-    for (std::string arg; std::getline(in, arg, '\0');) args.push_back(arg);
-    if (args.empty()) {
-        fmt::print(stderr, "shardcast: error: --backend cuda: cannot read this process's command line from /proc/self/cmdline\n");
-        return kExitRuntimeFailure;
-    }
-    args[0] = cuda.string();
-    std::vector<char*> argv;
-    for (std::string& arg : args) argv.push_back(arg.data());
-    argv.push_back(nullptr);
-    std::fflush(stdout);
-    std::fflush(stderr);
-    execv(cuda.c_str(), argv.data());
-    fmt::print(stderr, "shardcast: error: --backend cuda: starting {} failed: {}\n", cuda.string(), std::strerror(errno));
-    return kExitRuntimeFailure;
+    shape.mode = emulate ? fmt::format("rank {} of {} emulated alone", me, needed)
+                         : fmt::format("one process per GPU ({})", core::launcherName(launch.launcher));
+    shape.clock = emulate ? "steady_clock after cudaDeviceSynchronize before each step"
+                          : "steady_clock from the exit of an MPI_Barrier (after cudaDeviceSynchronize) before each step";
+    return finishCudaRun(o, *prepared, *run, **backend, device, shape, verified_all);
 }
 #endif
 
@@ -413,12 +581,16 @@ int runRun(const RunOptions& o) {
     if (o.emulate_rank >= 0) {
         return reportInputError("--emulate-rank: only --backend cuda emulates a rank (the cpu backend runs every rank)");
     }
+    if (o.gpus > 0) {
+        return reportInputError("--gpus: only --backend cuda runs ranks as threads (the cpu backend runs one process per "
+                                "rank under mpirun)");
+    }
 #ifndef SHARDCAST_WITH_CPU_BACKEND
     return reportInputError(std::string("this shardcast was built without the MPI CPU backend that `run` needs: ") +
                             kInstallMpi);
 #else
     // Every rank checks its input; only rank 0 (by the launcher's environment) says what is wrong.
-    const int64_t env_rank = envInt("OMPI_COMM_WORLD_RANK").value_or(0);
+    const core::LaunchEnv launch = core::processLaunchEnv();
     const auto inputError = rankZeroInputError;
     auto prepared = prepareRun(o);
     if (!prepared) return inputError(prepared.error().message);
@@ -428,30 +600,29 @@ int runRun(const RunOptions& o) {
     // Ranks: one process per GPU of the plan, started by mpirun. Checked before MPI starts, from
     // the launcher's environment, so that a mismatch is one line and exit 2 on every rank.
     const int64_t needed = predicted.program.world_size;
-    const std::optional<int64_t> launched = envInt("OMPI_COMM_WORLD_SIZE");
-    const int64_t world = launched.value_or(1);
+    const int64_t world = launch.world_size;
     if (world != needed) {
-        if (env_rank != 0) return kOtherRankExit;
+        if (launch.rank != 0) return kOtherRankExit;
         const std::string how =
             fmt::format("launch it as `scripts/mpirun.sh -np {} shardcast run ...` (mpirun with the flags a container "
                         "needs), or plan for {} rank{} with `--nodes 1 --gpus-per-node {}`",
                         needed, world, world == 1 ? "" : "s", world);
-        if (!launched) {
+        if (!launch.launched()) {
             return reportInputError(fmt::format("the plan needs {} ranks (nodes {} x gpus-per-node {}) but this process "
                                                 "was not launched under mpirun (world size 1): {}; mpirun comes with "
                                                 "OpenMPI (Debian/Ubuntu: apt-get install libopenmpi-dev openmpi-bin)",
                                                 needed, plan->cluster.nodes, plan->cluster.gpus_per_node, how));
         }
-        return reportInputError(fmt::format("mpirun started {} ranks but the plan needs {} (nodes {} x gpus-per-node {}): {}",
-                                            world, needed, plan->cluster.nodes, plan->cluster.gpus_per_node, how));
+        return reportInputError(fmt::format("{} started {} ranks but the plan needs {} (nodes {} x gpus-per-node {}): {}",
+                                            core::launcherName(launch.launcher), world, needed, plan->cluster.nodes, plan->cluster.gpus_per_node, how));
     }
     // Memory: every rank on this machine holds the predicted peak of counted allocations (kernel
     // scratch comes on top); refused before anything is allocated.
-    const int64_t local_ranks = std::max<int64_t>(1, envInt("OMPI_COMM_WORLD_LOCAL_SIZE").value_or(1));
+    const int64_t local_ranks = std::max<int64_t>(1, launch.local_size);
     const int64_t available = core::meminfoBytes("MemAvailable");
     const int64_t predicted_peak = predicted.summary.peak_bytes;
     if (available > 0 && predicted_peak * local_ranks > available) {
-        if (env_rank != 0) return kOtherRankExit;
+        if (launch.rank != 0) return kOtherRankExit;
         return reportInputError(fmt::format(
             "the plan's predicted peak is {} bytes ({}) per rank, {} bytes ({}) for the {} rank{} on this machine, but "
             "MemAvailable is {} bytes ({}): use a smaller model, --seq-len, --micro-batch or fewer ranks per machine",
@@ -511,7 +682,7 @@ int runRun(const RunOptions& o) {
                                   "rank aborts the run",
                                   verified_all[0], verified_all[1], mpi.worldSize());
     }
-    return finishRun(o, *plan, predicted, *run, std::move(record), text);
+    return finishRun(o, *prepared, *run, std::move(record), text);
 #endif
 }
 
@@ -533,11 +704,15 @@ void registerRunCommand(CLI::App& app, int& exit_code) {
                     "cuda: run rank R of the plan alone on one GPU, every allocation and kernel for real, each "
                     "collective's output filled locally (marked emulated in the run record)")
         ->check(CLI::Range(0, 1 << 30))->type_name("R");
+    cmd->add_option("--gpus", opts->gpus,
+                    "cuda: run every rank of the plan in this one process, a thread per local GPU (GPUs 0 .. N-1, "
+                    "NCCL between them, no MPI); N must be the plan's world size")
+        ->check(CLI::Range(1, 1 << 16))->type_name("N");
     cmd->add_flag("--verify", opts->verify, "Check every collective's data: gathered parameters equal the originals, reduced gradients the mean over the group's ranks (docs/running.md)");
     cmd->add_option("--out", opts->out, "Write the measured run (core::RunRecord JSON) to FILE")->type_name("FILE");
     cmd->add_option("--trace", opts->trace, "Write the measured step as a Chrome trace to FILE")->type_name("FILE");
-    cmd->add_option("--profile", opts->profile, "Hardware profile JSON for the prediction recorded with the run")
-        ->type_name("FILE");
+    addProfileOption(*cmd, opts->profile);
+    addSaveOption(*cmd, opts->save, "the measured run, its plan and its prediction (rank 0 saves)");
     cmd->callback([opts, &exit_code] { exit_code = runRun(*opts); });
 }
 

@@ -10,6 +10,7 @@
 
 #include "apps/shardcast/commands.hpp"
 #include "apps/shardcast/plan_options.hpp"
+#include "apps/shardcast/store_cli.hpp"
 #include "core/file_io.hpp"
 #include "core/plan_build.hpp"
 #include "simulator/hardware_profile.hpp"
@@ -24,6 +25,7 @@ struct SearchOptions {
     std::string profile, pytorch;
     double headroom = core::kDefaultHeadroom;
     bool json = false;
+    SaveRequest save;
 };
 
 double toGiB(int64_t bytes) { return static_cast<double>(bytes) / static_cast<double>(core::kGiB); }
@@ -34,9 +36,9 @@ int runSearch(const SearchOptions& o) {
     const core::Plan& plan = *built;
     auto mesh = core::validatePlan(plan);
     if (!mesh) return reportInputError(mesh.error().message);
-    auto resolved = sim::resolveProfile(plan.cluster, o.profile);
+    auto resolved = resolveProfileArg(plan.cluster, o.profile);
     if (!resolved) return reportInputError("--profile " + resolved.error().message);
-    const sim::HardwareProfile& profile = *resolved;
+    const sim::HardwareProfile& profile = resolved->profile;
     sim::WrapSearchOptions options;
     options.headroom = o.headroom;
     auto searched = sim::searchWrap(plan, profile, options);
@@ -44,10 +46,18 @@ int runSearch(const SearchOptions& o) {
     const sim::WrapSearchResult& r = *searched;
 
     std::string code;
+    SaveOutcome saved;
     if (!r.ends.empty()) {
         core::Plan chosen = plan;
         chosen.sharding.wrap = r.wrap;
         code = sim::pytorchCode(chosen, *mesh, sim::unitsOfPolicy(r.wrap));
+        if (o.save.requested) {
+            saved = evaluateAndSaveReported({chosen}, *resolved, o.headroom, o.save, "search");
+            if (saved.exit_code != kExitOk) return saved.exit_code;
+        }
+    } else if (o.save.requested) {
+        saved.line = "Nothing saved: the search found no grouping";
+        saved.saved = nullptr;
     }
     if (!o.pytorch.empty() && !code.empty()) {
         if (auto written = core::writeFileAtomically(o.pytorch, code); !written) {
@@ -75,6 +85,7 @@ int runSearch(const SearchOptions& o) {
         j["per_block"] = {{"step_s", r.per_block.step_s}, {"peak_bytes", r.per_block.peak_bytes}};
         j["tightenings"] = r.tightenings;
         j["notes"] = r.notes;
+        if (o.save.requested) j["saved"] = saved.saved;
         if (o.pytorch.empty()) {
             j["pytorch"] = code;
         } else {
@@ -104,6 +115,7 @@ int runSearch(const SearchOptions& o) {
             fmt::print("\nPyTorch code written to {}\n", o.pytorch);
         }
     }
+    if (o.save.requested) fmt::print("{}\n", saved.line);
     std::fflush(stdout);
     return kExitOk;
 }
@@ -116,7 +128,8 @@ void registerSearchCommand(CLI::App& app, int& exit_code) {
                                                  "(exact DP, checked by the full simulation) and print its PyTorch code");
     addPlanOptions(*cmd, opts->plan);
     addHeadroomOption(*cmd, opts->headroom);
-    cmd->add_option("--profile", opts->profile, "Hardware profile JSON overriding the cost-model defaults")->type_name("FILE");
+    addProfileOption(*cmd, opts->profile);
+    addSaveOption(*cmd, opts->save, "the chosen plan and its prediction (tagged `search`)");
     cmd->add_option("--pytorch", opts->pytorch, "Write the PyTorch code to FILE instead of printing it")->type_name("FILE");
     cmd->add_flag("--json", opts->json, "Print one JSON object");
     cmd->callback([opts, &exit_code] { exit_code = runSearch(*opts); });

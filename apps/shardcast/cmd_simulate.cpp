@@ -8,6 +8,7 @@
 
 #include "apps/shardcast/commands.hpp"
 #include "apps/shardcast/plan_options.hpp"
+#include "apps/shardcast/store_cli.hpp"
 #include "core/plan_build.hpp"
 #include "simulator/chrome_trace.hpp"
 #include "simulator/evaluation.hpp"
@@ -20,6 +21,7 @@ struct SimulateOptions {
     std::string trace, profile, save_profile;
     bool json = false;
     double headroom = core::kDefaultHeadroom;
+    SaveRequest save;
 };
 
 std::string gib(int64_t bytes) { return core::formatGiB(bytes); }
@@ -56,8 +58,9 @@ void printText(const sim::Evaluation& e) {
 int runSimulate(const SimulateOptions& o) {
     auto plan = core::buildPlan(o.plan);
     if (!plan) return reportInputError(plan.error().message);
-    auto profile = sim::resolveProfile(plan->cluster, o.profile);
-    if (!profile) return reportInputError("--profile " + profile.error().message);
+    auto resolved = resolveProfileArg(plan->cluster, o.profile);
+    if (!resolved) return reportInputError("--profile " + resolved.error().message);
+    const sim::HardwareProfile* profile = &resolved->profile;
     if (!o.save_profile.empty()) {
         if (auto saved = sim::saveProfile(o.save_profile, *profile); !saved) {
             return reportInputError("--save-profile: " + saved.error().message);
@@ -66,18 +69,24 @@ int runSimulate(const SimulateOptions& o) {
     sim::EvaluationOptions options;
     options.headroom = o.headroom;
     options.issue_order_memory = false;
-    options.record_curve = !o.trace.empty();
+    options.record_curve = !o.trace.empty() || o.save.requested;
     sim::Evaluator evaluator;
     sim::Evaluation e;
-    if (auto s = evaluator.evaluate(*plan, &*profile, options, e); !s) return reportInputError(s.error().message);
+    if (auto s = evaluator.evaluate(*plan, profile, options, e); !s) return reportInputError(s.error().message);
     if (!o.trace.empty()) {
         if (auto written = sim::writeChromeTrace(o.trace, e.program, e.timeline, &e.timed); !written) {
             fmt::print(stderr, "shardcast: error: {}\n", written.error().message);
             return kExitRuntimeFailure;
         }
     }
+    SaveOutcome saved;
+    if (o.save.requested) {
+        saved = savePredictionReported(*plan, e, *resolved, o.save);
+        if (saved.exit_code != kExitOk) return saved.exit_code;
+    }
     if (o.json) {
         nlohmann::json j = core::summaryReportJson(e.program, e.summary);
+        if (o.save.requested) j["saved"] = saved.saved;
         j["fits"] = e.fit.fits;
         j["capacity_bytes"] = e.fit.capacity_bytes;
         j["headroom"] = e.fit.headroom;
@@ -87,6 +96,7 @@ int runSimulate(const SimulateOptions& o) {
     } else {
         printText(e);
         if (!o.trace.empty()) fmt::print("\nChrome trace written to {} (open in https://ui.perfetto.dev)\n", o.trace);
+        if (o.save.requested) fmt::print("{}\n", saved.line);
     }
     std::fflush(stdout);
     return kExitOk;
@@ -102,8 +112,8 @@ void registerSimulateCommand(CLI::App& app, int& exit_code) {
     addHeadroomOption(*cmd, opts->headroom);
     cmd->add_option("--trace", opts->trace, "Write a Chrome trace (Perfetto, chrome://tracing) to FILE")
         ->type_name("FILE");
-    cmd->add_option("--profile", opts->profile, "Hardware profile JSON overriding the cost-model defaults")
-        ->type_name("FILE");
+    addProfileOption(*cmd, opts->profile);
+    addSaveOption(*cmd, opts->save, "the plan and its prediction (summary, timeline, memory curve)");
     cmd->add_option("--save-profile", opts->save_profile, "Write the profile in effect (defaults + --profile) to FILE")
         ->type_name("FILE");
     cmd->add_flag("--json", opts->json, "Print one JSON object instead of the text report");

@@ -13,6 +13,7 @@
 
 #include "apps/shardcast/commands.hpp"
 #include "apps/shardcast/plan_options.hpp"
+#include "apps/shardcast/store_cli.hpp"
 #include "core/plan_build.hpp"
 #include "simulator/hardware_profile.hpp"
 #include "simulator/sweep.hpp"
@@ -29,6 +30,7 @@ struct SweepCommandOptions {
     int threads = 0;
     int top = 20;
     bool json = false, csv = false;
+    SaveRequest save;
 };
 
 double toGiB(int64_t bytes) { return static_cast<double>(bytes) / static_cast<double>(core::kGiB); }
@@ -56,9 +58,9 @@ int runSweepCommand(const SweepCommandOptions& o) {
     for (int64_t mb : o.micro_batches) {
         if (mb <= 0) return reportInputError("--micro-batches: values must be positive (got " + std::to_string(mb) + ")");
     }
-    auto resolved = sim::resolveProfile(base.cluster, o.profile);
+    auto resolved = resolveProfileArg(base.cluster, o.profile);
     if (!resolved) return reportInputError("--profile " + resolved.error().message);
-    const sim::HardwareProfile& profile = *resolved;
+    const sim::HardwareProfile& profile = resolved->profile;
     const bool tty = isatty(STDERR_FILENO) != 0 && !o.json && !o.csv;
     if (tty) {
         options.progress = [](size_t done, size_t total) {
@@ -79,6 +81,17 @@ int runSweepCommand(const SweepCommandOptions& o) {
     const auto front = sim::paretoFront(results);
     const int64_t best = sim::recommend(results);
     auto onFront = [&](size_t i) { return std::find(front.begin(), front.end(), i) != front.end(); };
+    SaveOutcome saved;
+    if (o.save.requested) {
+        std::vector<core::Plan> plans;
+        for (size_t i : front) {
+            plans.push_back(base);
+            sim::applyCandidate(results[i].candidate, plans.back());
+        }
+        saved = evaluateAndSaveReported(plans, *resolved, o.headroom, o.save, "sweep-front");
+        if (saved.exit_code != kExitOk) return saved.exit_code;
+        if (o.csv) fmt::print(stderr, "{}\n", saved.line);
+    }
 
     if (o.csv) {
         fmt::print("strategy,wrap,micro_batch,ac,units,step_ms,peak_GiB,fits,exposed_comm_ms,mfu,tokens_per_s_per_gpu,pareto\n");
@@ -117,6 +130,7 @@ int runSweepCommand(const SweepCommandOptions& o) {
             if (!r.ok) invalid.push_back({{"candidate", sim::candidateLabel(r.candidate)}, {"error", r.error}});
         }
         j["invalid"] = invalid;
+        if (o.save.requested) j["saved"] = saved.saved;
         j["recommendation"] = best >= 0 ? nlohmann::ordered_json(sim::candidateLabel(results[static_cast<size_t>(best)].candidate))
                                         : nlohmann::ordered_json(nullptr);
         fmt::print("{}\n", j.dump(2));
@@ -144,6 +158,7 @@ int runSweepCommand(const SweepCommandOptions& o) {
     } else {
         fmt::print("Recommendation: none fits; try more GPUs, activation checkpointing or CPU offload\n");
     }
+    if (o.save.requested) fmt::print("{} (the Pareto front, tagged sweep-front)\n", saved.line);
     std::fflush(stdout);
     return kExitOk;
 }
@@ -158,7 +173,8 @@ void registerSweepCommand(CLI::App& app, int& exit_code) {
     cmd->add_option("--strategies", opts->strategies, "Strategies to try (default: all valid for the cluster)")->delimiter(',');
     cmd->add_option("--micro-batches", opts->micro_batches, "Also vary the micro-batch over these values")->delimiter(',');
     cmd->add_option("--sweep-ac", opts->acs, "Also vary activation checkpointing over these (none, full, full:K, selective)")->delimiter(',');
-    cmd->add_option("--profile", opts->profile, "Hardware profile JSON overriding the cost-model defaults")->type_name("FILE");
+    addProfileOption(*cmd, opts->profile);
+    addSaveOption(*cmd, opts->save, "the plans on the Pareto front and their predictions (tagged `sweep-front`)");
     addHeadroomOption(*cmd, opts->headroom);
     cmd->add_option("--threads", opts->threads, "Worker threads (0: every core)")->capture_default_str();
     cmd->add_option("--top", opts->top, "Rows of the table to print (0: all)")->capture_default_str();

@@ -32,10 +32,19 @@ std::optional<int64_t> envInt(const char* name);
 // still rank 0's.
 constexpr int kOtherRankExit = kExitOk;
 
-// Bad input seen by every rank of an mpirun job before MPI starts: rank 0 (OMPI_COMM_WORLD_RANK,
-// 0 outside mpirun) reports it and returns kExitBadInput, the others return kOtherRankExit quietly,
+// Bad input seen by every rank of an mpirun / srun job before MPI starts: rank 0 (by the
+// launcher's environment, core/launch_env.hpp; 0 without a launcher) reports it and returns kExitBadInput, the others return kOtherRankExit quietly,
 // so the user reads one line however many ranks were started.
 int rankZeroInputError(std::string_view message);
+
+// `--backend cuda` on a machine without a usable GPU or driver (`why`: CUDA's error): one line on
+// stderr, the same for every command; returns kExitRuntimeFailure.
+int reportNoUsableGpu(std::string_view why);
+
+// In `shardcast` (built without the CUDA backend): replaces this process with `shardcast-cuda`
+// beside it, same command line and PID (so an mpirun / srun rank stays that rank). Returns only on
+// failure, with the exit code (2: no shardcast-cuda was built). Not defined in `shardcast-cuda`.
+int execCudaBinary();
 
 void registerPlanCommand(CLI::App& app, int& exit_code);
 void registerModelsCommand(CLI::App& app, int& exit_code);
@@ -46,5 +55,6 @@ void registerSearchCommand(CLI::App& app, int& exit_code);
 void registerCompareCommand(CLI::App& app, int& exit_code);
 void registerRunCommand(CLI::App& app, int& exit_code);
 void registerCalibrateCommand(CLI::App& app, int& exit_code);
+void registerDbCommand(CLI::App& app, int& exit_code);
 
 }  // namespace shardcast::cli

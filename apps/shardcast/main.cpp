@@ -10,6 +10,9 @@
 #include <fmt/format.h>
 
 #include "apps/shardcast/commands.hpp"
+#include "apps/shardcast/store_cli.hpp"
+#include "core/launch_env.hpp"
+#include "core/version.hpp"
 
 namespace shardcast::cli {
 
@@ -23,7 +26,13 @@ std::optional<int64_t> envInt(const char* name) {
 }
 
 int rankZeroInputError(std::string_view message) {
-    return envInt("OMPI_COMM_WORLD_RANK").value_or(0) == 0 ? reportInputError(message) : kOtherRankExit;
+    return core::processLaunchEnv().rank == 0 ? reportInputError(message) : kOtherRankExit;
+}
+
+int reportNoUsableGpu(std::string_view why) {
+    fmt::print(stderr, "shardcast: error: --backend cuda needs a usable NVIDIA GPU and driver, and this process has none: "
+                       "{}\n", why);
+    return kExitRuntimeFailure;
 }
 
 bool stderrIsTerminal() {
@@ -45,7 +54,7 @@ int reportInputError(std::string_view message) {
 int main(int argc, char** argv) {
     using namespace shardcast::cli;
     CLI::App app{"shardcast: plan PyTorch FSDP / ZeRO sharded training before the run", "shardcast"};
-    app.set_version_flag("--version", "shardcast 0.1.0");
+    app.set_version_flag("--version", "shardcast " + std::string(shardcast::core::kShardcastVersion));
     app.require_subcommand(1);
     app.get_formatter()->column_width(36);
     app.footer("Exit codes: 0 ok, 1 runtime failure, 2 bad input. `shardcast COMMAND --help` for details.\n");
@@ -63,6 +72,9 @@ int main(int argc, char** argv) {
         registerCompareCommand(app, exit_code);
         registerRunCommand(app, exit_code);
         registerCalibrateCommand(app, exit_code);
+        registerDbCommand(app, exit_code);
+        // Every command reads or writes the store somewhere (--save, --profile NAME, db, compare).
+        for (CLI::App* sub : app.get_subcommands({})) addDbOption(*sub);
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {
         return app.exit(e);

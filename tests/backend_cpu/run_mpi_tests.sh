@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # `shardcast run --backend cpu` under mpirun, end to end (ctest label `mpi`).
-# Usage: run_mpi_tests.sh SHARDCAST RUN_RECORD_CHECK SOURCE_DIR verify2|verify4|faults
+# Usage: run_mpi_tests.sh SHARDCAST RUN_RECORD_CHECK SOURCE_DIR verify2|verify4|faults|save
 #   verify2 / verify4: `run --verify` on 2 / 4 ranks over the strategies, FSDP1 and FSDP2, no_sync
 #     accumulation and AC; each RUN.json is checked by run_record_check (loads, world size, step
 #     count, timeline, counted memory == the prediction's counted allocations, exact bytes).
+#   save: run --save stores the run, its plan and prediction; compare --run --prediction reads them.
 #   faults: a corrupted all-gather fails verify naming unit, rank and element; a world-size
 #     mismatch and a plan too big for this machine exit 2; a failing or killed rank ends the run
 #     within 30 s naming the rank, and no RUN.json is written.
@@ -58,6 +59,34 @@ verify4)
     verify 4 "$llama" --strategy HYBRID_SHARD --shard-size 2 --fsdp 2
     verify 4 "$llama" --strategy _HYBRID_SHARD_ZERO2 --shard-size 2 --fsdp 1 --grad-accum 2 --no-sync
     verify 4 "$gpt2" --strategy HYBRID_SHARD --shard-size 2 --fsdp 1 --ac full
+    ;;
+save)
+    # run --save on 2 ranks: rank 0 stores the run, its plan and its prediction once; the stored
+    # run compares with the stored prediction; the stored record is the one --out wrote.
+    db="$tmp/store.db"
+    if ! timeout 120 "$mpirun_sh" -np 2 "$shardcast" run --backend cpu --model "$llama" --nodes 1 --gpus-per-node 2 \
+        "${small[@]}" --out "$tmp/saved.json" --db "$db" --save nightly >"$tmp/save.log" 2>&1; then
+        fail "run --save exited non-zero"; cat "$tmp/save.log"
+    fi
+    grep -q "Saved run-1 (plan plan-1, prediction pred-1)" "$tmp/save.log" || { fail "run --save: no saved line"; cat "$tmp/save.log"; }
+    [[ $(grep -c "^Saved run-" "$tmp/save.log") == 1 ]] || fail "run --save: not saved exactly once"
+    "$shardcast" db list --db "$db" --json >"$tmp/list.json" 2>&1 || fail "db list after run --save"
+    python3 - "$tmp/list.json" <<'PY' || fail "db list after run --save: contents"
+import json, sys
+d = json.load(open(sys.argv[1]))
+ids = sorted(e["id"] for e in d)
+assert ids == ["plan-1", "pred-1", "prof-1", "run-1"], ids
+run = [e for e in d if e["id"] == "run-1"][0]
+assert run["name"] == "nightly" and run["links"] == ["plan-1"], run
+PY
+    "$shardcast" db export run-1 --db "$db" --out "$tmp/exported.json" 2>"$tmp/export.log" || fail "db export run-1"
+    python3 -c 'import json,sys; a=json.load(open(sys.argv[1])); b=json.load(open(sys.argv[2])); assert a == b' \
+        "$tmp/exported.json" "$tmp/saved.json" || fail "the stored run record differs from --out's"
+    if ! "$shardcast" compare --run run-1 --prediction pred-1 --db "$db" --save >"$tmp/cmp.log" 2>&1; then
+        fail "compare --run run-1 --prediction pred-1"; cat "$tmp/cmp.log"
+    fi
+    grep -q "Saved cmp-1" "$tmp/cmp.log" || { fail "compare --save: no saved line"; cat "$tmp/cmp.log"; }
+    echo "ok   run --save, db export, compare --run --prediction --save"
     ;;
 faults)
     base=(run --backend cpu --model "$llama" --nodes 1 --gpus-per-node 2 "${small[@]}")

@@ -1,7 +1,9 @@
 // Tests that need an NVIDIA GPU (ctest label `gpu`); each skips with a message when
 // cudaGetDeviceCount reports none. GEMMs of the backend's cuBLASLt path against a CPU reference,
-// an emulated rank of a 4-rank plan and a 1-rank plan on real NCCL, each producing a full measured
-// timeline whose counted memory is the prediction's.
+// an emulated rank of a 4-rank plan, a 1-rank plan on real NCCL and (with two GPUs) a 2-rank plan
+// as threads (--gpus 2), each producing a full measured timeline whose counted memory is the
+// prediction's, whose pool high-water mark covers the counted peak and whose GPU-event time lies
+// within the host clock's; an allocation beyond the device reported as out of memory.
 #include <array>
 #include <cstdint>
 #include <cstdlib>
@@ -9,12 +11,15 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <new>
 #include <string>
 #include <vector>
 
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
+#include "backend_cuda/cuda_backend.hpp"
 #include "backend_cuda/cuda_check.hpp"
 #include "backend_cuda/gemm.hpp"
 #include "core/plan.hpp"
@@ -178,6 +183,19 @@ void runAndCheck(const std::string& args, int32_t world, int32_t recorded_rank, 
         EXPECT_EQ(record->memory.max_per_category[c], predicted->timed.max_per_category[c])
             << core::categoryName(static_cast<core::MemCategory>(c));
     }
+    // The device's cross-check: the counted buffers' pool held at least every counted byte at the
+    // counted peak (its high-water mark adds the allocator's cache of freed blocks).
+    const nlohmann::json& device = record->environment.at("device_memory");
+    EXPECT_GE(device.at("pool_used_high_bytes").get<int64_t>(), record->memory.peak_bytes) << device.dump();
+    EXPECT_GE(device.at("pool_reserved_high_bytes").get<int64_t>(), device.at("pool_used_high_bytes").get<int64_t>());
+    // GPU time by events lies inside the host clock's bracket of each task (recorded after the
+    // host's start stamp, completed before its end stamp), up to the events' ~0.5 us resolution.
+    const nlohmann::json& compute =
+        record->environment.at("stream_busy_median_step").at("streams").at(std::string(core::streamName(core::Stream::Compute)));
+    const auto by_events = compute.at("cuda_events_ns").get<int64_t>();
+    EXPECT_GT(by_events, 0) << compute.dump();
+    EXPECT_LE(by_events, compute.at("host_clock_ns").get<int64_t>() + 1000 * static_cast<int64_t>(program.tasks.size()))
+        << compute.dump();
 }
 
 // `--emulate-rank 1` of a 4-rank plan on one GPU: collectives filled locally, all marked emulated.
@@ -191,6 +209,41 @@ TEST(CudaGpuTest, EmulatedRankProducesAFullTimeline) {
 TEST(CudaGpuTest, OneRankRunUsesNccl) {
     REQUIRE_GPU();
     runAndCheck("--nodes 1 --gpus-per-node 1 --strategy FULL_SHARD", 1, 0, false);
+}
+
+// Two GPUs as two threads of one process (--gpus 2): NCCL between the threads, rank 0 recorded.
+TEST(CudaGpuTest, TwoGpusAsThreadsOfOneProcess) {
+    REQUIRE_GPU();
+    int count = 0;
+    ASSERT_EQ(cudaGetDeviceCount(&count), cudaSuccess);
+    if (count < 2) GTEST_SKIP() << "--gpus 2 needs two CUDA devices; this machine has " << count;
+    runAndCheck("--nodes 1 --gpus-per-node 2 --strategy FULL_SHARD --gpus 2", 2, 0, false);
+}
+
+// An allocation the device cannot hold: std::bad_alloc naming the bytes, the plan's predicted
+// peak and cudaMemGetInfo, and the backend still allocates afterwards.
+TEST(CudaGpuTest, AllocationBeyondTheDeviceIsOutOfMemoryNamingTheBytes) {
+    REQUIRE_GPU();
+    CudaBackendOptions options;
+    options.emulate_rank = 0;
+    options.world_size = 1;
+    options.predicted_peak_bytes = 12345;
+    auto backend = CudaBackend::create(options, nullptr);
+    ASSERT_TRUE(backend.ok()) << backend.error().message;
+    const int64_t huge = int64_t{1} << 50;  // 1 PiB
+    std::string message;
+    try {
+        (*backend)->allocate(huge);
+    } catch (const std::bad_alloc& e) {
+        message = e.what();
+    }
+    EXPECT_NE(message.find("out of device memory"), std::string::npos) << message;
+    EXPECT_NE(message.find(std::to_string(huge) + " bytes"), std::string::npos) << message;
+    EXPECT_NE(message.find("predicted peak of counted allocations is 12345 bytes"), std::string::npos) << message;
+    EXPECT_NE(message.find("cudaMemGetInfo: "), std::string::npos) << message;
+    void* small = (*backend)->allocate(int64_t{1} << 20);
+    EXPECT_NE(small, nullptr);
+    (*backend)->release(small, int64_t{1} << 20);
 }
 
 // --verify on a 1-rank plan: every collective's data checked (one-rank averages are the data
