@@ -113,8 +113,9 @@ HistoryView::HistoryView(QWidget* parent) : QWidget(parent) {
     m_table->setSelectionBehavior(QAbstractItemView::SelectRows);
     m_table->setSelectionMode(QAbstractItemView::SingleSelection);
     m_table->verticalHeader()->hide();
-    m_table->horizontalHeader()->setStretchLastSection(true);
+    m_table->verticalHeader()->setDefaultSectionSize(m_table->fontMetrics().height() + 6);
     m_table->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
+    m_table->horizontalHeader()->setSectionResizeMode(HistoryModel::Summary, QHeaderView::Stretch);
     m_detail = new QPlainTextEdit;
     m_detail->setReadOnly(true);
     auto* split = new QSplitter(Qt::Vertical);
@@ -179,6 +180,7 @@ core::Status HistoryView::refresh() {
     }
     m_status->setText(QString("%1 objects in %2").arg(entries->size()).arg(QString::fromStdString(m_path.string())));
     m_model->setEntries(std::move(entries).value());
+    if (m_proxy->rowCount() > 0) m_table->setCurrentIndex(m_proxy->index(0, 0));  // its document below
     return core::Ok{};
 }
 
