@@ -106,15 +106,7 @@ HistoryView::HistoryView(QWidget* parent) : QWidget(parent) {
     m_proxy->setFilterKeyColumn(-1);
     m_proxy->setFilterCaseSensitivity(Qt::CaseInsensitive);
     m_proxy->setSortRole(HistoryModel::kSortRole);
-    m_table = new QTableView;
-    m_table->setModel(m_proxy);
-    m_table->setSortingEnabled(true);
-    m_table->sortByColumn(HistoryModel::Created, Qt::DescendingOrder);
-    m_table->setSelectionBehavior(QAbstractItemView::SelectRows);
-    m_table->setSelectionMode(QAbstractItemView::SingleSelection);
-    m_table->verticalHeader()->hide();
-    m_table->verticalHeader()->setDefaultSectionSize(m_table->fontMetrics().height() + 6);
-    m_table->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
+    m_table = sortableTable(m_proxy, HistoryModel::Created, Qt::DescendingOrder);
     m_table->horizontalHeader()->setSectionResizeMode(HistoryModel::Summary, QHeaderView::Stretch);
     m_detail = new QPlainTextEdit;
     m_detail->setReadOnly(true);

@@ -4,7 +4,9 @@
 #include <array>
 #include <cmath>
 
+#include <QHeaderView>
 #include <QScrollArea>
+#include <QTableView>
 
 namespace shardcast::gui {
 
@@ -66,6 +68,19 @@ QScrollArea* scrollable(QWidget* content) {
     area->setWidgetResizable(true);
     area->setFrameShape(QFrame::NoFrame);
     return area;
+}
+
+QTableView* sortableTable(QAbstractItemModel* proxy, int column, Qt::SortOrder order) {
+    auto* table = new QTableView;
+    table->setModel(proxy);
+    table->setSortingEnabled(true);
+    table->sortByColumn(column, order);
+    table->setSelectionBehavior(QAbstractItemView::SelectRows);
+    table->setSelectionMode(QAbstractItemView::SingleSelection);
+    table->verticalHeader()->hide();
+    table->verticalHeader()->setDefaultSectionSize(table->fontMetrics().height() + 6);
+    table->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
+    return table;
 }
 
 QString formatGiB(int64_t bytes) {

@@ -1,9 +1,6 @@
 #pragma once
-// Colours and number formatting shared by every view: one colour per memory category and per
-// task kind, defined here only.
-
-class QScrollArea;
-class QWidget;
+// Colours, number formatting and small widget helpers shared by every view: one colour per memory
+// category and per task kind, defined here only.
 #include <cstdint>
 #include <string_view>
 
@@ -12,6 +9,11 @@ class QWidget;
 
 #include "core/program.hpp"
 #include "core/units.hpp"
+
+class QAbstractItemModel;
+class QScrollArea;
+class QTableView;
+class QWidget;
 
 namespace shardcast::gui {
 
@@ -32,5 +34,8 @@ QString formatFlops(int64_t flops);    // "1.23 TFLOP"
 // `content` in a frameless scroll area that resizes it: a view keeps its minimum size and scrolls
 // when the window is smaller, instead of widening the window.
 QScrollArea* scrollable(QWidget* content);
+// A compact table over `proxy`, sortable by clicking a header, one row selected at a time, sorted
+// by `column` to start with.
+QTableView* sortableTable(QAbstractItemModel* proxy, int column, Qt::SortOrder order);
 
 }  // namespace shardcast::gui

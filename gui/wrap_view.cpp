@@ -204,15 +204,7 @@ WrapView::WrapView(QWidget* parent) : QWidget(parent) {
     m_proxy = new QSortFilterProxyModel(this);
     m_proxy->setSourceModel(m_model);
     m_proxy->setSortRole(WrapTableModel::kSortRole);
-    m_table = new QTableView;
-    m_table->setModel(m_proxy);
-    m_table->setSortingEnabled(true);
-    m_table->sortByColumn(WrapTableModel::Step, Qt::AscendingOrder);
-    m_table->setSelectionBehavior(QAbstractItemView::SelectRows);
-    m_table->setSelectionMode(QAbstractItemView::SingleSelection);
-    m_table->verticalHeader()->hide();
-    m_table->verticalHeader()->setDefaultSectionSize(m_table->fontMetrics().height() + 6);
-    m_table->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
+    m_table = sortableTable(m_proxy, WrapTableModel::Step, Qt::AscendingOrder);
     top->addWidget(m_scatter);
     top->addWidget(m_table);
     top->setStretchFactor(0, 3);
