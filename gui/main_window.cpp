@@ -114,7 +114,7 @@ MainWindow::MainWindow(Options options) : m_options(options) {
     m_history = new HistoryView;
     addView(m_history, "History");
     connect(m_tabs, &QTabWidget::currentChanged, this, [this](int i) {
-        if (i == 5) (void)m_history->refresh();
+        if (i == viewNames().indexOf("history")) (void)m_history->refresh();
     });
     connect(m_history, &HistoryView::openPlanRequested, this, [this](const QString& id, const nlohmann::json& plan) {
         if (const QString path = writeStoreCopy(id, plan); !path.isEmpty() && openPlan(path).ok()) showView("fit");
@@ -143,12 +143,13 @@ MainWindow::MainWindow(Options options) : m_options(options) {
     connect(m_wrap, &WrapView::candidateChosen, m_inputs, &InputPanel::applyCandidate);
 
     buildMenus();
+    bool restored = false;
     if (m_options.use_settings) {
         QSettings settings("shardcast", "shardcast-gui");
-        restoreGeometry(settings.value("geometry").toByteArray());
+        restored = restoreGeometry(settings.value("geometry").toByteArray());
         restoreState(settings.value("state").toByteArray());
     }
-    resize(size().isEmpty() ? QSize(1400, 900) : size());
+    if (!restored) resize(1400, 900);
 }
 
 MainWindow::~MainWindow() = default;
@@ -220,7 +221,8 @@ void MainWindow::buildMenus() {
         QAction* a = view->addAction(text);
         a->setShortcut(key);
         connect(a, &QAction::triggered, this, [this, apply] {
-            TimelineCanvas* canvas = m_tabs->currentIndex() == 4 ? m_compare->canvas() : m_timeline->canvas();
+            const bool compare = m_tabs->currentIndex() == viewNames().indexOf("compare");
+            TimelineCanvas* canvas = compare ? m_compare->canvas() : m_timeline->canvas();
             TimeAxis& axis = canvas->axis();
             apply(axis);
             canvas->update();

@@ -3,6 +3,7 @@
 // (the CLI's numbers); a bad input shows an error next to its field and keeps the previous plan.
 #include <QAbstractItemModel>
 #include <QLabel>
+#include <QSettings>
 #include <QSortFilterProxyModel>
 #include <QTableView>
 #include <QTemporaryDir>
@@ -202,6 +203,24 @@ private slots:
         QCOMPARE(tree->checkedModules(), (QStringList{"model.layers.0", "model.layers.5"}));
         const std::string wrap = "modules:" + m_window->inputs()->knobText("wrap").mid(8).toStdString();
         checkShows(reference(exampleWith([&wrap](core::PlanOverrides& o) { o.wrap = wrap; })));
+    }
+
+    // Window geometry and recent files outlive the window (QSettings, organisation "shardcast").
+    void settingsAreRemembered() {
+        QTemporaryDir dir;
+        QSettings::setPath(QSettings::NativeFormat, QSettings::UserScope, dir.path());
+        {
+            gui::MainWindow first(gui::MainWindow::Options{true});
+            first.resize(1100, 750);
+            first.show();
+            QVERIFY(first.openPlan(kExample).ok());
+            QVERIFY(first.planner()->waitUntilFinished(kWaitMs));
+            first.close();
+        }
+        gui::MainWindow second(gui::MainWindow::Options{true});
+        QCOMPARE(second.size(), QSize(1100, 750));
+        const QStringList recent = QSettings("shardcast", "shardcast-gui").value("recentFiles").toStringList();
+        QCOMPARE(recent, QStringList{QFileInfo(kExample).absoluteFilePath()});
     }
 
     void savedPlanReadsBack() {
