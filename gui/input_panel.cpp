@@ -150,8 +150,10 @@ InputPanel::InputPanel(QWidget* parent) : QWidget(parent) {
              "The optimizer whose state is kept per parameter (torch.optim.AdamW, SGD).",
              {"adamw", "sgd", "sgd-momentum"}, false);
     addCombo(training, "ac", "training.ac", "activation checkpointing",
-             "Recompute activations in backward (torch.utils.checkpoint; full:K checkpoints every K-th block).",
-             {"none", "selective", "full", "full:2", "full:4"}, true);
+             "Recompute activations in backward (torch.utils.checkpoint): full = every block, layer:K = every K-th "
+             "block (torchtitan's selective layer AC), op = torchtitan's per-op selective AC, attn-core = Megatron's "
+             "attention-core recompute.",
+             {"none", "full", "layer:2", "layer:4", "op", "attn-core"}, true);
     addCombo(training, "attention", "training.attention", "attention",
              "The attention kernel (F.scaled_dot_product_attention with flash, or eager matmul + softmax).",
              {"flash", "eager"}, false);

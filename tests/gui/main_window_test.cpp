@@ -82,7 +82,7 @@ private slots:
     void firstScreenIsTheExample() {
         checkShows(reference(exampleWith([](core::PlanOverrides&) {})));
         QCOMPARE(m_window->inputs()->knobText("model"), QString("llama-3.1-8b"));
-        QCOMPARE(m_window->inputs()->knobText("ac"), QString("full:2"));
+        QCOMPARE(m_window->inputs()->knobText("ac"), QString("layer:2"));
     }
 
     void strategyKnobReplans() {
