@@ -122,6 +122,7 @@ void Lowering::opCosts() {
     auto opCost = [&](const Op& op) {
         OpCost c;
         c.saved = elementBytes(op.saved_act, op.saved_f32, op.saved_u8, op.saved_i64);
+        if (m_tr.hf_mask == HfMask::V4) c.saved += elementBytes(op.saved_act_hf_mask, none, none, none);
         c.temp = elementBytes(op.temp_act, op.temp_f32, none, none);
         c.bwd_temp = elementBytes(op.bwd_temp_act, op.bwd_temp_f32, none, none);
         // FLOPs executed: a causal kernel skips the masked half of the s^2 work (flash-attention's

@@ -84,6 +84,9 @@ struct Op {
     Coef saved_f32;     // fp32 elements
     Coef saved_u8;      // 1-byte elements (dropout masks; custom models give bytes here)
     Coef saved_i64;     // int64 elements (indices)
+    // Saved in addition, in the activation dtype, when transformers 4.5x gives SDPA a
+    // materialised mask (TrainingSpec::hf_mask): the converted mask and K/V repeated to all heads.
+    Coef saved_act_hf_mask;
     // Transient while the forward op runs (outputs consumed by the next op, workspaces).
     Coef temp_act, temp_f32;
     // Transient while the backward op runs (gradients of outputs and inputs).

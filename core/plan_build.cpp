@@ -227,6 +227,11 @@ Result<Plan> buildPlan(const PlanOverrides& o) {
         if (!v) return makeError(fmt::format("--kernels: unknown implementation '{}'; valid: eager, fused", *o.kernels));
         t.kernels = *v;
     }
+    if (o.hf_mask) {
+        auto v = parseHfMask(*o.hf_mask);
+        if (!v) return makeError(fmt::format("--hf-mask: unknown transformers behaviour '{}'; valid: 5.x, 4.5x", *o.hf_mask));
+        t.hf_mask = *v;
+    }
     if (o.offload) {
         auto v = parseOffload(*o.offload);
         if (!v) return makeError(fmt::format("--offload: unknown offload '{}'; valid: none, cpu", *o.offload));

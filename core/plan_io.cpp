@@ -205,7 +205,7 @@ private:
 Status readTraining(const json& j, const std::string& where, TrainingSpec& t) {
     SectionReader r(j, where, "training");
     r.checkKeys({"micro_batch", "seq_len", "grad_accum", "no_sync", "optimizer", "param_dtype", "reduce_dtype",
-                 "master_dtype", "ac", "attention", "kernels", "offload", "frozen"});
+                 "master_dtype", "ac", "attention", "kernels", "offload", "hf_mask", "frozen"});
     r.integer("micro_batch", t.micro_batch, "a positive integer");
     r.integer("seq_len", t.seq_len, "a positive integer");
     r.integer("grad_accum", t.grad_accum, "a positive integer");
@@ -223,6 +223,7 @@ Status readTraining(const json& j, const std::string& where, TrainingSpec& t) {
     r.enumeration("attention", t.attention, parseAttention, "flash, eager");
     r.enumeration("kernels", t.kernels, parseKernelImpl, "eager, fused");
     r.enumeration("offload", t.offload, parseOffload, "none, cpu");
+    r.enumeration("hf_mask", t.hf_mask, parseHfMask, "5.x, 4.5x");
     r.string("frozen", t.frozen_regex);
     return r.status();
 }
@@ -723,6 +724,7 @@ nlohmann::json planToJson(const Plan& plan) {
     training["attention"] = std::string(attentionName(t.attention));
     training["kernels"] = std::string(kernelImplName(t.kernels));
     training["offload"] = std::string(offloadName(t.offload));
+    training["hf_mask"] = std::string(hfMaskName(t.hf_mask));
     training["frozen"] = t.frozen_regex;
     j["training"] = std::move(training);
 

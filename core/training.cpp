@@ -56,6 +56,10 @@ constexpr std::pair<std::string_view, KernelImpl> kKernels[] = {
     {"eager", KernelImpl::Eager},
     {"fused", KernelImpl::Fused},
 };
+constexpr std::pair<std::string_view, HfMask> kHfMask[] = {
+    {"5.x", HfMask::V5},
+    {"4.5x", HfMask::V4},
+};
 constexpr std::pair<std::string_view, Offload> kOffload[] = {
     {"none", Offload::None},
     {"cpu", Offload::Cpu},
@@ -130,6 +134,8 @@ std::string_view kernelImplName(KernelImpl k) { return nameOf(kKernels, k); }
 std::optional<KernelImpl> parseKernelImpl(std::string_view s) { return lookup(kKernels, s); }
 std::string_view offloadName(Offload o) { return nameOf(kOffload, o); }
 std::optional<Offload> parseOffload(std::string_view s) { return lookup(kOffload, s); }
+std::string_view hfMaskName(HfMask m) { return nameOf(kHfMask, m); }
+std::optional<HfMask> parseHfMask(std::string_view s) { return lookup(kHfMask, s); }
 
 int optimizerStatesPerParam(Optimizer o) {
     switch (o) {

@@ -22,6 +22,11 @@ enum class Checkpointing : uint8_t { None, Full, Layer, Op, AttnCore };
 enum class AttentionKernel : uint8_t { Flash, Eager };
 enum class KernelImpl : uint8_t { Eager, Fused };
 enum class Offload : uint8_t { None, Cpu };
+// How HuggingFace transformers hands SDPA the causal mask of an unpacked training batch.
+// V5: transformers 5.x returns no mask (is_causal, native GQA). V4: transformers 4.5x treats
+// any position_ids as possibly packed, materialises a [b, 1, s, s] mask that SDPA converts to
+// the activation dtype and saves in every layer, and repeats K and V to all heads (repeat_kv).
+enum class HfMask : uint8_t { V5, V4 };
 
 std::string_view optimizerName(Optimizer o);         // "adamw", "sgd", "sgd-momentum"
 std::optional<Optimizer> parseOptimizer(std::string_view s);
@@ -53,6 +58,8 @@ std::string_view kernelImplName(KernelImpl k);       // "eager", "fused"
 std::optional<KernelImpl> parseKernelImpl(std::string_view s);
 std::string_view offloadName(Offload o);             // "none", "cpu"
 std::optional<Offload> parseOffload(std::string_view s);
+std::string_view hfMaskName(HfMask m);                // "5.x", "4.5x"
+std::optional<HfMask> parseHfMask(std::string_view s);
 
 // Optimizer states per trainable element, in the master dtype (AdamW: exp_avg + exp_avg_sq).
 int optimizerStatesPerParam(Optimizer o);
@@ -71,6 +78,8 @@ struct TrainingSpec {
     AttentionKernel attention = AttentionKernel::Flash;
     KernelImpl kernels = KernelImpl::Eager;
     Offload offload = Offload::None;
+    // The current transformers release (5.x) by default; 4.5x for runs pinned to transformers 4.
+    HfMask hf_mask = HfMask::V5;
     std::string frozen_regex;   // parameters whose FQN matches (std::regex_search) are frozen
 
     DType computeDtype() const { return param_dtype.value_or(master_dtype); }

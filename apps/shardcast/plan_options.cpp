@@ -62,6 +62,10 @@ void addPlanOptions(CLI::App& cmd, core::PlanOverrides& o) {
     addOpt(cmd, "--attention", o.attention, "KERNEL", "Attention kernel: flash | eager", "flash");
     addOpt(cmd, "--kernels", o.kernels, "IMPL",
            "Kernel implementation: eager (HuggingFace modules) | fused (fused norm, loss)", "eager");
+    addOpt(cmd, "--hf-mask", o.hf_mask, "VERSION",
+           "transformers' causal mask under SDPA: 5.x (none: is_causal, native GQA) | 4.5x (a [b,1,s,s] "
+           "mask saved per layer, K/V repeated to all heads)",
+           "5.x");
     addOpt(cmd, "--offload", o.offload, "MODE", "Parameter/gradient/optimizer offload: none | cpu", "none");
     addOpt(cmd, "--reshard-after-forward", o.reshard_after_forward, "true|false|K",
            "true | false | K (re-shard to K ranks); default: per strategy", "");

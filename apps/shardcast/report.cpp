@@ -140,6 +140,7 @@ nlohmann::ordered_json planResultJson(const core::Plan& plan, const sim::Evaluat
         {"attention", core::attentionName(t.attention)},
         {"kernels", core::kernelImplName(t.kernels)},
         {"offload", core::offloadName(t.offload)},
+        {"hf_mask", core::hfMaskName(t.hf_mask)},
         {"frozen", t.frozen_regex},
     };
 
@@ -249,8 +250,9 @@ std::string planReportText(const core::Plan& plan, const sim::Evaluation& e) {
     line(fmt::format("  dtypes       param {}, reduce {}, master {}; optimizer {}", core::dtypeName(t.computeDtype()),
                      core::dtypeName(t.reduceDtype()), core::dtypeName(t.master_dtype),
                      core::optimizerName(t.optimizer)));
-    line(fmt::format("  compute      AC {}, attention {}, kernels {}, offload {}{}", core::acString(t.ac, t.ac_every),
+    line(fmt::format("  compute      AC {}, attention {}, kernels {}, offload {}{}{}", core::acString(t.ac, t.ac_every),
                      core::attentionName(t.attention), core::kernelImplName(t.kernels), core::offloadName(t.offload),
+                     t.hf_mask == core::HfMask::V4 ? ", transformers 4.5x mask" : "",
                      t.frozen_regex.empty() ? "" : fmt::format(", frozen /{}/", t.frozen_regex)));
     line(fmt::format("  AC mode      {}",
                      core::acDescription(t.ac, t.ac_every, t.attention == core::AttentionKernel::Flash)));
