@@ -257,7 +257,14 @@ int runImport(const DbOptions& o) {
         input.record = core::runRecordToJson(*run);
         auto plan = core::planFromJson(run->plan, o.file + ": plan", fs::path(o.file).parent_path());
         if (plan) {
-            if (auto self = core::selfContainedPlanJson(*plan)) input.plan = std::move(*self);
+            if (auto self = core::selfContainedPlanJson(*plan)) {
+                // Saved first with its summary line; saveRun finds it again by its hash.
+                if (auto saved = (*store)->savePlan(*self, "", planSummaryLine(*plan)); !saved) {
+                    fmt::print(stderr, "shardcast: error: {}: {}\n", (*store)->path().string(), saved.error().message);
+                    return kExitRuntimeFailure;
+                }
+                input.plan = std::move(*self);
+            }
         }
         input.summary_line = fmt::format("{} on {} ranks, {:.2f} ms/step measured (imported)", run->backend, run->world_size,
                                          static_cast<double>(run->medianStepNs()) * 1e-6);

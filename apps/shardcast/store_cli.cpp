@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "apps/shardcast/commands.hpp"
 #include "core/sharding.hpp"
@@ -25,11 +26,7 @@ std::string& dbFlag() {
     return value;
 }
 
-std::string joinNames(const std::vector<std::string>& names) {
-    std::string out;
-    for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
-    return out;
-}
+std::string joinNames(const std::vector<std::string>& names) { return fmt::format("{}", fmt::join(names, ", ")); }
 
 }  // namespace
 
@@ -117,6 +114,9 @@ core::Result<SavedPrediction> savePrediction(db::Store& store, const core::Plan&
                                              const ResolvedProfile& profile, const std::string& name) {
     auto plan_json = core::selfContainedPlanJson(plan);
     if (!plan_json) return plan_json.error();
+    // The plan first, with its one-line summary: savePrediction finds it again by its hash.
+    auto plan_id = store.savePlan(*plan_json, "", planSummaryLine(plan));
+    if (!plan_id) return plan_id.error();
     std::optional<db::ObjectId> profile_id = profile.stored;
     if (!profile_id) {
         // The figures in effect, stored once per content: a prediction can always be re-made.
@@ -144,13 +144,7 @@ core::Result<SavedPrediction> savePrediction(db::Store& store, const core::Plan&
                                      e.fit.fits ? "fits" : "does not fit");
     auto saved = store.savePrediction(input);
     if (!saved) return saved.error();
-    auto object = store.get(*saved);
-    if (!object) return object.error();
-    db::ObjectId plan_id{db::Kind::plan, 0};
-    for (const db::ObjectId& link : object->links) {
-        if (link.kind == db::Kind::plan) plan_id = link;
-    }
-    return SavedPrediction{*saved, plan_id};
+    return SavedPrediction{*saved, *plan_id};
 }
 
 std::unique_ptr<db::Store> openStoreToSave(SaveOutcome& out) {
