@@ -38,6 +38,7 @@ Status checkRange(const std::optional<int64_t>& v, int64_t min, int64_t max, std
 
 constexpr int64_t kMaxNodes = 1'000'000;
 constexpr int64_t kMaxGpusPerNode = 1024;
+constexpr int64_t kMaxPrefetchDepth = 1024;  // units ahead; more than a model's units changes nothing
 
 std::optional<DType> parseMixedDType(std::string_view s) {
     auto t = parseDType(s);
@@ -101,7 +102,8 @@ Result<Plan> buildPlan(const PlanOverrides& o) {
                         checkRange(o.shard_size, 0, kMaxNodes * kMaxGpusPerNode, "--shard-size"),
                         checkAtLeast(o.micro_batch, 1, "--micro-batch"),
                         checkAtLeast(o.seq_len, 1, "--seq-len"),
-                        checkAtLeast(o.grad_accum, 1, "--grad-accum")}) {
+                        checkAtLeast(o.grad_accum, 1, "--grad-accum"),
+                        checkRange(o.prefetch_depth, 1, kMaxPrefetchDepth, "--prefetch-depth")}) {
         if (!status) return status.error();
     }
 
@@ -183,6 +185,22 @@ Result<Plan> buildPlan(const PlanOverrides& o) {
             s.reshard_after_forward = ReshardMode::Count;
             s.reshard_after_forward_k = k;
         }
+    }
+
+    if (o.prefetch_depth) s.prefetch_depth = static_cast<int>(*o.prefetch_depth);
+    if (o.forward_prefetch) {
+        if (*o.forward_prefetch != "true" && *o.forward_prefetch != "false") {
+            return makeError(fmt::format("--forward-prefetch: expected true or false (got '{}')", *o.forward_prefetch));
+        }
+        s.forward_prefetch = *o.forward_prefetch == "true";
+    }
+    if (o.backward_prefetch) {
+        auto p = parseBackwardPrefetch(*o.backward_prefetch);
+        if (!p) {
+            return makeError(
+                fmt::format("--backward-prefetch: expected pre, post or none (got '{}')", *o.backward_prefetch));
+        }
+        s.backward_prefetch = *p;
     }
 
     TrainingSpec& t = plan.training;

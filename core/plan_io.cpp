@@ -59,23 +59,6 @@ constexpr const char* kStrategyChoices =
     "hsdp-zero2)";
 constexpr const char* kWrapChoices = "whole, block, every:K, min-params:N, modules:FILE";
 
-std::string_view backwardPrefetchName(ShardingSpec::BackwardPrefetch p) {
-    switch (p) {
-        case ShardingSpec::BackwardPrefetch::Pre: return "pre";
-        case ShardingSpec::BackwardPrefetch::Post: return "post";
-        case ShardingSpec::BackwardPrefetch::None: return "none";
-    }
-    return "?";
-}
-
-std::optional<ShardingSpec::BackwardPrefetch> parseBackwardPrefetch(std::string_view s) {
-    const std::string k = lower(s);
-    if (k == "pre" || k == "backward_pre") return ShardingSpec::BackwardPrefetch::Pre;
-    if (k == "post" || k == "backward_post") return ShardingSpec::BackwardPrefetch::Post;
-    if (k == "none") return ShardingSpec::BackwardPrefetch::None;
-    return std::nullopt;
-}
-
 size_t editDistance(std::string_view a, std::string_view b) {
     std::vector<size_t> row(b.size() + 1);
     for (size_t j = 0; j <= b.size(); ++j) row[j] = j;

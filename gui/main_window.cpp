@@ -38,6 +38,7 @@
 
 #include "db/store.hpp"
 #include "gui/history_view.hpp"
+#include "planstore/planstore.hpp"
 #endif
 
 namespace shardcast::gui {
@@ -114,7 +115,10 @@ MainWindow::MainWindow(Options options) : m_options(options) {
     m_history = new HistoryView;
     addView(m_history, "History");
     connect(m_tabs, &QTabWidget::currentChanged, this, [this](int i) {
-        if (i == viewNames().indexOf("history")) (void)m_history->refresh();
+        if (i == viewNames().indexOf("history")) {
+            (void)m_history->refresh();
+            refreshStoredProfiles();
+        }
     });
     connect(m_history, &HistoryView::openPlanRequested, this, [this](const QString& id, const nlohmann::json& plan) {
         if (const QString path = writeStoreCopy(id, plan); !path.isEmpty() && openPlan(path).ok()) showView("fit");
@@ -138,11 +142,13 @@ MainWindow::MainWindow(Options options) : m_options(options) {
     });
     connect(m_planner, &Planner::strategiesReady, m_fit, &FitView::setStrategies);
     connect(m_planner, &Planner::wrapReady, m_wrap, &WrapView::setResult);
+    connect(m_planner, &Planner::wrapReady, m_modules, &ModuleTree::setSearch);
     connect(m_fit, &FitView::strategyClicked, this,
             [this](core::Strategy s) { m_inputs->setKnob("strategy", toQString(core::strategyName(s))); });
     connect(m_wrap, &WrapView::candidateChosen, m_inputs, &InputPanel::applyCandidate);
 
     buildMenus();
+    refreshStoredProfiles();
     bool restored = false;
     if (m_options.use_settings) {
         QSettings settings("shardcast", "shardcast-gui");
@@ -241,7 +247,7 @@ void MainWindow::buildMenus() {
 }
 
 void MainWindow::replan() {
-    m_planner->request(m_inputs->overrides());
+    m_planner->request(m_inputs->overrides(), m_inputs->profileArg().toStdString());
     m_wrap->setPending();
     m_status->setText("Planning...");
 }
@@ -284,6 +290,22 @@ core::Status MainWindow::exportChromeTrace(const QString& path) const {
     return sim::writeChromeTrace(path.toStdString(), e.program, e.timeline, &e.timed);
 }
 
+void MainWindow::refreshStoredProfiles() {
+#ifdef SHARDCAST_GUI_WITH_STORE
+    QStringList names;
+    std::error_code ec;
+    auto path = db::defaultDbPath();
+    if (path && std::filesystem::exists(*path, ec)) {
+        if (auto store = db::Store::open(*path, false)) {
+            if (auto stored = planstore::storedProfileNames(**store)) {
+                for (const std::string& n : *stored) names << toQString(n);
+            }
+        }
+    }
+    m_inputs->setStoredProfiles(names);
+#endif
+}
+
 #ifdef SHARDCAST_GUI_WITH_STORE
 QString MainWindow::writeStoreCopy(const QString& id, const nlohmann::json& document) {
     // The loaders read files: an object opened from the store is written to the cache first.
@@ -321,15 +343,12 @@ core::Result<std::string> MainWindow::saveToStore() {
     if (!path) return path.error();
     auto store = db::Store::open(*path, true);
     if (!store) return store.error();
-    auto doc = core::selfContainedPlanJson(m_plan->plan);
-    if (!doc) return doc.error();
-    const core::Plan& p = m_plan->plan;
-    const std::string summary = p.model->name + ", " + std::to_string(m_plan->eval.mesh.world_size) + "x " +
-                                p.cluster.gpu.name + ", " + std::string(core::strategyName(p.sharding.strategy));
-    auto id = (*store)->savePlan(*doc, "", summary);
-    if (!id) return id.error();
+    // The same prediction `shardcast simulate --save` stores: plan, profile, summary, timeline, curve.
+    auto saved = planstore::savePrediction(**store, m_plan->plan, m_plan->eval, m_plan->profile, "");
+    if (!saved) return core::makeError((*store)->path().string() + ": " + saved.error().message);
     if (m_history) (void)m_history->refresh();
-    return db::formatId(*id);
+    refreshStoredProfiles();
+    return db::formatId(saved->prediction) + " (plan " + db::formatId(saved->plan) + ")";
 #else
     return core::makeError("this shardcast-gui was built without the store (db/)");
 #endif

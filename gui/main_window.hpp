@@ -58,7 +58,8 @@ public:
     CompareView* compareView() const { return m_compare; }
     ModuleTree* moduleTree() const { return m_modules; }
     HistoryView* historyView() const { return m_history; }
-    // Saves the current plan in the store (db::defaultDbPath()); returns its id ("plan-3").
+    // Saves the current plan's prediction (with its plan and profile) in the store
+    // (db::defaultDbPath()), as `simulate --save` does; returns "pred-4 (plan plan-3)".
     core::Result<std::string> saveToStore();
     const PlanResult* currentPlan() const { return m_plan.get(); }
 
@@ -71,6 +72,8 @@ protected:
 private:
     void buildMenus();
     void replan();
+    // The profile knob's list: the profiles in the store (db::defaultDbPath()).
+    void refreshStoredProfiles();
     void onPlan(std::shared_ptr<const PlanResult> plan);
     void addRecent(const QString& path);
     void refreshRecentMenu();

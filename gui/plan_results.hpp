@@ -12,6 +12,7 @@
 #include "core/plan.hpp"
 #include "core/plan_build.hpp"
 #include "core/result.hpp"
+#include "planstore/planstore.hpp"
 #include "simulator/evaluation.hpp"
 #include "simulator/sweep.hpp"
 #include "simulator/wrap_search.hpp"
@@ -22,7 +23,8 @@ struct PlanResult {
     uint64_t generation = 0;
     core::PlanOverrides overrides;
     core::Plan plan;
-    sim::Evaluation eval;  // evaluated with record_curve on
+    planstore::ResolvedProfile profile;  // the hardware figures every stage of this plan used
+    sim::Evaluation eval;                // evaluated with record_curve on
 };
 
 // The fit view's bars: the current plan under each of the five strategies.
@@ -57,10 +59,12 @@ struct WrapResult {
     std::string pytorch_code;             // of the search's grouping
 };
 
-// Builds the plan from `overrides` and evaluates it (record_curve on). Errors: buildPlan's (naming
-// the flag) or the evaluation's (naming the plan field), or cancelled.
+// Builds the plan from `overrides` and evaluates it (record_curve on) with the hardware profile
+// `profile` names (planstore::resolveProfile: "" the GPU's documented figures, a profile file, or a
+// profile stored in the store at db::defaultDbPath()). Errors: buildPlan's (naming the flag), the
+// profile's (prefixed "--profile: "), the evaluation's (naming the plan field), or cancelled.
 core::Result<std::shared_ptr<PlanResult>> computePlan(const core::PlanOverrides& overrides, sim::Evaluator& evaluator,
-                                                      const sim::CancelToken* cancel);
+                                                      const sim::CancelToken* cancel, const std::string& profile = {});
 
 // The five strategies of `plan`, each evaluated without the curve.
 core::Result<std::shared_ptr<StrategyComparison>> computeStrategies(const PlanResult& plan, sim::Evaluator& evaluator,

@@ -69,6 +69,14 @@ void addPlanOptions(CLI::App& cmd, core::PlanOverrides& o) {
     addOpt(cmd, "--offload", o.offload, "MODE", "Parameter/gradient/optimizer offload: none | cpu", "none");
     addOpt(cmd, "--reshard-after-forward", o.reshard_after_forward, "true|false|K",
            "true | false | K (re-shard to K ranks); default: per strategy", "");
+    addOpt(cmd, "--prefetch-depth", o.prefetch_depth, "N",
+           "FSDP2 units prefetched ahead, 1 to 1024 (1: FSDP2's implicit one-unit prefetch; N > 1: N-1 more "
+           "through set_modules_to_forward_prefetch / set_modules_to_backward_prefetch)",
+           "1");
+    addOpt(cmd, "--forward-prefetch", o.forward_prefetch, "true|false",
+           "FSDP1 forward_prefetch: issue the next unit's all-gather before this unit's forward compute", "false");
+    addOpt(cmd, "--backward-prefetch", o.backward_prefetch, "pre|post|none",
+           "FSDP1 backward_prefetch: BACKWARD_PRE, BACKWARD_POST or None", "pre");
     addOpt(cmd, "--scale", o.scale, "hidden=H,layers=L,seq=S",
            "Shrink the model keeping its shape of units (any subset of the keys): hidden size H (a multiple "
            "of the attention head count, of twice it with rotary embeddings; head counts and vocabulary "

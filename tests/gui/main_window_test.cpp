@@ -15,6 +15,7 @@
 #include "gui/main_window.hpp"
 #include "gui/module_tree.hpp"
 #include "gui/palette.hpp"
+#include "gui/plan_results.hpp"
 #include "gui/planner.hpp"
 #include "gui/timeline_view.hpp"
 #include "gui/wrap_table_model.hpp"
@@ -203,6 +204,29 @@ private slots:
         QCOMPARE(tree->checkedModules(), (QStringList{"model.layers.0", "model.layers.5"}));
         const std::string wrap = "modules:" + m_window->inputs()->knobText("wrap").mid(8).toStdString();
         checkShows(reference(exampleWith([&wrap](core::PlanOverrides& o) { o.wrap = wrap; })));
+    }
+
+    // The exact wrap search's grouping drawn on the module tree: every module of a searched unit
+    // shows that unit's number, in the search's order.
+    void searchGroupingOnTheModuleTree() {
+        const gui::PlanResult* shown = m_window->currentPlan();
+        auto wrap = gui::computeWrap(*shown, nullptr);
+        QVERIFY(wrap.ok() && (*wrap)->search_ok);
+        const std::vector<std::string>& units = (*wrap)->search.wrap.modules;
+        QVERIFY(!units.empty());
+        gui::ModuleTree* tree = m_window->moduleTree();
+        int modules_seen = 0;
+        for (size_t i = 0; i < units.size(); ++i) {
+            for (const QString& fqn : QString::fromStdString(units[i]).split('+')) {
+                const QString label = tree->searchUnit(fqn);
+                QVERIFY2(label.startsWith(QString("%1: ").arg(i + 1)), qPrintable(fqn + " -> " + label));
+                ++modules_seen;
+            }
+        }
+        QCOMPARE(modules_seen, 32);  // every decoder layer is in exactly one searched unit
+        QVERIFY(tree->searchUnit("").isEmpty());  // the root is in none
+        // A block's children are drawn in their block's unit.
+        QCOMPARE(tree->searchUnit("model.layers.0.self_attn"), tree->searchUnit("model.layers.0"));
     }
 
     // Window geometry and recent files outlive the window (QSettings, organisation "shardcast").
