@@ -60,7 +60,7 @@ inline constexpr double kMaxFlopsPerS = 1e18;      // 1 EFLOP/s per GPU
 inline constexpr double kMinBytesPerS = 1e6;       // 1 MB/s
 inline constexpr double kMaxBytesPerS = 1e15;      // 1 PB/s
 inline constexpr double kMaxLatencyS = 1.0;
-inline constexpr int64_t kMinMemoryBytes = int64_t{1} << 20;  // 1 MiB
+inline constexpr int64_t kMinMemoryBytes = 1;  // tests model tiny GPUs; only zero is meaningless
 inline constexpr int64_t kMaxMemoryBytes = int64_t{1} << 50;  // 1 PiB
 inline constexpr int64_t kMaxOverheadBytes = int64_t{1} << 40;  // CUDA context, workspaces: 1 TiB
 
