@@ -288,6 +288,8 @@ def build_cases(s):
     s.case("--headroom nan", plan("--model", tiny, "--headroom", "nan"), 2, r"--headroom")
     s.case("--headroom inf", plan("--model", tiny, "--headroom", "inf"), 2, r"--headroom")
     s.case("sweep --headroom nan", ["sweep", "--model", tiny, "--headroom", "nan"], 2, r"--headroom")
+    s.case("search --headroom -inf", ["search", "--model", tiny, "--headroom", "-inf"], 2, r"--headroom")
+    s.case("simulate --headroom 1e400", ["simulate", "--model", tiny, "--headroom", "1e400"], 2, r"--headroom")
 
     # 8. GPU files: both ends of every figure.
     for name, value, pattern in [
