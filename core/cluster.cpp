@@ -6,8 +6,11 @@
 #include <filesystem>
 #include <string>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "core/json_text.hpp"
+#include "core/limits.hpp"
 #include "core/model_io.hpp"
 
 namespace shardcast::core {
@@ -186,26 +189,35 @@ struct Field {
     FieldKind kind;
     int64_t GpuSpec::*bytes = nullptr;
     double GpuSpec::*value = nullptr;
-    bool must_be_positive = false;
+    bool must_be_positive = false;  // otherwise 0 is also valid (unset, or no overhead)
+    double min = 0, max = 0;        // a non-zero value must lie in [min, max] (core/limits.hpp)
 };
+
+constexpr double kMinMem = static_cast<double>(limits::kMinMemoryBytes);
+constexpr double kMaxMem = static_cast<double>(limits::kMaxMemoryBytes);
+constexpr double kMinFlops = limits::kMinFlopsPerS, kMaxFlops = limits::kMaxFlopsPerS;
+constexpr double kMinBw = limits::kMinBytesPerS, kMaxBw = limits::kMaxBytesPerS;
+constexpr double kMaxLat = limits::kMaxLatencyS;
+constexpr double kMaxOverhead = static_cast<double>(limits::kMaxOverheadBytes);
 
 const std::vector<Field>& numericFields() {
     static const std::vector<Field> fields = {
-        {"memory_bytes", FieldKind::Bytes, &GpuSpec::memory_bytes, nullptr, true},
-        {"peak_flops_bf16", FieldKind::Double, nullptr, &GpuSpec::peak_flops_bf16, true},
-        {"peak_flops_fp16", FieldKind::Double, nullptr, &GpuSpec::peak_flops_fp16, false},
-        {"peak_flops_tf32", FieldKind::Double, nullptr, &GpuSpec::peak_flops_tf32, false},
-        {"peak_flops_fp32", FieldKind::Double, nullptr, &GpuSpec::peak_flops_fp32, true},
-        {"peak_flops_fp8", FieldKind::Double, nullptr, &GpuSpec::peak_flops_fp8, false},
-        {"hbm_bytes_per_s", FieldKind::Double, nullptr, &GpuSpec::hbm_bytes_per_s, true},
-        {"nvlink_bytes_per_s", FieldKind::Double, nullptr, &GpuSpec::nvlink_bytes_per_s, true},
-        {"network_bytes_per_s", FieldKind::Double, nullptr, &GpuSpec::network_bytes_per_s, true},
-        {"host_link_bytes_per_s", FieldKind::Double, nullptr, &GpuSpec::host_link_bytes_per_s, true},
-        {"intra_node_latency_s", FieldKind::Double, nullptr, &GpuSpec::intra_node_latency_s, false},
-        {"inter_node_latency_s", FieldKind::Double, nullptr, &GpuSpec::inter_node_latency_s, false},
-        {"cuda_context_bytes", FieldKind::Bytes, &GpuSpec::cuda_context_bytes, nullptr, false},
-        {"cublas_workspace_bytes", FieldKind::Bytes, &GpuSpec::cublas_workspace_bytes, nullptr, false},
-        {"nccl_bytes_per_communicator", FieldKind::Bytes, &GpuSpec::nccl_bytes_per_communicator, nullptr, false},
+        {"memory_bytes", FieldKind::Bytes, &GpuSpec::memory_bytes, nullptr, true, kMinMem, kMaxMem},
+        {"peak_flops_bf16", FieldKind::Double, nullptr, &GpuSpec::peak_flops_bf16, true, kMinFlops, kMaxFlops},
+        {"peak_flops_fp16", FieldKind::Double, nullptr, &GpuSpec::peak_flops_fp16, false, kMinFlops, kMaxFlops},
+        {"peak_flops_tf32", FieldKind::Double, nullptr, &GpuSpec::peak_flops_tf32, false, kMinFlops, kMaxFlops},
+        {"peak_flops_fp32", FieldKind::Double, nullptr, &GpuSpec::peak_flops_fp32, true, kMinFlops, kMaxFlops},
+        {"peak_flops_fp8", FieldKind::Double, nullptr, &GpuSpec::peak_flops_fp8, false, kMinFlops, kMaxFlops},
+        {"hbm_bytes_per_s", FieldKind::Double, nullptr, &GpuSpec::hbm_bytes_per_s, true, kMinBw, kMaxBw},
+        {"nvlink_bytes_per_s", FieldKind::Double, nullptr, &GpuSpec::nvlink_bytes_per_s, true, kMinBw, kMaxBw},
+        {"network_bytes_per_s", FieldKind::Double, nullptr, &GpuSpec::network_bytes_per_s, true, kMinBw, kMaxBw},
+        {"host_link_bytes_per_s", FieldKind::Double, nullptr, &GpuSpec::host_link_bytes_per_s, true, kMinBw, kMaxBw},
+        {"intra_node_latency_s", FieldKind::Double, nullptr, &GpuSpec::intra_node_latency_s, false, 0, kMaxLat},
+        {"inter_node_latency_s", FieldKind::Double, nullptr, &GpuSpec::inter_node_latency_s, false, 0, kMaxLat},
+        {"cuda_context_bytes", FieldKind::Bytes, &GpuSpec::cuda_context_bytes, nullptr, false, 0, kMaxOverhead},
+        {"cublas_workspace_bytes", FieldKind::Bytes, &GpuSpec::cublas_workspace_bytes, nullptr, false, 0, kMaxOverhead},
+        {"nccl_bytes_per_communicator", FieldKind::Bytes, &GpuSpec::nccl_bytes_per_communicator, nullptr, false, 0,
+         kMaxOverhead},
     };
     return fields;
 }
@@ -280,8 +292,11 @@ Result<GpuSpec> gpuFromJson(const nlohmann::json& j, const std::string& where) {
             continue;
         }
         if (key == "memory_gib") {
-            if (!value.is_number() || value.get<double>() <= 0) {
-                return makeError(where + ": memory_gib must be a positive number (got " + value.dump() + ")");
+            constexpr double kMinGib = kMinMem / static_cast<double>(kGiB), kMaxGib = kMaxMem / static_cast<double>(kGiB);
+            if (!value.is_number() || !(value.get<double>() >= kMinGib && value.get<double>() <= kMaxGib)) {
+                return makeError(fmt::format("{}: memory_gib must be a number of GiB from {:g} to {:g} (the limit; see "
+                                             "docs/limits.md) (got {})",
+                                             where, kMinGib, kMaxGib, jsonExcerpt(value)));
             }
             if (j.contains("memory_bytes")) return makeError(where + ": give memory_bytes or memory_gib, not both");
             gpu.memory_bytes = static_cast<int64_t>(std::llround(value.get<double>() * static_cast<double>(kGiB)));
@@ -292,16 +307,19 @@ Result<GpuSpec> gpuFromJson(const nlohmann::json& j, const std::string& where) {
             return makeError(where + ": unknown GPU key '" + key + "'; valid keys: " + validGpuKeys());
         }
         if (!value.is_number()) {
-            return makeError(where + ": " + key + " must be a number (got " + value.dump() + ")");
+            return makeError(where + ": " + key + " must be a number (got " + jsonExcerpt(value) + ")");
         }
         const double v = value.get<double>();
-        if (!std::isfinite(v) || v < 0 || (f->must_be_positive && v == 0)) {
-            return makeError(where + ": " + key + " must be " + (f->must_be_positive ? "positive" : "non-negative") +
-                             " (got " + value.dump() + ")");
+        const bool zero_ok = !f->must_be_positive && v == 0;
+        if (!zero_ok && !(v >= f->min && v <= f->max)) {
+            return makeError(fmt::format("{}: {} must be {}from {:g} to {:g} (the limit; see docs/limits.md) (got {})",
+                                         where, key, f->must_be_positive || f->min == 0 ? "" : "0 or ", f->min, f->max,
+                                         jsonExcerpt(value)));
         }
         if (f->kind == FieldKind::Bytes) {
             if (!value.is_number_integer()) {
-                return makeError(where + ": " + key + " must be an integer number of bytes (got " + value.dump() + ")");
+                return makeError(where + ": " + key + " must be an integer number of bytes (got " + jsonExcerpt(value) +
+                                 ")");
             }
             gpu.*(f->bytes) = value.get<int64_t>();
         } else {

@@ -508,8 +508,8 @@ void Lowering::optimizerStep() {
         release(At::End, m_s.st[u].sharded_grad_buf);
         if (direct) releaseGrads(At::End, static_cast<int32_t>(u));
     }
-    int64_t flops = 0;
-    for (const Task& t : m_p.tasks) flops += t.flops;
+    double flops = 0;
+    for (const Task& t : m_p.tasks) flops += static_cast<double>(t.flops);
     m_p.hardware_flops_per_step = flops;
 }
 

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <filesystem>
 #include <memory>
-#include <regex>
 #include <string_view>
 #include <system_error>
 #include <utility>
@@ -12,6 +11,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/file_io.hpp"
+#include "core/json_text.hpp"
+#include "core/limits.hpp"
 #include "core/model_io.hpp"
 #include "core/model_scale.hpp"
 
@@ -20,13 +21,6 @@ namespace shardcast::core {
 namespace fs = std::filesystem;
 
 namespace {
-
-Status checkAtLeast(const std::optional<int64_t>& v, int64_t min, std::string_view flag) {
-    if (v && *v < min) {
-        return makeError(fmt::format("{}: must be an integer >= {} (got {})", flag, min, *v));
-    }
-    return Ok{};
-}
 
 // For fields stored as int: keeps nodes * gpus_per_node well inside int range.
 Status checkRange(const std::optional<int64_t>& v, int64_t min, int64_t max, std::string_view flag) {
@@ -100,11 +94,21 @@ Result<Plan> buildPlan(const PlanOverrides& o) {
     for (auto status : {checkRange(o.nodes, 1, kMaxNodes, "--nodes"),
                         checkRange(o.gpus_per_node, 1, kMaxGpusPerNode, "--gpus-per-node"),
                         checkRange(o.shard_size, 0, kMaxNodes * kMaxGpusPerNode, "--shard-size"),
-                        checkAtLeast(o.micro_batch, 1, "--micro-batch"),
-                        checkAtLeast(o.seq_len, 1, "--seq-len"),
-                        checkAtLeast(o.grad_accum, 1, "--grad-accum"),
+                        checkRange(o.micro_batch, 1, limits::kMaxMicroBatch, "--micro-batch"),
+                        checkRange(o.seq_len, 1, limits::kMaxSeqLen, "--seq-len"),
+                        checkRange(o.grad_accum, 1, limits::kMaxGradAccum, "--grad-accum"),
                         checkRange(o.prefetch_depth, 1, kMaxPrefetchDepth, "--prefetch-depth")}) {
         if (!status) return status.error();
+    }
+    // File names and patterns end up in plans, traces and the store, which are UTF-8 JSON.
+    struct TextFlag {
+        const std::optional<std::string>& value;
+        const char* flag;
+    };
+    for (const TextFlag& f : {TextFlag{o.model, "--model"}, TextFlag{o.gpu, "--gpu"}, TextFlag{o.wrap, "--wrap"},
+                              TextFlag{o.scale, "--scale"}}) {
+        if (!f.value) continue;
+        if (auto utf8 = checkUtf8(*f.value, f.flag); !utf8) return utf8.error();
     }
 
     std::optional<ScaleSpec> scale;
@@ -256,11 +260,7 @@ Result<Plan> buildPlan(const PlanOverrides& o) {
         t.offload = *v;
     }
     if (o.frozen) {
-        try {
-            std::regex check(*o.frozen);
-        } catch (const std::regex_error& e) {
-            return makeError(fmt::format("--frozen: invalid regular expression '{}' ({})", *o.frozen, e.what()));
-        }
+        if (auto pattern = limits::checkFrozenPattern(*o.frozen, "--frozen"); !pattern) return pattern.error();
         t.frozen_regex = *o.frozen;
     }
     return plan;

@@ -4,6 +4,8 @@
 #include <cassert>
 #include <cmath>
 
+#include <fmt/format.h>
+
 namespace shardcast::sim {
 
 using core::Stream;
@@ -81,7 +83,7 @@ double CostModel::computeSeconds(const core::Task& task, core::DType compute) co
     return std::max(flop_s, mem_s);
 }
 
-int64_t CostModel::durationNs(const core::Task& task, core::DType compute) const {
+double CostModel::durationSeconds(const core::Task& task, core::DType compute) const {
     double s = 0;
     switch (task.kind) {
         case TaskKind::AllGather:
@@ -97,7 +99,28 @@ int64_t CostModel::durationNs(const core::Task& task, core::DType compute) const
         default: s = computeSeconds(task, compute); break;
     }
     assert(s >= 0 && std::isfinite(s));
-    return roundToInt64(s * 1e9);
+    return s;
+}
+
+int64_t CostModel::durationNs(const core::Task& task, core::DType compute) const {
+    return roundToInt64(durationSeconds(task, compute) * 1e9);
+}
+
+core::Status CostModel::checkStepInRange(const core::Program& program) const {
+    // Every task run one after the other, each slowed by the worst contention factor, plus every
+    // issue cost: an upper bound of the simulated step, so if it fits, every time does.
+    double serial_s = 0;
+    for (const core::Task& t : program.tasks) serial_s += durationSeconds(t, program.compute_dtype);
+    const double slowdown = std::max({1.0, m_profile->overlap_compute_slowdown, m_profile->overlap_collective_slowdown});
+    const double issue_s = static_cast<double>(program.tasks.size()) *
+                           static_cast<double>(m_profile->task_launch_ns + 2 * m_profile->unit_hook_ns) / 1e9;
+    const double bound_s = serial_s * slowdown + issue_s;
+    if (bound_s <= kMaxStepSeconds) return core::Ok{};
+    return core::makeError(fmt::format(
+        "the step's tasks add up to {:.3g} s on this hardware, beyond the {:g} s (about 31 years) a simulated step may "
+        "last (docs/limits.md): the GPU or profile figures (peak_flops_*, *_bytes_per_s, *_efficiency) are too small "
+        "for this plan, or the plan too large (training.micro_batch, seq_len, grad_accum)",
+        bound_s, kMaxStepSeconds));
 }
 
 }  // namespace shardcast::sim

@@ -4,9 +4,13 @@
 #include <cstdint>
 
 #include "core/program.hpp"
+#include "core/result.hpp"
 #include "simulator/hardware_profile.hpp"
 
 namespace shardcast::sim {
+
+// 1e9 s: 1e18 ns, a factor 9 below INT64_MAX.
+inline constexpr double kMaxStepSeconds = 1e9;
 
 // std::llround (halves away from zero), exact for |x| < 2^63, inlined: the simulator rounds every
 // duration and every rescheduled end, and the libm call showed in profiles.
@@ -28,6 +32,10 @@ public:
     // the task's kind, stream, flops, hbm_bytes, comm_bytes, group_size and group_nodes: the
     // Simulator reuses a duration for a task whose fields are the same (keep the two in step).
     int64_t durationNs(const core::Task& task, core::DType compute) const;
+    double durationSeconds(const core::Task& task, core::DType compute) const;
+    // An error when the program's step could last beyond kMaxStepSeconds on this profile, so that
+    // no simulated time leaves int64 nanoseconds (the evaluation checks before simulating).
+    core::Status checkStepInRange(const core::Program& program) const;
 
     double computeSeconds(const core::Task& task, core::DType compute) const;
     double collectiveSeconds(core::TaskKind kind, int64_t bytes, int group_size, int group_nodes) const;

@@ -3,6 +3,8 @@
 #include <string>
 #include <utility>
 
+#include "simulator/cost_model.hpp"
+
 namespace shardcast::sim {
 
 std::string_view stageName(EvaluationStage stage) {
@@ -62,6 +64,7 @@ core::Status Evaluator::evaluate(const core::Plan& given, const HardwareProfile*
     }
 
     if (enter(EvaluationStage::Simulate)) return core::cancelledError();
+    if (auto in_range = CostModel(out.profile).checkStepInRange(out.program); !in_range) return in_range.error();
     if (!(m_simulator.profile() == out.profile)) m_simulator.setProfile(out.profile);
     m_simulator.run(out.program, out.timeline);
 

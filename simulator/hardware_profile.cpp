@@ -5,9 +5,12 @@
 #include <variant>
 #include <vector>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "core/file_io.hpp"
+#include "core/json_text.hpp"
+#include "core/limits.hpp"
 #include "core/model_io.hpp"
 
 namespace shardcast::sim {
@@ -67,31 +70,43 @@ constexpr double kOverlapCollectiveSlowdown = 1.0;
 constexpr int64_t kTaskLaunchNs = 10'000;
 constexpr int64_t kUnitHookNs = 100'000;
 
+// Efficiencies are measured / nominal; calibrated ones may exceed 1 a little when a data sheet
+// understates a link, never by orders of magnitude. A positive one is at least kMinEfficiency.
+constexpr double kMinEfficiency = 1e-4;
+constexpr double kMaxEfficiency = 4;
+constexpr double kMaxSlowdown = 1000;  // the CPU backend measures up to about 100x
+constexpr double kMaxHalfFlops = 1e18;
+constexpr double kMaxHalfBytes = 1125899906842624.0;  // 2^50
+constexpr double kMaxIssueNs = 1e9;                   // 1 s per task or hook
+constexpr double kMinSlowdown = 1 / kMaxSlowdown;
+
 using DoubleField = double HardwareProfile::*;
 using Int64Field = int64_t HardwareProfile::*;
 struct Field {
     const char* key;
     std::variant<DoubleField, Int64Field> member;
-    bool positive;  // must be > 0 (otherwise >= 0)
+    // Valid range, both ends (docs/limits.md), so that no duration leaves int64 nanoseconds.
+    double min, max;
 };
+
 
 const std::vector<Field>& fields() {
     static const std::vector<Field> f = {
-        {"forward_efficiency_max", &HardwareProfile::forward_efficiency_max, true},
-        {"backward_efficiency_max", &HardwareProfile::backward_efficiency_max, true},
-        {"gemm_half_flops", &HardwareProfile::gemm_half_flops, false},
-        {"hbm_efficiency", &HardwareProfile::hbm_efficiency, true},
-        {"nvlink_all_gather_efficiency", &HardwareProfile::nvlink_all_gather_efficiency, true},
-        {"nvlink_reduce_scatter_efficiency", &HardwareProfile::nvlink_reduce_scatter_efficiency, true},
-        {"nvlink_all_reduce_efficiency", &HardwareProfile::nvlink_all_reduce_efficiency, true},
-        {"network_efficiency", &HardwareProfile::network_efficiency, true},
-        {"busbw_half_bytes", &HardwareProfile::busbw_half_bytes, false},
-        {"host_link_efficiency", &HardwareProfile::host_link_efficiency, true},
-        {"cpu_optimizer_bytes_per_s", &HardwareProfile::cpu_optimizer_bytes_per_s, true},
-        {"overlap_compute_slowdown", &HardwareProfile::overlap_compute_slowdown, true},
-        {"overlap_collective_slowdown", &HardwareProfile::overlap_collective_slowdown, true},
-        {"task_launch_ns", &HardwareProfile::task_launch_ns, false},
-        {"unit_hook_ns", &HardwareProfile::unit_hook_ns, false},
+        {"forward_efficiency_max", &HardwareProfile::forward_efficiency_max, kMinEfficiency, kMaxEfficiency},
+        {"backward_efficiency_max", &HardwareProfile::backward_efficiency_max, kMinEfficiency, kMaxEfficiency},
+        {"gemm_half_flops", &HardwareProfile::gemm_half_flops, 0, kMaxHalfFlops},
+        {"hbm_efficiency", &HardwareProfile::hbm_efficiency, kMinEfficiency, kMaxEfficiency},
+        {"nvlink_all_gather_efficiency", &HardwareProfile::nvlink_all_gather_efficiency, kMinEfficiency, kMaxEfficiency},
+        {"nvlink_reduce_scatter_efficiency", &HardwareProfile::nvlink_reduce_scatter_efficiency, kMinEfficiency, kMaxEfficiency},
+        {"nvlink_all_reduce_efficiency", &HardwareProfile::nvlink_all_reduce_efficiency, kMinEfficiency, kMaxEfficiency},
+        {"network_efficiency", &HardwareProfile::network_efficiency, kMinEfficiency, kMaxEfficiency},
+        {"busbw_half_bytes", &HardwareProfile::busbw_half_bytes, 0, kMaxHalfBytes},
+        {"host_link_efficiency", &HardwareProfile::host_link_efficiency, kMinEfficiency, kMaxEfficiency},
+        {"cpu_optimizer_bytes_per_s", &HardwareProfile::cpu_optimizer_bytes_per_s, core::limits::kMinBytesPerS, core::limits::kMaxBytesPerS},
+        {"overlap_compute_slowdown", &HardwareProfile::overlap_compute_slowdown, kMinSlowdown, kMaxSlowdown},
+        {"overlap_collective_slowdown", &HardwareProfile::overlap_collective_slowdown, kMinSlowdown, kMaxSlowdown},
+        {"task_launch_ns", &HardwareProfile::task_launch_ns, 0, kMaxIssueNs},
+        {"unit_hook_ns", &HardwareProfile::unit_hook_ns, 0, kMaxIssueNs},
     };
     return f;
 }
@@ -152,17 +167,19 @@ core::Result<HardwareProfile> profileFromJson(const nlohmann::json& j, const std
         if (f == fs.end()) {
             return core::makeError(where + ": unknown profile key '" + key + "'; valid keys: " + validKeys());
         }
-        if (!value.is_number()) return core::makeError(where + ": " + key + " must be a number (got " + value.dump() + ")");
+        if (!value.is_number()) {
+            return core::makeError(where + ": " + key + " must be a number (got " + core::jsonExcerpt(value) + ")");
+        }
         const double v = value.get<double>();
-        if (!std::isfinite(v) || v < 0 || (f->positive && v == 0)) {
-            return core::makeError(where + ": " + key + " must be " + (f->positive ? "positive" : "non-negative") +
-                                   " (got " + value.dump() + ")");
+        if (!(v >= f->min && v <= f->max)) {
+            return core::makeError(fmt::format("{}: {} must be from {:g} to {:g} (the limit; see docs/limits.md) (got {})",
+                                               where, key, f->min, f->max, core::jsonExcerpt(value)));
         }
         if (const auto* d = std::get_if<DoubleField>(&f->member)) {
             p.**d = v;
         } else {
             if (!value.is_number_integer()) {
-                return core::makeError(where + ": " + key + " must be an integer (got " + value.dump() + ")");
+                return core::makeError(where + ": " + key + " must be an integer (got " + core::jsonExcerpt(value) + ")");
             }
             p.*std::get<Int64Field>(f->member) = value.get<int64_t>();
         }
