@@ -132,6 +132,10 @@ void addNorm(Builder& b, int32_t m, int64_t h, NormImpl impl, bool input_shared 
         o.flops.per_token = kNormFlopsPerElem * hd;
         o.saved_act.per_token = in;
         o.io_act.per_token = 2 * hd;
+        // native_layer_norm_backward: dx reads x and dy, writes dx (3h); gamma/beta grads reread
+        // x and dy (2h): two kernels.
+        o.io_bwd_act.per_token = 5 * hd;
+        o.bwd_kernels = 2;
         return;
     }
     // Eager HF RMSNorm: x.to(float32) is kept (pow and mul save it) with rsqrt per row. Llama's
@@ -153,7 +157,16 @@ void addNorm(Builder& b, int32_t m, int64_t h, NormImpl impl, bool input_shared 
     // pow_backward, `grad * (exp * self.pow(exp - 1))`, whose self.pow(1) copy, its product
     // with 2 and the result are alive together: 5 fp32 tensors of h per token at its peak.
     e.bwd_temp_f32.per_token = 5 * hd;
-    e.io_act.per_token = 2 * hd;
+    // Kernels and traffic of the eager forward, per element in bf16 units (fp32 = 2): to(fp32)
+    // 1 + 2, pow 2 + 2, mean 2, add eps and rsqrt (per row), mul by rsqrt 2 + 2, to(bf16) 2 + 1,
+    // mul by weight 1 + 1: 18 units, 8 kernels. Backward (the autograd formulas above): weight mul
+    // backward (grad * weight 2, grad * normed summed 4), the casts (3 + 3), the rsqrt mul backward
+    // (4, and grad * x summed 8), mean backward's expand (2), pow backward's three kernels (12) and
+    // the accumulation of the fp32 input's two gradients (6): 44 units, 15 kernels.
+    e.io_act.per_token = 18 * hd;
+    e.fwd_kernels = 8;
+    e.io_bwd_act.per_token = 44 * hd;
+    e.bwd_kernels = 15;
     // Fused RMSNorm kernel: saves its input and one rstd per row.
     Op& f = b.op(m, "rms_norm", OpKind::Norm);
     f.kernel_variants = variant::kFusedKernels;
@@ -161,6 +174,9 @@ void addNorm(Builder& b, int32_t m, int64_t h, NormImpl impl, bool input_shared 
     f.saved_act.per_token = in;
     f.saved_f32.per_token = 1;
     f.io_act.per_token = 2 * hd;
+    // Backward: dx reads x and dy and writes dx; the weight gradient rereads both: two kernels.
+    f.io_bwd_act.per_token = 5 * hd;
+    f.bwd_kernels = 2;
 }
 
 // A matmul with weights: 2*in*out FLOPs per token, backward = dgrad + wgrad.
@@ -178,12 +194,13 @@ Op& addMatmul(Builder& b, int32_t m, const std::string& name, int64_t in, int64_
     return o;
 }
 
-void addElementwise(Builder& b, int32_t m, const std::string& name, double elems, double flops_per_elem,
-                    double saved_act, double io_factor = 2) {
+Op& addElementwise(Builder& b, int32_t m, const std::string& name, double elems, double flops_per_elem,
+                   double saved_act, double io_factor = 2) {
     Op& o = b.op(m, name, OpKind::Elementwise);
     o.flops.per_token = elems * flops_per_elem;
     o.saved_act.per_token = saved_act;
     o.io_act.per_token = elems * io_factor;
+    return o;
 }
 
 // Dropout saves a 1-byte mask per element; with p == 0 PyTorch returns its input untouched.
@@ -233,7 +250,7 @@ void addAttentionCore(Builder& b, int32_t m, const AttnShape& a) {
     // repeat_kv copies K and V to all heads (2 * (qd - kvd) more saved); the boolean [b, 1, s, s]
     // mask is converted to the query dtype inside scaled_dot_product_attention on every call and
     // saved by the kernel (one element per token per key position, per layer).
-    flash.saved_act_hf_mask.per_token = 2 * (qd - kvd);
+    flash.saved_act_repeat_kv.per_token = 2 * (qd - kvd);
     flash.saved_act_hf_mask.per_token_seq = 1;
     flash.io_act.per_token = qd + 2 * kvd + qd;
 
@@ -292,8 +309,17 @@ void addAttentionCore(Builder& b, int32_t m, const AttnShape& a) {
 
 // RoPE: q*cos + rotate_half(q)*sin. cos/sin are computed once per forward and shared by all
 // layers, so nothing per layer is saved.
+// Eager traffic per rotated element (q and k each): x * cos 2, rotate_half's neg 1 and cat 2,
+// * sin 2, the add 3: 10 units in 5 kernels per tensor. Backward: grad * cos, grad * sin, the
+// rotate_half backward (neg, slice into place) and the add of the two paths: 9 units, 5 kernels.
+// Fused (Liger's RoPE kernel, or compiled): read and write each element once, both ways.
 void addRope(Builder& b, int32_t m, int64_t rotated_elems) {
-    addElementwise(b, m, "rope", static_cast<double>(rotated_elems), 3, 0);
+    const double r = static_cast<double>(rotated_elems);
+    Op& o = addElementwise(b, m, "rope", r, 3, 0, 10);
+    o.fwd_kernels = 10;
+    o.io_bwd_act.per_token = 9 * r;
+    o.bwd_kernels = 10;
+    o.io_fused_act.per_token = 2 * r;
 }
 
 struct GatedMlpModules {
@@ -311,17 +337,21 @@ void addGatedMlp(Builder& b, const GatedMlpModules& mm, int64_t h, int64_t inter
     act.flops.per_token = kActFlopsPerElem * I;
     act.saved_act.per_token = I;
     act.io_act.per_token = 2 * I;
+    act.io_bwd_act.per_token = 3 * I;  // silu_backward: reads grad and input, writes grad
     Op& mul = b.op(mm.mlp, "mul", OpKind::Elementwise);
     mul.kernel_variants = variant::kEagerKernels;
     mul.flops.per_token = I;
     mul.saved_act.per_token = 2 * I;
     mul.io_act.per_token = 3 * I;
+    mul.io_bwd_act.per_token = 6 * I;  // grad * up and grad * act: two kernels of 3 each
+    mul.bwd_kernels = 2;
     // Fused gated activation: saves the gate and up outputs only.
     Op& fused = b.op(mm.mlp, "gated_act", OpKind::Elementwise);
     fused.kernel_variants = variant::kFusedKernels;
     fused.flops.per_token = (kActFlopsPerElem + 1) * I;
     fused.saved_act.per_token = 2 * I;
     fused.io_act.per_token = 3 * I;
+    fused.io_bwd_act.per_token = 5 * I;  // reads gate, up and grad, writes both gradients
     addMatmul(b, mm.down, "down_proj", inter, h, true, f);
 }
 
@@ -379,11 +409,20 @@ void addHeadAndLoss(Builder& b, int32_t head, int64_t h, int64_t vocab, bool fin
     loss.saved_f32.per_token = V;
     loss.saved_i64.per_token = 1;  // the shifted labels, saved by nll_loss
     loss.bwd_temp_f32.per_token = 2 * V;
-    loss.io_act.per_token = 3 * V;
+    // Forward: logits.float() 1 + 2, log_softmax 2 + 2 (fp32), nll_loss's gather: 7 units in 3
+    // kernels. Backward: nll_loss_backward's zero-filled fp32 gradient 2 and its scatter,
+    // _log_softmax_backward_data 2 + 2 + 2, the cast to bf16 2 + 1: 11 units in 4 kernels.
+    loss.io_act.per_token = 7 * V;
+    loss.fwd_kernels = 3;
+    loss.io_bwd_act.per_token = 11 * V;
+    loss.bwd_kernels = 4;
 }
 
+// The add reads two and writes one; in backward the gradient flows to both inputs as is, and where
+// the residual stream meets the norm's input gradient autograd adds the two (3 per element).
 void addResidual(Builder& b, int32_t m, int64_t h) {
-    addElementwise(b, m, "residual", static_cast<double>(h), 1, 0, 3);
+    Op& o = addElementwise(b, m, "residual", static_cast<double>(h), 1, 0, 3);
+    o.io_bwd_act.per_token = 3 * static_cast<double>(h);
 }
 
 // Reading HF config fields with errors that name the file and the field.

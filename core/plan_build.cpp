@@ -246,8 +246,13 @@ Result<Plan> buildPlan(const PlanOverrides& o) {
     }
     if (o.kernels) {
         auto v = parseKernelImpl(*o.kernels);
-        if (!v) return makeError(fmt::format("--kernels: unknown implementation '{}'; valid: eager, fused", *o.kernels));
+        if (!v) return makeError(fmt::format("--kernels: unknown implementation '{}'; valid: eager, fused, compile", *o.kernels));
         t.kernels = *v;
+    }
+    if (o.impl) {
+        auto v = parseModelImpl(*o.impl);
+        if (!v) return makeError(fmt::format("--impl: unknown implementation '{}'; valid: hf, torchtitan", *o.impl));
+        t.impl = *v;
     }
     if (o.hf_mask) {
         auto v = parseHfMask(*o.hf_mask);

@@ -190,7 +190,7 @@ private:
 Status readTraining(const json& j, const std::string& where, TrainingSpec& t) {
     SectionReader r(j, where, "training");
     r.checkKeys({"micro_batch", "seq_len", "grad_accum", "no_sync", "optimizer", "param_dtype", "reduce_dtype",
-                 "master_dtype", "ac", "attention", "kernels", "offload", "hf_mask", "frozen"});
+                 "master_dtype", "ac", "attention", "kernels", "impl", "offload", "hf_mask", "frozen"});
     r.integer("micro_batch", t.micro_batch, "a positive integer");
     r.integer("seq_len", t.seq_len, "a positive integer");
     r.integer("grad_accum", t.grad_accum, "a positive integer");
@@ -206,7 +206,8 @@ Status readTraining(const json& j, const std::string& where, TrainingSpec& t) {
     t.ac = ac.mode;
     t.ac_every = ac.every;
     r.enumeration("attention", t.attention, parseAttention, "flash, eager");
-    r.enumeration("kernels", t.kernels, parseKernelImpl, "eager, fused");
+    r.enumeration("kernels", t.kernels, parseKernelImpl, "eager, fused, compile");
+    r.enumeration("impl", t.impl, parseModelImpl, "hf, torchtitan");
     r.enumeration("offload", t.offload, parseOffload, "none, cpu");
     r.enumeration("hf_mask", t.hf_mask, parseHfMask, "5.x, 4.5x");
     r.string("frozen", t.frozen_regex);
@@ -490,6 +491,11 @@ Result<Mesh> validatePlan(const Plan& plan) {
         return makeError("cluster.gpu.memory_bytes must be positive (GPU '" + c.gpu.name + "')");
     }
 
+    if (t.impl == ModelImpl::Torchtitan && plan.model->arch.model_type != "llama") {
+        return makeError("training.impl torchtitan models torchtitan's Llama (torchtitan/models/llama3); model '" +
+                         plan.model->name + "' has model_type '" + plan.model->arch.model_type +
+                         "': use impl hf, or a llama model");
+    }
     if (t.param_dtype && *t.param_dtype == DType::F8) {
         return makeError("training.param_dtype fp8 is not supported as a parameter dtype; use bf16, fp16 or fp32");
     }
@@ -742,6 +748,7 @@ nlohmann::json planToJson(const Plan& plan) {
     training["ac"] = acString(t.ac, t.ac_every);
     training["attention"] = std::string(attentionName(t.attention));
     training["kernels"] = std::string(kernelImplName(t.kernels));
+    training["impl"] = std::string(modelImplName(t.impl));
     training["offload"] = std::string(offloadName(t.offload));
     training["hf_mask"] = std::string(hfMaskName(t.hf_mask));
     training["frozen"] = t.frozen_regex;

@@ -185,7 +185,12 @@ InputPanel::InputPanel(QWidget* parent) : QWidget(parent) {
              "The attention kernel (F.scaled_dot_product_attention with flash, or eager matmul + softmax).",
              {"flash", "eager"}, false);
     addCombo(training, "kernels", "training.kernels", "kernels",
-             "Elementwise kernels unfused (eager) or fused (torch.compile).", {"eager", "fused"}, false);
+             "Elementwise kernels: one per PyTorch op (eager), hand-fused (fused), or each chain between matmuls "
+             "fused by torch.compile (compile).",
+             {"eager", "fused", "compile"}, false);
+    addCombo(training, "impl", "training.impl", "modeling code",
+             "HuggingFace transformers modules (hf) or torchtitan's own Llama (torchtitan).", {"hf", "torchtitan"},
+             false);
     addCombo(training, "offload", "training.offload", "offload",
              "Keep sharded parameters, gradients and optimizer state on the host (CPUOffloadPolicy).",
              {"none", "cpu"}, false);
@@ -337,6 +342,7 @@ void InputPanel::fillFromPlan(const core::Plan& p) {
     set("ac", toQString(core::acString(t.ac, t.ac_every)));
     set("attention", toQString(core::attentionName(t.attention)));
     set("kernels", toQString(core::kernelImplName(t.kernels)));
+    set("impl", toQString(core::modelImplName(t.impl)));
     set("offload", toQString(core::offloadName(t.offload)));
     set("frozen", toQString(t.frozen_regex));
     set("strategy", toQString(core::strategyName(s.strategy)));
@@ -373,6 +379,7 @@ core::PlanOverrides InputPanel::overrides() const {
         else if (key == "ac") o.ac = s;
         else if (key == "attention") o.attention = s;
         else if (key == "kernels") o.kernels = s;
+        else if (key == "impl") o.impl = s;
         else if (key == "offload") o.offload = s;
         else if (key == "frozen") o.frozen = s;
         else if (key == "strategy") o.strategy = s;

@@ -28,16 +28,23 @@ class CostModel {
 public:
     explicit CostModel(const HardwareProfile& profile) : m_profile(&profile) {}
 
-    // Duration in ns of `task` running alone; 0 for empty work and groups of one rank. Reads only
-    // the task's kind, stream, flops, hbm_bytes, comm_bytes, group_size and group_nodes: the
-    // Simulator reuses a duration for a task whose fields are the same (keep the two in step).
-    int64_t durationNs(const core::Task& task, core::DType compute) const;
-    double durationSeconds(const core::Task& task, core::DType compute) const;
+    // Duration in ns of `task` of `program` running alone; 0 for empty work and groups of one rank.
+    // Reads only the task's kind, stream, flops, hbm_bytes, comm_bytes, group_size, group_nodes
+    // and ops (span and the kernels in it): the Simulator reuses a duration for a task whose fields
+    // are the same (keep the two in step).
+    int64_t durationNs(const core::Task& task, const core::Program& program) const;
+    double durationSeconds(const core::Task& task, const core::Program& program) const;
     // An error when the program's step could last beyond kMaxStepSeconds on this profile, so that
     // no simulated time leaves int64 nanoseconds (the evaluation checks before simulating).
     core::Status checkStepInRange(const core::Program& program) const;
 
-    double computeSeconds(const core::Task& task, core::DType compute) const;
+    // A compute task: the sum of its kernels' times (opSeconds); a task without kernels as a whole.
+    double computeSeconds(const core::Task& task, const core::Program& program) const;
+    // One kernel of a task of `kind` (Backward GEMMs use backward_efficiency_max), launch included.
+    double opSeconds(const core::OpShape& op, core::TaskKind kind) const;
+    // A GEMM's shape factor (<= 1): tile quantisation on 128 x 256 output tiles, wave quantisation
+    // over the GPU's SMs, and the k ramp k / (k + 128) of a tile's fixed prologue and epilogue.
+    double gemmShapeEfficiency(int64_t m, int64_t n, int64_t k, int64_t batch) const;
     double collectiveSeconds(core::TaskKind kind, int64_t bytes, int group_size, int group_nodes) const;
     double busBandwidthMax(core::TaskKind kind, int group_size, int group_nodes) const;  // bytes/s
     double busBandwidth(core::TaskKind kind, int64_t bytes, int group_size, int group_nodes) const;

@@ -26,14 +26,16 @@ Simulator::Simulator(HardwareProfile profile) : m_profile(std::move(profile)), m
 
 // Consecutive tasks of one kind mostly repeat the same work (block after block), so the duration
 // of the last task of each kind is kept and reused when the next one's work is identical.
-int64_t Simulator::durationNs(const core::Task& t, core::DType compute) {
+// Tasks that run the same kernels share one span of Program::ops (the lowering's contract).
+int64_t Simulator::durationNs(const core::Task& t, const core::Program& program) {
     LastDuration& last = m_last_duration[static_cast<int>(t.kind)];
     if (last.valid && last.stream == t.stream && last.flops == t.flops && last.hbm_bytes == t.hbm_bytes &&
-        last.comm_bytes == t.comm_bytes && last.group_size == t.group_size && last.group_nodes == t.group_nodes) {
+        last.comm_bytes == t.comm_bytes && last.group_size == t.group_size && last.group_nodes == t.group_nodes &&
+        last.ops == t.ops) {
         return last.ns;
     }
-    last = LastDuration{true, t.stream, t.flops, t.hbm_bytes, t.comm_bytes, t.group_size, t.group_nodes,
-                        m_cost.durationNs(t, compute)};
+    last = LastDuration{true, t.stream, t.flops, t.hbm_bytes, t.comm_bytes, t.group_size, t.group_nodes, t.ops,
+                        m_cost.durationNs(t, program)};
     return last.ns;
 }
 
@@ -61,7 +63,7 @@ void Simulator::prepare(const core::Program& program, core::Timeline& out) {
     bool backward = false;
     for (int32_t id = 0; id < n; ++id) {
         const core::Task& t = program.tasks[id];
-        const int64_t work = durationNs(t, program.compute_dtype);
+        const int64_t work = durationNs(t, program);
         m_work_ns[id] = work;
         uint8_t traits = 0;
         if (core::isCollective(t.kind) && work > 0) traits |= kContends;

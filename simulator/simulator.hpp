@@ -65,10 +65,11 @@ private:
         core::Stream stream = core::Stream::Compute;
         int64_t flops = 0, hbm_bytes = 0, comm_bytes = 0;
         int32_t group_size = 0, group_nodes = 0;
+        core::Span ops;
         int64_t ns = 0;
     };
 
-    int64_t durationNs(const core::Task& task, core::DType compute);
+    int64_t durationNs(const core::Task& task, const core::Program& program);
     void prepare(const core::Program& program, core::Timeline& out);
     void schedule(int slot, int64_t time_ns);
     void issueNext(int64_t now);

@@ -30,7 +30,9 @@ void addPlanOptions(CLI::App& cmd, core::PlanOverrides& o) {
            "Bundled model name (see `shardcast models`) or a HuggingFace config.json / module-tree "
            "JSON; required without a plan file",
            "");
-    addOpt(cmd, "--gpu", o.gpu, "NAME|GPU.json", "GPU preset (see `shardcast gpus`, case-insensitive) or a GPU JSON file",
+    addOpt(cmd, "--gpu", o.gpu, "NAME|GPU.json",
+           "GPU preset (see `shardcast gpus`, case-insensitive) or a GPU JSON file ({\"base\": PRESET, any "
+           "field: e.g. \"power_limit_w\": 500 for a power-capped card; docs/plan-format.md)",
            core::kDefaultGpu);
     addOpt(cmd, "--nodes", o.nodes, "N", "Number of nodes", std::to_string(core::kDefaultNodes));
     addOpt(cmd, "--gpus-per-node", o.gpus_per_node, "G", "GPUs per node",
@@ -61,7 +63,13 @@ void addPlanOptions(CLI::App& cmd, core::PlanOverrides& o) {
     addOpt(cmd, "--ac", o.ac, "MODE", "Activation checkpointing: " + std::string(core::kAcChoices), "none");
     addOpt(cmd, "--attention", o.attention, "KERNEL", "Attention kernel: flash | eager", "flash");
     addOpt(cmd, "--kernels", o.kernels, "IMPL",
-           "Kernel implementation: eager (HuggingFace modules) | fused (fused norm, loss)", "eager");
+           "Kernel implementation: eager (one kernel per PyTorch op) | fused (fused norm, SwiGLU, loss) | "
+           "compile (torch.compile: fused kernels' memory, each elementwise chain one kernel)",
+           "eager");
+    addOpt(cmd, "--impl", o.impl, "CODE",
+           "Modeling code: hf (HuggingFace transformers modules) | torchtitan (torchtitan's Llama: fused "
+           "nn.RMSNorm, K/V repeated before SDPA; llama models only)",
+           "hf");
     addOpt(cmd, "--hf-mask", o.hf_mask, "VERSION",
            "transformers' causal mask under SDPA: 5.x (none: is_causal, native GQA) | 4.5x (a [b,1,s,s] "
            "mask saved per layer, K/V repeated to all heads)",

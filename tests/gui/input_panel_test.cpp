@@ -13,7 +13,7 @@ using namespace shardcast;
 namespace {
 const QString kExample = SHARDCAST_SOURCE_DIR "/examples/llama-3.1-8b-8xh100.json";
 const QStringList kKnobs = {"model", "gpu", "nodes", "gpus-per-node", "micro-batch", "seq-len", "grad-accum", "no-sync",
-                            "param-dtype", "reduce-dtype", "master-dtype", "optimizer", "ac", "attention", "kernels",
+                            "param-dtype", "reduce-dtype", "master-dtype", "optimizer", "ac", "attention", "kernels", "impl",
                             "offload", "frozen", "strategy", "shard-size", "fsdp", "wrap", "reshard-after-forward",
                             "prefetch-depth", "forward-prefetch", "backward-prefetch", "profile"};
 }  // namespace
