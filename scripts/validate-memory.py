@@ -12,7 +12,7 @@ The PyTorch side is an optional dependency, never part of the test suite:
   scripts/validate-memory.py --setup              create the venv (torch, transformers==4.57.6)
   scripts/validate-memory.py                      run the whole matrix
   scripts/validate-memory.py --rows 8b-2k,gpt2-sdpa --layers 4 --out docs/validation-memory.md
-Each full-size 8B row takes about 20 s and 10 GB of RAM on the CPU; rows run one at a time.
+Each full-size 8B row took 2 to 9 minutes on 2 shared CPU cores; rows run one at a time.
 """
 import argparse
 import datetime
