@@ -205,6 +205,7 @@ private:
     void prefetchAfter(int32_t u, int mb);
     void backwardSegment(int32_t si, int mb);
     void keepGrad(int32_t u, int32_t si, BufferRef grad);
+    void fileGradsAsUnsharded(int32_t u);
     void releaseGrads(At at, int32_t u);
     void postBackward(int32_t u, int mb);
     void postBackwardNoShard(int32_t u, int mb, bool sync, int32_t producer);
