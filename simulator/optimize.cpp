@@ -408,39 +408,47 @@ core::Result<OptimizeResult> optimize(const core::Plan& base, const OptimizeSpac
     std::vector<int32_t> pruned_groups, mem_pruned_groups;
     bool prune = options.prune && bound_holds;
     size_t since_report = 0;
+    // Evaluates configuration (gi, si); false when one of its group's bounds proved wrong on it.
+    auto evaluateOne = [&](int32_t gi, int32_t si, std::vector<int64_t>& top_steps) -> core::Result<bool> {
+        if (options.cancel && options.cancel->cancelled()) return core::cancelledError();
+        const Group& g = sp.groups[gi];
+        setChoice(plan, sp, g, sp.shardings[si]);
+        ++result.evaluated;
+        bool ok = true;
+        auto st = evaluator.evaluate(plan, &profile, eo, e);
+        if (!st) {
+            if (st.error().cancelled) return st.error();
+            ++result.invalid;
+        } else {
+            Scored s;
+            s.group = gi;
+            s.sharding = si;
+            s.step_ns = e.timeline.step_ns;
+            s.peak_bytes = e.fit.peak_bytes;
+            s.budget_bytes = e.fit.budget_bytes;
+            s.tokens_per_s_per_gpu = e.summary.tokens_per_s_per_gpu;
+            s.mfu = e.summary.mfu;
+            s.fits = e.fit.fits;
+            scored.push_back(s);
+            if (prune && (s.step_ns < g.bound_ns || s.peak_bytes < g.mem_bound_bytes)) ok = false;
+            if (s.fits) {
+                top_steps.insert(std::upper_bound(top_steps.begin(), top_steps.end(), s.step_ns), s.step_ns);
+                if (static_cast<int>(top_steps.size()) > options.top) top_steps.pop_back();
+            }
+        }
+        if (options.progress && result.evaluated + result.pruned < result.space_size && ++since_report == 64) {
+            since_report = 0;
+            options.progress(result.evaluated + result.pruned, result.space_size);
+        }
+        return ok;
+    };
     // Evaluates every configuration of group `gi`; false when a bound proved wrong on one of them.
     auto evaluateGroup = [&](int32_t gi, std::vector<int64_t>& top_steps) -> core::Result<bool> {
-        const Group& g = sp.groups[gi];
         bool ok = true;
         for (int32_t si = 0; si < static_cast<int32_t>(sp.shardings.size()); ++si) {
-            if (options.cancel && options.cancel->cancelled()) return core::cancelledError();
-            setChoice(plan, sp, g, sp.shardings[si]);
-            ++result.evaluated;
-            auto st = evaluator.evaluate(plan, &profile, eo, e);
-            if (!st) {
-                if (st.error().cancelled) return st.error();
-                ++result.invalid;
-            } else {
-                Scored s;
-                s.group = gi;
-                s.sharding = si;
-                s.step_ns = e.timeline.step_ns;
-                s.peak_bytes = e.fit.peak_bytes;
-                s.budget_bytes = e.fit.budget_bytes;
-                s.tokens_per_s_per_gpu = e.summary.tokens_per_s_per_gpu;
-                s.mfu = e.summary.mfu;
-                s.fits = e.fit.fits;
-                scored.push_back(s);
-                if (prune && (s.step_ns < g.bound_ns || s.peak_bytes < g.mem_bound_bytes)) ok = false;
-                if (s.fits) {
-                    top_steps.insert(std::upper_bound(top_steps.begin(), top_steps.end(), s.step_ns), s.step_ns);
-                    if (static_cast<int>(top_steps.size()) > options.top) top_steps.pop_back();
-                }
-            }
-            if (options.progress && ++since_report == 64) {
-                since_report = 0;
-                options.progress(result.evaluated + result.pruned, result.space_size);
-            }
+            auto one = evaluateOne(gi, si, top_steps);
+            if (!one) return one.error();
+            ok = ok && *one;
         }
         return ok;
     };
@@ -503,8 +511,6 @@ core::Result<OptimizeResult> optimize(const core::Plan& base, const OptimizeSpac
         }
         break;
     }
-    if (options.progress) options.progress(result.space_size, result.space_size);
-
     auto entryOf = [&sp](const Scored& s) {
         OptimizeEntry en;
         en.choice = makeChoice(sp, sp.groups[s.group], sp.shardings[s.sharding]);
@@ -584,65 +590,89 @@ core::Result<OptimizeResult> optimize(const core::Plan& base, const OptimizeSpac
         result.no_fit = "No configuration of the space is a valid plan (every one was refused by validation).";
     }
 
-    // What the best configuration with another choice in each dimension loses against the winner.
+    // What the best configuration with another choice in each dimension loses against the winner:
+    // exact, by the same bound per choice. The best with value v is known once it steps no slower
+    // than the bound of every pruned group that still holds configurations with v; until then the
+    // configurations with v of the pruned group with the smallest bound are evaluated.
     if (result.fits) {
+        std::vector<uint8_t> done(sp.groups.size() * sp.shardings.size(), 0);
+        for (const Scored& s : scored) done[static_cast<size_t>(s.group) * sp.shardings.size() + s.sharding] = 1;
+        for (int32_t gi : order) {
+            // Invalid plans of evaluated groups are not in `scored`; they count as done.
+            const bool pruned_group = std::find(pruned_groups.begin(), pruned_groups.end(), gi) != pruned_groups.end() ||
+                                      std::find(mem_pruned_groups.begin(), mem_pruned_groups.end(), gi) != mem_pruned_groups.end();
+            if (!pruned_group) std::fill_n(done.begin() + static_cast<ptrdiff_t>(gi * sp.shardings.size()), sp.shardings.size(), 1);
+        }
         const OptimizeChoice& w = result.best.choice;
-        for (int d = 0; d < kOptimizeDimensionCount; ++d) {
+        bool violated = false;
+        std::vector<int64_t> no_top;  // the refinement cannot change the top T (see above)
+        for (int d = 0; d < kOptimizeDimensionCount && !violated; ++d) {
             const auto dim = static_cast<OptimizeDimension>(d);
             const bool group_dim = dim == OptimizeDimension::Ac || dim == OptimizeDimension::MicroBatch;
-            struct Acc {
-                const Scored* best = nullptr;
-                int64_t pruned_bound = kNoBound;
-            };
-            std::map<std::string, Acc> values;  // ordered by value text, deterministic
-            // Every value of the dimension in the space (the candidates of a pruned group span every
-            // sharding value).
-            for (const Group& g : sp.groups) {
-                for (const Sharding& s : sp.shardings) {
-                    if (group_dim && &s != &sp.shardings.front()) break;
-                    values.try_emplace(choiceValue(makeChoice(sp, g, s), dim));
-                }
-                if (!group_dim) break;
-            }
-            if (values.size() < 2) continue;
+            // The dimension's value of each group (group_dim) or of each sharding.
+            std::vector<std::string> value_of;
             if (group_dim) {
-                for (int32_t gi : pruned_groups) {
-                    Acc& a = values[choiceValue(makeChoice(sp, sp.groups[gi], sp.shardings.front()), dim)];
-                    a.pruned_bound = std::min(a.pruned_bound, sp.groups[gi].bound_ns);
-                }
+                for (const Group& g : sp.groups) value_of.push_back(choiceValue(makeChoice(sp, g, sp.shardings.front()), dim));
             } else {
-                for (auto& [v, a] : values) a.pruned_bound = min_pruned_bound;
+                for (const Sharding& sh : sp.shardings) value_of.push_back(choiceValue(makeChoice(sp, sp.groups.front(), sh), dim));
             }
-            for (const Scored& s : fitting) {  // fastest first: the first one per value is its best
-                Acc& a = values[choiceValue(makeChoice(sp, sp.groups[s.group], sp.shardings[s.sharding]), dim)];
-                if (!a.best) a.best = &s;
-            }
+            std::vector<std::string> values = value_of;
+            std::sort(values.begin(), values.end());
+            values.erase(std::unique(values.begin(), values.end()), values.end());
+            if (values.size() < 2) continue;
             const std::string wv = choiceValue(w, dim);
-            for (const auto& [v, a] : values) {
+            auto valueOf = [&](const Scored& s) -> const std::string& {
+                return value_of[group_dim ? static_cast<size_t>(s.group) : static_cast<size_t>(s.sharding)];
+            };
+            for (const std::string& v : values) {
                 if (v == wv) continue;
+                auto bestWith = [&]() -> const Scored* {
+                    const Scored* best = nullptr;
+                    for (const Scored& s : scored) {
+                        if (s.fits && valueOf(s) == v && (!best || faster(s, *best))) best = &s;
+                    }
+                    return best;
+                };
+                const Scored* best = bestWith();
+                for (int32_t gi : pruned_groups) {  // in increasing bound
+                    if (group_dim && value_of[gi] != v) continue;
+                    if (best && best->step_ns <= sp.groups[gi].bound_ns) break;
+                    for (int32_t si = 0; si < static_cast<int32_t>(sp.shardings.size()); ++si) {
+                        if (!group_dim && value_of[si] != v) continue;
+                        uint8_t& flag = done[static_cast<size_t>(gi) * sp.shardings.size() + si];
+                        if (flag) continue;
+                        flag = 1;
+                        --result.pruned;
+                        auto one = evaluateOne(gi, si, no_top);
+                        if (!one) return one.error();
+                        if (!*one) violated = true;
+                    }
+                    best = bestWith();
+                }
+                if (violated) break;
                 DimensionLoss loss;
                 loss.dimension = dim;
                 loss.value = v;
                 loss.winner_value = wv;
-                const bool exact = a.best && a.best->step_ns <= a.pruned_bound;
-                if (exact) {
-                    loss.fits = true;
-                    loss.step_s = static_cast<double>(a.best->step_ns) * 1e-9;
-                    loss.tokens_per_s_per_gpu = a.best->tokens_per_s_per_gpu;
-                } else if (a.pruned_bound != kNoBound) {
-                    loss.fits = a.best != nullptr;
-                    loss.at_least = true;
-                    loss.step_s = static_cast<double>(a.pruned_bound) * 1e-9;
-                    // Tokens per step are the same for every configuration (the global batch is fixed).
-                    loss.tokens_per_s_per_gpu = result.best.tokens_per_s_per_gpu * result.best.step_s / loss.step_s;
-                } else {
-                    loss.fits = false;  // nothing with this choice fits
+                loss.fits = best != nullptr;
+                if (best) {
+                    loss.step_s = static_cast<double>(best->step_ns) * 1e-9;
+                    loss.tokens_per_s_per_gpu = best->tokens_per_s_per_gpu;
+                    loss.change = loss.tokens_per_s_per_gpu / result.best.tokens_per_s_per_gpu - 1.0;
                 }
-                if (loss.fits || loss.at_least) loss.change = loss.tokens_per_s_per_gpu / result.best.tokens_per_s_per_gpu - 1.0;
                 result.losses.push_back(std::move(loss));
             }
         }
+        if (violated) {
+            // The bounds' premise failed for this model: answer exactly by evaluating everything.
+            OptimizeOptions exhaustive = options;
+            exhaustive.prune = false;
+            auto again = optimize(base, space, profile, exhaustive);
+            if (again) again->bound_restarted = true;
+            return again;
+        }
     }
+    if (options.progress) options.progress(result.space_size, result.space_size);
     return result;
 }
 

@@ -106,16 +106,14 @@ inline constexpr int kOptimizeDimensionCount = 8;
 std::string_view dimensionName(OptimizeDimension d);  // "strategy", "fsdp", ...
 std::string choiceValue(const OptimizeChoice& c, OptimizeDimension d);  // "HYBRID_SHARD (shard 8)", ...
 
-// The best fitting configuration with `value` in `dimension` instead of the winner's.
+// The best fitting configuration with `value` in `dimension` instead of the winner's (exact: found
+// by the same bounds, restricted to that choice).
 struct DimensionLoss {
     OptimizeDimension dimension = OptimizeDimension::Strategy;
     std::string value;          // the other choice
     std::string winner_value;   // the winner's choice
     bool fits = false;          // some configuration with `value` fits
-    // true: every configuration with `value` that was not evaluated was pruned by a bound, and
-    // step_s is that bound (the best one is at least this slow); false: step_s is exact.
-    bool at_least = false;
-    double step_s = 0;
+    double step_s = 0;          // of the best one (fits)
     double tokens_per_s_per_gpu = 0;
     double change = 0;          // tokens/s relative to the winner's: -0.07 = 7% fewer
 };

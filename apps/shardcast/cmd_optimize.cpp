@@ -212,7 +212,6 @@ int runOptimize(const OptimizeCommandOptions& o) {
                                    {"value", l.value},
                                    {"instead_of", l.winner_value},
                                    {"fits", l.fits},
-                                   {"at_least", l.at_least},
                                    {"step_s", l.step_s},
                                    {"tokens_per_s_per_gpu", l.tokens_per_s_per_gpu},
                                    {"change", l.change}});
@@ -258,15 +257,8 @@ int runOptimize(const OptimizeCommandOptions& o) {
         }
         fmt::print("\nWhat another choice loses (best configuration with it, tokens/s per GPU against the best):\n");
         for (const auto& l : r.losses) {
-            std::string what;
-            if (l.at_least) {
-                what = fmt::format("at least {:+.1f}% (pruned: its step is at least {:.2f} ms)", -std::abs(l.change) * 100,
-                                   l.step_s * 1e3);
-            } else if (l.fits) {
-                what = fmt::format("{:+.1f}% ({:.2f} ms)", l.change * 100, l.step_s * 1e3);
-            } else {
-                what = "nothing fits";
-            }
+            const std::string what =
+                l.fits ? fmt::format("{:+.1f}% ({:.2f} ms)", l.change * 100, l.step_s * 1e3) : std::string("nothing fits");
             fmt::print("  {:<22} {} instead of {}: {}\n", sim::dimensionName(l.dimension), l.value, l.winner_value, what);
         }
     }
