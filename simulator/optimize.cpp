@@ -189,27 +189,27 @@ OptimizeChoice makeChoice(const Space& sp, const Group& g, const Sharding& s) {
     return c;
 }
 
-// Writes the choice into `plan` in place (the search reuses one plan: no copies per candidate).
-void setChoice(core::Plan& plan, const Space& sp, const Group& g, const Sharding& s) {
+// Writes the choice into `plan` in place (the search reuses one plan).
+void writeChoice(core::Plan& plan, const OptimizeChoice& c) {
     core::ShardingSpec& sh = plan.sharding;
-    sh.strategy = s.strategy;
-    sh.shard_size = s.shard_size;
-    sh.fsdp_version = s.fsdp;
-    sh.reshard_after_forward = s.reshard;
-    sh.reshard_after_forward_k = s.reshard_k;
-    sh.prefetch_depth = s.prefetch_depth;
-    sh.forward_prefetch = s.forward_prefetch;
-    sh.backward_prefetch = s.backward_prefetch;
-    const core::WrapPolicy& w = sp.wraps[s.wrap];
-    if (sh.wrap.kind != w.kind || sh.wrap.k != w.k || sh.wrap.min_params != w.min_params || sh.wrap.modules != w.modules) {
-        sh.wrap = w;
-    }
-    core::TrainingSpec& t = plan.training;
-    t.offload = s.offload;
-    t.ac = sp.acs[g.ac].mode;
-    t.ac_every = sp.acs[g.ac].every;
-    t.micro_batch = g.micro_batch;
-    t.grad_accum = g.grad_accum;
+    sh.strategy = c.strategy;
+    sh.shard_size = c.shard_size;
+    sh.fsdp_version = c.fsdp;
+    sh.reshard_after_forward = c.reshard;
+    sh.reshard_after_forward_k = c.reshard_k;
+    sh.prefetch_depth = c.prefetch_depth;
+    sh.forward_prefetch = c.forward_prefetch;
+    sh.backward_prefetch = c.backward_prefetch;
+    sh.wrap = c.wrap;
+    plan.training.offload = c.offload;
+    plan.training.ac = c.ac.mode;
+    plan.training.ac_every = c.ac.every;
+    plan.training.micro_batch = c.micro_batch;
+    plan.training.grad_accum = c.grad_accum;
+}
+
+void setChoice(core::Plan& plan, const Space& sp, const Group& g, const Sharding& s) {
+    writeChoice(plan, makeChoice(sp, g, s));
 }
 
 // The uncontended durations of the compute stream's forward, backward and recompute tasks, less a
@@ -311,21 +311,7 @@ std::string choiceValue(const OptimizeChoice& c, OptimizeDimension d) {
 
 core::Plan applyChoice(const core::Plan& base, const OptimizeChoice& c) {
     core::Plan plan = base;
-    core::ShardingSpec& sh = plan.sharding;
-    sh.strategy = c.strategy;
-    sh.shard_size = c.shard_size;
-    sh.fsdp_version = c.fsdp;
-    sh.reshard_after_forward = c.reshard;
-    sh.reshard_after_forward_k = c.reshard_k;
-    sh.prefetch_depth = c.prefetch_depth;
-    sh.forward_prefetch = c.forward_prefetch;
-    sh.backward_prefetch = c.backward_prefetch;
-    sh.wrap = c.wrap;
-    plan.training.offload = c.offload;
-    plan.training.ac = c.ac.mode;
-    plan.training.ac_every = c.ac.every;
-    plan.training.micro_batch = c.micro_batch;
-    plan.training.grad_accum = c.grad_accum;
+    writeChoice(plan, c);
     return plan;
 }
 
@@ -373,7 +359,7 @@ core::Result<OptimizeResult> optimize(const core::Plan& base, const OptimizeSpac
     const CostModel cost(profile);
     // The time bound needs contention to only stretch compute (see the header).
     const bool bound_holds = profile.overlap_compute_slowdown >= 1.0;
-    const int64_t budget_bytes = core::judgeFit(0, profile.gpu.memory_bytes, options.headroom).budget_bytes;
+    int64_t budget_bytes = kNoBound;  // the evaluation's own, from the first reference evaluated
     Evaluator evaluator;
     Evaluation e;
     EvaluationOptions eo;
@@ -394,6 +380,7 @@ core::Result<OptimizeResult> optimize(const core::Plan& base, const OptimizeSpac
                 if (st.error().cancelled) return st.error();
                 continue;  // bounds 0: never pruned
             }
+            if (budget_bytes == kNoBound) budget_bytes = e.fit.budget_bytes;
             const ConfigurationBounds b = boundsOf(e, cost);
             g.bound_ns = b.step_ns;
             g.mem_bound_bytes = b.peak_bytes;
@@ -424,7 +411,7 @@ core::Result<OptimizeResult> optimize(const core::Plan& base, const OptimizeSpac
             s.group = gi;
             s.sharding = si;
             s.step_ns = e.timeline.step_ns;
-            s.peak_bytes = e.fit.peak_bytes;
+            s.peak_bytes = judgedPeakBytes(e.fit);
             s.budget_bytes = e.fit.budget_bytes;
             s.tokens_per_s_per_gpu = e.summary.tokens_per_s_per_gpu;
             s.mfu = e.summary.mfu;

@@ -95,7 +95,7 @@ struct OptimizeEntry {
     double step_s = 0;
     double tokens_per_s_per_gpu = 0;
     double mfu = 0;
-    int64_t peak_bytes = 0;     // the evaluation's fit verdict's peak
+    int64_t peak_bytes = 0;     // the figure the evaluation's fit verdict judges (judgedPeakBytes)
     int64_t budget_bytes = 0;   // capacity less the headroom
     bool fits = false;
 };
@@ -137,6 +137,12 @@ struct OptimizeResult {
     std::string no_fit;           // nothing fits: the closest configuration, by how much, what would help
     std::vector<std::string> not_searched;  // dimensions of the issue the space leaves out, in words
 };
+
+// The figure an evaluation's fit verdict judges against the budget (the allocator's reserved peak
+// where the evaluation models it, the allocated peak otherwise): marginBytes() is measured from it.
+inline int64_t judgedPeakBytes(const core::FitVerdict& f) {
+    return f.fits ? f.budget_bytes - f.marginBytes() : f.budget_bytes + f.marginBytes();
+}
 
 // The search. `base` supplies the model, cluster and training setup (its sharding and
 // micro-batch are replaced). Errors: a global batch that does not split over the ranks, an empty

@@ -232,7 +232,7 @@ int runOptimize(const OptimizeCommandOptions& o) {
     const int world = base.cluster.nodes * base.cluster.gpus_per_node;
     fmt::print("shardcast optimize: {} on {} x {}, global batch {} x {} tokens ({} sequences per rank)\n", base.model->name,
                world, profile.gpu.name, o.global_batch, base.training.seq_len, r.batch_per_rank);
-    fmt::print("Searched {} configurations in {:.1f} ms: {} evaluated ({} invalid plans), {} pruned by the step-time bound{}\n",
+    fmt::print("Searched {} configurations in {:.1f} ms: {} evaluated ({} invalid plans), {} pruned by the proven bounds{}\n",
                r.space_size, seconds * 1e3, r.evaluated, r.invalid, r.pruned,
                r.bound_restarted ? " (bound violated: re-ran without pruning)" : "");
     if (!r.fits) {
@@ -279,7 +279,7 @@ void registerOptimizeCommand(CLI::App& app, int& exit_code) {
         "optimize",
         "The fastest configuration that fits (tokens/s per GPU) over strategies, hybrid shard sizes, FSDP1/2, wrap "
         "policies, activation checkpointing, micro-batch x accumulation, reshard_after_forward, prefetch and CPU "
-        "offload; exact under the simulator (pruning only by a proven step-time bound). Not searched: per-unit "
+        "offload; exact under the simulator (pruning only by proven lower bounds on step time and peak memory). Not searched: per-unit "
         "checkpointing, arbitrary block groupings (use `search` on the result), explicit FSDP2 prefetch lists");
     core::PlanOverrides& p = opts->plan;
     auto str = [cmd](const char* name, std::optional<std::string>& target, const char* type, const char* help) {
