@@ -75,11 +75,12 @@ core::Result<Space> buildSpace(const core::Plan& base, const OptimizeSpace& in, 
                                std::to_string(global_batch) + ")");
     }
     if (global_batch % world != 0) {
+        const int64_t below = global_batch / world * world, above = below + world;
         return core::makeError(fmt::format(
             "--global-batch {} does not split over {} ranks: data parallelism gives every rank whole sequences, "
-            "so the global batch must be a multiple of the world size ({} x {} GPUs); e.g. {} or {}",
-            global_batch, world, base.cluster.nodes, gpn, std::max<int64_t>(world, global_batch / world * world),
-            (global_batch / world + 1) * world));
+            "so the global batch must be a multiple of the world size ({} x {} GPUs); e.g. {}",
+            global_batch, world, base.cluster.nodes, gpn,
+            below > 0 ? fmt::format("{} or {}", below, above) : fmt::format("{} (one sequence per rank)", above)));
     }
     sp.batch_per_rank = global_batch / world;
 
@@ -554,20 +555,38 @@ core::Result<OptimizeResult> optimize(const core::Plan& base, const OptimizeSpac
         const OptimizeChoice& c = result.best.choice;
         std::string help;
         auto add = [&help](const std::string& s) { help += (help.empty() ? "" : "; ") + s; };
+        const int64_t over = result.best.peak_bytes - result.best.budget_bytes;
+        int64_t states = 0;  // sharded model states per GPU of the closest configuration
+        EvaluationOptions with_states = eo;
+        with_states.issue_order_memory = true;
+        if (evaluator.evaluate(applyChoice(base, c), &profile, with_states, e)) {
+            states = e.memory.model_states.params + e.memory.model_states.grads + e.memory.model_states.optimizer;
+        }
         const int world = base.cluster.nodes * base.cluster.gpus_per_node;
-        add(fmt::format("more GPUs (sharding divides parameters, gradients and optimizer state over the shard group, "
-                        "{} ranks in the closest configuration)",
-                        c.shard_size == 0 ? world : c.shard_size));
+        const int shard = c.shard_size == 0 ? world : c.shard_size;
+        if (states > over) {
+            // Sharding over k times the ranks leaves states / k: it saves states (1 - 1/k) >= over from
+            // k >= states / (states - over). Nothing else shrinks, so k is a lower bound.
+            const double k = std::ceil(static_cast<double>(states) / static_cast<double>(states - over));
+            add(fmt::format("more GPUs: at least {:.0f}x the shard group ({} ranks now), which divides the {} of "
+                            "sharded parameters, gradients and optimizer state per GPU",
+                            k, shard, gib(states)));
+        } else {
+            add(fmt::format("more GPUs cannot make it fit by themselves: sharded model states are only {} per GPU",
+                            gib(states)));
+        }
         if (!contains(sp.offloads, core::Offload::Cpu)) add("allowing CPU offload (--offload none,cpu)");
         bool has_full = false;
         for (const core::AcSpec& a : sp.acs) has_full = has_full || a.mode == core::Checkpointing::Full;
         if (!has_full) add("allowing full activation checkpointing (--ac ...,full)");
-        if (c.micro_batch > 1) {
-            add("a smaller global batch (--global-batch)");
-        } else {
-            add("shorter sequences (--seq-len): the closest configuration already runs 1 sequence per micro-batch");
+        add("shorter sequences (--seq-len): activations grow with them");
+        // Fits when budget = floor(capacity x (1 - H)) >= peak, i.e. H <= 1 - peak / capacity.
+        const double capacity = static_cast<double>(profile.gpu.memory_bytes);
+        const double max_headroom = std::floor((1.0 - static_cast<double>(result.best.peak_bytes) / capacity) * 1000) / 1000;
+        if (max_headroom >= 0 && max_headroom < options.headroom) {
+            add(fmt::format("--headroom {:.3f} or less (now {:.3f}), if the allocator's slack allows it", max_headroom,
+                            options.headroom));
         }
-        if (options.headroom > 0) add(fmt::format("a smaller --headroom (now {:.2f})", options.headroom));
         result.no_fit = fmt::format("No configuration fits under {} (GPU memory less {:.0f}% headroom). Closest: {}: "
                                     "peak {}, {} over. What would make it fit: {}.",
                                     gib(result.best.budget_bytes), options.headroom * 100, choiceLabel(c),
