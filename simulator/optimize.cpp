@@ -20,19 +20,9 @@ namespace {
 using BackwardPrefetch = core::ShardingSpec::BackwardPrefetch;
 constexpr int64_t kNoBound = std::numeric_limits<int64_t>::max();
 
-// The sharding part of a choice (everything but micro-batch and checkpointing).
-struct Sharding {
-    core::Strategy strategy = core::Strategy::FullShard;
-    int shard_size = 0;
-    int fsdp = 2;
-    core::ReshardMode reshard = core::ReshardMode::Default;
-    int reshard_k = 0;
-    int prefetch_depth = 1;
-    bool forward_prefetch = false;
-    BackwardPrefetch backward_prefetch = BackwardPrefetch::Pre;
-    core::Offload offload = core::Offload::None;
-    int wrap = 0;  // index into the space's wraps
-};
+// The sharding part of a choice: everything but micro-batch, accumulation and checkpointing, which
+// the groups hold.
+using Sharding = OptimizeChoice;
 
 // Micro-batch and checkpointing: what the step-time bound depends on.
 struct Group {
@@ -144,8 +134,18 @@ core::Result<Space> buildSpace(const core::Plan& base, const OptimizeSpace& in, 
                             // FSDP CPU offload keeps the sharded state on the host: NO_SHARD has none.
                             if (off == core::Offload::Cpu && st == core::Strategy::NoShard) continue;
                             for (int w = 0; w < static_cast<int>(sp.wraps.size()); ++w) {
-                                sp.shardings.push_back(
-                                    {st, shard, fsdp, reshard, k, p.depth, p.forward, p.backward, off, w});
+                                Sharding c;
+                                c.strategy = st;
+                                c.shard_size = shard;
+                                c.fsdp = fsdp;
+                                c.reshard = reshard;
+                                c.reshard_k = k;
+                                c.prefetch_depth = p.depth;
+                                c.forward_prefetch = p.forward;
+                                c.backward_prefetch = p.backward;
+                                c.offload = off;
+                                c.wrap = sp.wraps[w];
+                                sp.shardings.push_back(std::move(c));
                             }
                         }
                     }
@@ -173,17 +173,7 @@ core::Result<Space> buildSpace(const core::Plan& base, const OptimizeSpace& in, 
 }
 
 OptimizeChoice makeChoice(const Space& sp, const Group& g, const Sharding& s) {
-    OptimizeChoice c;
-    c.strategy = s.strategy;
-    c.shard_size = s.shard_size;
-    c.fsdp = s.fsdp;
-    c.reshard = s.reshard;
-    c.reshard_k = s.reshard_k;
-    c.prefetch_depth = s.prefetch_depth;
-    c.forward_prefetch = s.forward_prefetch;
-    c.backward_prefetch = s.backward_prefetch;
-    c.offload = s.offload;
-    c.wrap = sp.wraps[s.wrap];
+    OptimizeChoice c = s;
     c.ac = sp.acs[g.ac];
     c.micro_batch = g.micro_batch;
     c.grad_accum = g.grad_accum;
@@ -371,11 +361,9 @@ core::Result<OptimizeResult> optimize(const core::Plan& base, const OptimizeSpac
         Sharding reference;
         reference.strategy = core::Strategy::FullShard;
         reference.fsdp = 2;
-        core::WrapPolicy block;
-        block.kind = core::WrapKind::Block;
+        reference.wrap.kind = core::WrapKind::Block;
         for (Group& g : sp.groups) {
             setChoice(plan, sp, g, reference);
-            plan.sharding.wrap = block;
             auto st = evaluator.evaluate(plan, &profile, eo, e);
             if (!st) {
                 if (st.error().cancelled) return st.error();
