@@ -356,6 +356,9 @@ core::Result<OptimizeResult> optimize(const core::Plan& base, const OptimizeSpac
     EvaluationOptions eo;
     eo.headroom = options.headroom;
     eo.per_unit = false;
+    // The fit verdict judges the timed curve (and the allocator's replay of it where modelled); the
+    // host-issue-order replay only adds report figures.
+    eo.issue_order_memory = false;
     eo.cancel = options.cancel;
     if (options.prune && bound_holds) {
         Sharding reference;
