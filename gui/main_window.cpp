@@ -6,6 +6,8 @@
 #include <QCloseEvent>
 #include <QCoreApplication>
 #include <QDateTime>
+#include <QDeadlineTimer>
+#include <QEventLoop>
 #include <QDir>
 #include <QDockWidget>
 #include <QFileDialog>
@@ -19,6 +21,7 @@
 #include <QStandardPaths>
 #include <QStatusBar>
 #include <QTabWidget>
+#include <QThread>
 #include <QVBoxLayout>
 
 #include "gui/compare_view.hpp"
@@ -146,6 +149,10 @@ MainWindow::MainWindow(Options options) : m_options(options) {
     connect(m_fit, &FitView::strategyClicked, this,
             [this](core::Strategy s) { m_inputs->setKnob("strategy", toQString(core::strategyName(s))); });
     connect(m_wrap, &WrapView::candidateChosen, m_inputs, &InputPanel::applyCandidate);
+    connect(m_wrap, &WrapView::optimizeRequested, this, &MainWindow::startOptimize);
+    connect(m_wrap, &WrapView::loadWinnerRequested, this, [this] {
+        if (auto s = loadOptimizeWinner(); !s) m_status->setText(QString::fromStdString(s.error().message));
+    });
 
     buildMenus();
     refreshStoredProfiles();
@@ -158,7 +165,73 @@ MainWindow::MainWindow(Options options) : m_options(options) {
     if (!restored) resize(1400, 900);
 }
 
-MainWindow::~MainWindow() = default;
+MainWindow::~MainWindow() {
+    if (m_optimizer) {
+        m_optimize_cancel->cancel();
+        m_optimizer->wait();
+    }
+}
+
+void MainWindow::startOptimize() {
+    if (!m_plan) {
+        m_wrap->setOptimizeError("no plan yet");
+        return;
+    }
+    if (m_optimizer) {
+        m_optimize_cancel->cancel();
+        m_optimizer->wait();
+    }
+    m_optimize_run.reset();
+    m_optimize_cancel = std::make_shared<sim::CancelToken>();
+    m_wrap->setOptimizeRunning();
+    std::shared_ptr<const PlanResult> plan = m_plan;
+    std::shared_ptr<sim::CancelToken> cancel = m_optimize_cancel;
+    QThread* thread = QThread::create([this, plan, cancel] {
+        auto run = computeOptimize(*plan, cancel.get());
+        QMetaObject::invokeMethod(
+            this,
+            [this, cancel, run = std::move(run)]() mutable {
+                if (cancel != m_optimize_cancel) return;  // a newer start replaced this one
+                if (run) {
+                    m_optimize_run = std::move(run).value();
+                    m_wrap->setOptimizeResult(m_optimize_run);
+                } else if (!run.error().cancelled) {
+                    m_wrap->setOptimizeError(QString::fromStdString(run.error().message));
+                }
+            },
+            Qt::QueuedConnection);
+    });
+    m_optimizer = thread;
+    connect(thread, &QThread::finished, this, [this, thread] {
+        if (m_optimizer == thread) m_optimizer = nullptr;
+        thread->deleteLater();
+    });
+    thread->start();
+}
+
+bool MainWindow::waitForOptimize(int timeout_ms) {
+    QDeadlineTimer deadline(timeout_ms);
+    while (!m_optimize_run) {
+        if (deadline.hasExpired()) return false;
+        if (!m_optimizer) {
+            // Finished (or never started): its result was posted before the thread finished.
+            QCoreApplication::sendPostedEvents();
+            return m_optimize_run != nullptr;
+        }
+        QCoreApplication::processEvents(QEventLoop::AllEvents, 20);
+        QCoreApplication::sendPostedEvents();
+    }
+    return true;
+}
+
+core::Status MainWindow::loadOptimizeWinner() {
+    if (!m_optimize_run || !m_optimize_run->result.fits) return core::makeError("no optimizer winner to load");
+    QDir dir(QStandardPaths::writableLocation(QStandardPaths::CacheLocation));
+    dir.mkpath("optimize");
+    const QString path = dir.filePath(QString("optimize/winner-%1.json").arg(QDateTime::currentMSecsSinceEpoch()));
+    if (auto s = core::writePlanFile(m_optimize_run->winner, path.toStdString()); !s) return s;
+    return openPlan(path);
+}
 
 void MainWindow::buildMenus() {
     QMenu* file = menuBar()->addMenu("&File");

@@ -13,6 +13,7 @@
 #include "gui/plan_results.hpp"
 
 class QLabel;
+class QThread;
 class QMenu;
 class QTabWidget;
 
@@ -63,6 +64,14 @@ public:
     core::Result<std::string> saveToStore();
     const PlanResult* currentPlan() const { return m_plan.get(); }
 
+    // `shardcast optimize` on the current inputs, on a worker thread (a second start cancels the
+    // first); the wrap view shows the result. waitForOptimize runs the event loop until it is in
+    // (false on timeout); loadOptimizeWinner loads the winner into the knobs (as a plan file).
+    void startOptimize();
+    bool waitForOptimize(int timeout_ms);
+    const OptimizeRun* optimizeRun() const { return m_optimize_run.get(); }
+    core::Status loadOptimizeWinner();
+
     // The bundled first-screen plan (examples/llama-3.1-8b-8xh100.json), installed or in the sources.
     static QString defaultPlanPath();
 
@@ -96,6 +105,9 @@ private:
     QLabel* m_status = nullptr;
     QMenu* m_recent = nullptr;
     std::shared_ptr<const PlanResult> m_plan;
+    QThread* m_optimizer = nullptr;                   // the running optimizer, if any
+    std::shared_ptr<sim::CancelToken> m_optimize_cancel;
+    std::shared_ptr<const OptimizeRun> m_optimize_run;  // the last result
 };
 
 }  // namespace shardcast::gui

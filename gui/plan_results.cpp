@@ -108,4 +108,29 @@ core::Result<std::shared_ptr<WrapResult>> computeWrap(const PlanResult& plan, co
     return out;
 }
 
+core::Result<std::shared_ptr<OptimizeRun>> computeOptimize(const PlanResult& plan, const sim::CancelToken* cancel) {
+    auto out = std::make_shared<OptimizeRun>();
+    const core::TrainingSpec& t = plan.plan.training;
+    out->global_batch = t.micro_batch * t.grad_accum * plan.eval.mesh.world_size;
+    sim::OptimizeOptions options;
+    options.global_batch = out->global_batch;
+    options.headroom = plan.eval.fit.headroom;
+    options.cancel = cancel;
+    auto result = sim::optimize(plan.plan, sim::OptimizeSpace{}, plan.profile.profile, options);
+    if (!result) return result.error();
+    out->result = std::move(result).value();
+    out->winner = sim::applyChoice(plan.plan, out->result.best.choice);
+    return out;
+}
+
+std::string describeChoice(const sim::OptimizeChoice& choice) {
+    std::string out;
+    for (int d = 0; d < sim::kOptimizeDimensionCount; ++d) {
+        const auto dim = static_cast<sim::OptimizeDimension>(d);
+        if (!out.empty()) out += ", ";
+        out += std::string(sim::dimensionName(dim)) + " " + sim::choiceValue(choice, dim);
+    }
+    return out;
+}
+
 }  // namespace shardcast::gui

@@ -214,7 +214,7 @@ int64_t boundOfProgram(const core::Program& program, const CostModel& cost) {
             t.kind != core::TaskKind::Recompute) {
             continue;
         }
-        sum += cost.durationNs(t, program.compute_dtype);
+        sum += cost.durationNs(t, program);
     }
     constexpr int64_t kSlackNs = 1000;
     return std::max<int64_t>(0, static_cast<int64_t>(static_cast<double>(sum) * (1.0 - 1e-6)) - kSlackNs);
