@@ -186,15 +186,7 @@ int64_t CostModel::durationNs(const core::Task& task, const core::Program& progr
     return roundToInt64(durationSeconds(task, program) * 1e9);
 }
 
-core::Status CostModel::checkStepInRange(const core::Program& program) const {
-    // Every task run one after the other, each slowed by the worst contention factor, plus every
-    // issue cost: an upper bound of the simulated step, so if it fits, every time does.
-    double serial_s = 0;
-    for (const core::Task& t : program.tasks) serial_s += durationSeconds(t, program);
-    const double slowdown = std::max({1.0, m_profile->overlap_compute_slowdown, m_profile->overlap_collective_slowdown});
-    const double issue_s = static_cast<double>(program.tasks.size()) *
-                           static_cast<double>(m_profile->task_launch_ns + 2 * m_profile->unit_hook_ns) / 1e9;
-    const double bound_s = serial_s * slowdown + issue_s;
+core::Status checkStepBound(double bound_s) {
     if (bound_s <= kMaxStepSeconds) return core::Ok{};
     return core::makeError(fmt::format(
         "the step's tasks add up to {:.3g} s on this hardware, beyond the {:g} s (about 31 years) a simulated step may "

@@ -34,9 +34,6 @@ public:
     // are the same (keep the two in step).
     int64_t durationNs(const core::Task& task, const core::Program& program) const;
     double durationSeconds(const core::Task& task, const core::Program& program) const;
-    // An error when the program's step could last beyond kMaxStepSeconds on this profile, so that
-    // no simulated time leaves int64 nanoseconds (the evaluation checks before simulating).
-    core::Status checkStepInRange(const core::Program& program) const;
 
     // A compute task: the sum of its kernels' times (opSeconds); a task without kernels as a whole.
     double computeSeconds(const core::Task& task, const core::Program& program) const;
@@ -54,5 +51,9 @@ public:
 private:
     const HardwareProfile* m_profile;
 };
+
+// An error when a step's upper bound (Simulator::stepBoundSeconds) is beyond kMaxStepSeconds, so
+// that no simulated time leaves int64 nanoseconds; the message names the figures to check.
+core::Status checkStepBound(double bound_s);
 
 }  // namespace shardcast::sim

@@ -64,9 +64,9 @@ core::Status Evaluator::evaluate(const core::Plan& given, const HardwareProfile*
     }
 
     if (enter(EvaluationStage::Simulate)) return core::cancelledError();
-    if (auto in_range = CostModel(out.profile).checkStepInRange(out.program); !in_range) return in_range.error();
     if (!(m_simulator.profile() == out.profile)) m_simulator.setProfile(out.profile);
     m_simulator.run(out.program, out.timeline);
+    if (!m_simulator.inRange()) return checkStepBound(m_simulator.stepBoundSeconds()).error();
 
     if (enter(EvaluationStage::TimeMemory)) return core::cancelledError();
     m_timer.compute(out.program, out.timeline, out.timed, options.record_curve);
