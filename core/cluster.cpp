@@ -287,7 +287,7 @@ Result<GpuSpec> gpuFromJson(const nlohmann::json& j, const std::string& where) {
             gpu.memory_bytes = static_cast<int64_t>(std::llround(value.get<double>() * static_cast<double>(kGiB)));
             continue;
         }
-        auto f = std::find_if(fields.begin(), fields.end(), [&](const Field& x) { return key == x.key; });
+        auto f = std::find_if(fields.begin(), fields.end(), [&k = key](const Field& x) { return k == x.key; });
         if (f == fields.end()) {
             return makeError(where + ": unknown GPU key '" + key + "'; valid keys: " + validGpuKeys());
         }
