@@ -338,7 +338,8 @@ Result<GpuSpec> resolveGpu(std::string_view name_or_path) {
     if (auto preset = findGpuPreset(name_or_path)) return *preset;
     const std::filesystem::path path{std::string(name_or_path)};
     std::error_code ec;
-    if (std::filesystem::is_regular_file(path, ec)) {
+    // A path that exists but is no regular file (a directory, /dev/zero) gets readJsonFile's refusal.
+    if (std::filesystem::exists(path, ec)) {
         auto j = readJsonFile(path);
         if (!j) return j.error();
         return gpuFromJson(*j, path.string());

@@ -12,6 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/file_io.hpp"
+
 namespace shardcast::core {
 
 using nlohmann::json;
@@ -1051,16 +1053,12 @@ Result<Model> buildModuleTree(const json& tree, std::string name, std::string so
 }  // namespace
 
 Result<json> readJsonFile(const std::filesystem::path& path) {
-    const std::string shown = path.string();
-    std::FILE* f = std::fopen(shown.c_str(), "rb");
-    if (!f) return makeError("cannot open '" + shown + "': " + std::strerror(errno));
-    std::string text;
-    char buf[65536];
-    size_t n = 0;
-    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
-    const bool read_error = std::ferror(f) != 0;
-    std::fclose(f);
-    if (read_error) return makeError("cannot read '" + shown + "'");
+    auto text = readFileBounded(path, kMaxJsonFileBytes, "JSON input file");
+    if (!text) return text.error();
+    return parseJsonText(*text, path.string());
+}
+
+Result<json> parseJsonText(std::string_view text, const std::string& shown) {
     try {
         return json::parse(text);
     } catch (const json::parse_error& e) {
@@ -1085,6 +1083,11 @@ Result<json> readJsonFile(const std::filesystem::path& path) {
         }
         return makeError(shown + ": malformed JSON at line " + std::to_string(line) + ", column " +
                          std::to_string(col) + ": " + message);
+    } catch (const json::out_of_range& e) {
+        // A number beyond a double's range (1e400): the parser gives no position.
+        std::string message = e.what();
+        if (const size_t bracket = message.find("] "); bracket != std::string::npos) message = message.substr(bracket + 2);
+        return makeError(shown + ": malformed JSON: " + message + " (numbers must fit a 64-bit floating point value)");
     }
 }
 
@@ -1134,6 +1137,8 @@ Result<Model> resolveModel(std::string_view name_or_path) {
     const std::vector<std::string> names = bundledModelNames();
     if (std::find(names.begin(), names.end(), name_or_path) != names.end())
         return loadModelFile(bundledModelsDir() / (std::string(name_or_path) + ".json"));
+    // A path that exists but is no regular file (a directory, /dev/zero) gets readJsonFile's refusal.
+    if (std::filesystem::exists(p, ec)) return loadModelFile(p);
     std::string list;
     for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
     return makeError("unknown model '" + std::string(name_or_path) +

@@ -32,6 +32,9 @@ std::vector<std::string> bundledModelNames();  // sorted, file names without .js
 Result<Model> resolveModel(std::string_view name_or_path);
 
 // Reads and parses a JSON file; the error names the file and the line/column of a syntax error.
+// Files over kMaxJsonFileBytes and paths that are not regular files are refused (core/file_io.hpp).
 Result<nlohmann::json> readJsonFile(const std::filesystem::path& path);
+// The parsing half of readJsonFile, for text from elsewhere (the fuzz targets); `shown` names the source.
+Result<nlohmann::json> parseJsonText(std::string_view text, const std::string& shown);
 
 }  // namespace shardcast::core
