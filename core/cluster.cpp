@@ -349,7 +349,7 @@ Result<GpuSpec> gpuFromJson(const nlohmann::json& j, const std::string& where) {
             gpu.memory_bytes = static_cast<int64_t>(std::llround(value.get<double>() * static_cast<double>(kGiB)));
             continue;
         }
-        auto f = std::find_if(fields.begin(), fields.end(), [&](const Field& x) { return key == x.key; });
+        auto f = std::find_if(fields.begin(), fields.end(), [&k = key](const Field& x) { return k == x.key; });
         if (f == fields.end()) {
             return makeError(where + ": unknown GPU key '" + key + "'; valid keys: " + validGpuKeys());
         }
@@ -418,7 +418,8 @@ Result<GpuSpec> resolveGpu(std::string_view name_or_path) {
     if (auto preset = findGpuPreset(name_or_path)) return *preset;
     const std::filesystem::path path{std::string(name_or_path)};
     std::error_code ec;
-    if (std::filesystem::is_regular_file(path, ec)) {
+    // A path that exists but is no regular file (a directory, /dev/zero) gets readJsonFile's refusal.
+    if (std::filesystem::exists(path, ec)) {
         auto j = readJsonFile(path);
         if (!j) return j.error();
         return gpuFromJson(*j, path.string());

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/checked_math.hpp"
+#include "core/file_io.hpp"
 #include "core/json_text.hpp"
 #include "core/limits.hpp"
 
@@ -1187,17 +1188,9 @@ Result<Model> buildModuleTree(const json& tree, std::string name, std::string so
 }  // namespace
 
 Result<json> readJsonFile(const std::filesystem::path& path) {
-    const std::string shown = path.string();
-    std::FILE* f = std::fopen(shown.c_str(), "rb");
-    if (!f) return makeError("cannot open '" + shown + "': " + std::strerror(errno));
-    std::string text;
-    char buf[65536];
-    size_t n = 0;
-    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
-    const bool read_error = std::ferror(f) != 0;
-    std::fclose(f);
-    if (read_error) return makeError("cannot read '" + shown + "'");
-    return parseJsonText(text, shown);
+    auto text = readFileBounded(path, kMaxJsonFileBytes, "JSON input file");
+    if (!text) return text.error();
+    return parseJsonText(*text, path.string());
 }
 
 Result<Model> loadModelFile(const std::filesystem::path& path) {
@@ -1246,6 +1239,8 @@ Result<Model> resolveModel(std::string_view name_or_path) {
     const std::vector<std::string> names = bundledModelNames();
     if (std::find(names.begin(), names.end(), name_or_path) != names.end())
         return loadModelFile(bundledModelsDir() / (std::string(name_or_path) + ".json"));
+    // A path that exists but is no regular file (a directory, /dev/zero) gets readJsonFile's refusal.
+    if (std::filesystem::exists(p, ec)) return loadModelFile(p);
     std::string list;
     for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
     return makeError("unknown model '" + std::string(name_or_path) +

@@ -4,6 +4,8 @@
 #include <cctype>
 #include <charconv>
 #include <fstream>
+#include <regex>
+#include <sstream>
 #include <set>
 #include <string>
 #include <utility>
@@ -115,7 +117,7 @@ public:
 
     void checkKeys(std::initializer_list<const char*> allowed) {
         for (const auto& [key, value] : m_j.items()) {
-            const bool known = std::any_of(allowed.begin(), allowed.end(), [&](const char* a) { return key == a; });
+            const bool known = std::any_of(allowed.begin(), allowed.end(), [&k = key](const char* a) { return k == a; });
             if (!known && !m_error) {
                 std::vector<std::string> names(allowed.begin(), allowed.end());
                 m_error = makeError(m_where + ": unknown key '" + field(key) + "'; valid keys in " + m_section + ": " +
@@ -607,8 +609,9 @@ Result<WrapPolicy> parseWrapPolicy(const std::string& text, const std::string& w
     } else if (key.rfind("modules:", 0) == 0) {
         const std::string file = t.substr(8);
         if (file.empty()) return bad("needs a file name in modules:FILE");
-        std::ifstream in(file);
-        if (!in) return makeError(where + ": cannot open module list '" + file + "'");
+        auto list = readFileBounded(file, kMaxTextFileBytes, "module list");
+        if (!list) return makeError(where + ": " + list.error().message);
+        std::istringstream in(*list);
         w.kind = WrapKind::Modules;
         w.modules_file = file;
         std::string line;

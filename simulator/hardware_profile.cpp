@@ -181,7 +181,7 @@ core::Result<HardwareProfile> profileFromJson(const nlohmann::json& j, const std
                                    "the cluster's shape comes from the plan (--gpus-per-node); remove the key");
         }
         const auto& fs = fields();
-        auto f = std::find_if(fs.begin(), fs.end(), [&](const Field& x) { return key == x.key; });
+        auto f = std::find_if(fs.begin(), fs.end(), [&k = key](const Field& x) { return k == x.key; });
         if (f == fs.end()) {
             return core::makeError(where + ": unknown profile key '" + key + "'; valid keys: " + validKeys());
         }
