@@ -9,6 +9,7 @@ a bounded message (bad values are quoted as short excerpts).
 usage: run_hostile_tests.py SHARDCAST_BIN [--only SUBSTRING] [--keep]
 Prints PASS/FAIL per case and exits 1 if any case failed.
 """
+import functools
 import json
 import os
 import re
@@ -85,17 +86,41 @@ class Suite:
         self.cases.append((name, args, rc, pattern, check_stdout))
 
 
+@functools.lru_cache(maxsize=None)
+def is_sanitized(binary):
+    """AddressSanitizer reserves terabytes of address space for its shadow, so RLIMIT_AS cannot
+    bound a sanitized binary; its own hard_rss_limit_mb bounds the resident memory instead."""
+    with open(binary, "rb") as f:
+        return b"__asan_init" in f.read()
+
+
 def limit_resources():
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT_BYTES, MEMORY_LIMIT_BYTES))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def limit_core_only():
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def sanitizer_env(env):
+    """The same 2 GiB bound for a sanitized binary: ASan kills it (a signal, so the case fails)
+    when its resident memory passes hard_rss_limit_mb."""
+    env = dict(env)
+    limit = f"hard_rss_limit_mb={MEMORY_LIMIT_BYTES >> 20}"
+    env["ASAN_OPTIONS"] = (env["ASAN_OPTIONS"] + ":" + limit) if env.get("ASAN_OPTIONS") else limit
+    return env
 
 
 def run_case(binary, env, case):
     name, args, want_rc, pattern, check_stdout = case
     argv = [binary] + [a if isinstance(a, bytes) else str(a) for a in args]
     start = time.monotonic()
+    sanitized = is_sanitized(binary)
     try:
-        p = subprocess.run(argv, capture_output=True, timeout=TIME_LIMIT_S, preexec_fn=limit_resources, env=env)
+        p = subprocess.run(argv, capture_output=True, timeout=TIME_LIMIT_S,
+                           preexec_fn=limit_core_only if sanitized else limit_resources,
+                           env=sanitizer_env(env) if sanitized else env)
     except subprocess.TimeoutExpired:
         return f"took more than {TIME_LIMIT_S} s"
     elapsed = time.monotonic() - start
