@@ -154,7 +154,7 @@ Result<Plan> buildPlan(const PlanOverrides& o) {
             return makeError(fmt::format(
                 "--strategy: unknown strategy '{}'; valid: NO_SHARD, SHARD_GRAD_OP, FULL_SHARD, "
                 "HYBRID_SHARD, _HYBRID_SHARD_ZERO2 (aliases ddp, zero2, zero3, hsdp, hsdp-zero2)",
-                *o.strategy));
+                textExcerpt(*o.strategy)));
         }
         s.strategy = *strategy;
     }
@@ -184,7 +184,7 @@ Result<Plan> buildPlan(const PlanOverrides& o) {
             if (digits) k = std::stoi(v);
             if (k < 1) {
                 return makeError(fmt::format(
-                    "--reshard-after-forward: expected true, false or a positive rank count K (got '{}')", v));
+                    "--reshard-after-forward: expected true, false or a positive rank count K (got '{}')", textExcerpt(v)));
             }
             s.reshard_after_forward = ReshardMode::Count;
             s.reshard_after_forward_k = k;
@@ -194,7 +194,7 @@ Result<Plan> buildPlan(const PlanOverrides& o) {
     if (o.prefetch_depth) s.prefetch_depth = static_cast<int>(*o.prefetch_depth);
     if (o.forward_prefetch) {
         if (*o.forward_prefetch != "true" && *o.forward_prefetch != "false") {
-            return makeError(fmt::format("--forward-prefetch: expected true or false (got '{}')", *o.forward_prefetch));
+            return makeError(fmt::format("--forward-prefetch: expected true or false (got '{}')", textExcerpt(*o.forward_prefetch)));
         }
         s.forward_prefetch = *o.forward_prefetch == "true";
     }
@@ -202,7 +202,7 @@ Result<Plan> buildPlan(const PlanOverrides& o) {
         auto p = parseBackwardPrefetch(*o.backward_prefetch);
         if (!p) {
             return makeError(
-                fmt::format("--backward-prefetch: expected pre, post or none (got '{}')", *o.backward_prefetch));
+                fmt::format("--backward-prefetch: expected pre, post or none (got '{}')", textExcerpt(*o.backward_prefetch)));
         }
         s.backward_prefetch = *p;
     }
@@ -223,14 +223,14 @@ Result<Plan> buildPlan(const PlanOverrides& o) {
                                DTypeFlag{o.master_dtype, "--master-dtype"}}) {
         if (!f.value) continue;
         auto d = parseMixedDType(*f.value);
-        if (!d) return makeError(fmt::format("{}: unknown dtype '{}'; valid: fp32, bf16, fp16", f.flag, *f.value));
+        if (!d) return makeError(fmt::format("{}: unknown dtype '{}'; valid: fp32, bf16, fp16", f.flag, textExcerpt(*f.value)));
         if (f.flag == "--param-dtype") t.param_dtype = *d;
         else if (f.flag == "--reduce-dtype") t.reduce_dtype = *d;
         else t.master_dtype = *d;
     }
     if (o.optimizer) {
         auto v = parseOptimizer(*o.optimizer);
-        if (!v) return makeError(fmt::format("--optimizer: unknown optimizer '{}'; valid: adamw, sgd, sgd-momentum", *o.optimizer));
+        if (!v) return makeError(fmt::format("--optimizer: unknown optimizer '{}'; valid: adamw, sgd, sgd-momentum", textExcerpt(*o.optimizer)));
         t.optimizer = *v;
     }
     if (o.ac) {
@@ -241,27 +241,27 @@ Result<Plan> buildPlan(const PlanOverrides& o) {
     }
     if (o.attention) {
         auto v = parseAttention(*o.attention);
-        if (!v) return makeError(fmt::format("--attention: unknown kernel '{}'; valid: flash, eager", *o.attention));
+        if (!v) return makeError(fmt::format("--attention: unknown kernel '{}'; valid: flash, eager", textExcerpt(*o.attention)));
         t.attention = *v;
     }
     if (o.kernels) {
         auto v = parseKernelImpl(*o.kernels);
-        if (!v) return makeError(fmt::format("--kernels: unknown implementation '{}'; valid: eager, fused, compile", *o.kernels));
+        if (!v) return makeError(fmt::format("--kernels: unknown implementation '{}'; valid: eager, fused, compile", textExcerpt(*o.kernels)));
         t.kernels = *v;
     }
     if (o.impl) {
         auto v = parseModelImpl(*o.impl);
-        if (!v) return makeError(fmt::format("--impl: unknown implementation '{}'; valid: hf, torchtitan", *o.impl));
+        if (!v) return makeError(fmt::format("--impl: unknown implementation '{}'; valid: hf, torchtitan", textExcerpt(*o.impl)));
         t.impl = *v;
     }
     if (o.hf_mask) {
         auto v = parseHfMask(*o.hf_mask);
-        if (!v) return makeError(fmt::format("--hf-mask: unknown transformers behaviour '{}'; valid: 5.x, 4.5x", *o.hf_mask));
+        if (!v) return makeError(fmt::format("--hf-mask: unknown transformers behaviour '{}'; valid: 5.x, 4.5x", textExcerpt(*o.hf_mask)));
         t.hf_mask = *v;
     }
     if (o.offload) {
         auto v = parseOffload(*o.offload);
-        if (!v) return makeError(fmt::format("--offload: unknown offload '{}'; valid: none, cpu", *o.offload));
+        if (!v) return makeError(fmt::format("--offload: unknown offload '{}'; valid: none, cpu", textExcerpt(*o.offload)));
         t.offload = *v;
     }
     if (o.frozen) {

@@ -152,6 +152,10 @@ def build_cases(s):
     f = s.file
     plan = lambda *extra: ["plan", *extra]  # noqa: E731
     tiny = f("tiny.json", TINY_LLAMA)
+    # Flag values are quoted as bounded excerpts in their errors.
+    for flag in ("--optimizer", "--backward-prefetch", "--strategy"):
+        s.case(f"100 kB {flag} value: bounded excerpt", plan("--model", tiny, flag, "x" * 100000), 2,
+               rf"{flag}: .*'x{{80}}\.\.\.'")
 
     # 1. Nesting: nlohmann's dump and error paths recurse once per level.
     f("deep-hf.json", '{"model_type": "llama", "hidden_size": ' + deep(100000) + "}")
