@@ -1,6 +1,7 @@
 #include "planstore/planstore.hpp"
 
 #include <algorithm>
+#include <optional>
 #include <system_error>
 #include <utility>
 
@@ -137,6 +138,54 @@ core::Result<db::ObjectId> saveCalibratedProfile(db::Store& store, const sim::Ha
     input.profile = sim::profileToJson(profile);
     input.summary_line = fmt::format("calibrated on {}: {}", input.cluster, profile.gpu.name);
     return store.saveProfile(input);
+}
+
+core::Result<StoredPrediction> loadStoredPrediction(const db::Store& store, const db::ObjectId& id) {
+    const std::string db_path = store.path().string();
+    const std::string pred_name = db_path + ": " + db::formatId(id);
+    auto pred = store.get(id);
+    if (!pred) return pred.error();
+    std::optional<db::ObjectId> plan_id, profile_id;
+    for (const db::ObjectId& link : pred->links) {
+        if (link.kind == db::Kind::plan) plan_id = link;
+        if (link.kind == db::Kind::profile) profile_id = link;
+    }
+    if (!plan_id) return core::makeError(pred_name + ": the prediction has no plan");
+    auto plan_obj = store.get(*plan_id);
+    if (!plan_obj) return plan_obj.error();
+    auto plan = core::planFromJson(plan_obj->body.at("plan"), db_path + ": " + db::formatId(*plan_id),
+                                   std::filesystem::current_path());
+    if (!plan) return plan.error();
+    StoredPrediction out{*plan, sim::HardwareProfile::fromCluster(plan->cluster), {}, {}, {}};
+    if (profile_id) {
+        auto prof_obj = store.get(*profile_id);
+        if (!prof_obj) return prof_obj.error();
+        auto parsed = sim::profileFromJson(prof_obj->body.at("profile"), db_path + ": " + db::formatId(*profile_id),
+                                           out.profile);
+        if (!parsed) return parsed.error();
+        out.profile = *parsed;
+    }
+    sim::EvaluationOptions options;
+    options.issue_order_memory = false;
+    options.per_unit = false;
+    sim::Evaluator evaluator;
+    if (auto s = evaluator.evaluate(out.plan, &out.profile, options, out.evaluation); !s) {
+        return core::makeError(pred_name + ": " + s.error().message);
+    }
+    auto timeline = core::timelineFromJson(pred->body.at("timeline"), pred_name + ": timeline");
+    if (!timeline) return timeline.error();
+    auto memory = core::timedMemoryFromJson(pred->body.at("memory"), pred_name + ": memory");
+    if (!memory) return memory.error();
+    if (timeline->tasks.size() != out.evaluation.program.tasks.size()) {
+        return core::makeError(fmt::format(
+            "{}: its timeline has {} tasks but its plan lowers to {} in this shardcast (made by shardcast {}); "
+            "re-make the prediction",
+            pred_name, timeline->tasks.size(), out.evaluation.program.tasks.size(),
+            pred->body.value("shardcast_version", "?")));
+    }
+    out.timeline = std::move(*timeline);
+    out.memory = std::move(*memory);
+    return out;
 }
 
 }  // namespace shardcast::planstore

@@ -55,4 +55,18 @@ core::Result<std::vector<SavedPrediction>> evaluateAndSave(db::Store& store, con
 core::Result<db::ObjectId> saveCalibratedProfile(db::Store& store, const sim::HardwareProfile& profile,
                                                  const std::string& name);
 
+// A stored prediction as it was made: its timeline and memory curve as stored, and its plan and
+// profile (as linked from it; the plan's documented figures when no profile is linked) re-lowered
+// and re-evaluated into `evaluation` (its Program). An error names the store and the object when a
+// link is missing or the plan now lowers to another number of tasks than the stored timeline holds
+// (made by another shardcast: re-make the prediction).
+struct StoredPrediction {
+    core::Plan plan;
+    sim::HardwareProfile profile;
+    core::Timeline timeline;
+    core::TimedMemory memory;
+    sim::Evaluation evaluation;
+};
+core::Result<StoredPrediction> loadStoredPrediction(const db::Store& store, const db::ObjectId& id);
+
 }  // namespace shardcast::planstore

@@ -21,6 +21,7 @@
 #include "core/plan.hpp"
 #include "core/run_record.hpp"
 #include "core/step_io.hpp"
+#include "planstore/planstore.hpp"
 #include "simulator/chrome_trace.hpp"
 #include "simulator/evaluation.hpp"
 #include "simulator/hardware_profile.hpp"
@@ -137,61 +138,24 @@ int runCompareStored(const CompareOptions& o) {
     }
     auto store = openStore(false);
     if (!store) return reportInputError(store.error().message);
-    const std::string db_path = (*store)->path().string();
+    const std::string run_name = (*store)->path().string() + ": " + o.stored_run;
     auto run_obj = (*store)->get(*run_id);
     if (!run_obj) return reportInputError(run_obj.error().message);
-    auto pred_obj = (*store)->get(*pred_id);
-    if (!pred_obj) return reportInputError(pred_obj.error().message);
-    const std::string run_name = db_path + ": " + o.stored_run;
-    const std::string pred_name = db_path + ": " + o.stored_prediction;
     auto run = core::runRecordFromJson(run_obj->body.at("record"), run_name);
     if (!run) return reportInputError(run.error().message);
-
-    // The prediction's plan and profile, as stored with it.
-    std::optional<db::ObjectId> plan_id, profile_id;
-    for (const db::ObjectId& link : pred_obj->links) {
-        if (link.kind == db::Kind::plan) plan_id = link;
-        if (link.kind == db::Kind::profile) profile_id = link;
-    }
-    if (!plan_id) return reportInputError(pred_name + ": the prediction has no plan");
-    auto plan_obj = (*store)->get(*plan_id);
-    if (!plan_obj) return reportInputError(plan_obj.error().message);
-    auto plan = core::planFromJson(plan_obj->body.at("plan"), db_path + ": " + db::formatId(*plan_id), fs::current_path());
-    if (!plan) return reportInputError(plan.error().message);
-    sim::HardwareProfile profile = sim::HardwareProfile::fromCluster(plan->cluster);
-    if (profile_id) {
-        auto prof_obj = (*store)->get(*profile_id);
-        if (!prof_obj) return reportInputError(prof_obj.error().message);
-        auto parsed = sim::profileFromJson(prof_obj->body.at("profile"), db_path + ": " + db::formatId(*profile_id), profile);
-        if (!parsed) return reportInputError(parsed.error().message);
-        profile = *parsed;
-    }
+    auto pred = planstore::loadStoredPrediction(**store, *pred_id);
+    if (!pred) return reportInputError(pred.error().message);
     auto run_plan = core::planFromJson(run->plan, run_name + ": plan", fs::current_path());
     if (run_plan) {
-        const std::string diff = firstDifference(comparablePlan(*plan), comparablePlan(*run_plan), o.stored_prediction,
-                                                 o.stored_run);
+        const std::string diff = firstDifference(comparablePlan(pred->plan), comparablePlan(*run_plan),
+                                                 o.stored_prediction, o.stored_run);
         if (!diff.empty()) {
             return reportInputError(fmt::format("{} does not predict the plan {} ran: they differ first in {}",
                                                 o.stored_prediction, o.stored_run, diff));
         }
     }
-    sim::EvaluationOptions options;
-    options.issue_order_memory = false;
-    options.per_unit = false;
-    sim::Evaluator evaluator;
-    sim::Evaluation e;
-    if (auto s = evaluator.evaluate(*plan, &profile, options, e); !s) return reportInputError(pred_name + ": " + s.error().message);
-    auto timeline = core::timelineFromJson(pred_obj->body.at("timeline"), pred_name + ": timeline");
-    if (!timeline) return reportInputError(timeline.error().message);
-    auto memory = core::timedMemoryFromJson(pred_obj->body.at("memory"), pred_name + ": memory");
-    if (!memory) return reportInputError(memory.error().message);
-    if (timeline->tasks.size() != e.program.tasks.size()) {
-        return reportInputError(fmt::format("{}: its timeline has {} tasks but its plan lowers to {} in this shardcast "
-                                            "(made by shardcast {}); re-make the prediction",
-                                            pred_name, timeline->tasks.size(), e.program.tasks.size(),
-                                            pred_obj->body.value("shardcast_version", "?")));
-    }
-    return reportComparison(o, *run, e.program, *timeline, *memory, run_name, std::make_pair(*run_id, *pred_id));
+    return reportComparison(o, *run, pred->evaluation.program, pred->timeline, pred->memory, run_name,
+                            std::make_pair(*run_id, *pred_id));
 }
 
 int runCompare(const CompareOptions& o) {
