@@ -334,6 +334,7 @@ double GpuSpec::computeClockScale() const { return clockScaleAt(*this, power_lim
 
 double GpuSpec::matmulFlopsCap() const {
     if (max_matmul_flops_bf16 <= 0) return 0;
+    if (power_limit_w <= 0 || tdp_w <= 0 || power_limit_w == tdp_w) return max_matmul_flops_bf16;  // no cbrt per GEMM
     return max_matmul_flops_bf16 * clockScaleAt(*this, power_limit_w) / clockScaleAt(*this, 0);
 }
 
