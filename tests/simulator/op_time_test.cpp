@@ -32,6 +32,12 @@ core::OpShape gemm(int64_t m, int64_t n, int64_t k) {
     return o;
 }
 
+// Llama-3.1-8B's flash attention forward at 8,192 tokens: 32 query heads, 8 KV heads, head dim 128.
+core::OpShape llamaAttention(bool causal) {
+    return core::OpShape{.kind = core::OpShapeKind::Attention, .causal = causal, .batch = 1, .heads = 32,
+                         .kv_heads = 8, .head_dim = 128, .seq = 8192};
+}
+
 TEST(OpTimeTest, GemmShapeEfficiencyByHand) {
     const HardwareProfile h100 = profileFor("H100-SXM");
     const HardwareProfile a100 = profileFor("A100-80G");
@@ -128,14 +134,7 @@ TEST(OpTimeTest, FlashAttentionSerialisesMatmulsWithExponentials) {
     // pairs = 32 * 8192^2 / 2; matmul FLOPs 4 * 128 per pair at 312e12 * c; one exponential per
     // pair on 108 * 16 SFUs at 1,410 MHz * c; 4 FP32 operations per pair at 19.5e12 * c.
     const HardwareProfile p = profileFor("A100-80G");
-    core::OpShape o;
-    o.kind = core::OpShapeKind::Attention;
-    o.causal = true;
-    o.batch = 1;
-    o.heads = 32;
-    o.kv_heads = 8;
-    o.head_dim = 128;
-    o.seq = 8192;
+    const core::OpShape o = llamaAttention(true);
     const double c = 1287.0 / 1410;
     const double pairs = 32.0 * 8192 * 8192 / 2;
     const double expected = pairs * 512 / (312e12 * c) + pairs / (108 * 16 * 1410e6 * c) + pairs * 4 / (19.5e12 * c) + 3e-6;
@@ -152,14 +151,7 @@ TEST(OpTimeTest, FlashAttentionSerialisesMatmulsWithExponentials) {
 // boost clock (370 * c / 989 = 32%).
 TEST(OpTimeTest, FlashAttention2OnHopperRunsItsMatmulsAtTheMmaSyncRate) {
     const HardwareProfile p = profileFor("H100-SXM");
-    core::OpShape o;
-    o.kind = core::OpShapeKind::Attention;
-    o.causal = false;
-    o.batch = 1;
-    o.heads = 32;
-    o.kv_heads = 8;
-    o.head_dim = 128;
-    o.seq = 8192;
+    core::OpShape o = llamaAttention(false);
     const double c = 1565.0 / 1830;
     const double pairs = 32.0 * 8192 * 8192;
     const double expected =
