@@ -133,6 +133,16 @@ TEST(ClusterTest, P4deGpuFileKeepsTheA100AndSetsItsNetwork) {
     EXPECT_DOUBLE_EQ(g->max_matmul_flops_bf16, 267.9e12);
 }
 
+// The presets' best-shape rates are the MAMF table's (tests/data/reference-cases.json).
+TEST(ClusterTest, MatmulCapsAreTheMeasuredBestShapeRates) {
+    std::ifstream in(SHARDCAST_REFERENCE_FILE);
+    const json ref = json::parse(in)["max_achievable_matmul_bf16"];
+    EXPECT_DOUBLE_EQ(sc::findGpuPreset("A100-80G")->max_matmul_flops_bf16, ref["A100_SXM"]["tflops"].get<double>() * 1e12);
+    EXPECT_DOUBLE_EQ(sc::findGpuPreset("A100-40G")->max_matmul_flops_bf16, ref["A100_SXM"]["tflops"].get<double>() * 1e12);
+    EXPECT_DOUBLE_EQ(sc::findGpuPreset("H100-SXM")->max_matmul_flops_bf16, ref["H100_SXM"]["tflops"].get<double>() * 1e12);
+    EXPECT_DOUBLE_EQ(sc::findGpuPreset("H100-PCIe")->max_matmul_flops_bf16, 0.0);  // the SXM figure does not apply
+}
+
 // The best-shape cap follows the clock: measured at the TDP, it scales with cbrt(power) below it.
 TEST(ClusterTest, MatmulCapScalesWithThePowerLimitClock) {
     auto h100 = sc::findGpuPreset("H100-SXM");
