@@ -53,6 +53,29 @@ constexpr int64_t kNcclBytesPerCommunicator = 128 * kMiB;
 // No training run enters these figures.
 constexpr double kA100SustainedClockMhz = 1287;
 constexpr double kH100SustainedClockMhz = 1565;
+// Those best-shape rates (stas00/ml-engineering compute/accelerator/README.md, "Maximum Achievable
+// Matmul FLOPS comparison table", CUDA 12.1): the most any bf16 matmul reached in a brute-force
+// sweep of shapes, so no GEMM of the model runs faster.
+constexpr double kA100MaxMatmulFlops = 267.9e12;
+constexpr double kH100MaxMatmulFlops = 792.1e12;
+// FlashAttention-2 on H100 SXM5, head dim 128, seq 8k (Shah et al. 2024, FlashAttention-3,
+// figures 5a and 6b, 700 W): forward 370, backward 318 TFLOP/s. Through the simulator's attention
+// model (simulator/hardware_profile.cpp: matmuls at peak x efficiency, serialised with one
+// exponential on the SFUs and the FP32 softmax work per (query, key) pair) at the boost clock, as
+// the A100 efficiencies were derived from FlashAttention-2's A100 figures:
+//   forward:  512 FLOPs / 370e12 = 1.384 ps, less 1 / (132 x 16 x 1.83e9) = 0.259 ps of exponential
+//             and 4 / 66.9e12 = 0.060 ps of FP32 leaves 1.065 ps; at peak 512 / 989.4e12 = 0.517 ps:
+//             efficiency 0.486 against A100's 1.0;
+//   backward: 1280 / 318e12 = 4.025 ps, less 0.259 + 3 / 66.9e12 = 0.304 ps, leaves 3.722 ps; at
+//             peak 1.294 ps: efficiency 0.348 against A100's 0.69, i.e. 0.504 of it.
+// FA2's mma.sync instructions reach 0.49 (the mean) of what they reach on Ampere relative to the
+// peak; Hopper's full rate needs the asynchronous wgmma instructions FA2 does not use.
+constexpr double kHopperMmaSyncFraction = 0.49;
+// NCCL's ring channels inside an NVSwitch node, one CTA (one SM) each: the topology search
+// (src/graph/search.cc) finds 6 rings at its top intra-node speed (A100: 40 GB/s of 12 x 20 GB/s
+// NVLink 3; H100: 60 GB/s of 18 x 20.6 GB/s NVLink 4), ncclTopoDupChannels doubles them (speed
+// >= 25 GB/s) and connect.cc doubles them again: 24 on both.
+constexpr int32_t kNvswitchNcclCtas = 24;
 
 GpuSpec withDefaults(GpuSpec g) {
     g.intra_node_latency_s = kIntraNodeLatencyS;
@@ -84,6 +107,8 @@ std::vector<GpuSpec> makePresets() {
     a100.boost_clock_mhz = 1410;
     a100.tdp_w = 400;
     a100.sustained_clock_mhz = kA100SustainedClockMhz;
+    a100.max_matmul_flops_bf16 = kA100MaxMatmulFlops;
+    a100.nccl_ctas = kNvswitchNcclCtas;
     {
         GpuSpec g = a100;
         g.name = "A100-40G";
@@ -120,6 +145,9 @@ std::vector<GpuSpec> makePresets() {
     h100.boost_clock_mhz = 1830;
     h100.tdp_w = 700;
     h100.sustained_clock_mhz = kH100SustainedClockMhz;
+    h100.max_matmul_flops_bf16 = kH100MaxMatmulFlops;
+    h100.mma_sync_fraction = kHopperMmaSyncFraction;
+    h100.nccl_ctas = kNvswitchNcclCtas;
     {
         GpuSpec g = h100;
         g.name = "H100-SXM";
@@ -146,6 +174,8 @@ std::vector<GpuSpec> makePresets() {
         g.boost_clock_mhz = 1620;
         g.tdp_w = 350;
         g.sustained_clock_mhz = 0;
+        g.max_matmul_flops_bf16 = 0;  // the SXM figure does not apply
+        g.nccl_ctas = 0;              // no NVSwitch: unknown
         g.source = "NVIDIA H100 data sheet (PCIe); memory: nvidia-smi total 81559 MiB";
         presets.push_back(withDefaults(g));
     }
@@ -226,6 +256,7 @@ struct Field {
     double GpuSpec::*value = nullptr;
     bool must_be_positive = false;  // otherwise 0 is also valid (unset, or no overhead)
     double min = 0, max = 0;        // a non-zero value must lie in [min, max] (core/limits.hpp)
+    int32_t GpuSpec::*count = nullptr;
 };
 
 constexpr double kMinMem = static_cast<double>(limits::kMinMemoryBytes);
@@ -253,11 +284,14 @@ const std::vector<Field>& numericFields() {
         {"cublas_workspace_bytes", FieldKind::Bytes, &GpuSpec::cublas_workspace_bytes, nullptr, false, 0, kMaxOverhead},
         {"nccl_bytes_per_communicator", FieldKind::Bytes, &GpuSpec::nccl_bytes_per_communicator, nullptr, false, 0,
          kMaxOverhead},
-        {"sm_count", FieldKind::Count, nullptr, nullptr, false, 1, 1e6},
+        {"sm_count", FieldKind::Count, nullptr, nullptr, false, 1, 1e6, &GpuSpec::sm_count},
         {"boost_clock_mhz", FieldKind::Double, nullptr, &GpuSpec::boost_clock_mhz, false, 1, 1e5},
         {"sustained_clock_mhz", FieldKind::Double, nullptr, &GpuSpec::sustained_clock_mhz, false, 1, 1e5},
         {"tdp_w", FieldKind::Double, nullptr, &GpuSpec::tdp_w, false, 1, 1e5},
         {"power_limit_w", FieldKind::Double, nullptr, &GpuSpec::power_limit_w, false, 1, 1e5},
+        {"max_matmul_flops_bf16", FieldKind::Double, nullptr, &GpuSpec::max_matmul_flops_bf16, false, kMinFlops, kMaxFlops},
+        {"mma_sync_fraction", FieldKind::Double, nullptr, &GpuSpec::mma_sync_fraction, false, 0.01, 1},
+        {"nccl_ctas", FieldKind::Count, nullptr, nullptr, false, 1, 1e6, &GpuSpec::nccl_ctas},
     };
     return fields;
 }
@@ -284,11 +318,24 @@ double GpuSpec::peakFlops(DType compute) const {
     return peak_flops_fp32;
 }
 
-double GpuSpec::computeClockScale() const {
-    if (boost_clock_mhz <= 0) return 1.0;
-    double clock = sustained_clock_mhz > 0 ? sustained_clock_mhz : boost_clock_mhz;
-    if (power_limit_w > 0 && tdp_w > 0) clock *= std::cbrt(power_limit_w / tdp_w);
-    return std::min(1.0, clock / boost_clock_mhz);
+namespace {
+
+// The clock under a dense load at `power_w` (0: tdp_w) over the boost clock.
+double clockScaleAt(const GpuSpec& g, double power_w) {
+    if (g.boost_clock_mhz <= 0) return 1.0;
+    double clock = g.sustained_clock_mhz > 0 ? g.sustained_clock_mhz : g.boost_clock_mhz;
+    if (power_w > 0 && g.tdp_w > 0) clock *= std::cbrt(power_w / g.tdp_w);
+    return std::min(1.0, clock / g.boost_clock_mhz);
+}
+
+}  // namespace
+
+double GpuSpec::computeClockScale() const { return clockScaleAt(*this, power_limit_w); }
+
+double GpuSpec::matmulFlopsCap() const {
+    if (max_matmul_flops_bf16 <= 0) return 0;
+    if (power_limit_w <= 0 || tdp_w <= 0 || power_limit_w == tdp_w) return max_matmul_flops_bf16;  // no cbrt per GEMM
+    return max_matmul_flops_bf16 * clockScaleAt(*this, power_limit_w) / clockScaleAt(*this, 0);
 }
 
 const std::vector<GpuSpec>& gpuPresets() {
@@ -374,7 +421,7 @@ Result<GpuSpec> gpuFromJson(const nlohmann::json& j, const std::string& where) {
                 return makeError(where + ": " + key + " must be a whole number from 0 to 1000000 (got " + jsonExcerpt(value) +
                                  ")");
             }
-            gpu.sm_count = value.get<int32_t>();
+            gpu.*(f->count) = value.get<int32_t>();
         } else {
             gpu.*(f->value) = v;
         }
@@ -382,6 +429,10 @@ Result<GpuSpec> gpuFromJson(const nlohmann::json& j, const std::string& where) {
     if (gpu.sustained_clock_mhz > 0 && gpu.boost_clock_mhz > 0 && gpu.sustained_clock_mhz > gpu.boost_clock_mhz) {
         return makeError(where + ": sustained_clock_mhz (" + std::to_string(gpu.sustained_clock_mhz) +
                          ") must not exceed boost_clock_mhz (" + std::to_string(gpu.boost_clock_mhz) + ")");
+    }
+    if (gpu.nccl_ctas > 0 && gpu.sm_count > 0 && gpu.nccl_ctas >= gpu.sm_count) {
+        return makeError(fmt::format("{}: nccl_ctas ({}) must be below sm_count ({}): NCCL cannot hold every SM",
+                                     where, gpu.nccl_ctas, gpu.sm_count));
     }
     if (gpu.power_limit_w > 0 && gpu.tdp_w <= 0) {
         return makeError(where + ": power_limit_w needs tdp_w (the default power limit the clocks are given at)");
@@ -405,7 +456,7 @@ nlohmann::json gpuToJson(const GpuSpec& gpu) {
         if (f.kind == FieldKind::Bytes) {
             j[f.key] = gpu.*(f.bytes);
         } else if (f.kind == FieldKind::Count) {
-            j[f.key] = gpu.sm_count;
+            j[f.key] = gpu.*(f.count);
         } else {
             j[f.key] = gpu.*(f.value);
         }

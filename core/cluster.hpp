@@ -42,12 +42,23 @@ struct GpuSpec {
     double sustained_clock_mhz = 0;   // held by a dense bf16 GEMM at the default power limit
     double tdp_w = 0;                 // default power limit
     double power_limit_w = 0;         // the limit this GPU runs at (nvidia-smi -pl); 0: tdp_w
+    // Measured kernel rates and overlap (simulator/cost_model.cpp, hardware_profile.cpp); 0: unknown.
+    // max_matmul_flops_bf16: the best bf16 matmul rate a shape sweep measured at tdp_w (MAMF); no
+    // GEMM runs faster (scaled by the clock at power_limit_w). mma_sync_fraction: the fraction of
+    // the dense tensor peak that kernels built on Ampere's mma.sync instructions reach (FlashAttention-2,
+    // which PyTorch's SDPA runs); 0 means 1, the native rate. nccl_ctas: the SMs a running NCCL ring
+    // collective holds (one CTA per channel), taken from compute kernels while it runs.
+    double max_matmul_flops_bf16 = 0;
+    double mma_sync_fraction = 0;
+    int32_t nccl_ctas = 0;
     std::string source;               // where the figures come from
 
     double peakFlops(DType compute) const;  // dense peak for matmuls in that dtype
     // Clock under load at power_limit_w over the boost clock (<= 1): the fraction of the data-sheet
     // peak that tensor cores, FP32 units and special-function units reach.
     double computeClockScale() const;
+    // max_matmul_flops_bf16 at power_limit_w (its clock over the clock at tdp_w); 0 when unknown.
+    double matmulFlopsCap() const;
     bool operator==(const GpuSpec&) const = default;
 };
 

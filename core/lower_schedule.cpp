@@ -20,6 +20,12 @@ constexpr int64_t kInputTensors = 2;
 constexpr int64_t kAdamWFlopsPerParam = 12;
 constexpr int64_t kOptimizerTensorsRead = 2;  // parameter and gradient (plus the states)
 constexpr int64_t kOptimizerTensorsWritten = 1;  // parameter (plus the states)
+// PyTorch's default AdamW on the GPU is the foreach implementation (torch/optim/adamw.py,
+// _multi_tensor_adamw, capturable=False), one pass over the shard per op, in master-dtype elements
+// read + written: _foreach_mul_(params) 2, _foreach_lerp_(exp_avgs, grads) 3, _foreach_mul_(exp_avg_sqs)
+// 2, _foreach_addcmul_(exp_avg_sqs, grads, grads) 3, _foreach_sqrt(exp_avg_sqs) 2, _foreach_div_ 2,
+// _foreach_add_(eps) 2, _foreach_addcdiv_(params, exp_avgs, sqrt) 4: 20, not the 7 of one fused pass.
+constexpr int64_t kForeachAdamWAccessesPerParam = 20;
 
 }  // namespace
 
@@ -517,7 +523,9 @@ void Lowering::optimizerStep() {
     cur().dtype = m_master;
     const int64_t item = itemSize(m_master);
     cur().flops = elems * (m_tr.optimizer == Optimizer::AdamW ? kAdamWFlopsPerParam : 2 * (1 + states));
-    cur().hbm_bytes = elems * item * (kOptimizerTensorsRead + kOptimizerTensorsWritten + 2 * states);
+    const bool foreach_adamw = !m_offload && m_tr.optimizer == Optimizer::AdamW;
+    cur().hbm_bytes = elems * item *
+                      (foreach_adamw ? kForeachAdamWAccessesPerParam : kOptimizerTensorsRead + kOptimizerTensorsWritten + 2 * states);
     cur().host_blocks = m_offload;
     cur().ops = pushElementwise(cur().hbm_bytes, cur().flops, m_master);
     // PyTorch's default foreach AdamW keeps one temporary of the parameters' size (sqrt(v)),

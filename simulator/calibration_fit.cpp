@@ -274,6 +274,9 @@ HardwareProfile calibratedProfile(const CalibrationFits& fits, const HardwarePro
     // a preset's SM count, and the backend launches no eager PyTorch kernels.
     gpu.sm_count = 0;
     gpu.boost_clock_mhz = gpu.sustained_clock_mhz = gpu.tdp_w = gpu.power_limit_w = 0;
+    // Nor a preset's best-shape cap, FlashAttention-2 rate or NCCL SM count.
+    gpu.max_matmul_flops_bf16 = gpu.mma_sync_fraction = 0;
+    gpu.nccl_ctas = 0;
     p.kernel_launch_ns = 0;
     // No CUDA context, cuBLAS workspace or NCCL communicator buffers on the CPU backend.
     gpu.cuda_context_bytes = gpu.cublas_workspace_bytes = gpu.nccl_bytes_per_communicator = 0;

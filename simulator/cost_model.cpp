@@ -102,7 +102,11 @@ double CostModel::opSeconds(const core::OpShape& op, TaskKind kind) const {
         case core::OpShapeKind::Gemm: {
             const double eff = kind == TaskKind::Backward ? p.backward_efficiency_max : p.forward_efficiency_max;
             const double flops = static_cast<double>(core::opFlops(op));
-            const double rate = p.peakFlops(op.dtype) * clock * eff * gemmShapeEfficiency(op.m, op.n, op.k, op.batch);
+            double rate = p.peakFlops(op.dtype) * clock * eff * gemmShapeEfficiency(op.m, op.n, op.k, op.batch);
+            // No shape runs faster than the best one a sweep measured (GpuSpec::max_matmul_flops_bf16).
+            if (const double cap = p.gpu.matmulFlopsCap(); cap > 0 && (op.dtype == core::DType::BF16 || op.dtype == core::DType::F16)) {
+                rate = std::min(rate, cap * eff);
+            }
             const double m = static_cast<double>(op.m), n = static_cast<double>(op.n), k = static_cast<double>(op.k);
             // Operands read once and the output written once: a GEMM with a small dimension is
             // bandwidth-bound.
@@ -115,7 +119,9 @@ double CostModel::opSeconds(const core::OpShape& op, TaskKind kind) const {
             const double flops = static_cast<double>(core::opFlops(op));
             const double s = static_cast<double>(op.seq);
             const double pairs = static_cast<double>(op.batch) * op.heads * s * s / (op.causal ? 2 : 1);
-            const double eff = fwd ? p.attention_forward_efficiency : p.attention_backward_efficiency;
+            // FlashAttention-2's mma.sync instructions reach a fraction of a newer GPU's tensor peak.
+            const double mma = p.gpu.mma_sync_fraction > 0 ? p.gpu.mma_sync_fraction : 1.0;
+            const double eff = mma * (fwd ? p.attention_forward_efficiency : p.attention_backward_efficiency);
             double t = flops / (p.peakFlops(op.dtype) * clock * eff);
             if (p.gpu.sm_count > 0 && p.gpu.boost_clock_mhz > 0) {
                 const double sfu = static_cast<double>(p.gpu.sm_count) * kSfuPerSmPerClock * p.gpu.boost_clock_mhz * 1e6 * clock;

@@ -68,8 +68,11 @@ constexpr double kHostLinkEfficiency = 0.8;
 // The lowering counts an fp32 AdamW step as 28 bytes per element (read param, grad, exp_avg,
 // exp_avg_sq; write param, exp_avg, exp_avg_sq), so the rate is given in those bytes: 28e9 B/s.
 constexpr double kCpuOptimizerBytesPerS = 1.0e9 * 28.0;
-// NCCL kernels occupy SMs (8-32 channels, one CTA each, of 108-132 SMs) and HBM bandwidth while they
-// run; GEMMs overlapped with NCCL typically slow by 10-20%. 1.15 is the middle of that range.
+// NCCL kernels occupy SMs (one CTA per channel) and HBM bandwidth while they run. A GPU that
+// states how many SMs (GpuSpec::nccl_ctas) gives compute sm_count / (sm_count - nccl_ctas): a GEMM
+// or attention CTA needs most of an SM's registers and shared memory, so it does not share an SM
+// with an NCCL CTA, and the work spreads over the SMs left. Otherwise 1.15, the middle of the
+// 10-20% slowdown usually reported for GEMMs overlapped with NCCL.
 constexpr double kOverlapComputeSlowdown = 1.15;
 // Collectives under concurrent compute: the GPU presets keep them at their uncontended speed (1.0:
 // no figure to rely on yet, a GPU calibration will measure it). On the CPU backend the ranks'
@@ -134,6 +137,11 @@ std::string validKeys() {
 
 }  // namespace
 
+double overlapComputeSlowdown(const core::GpuSpec& gpu) {
+    if (gpu.sm_count <= 0 || gpu.nccl_ctas <= 0 || gpu.nccl_ctas >= gpu.sm_count) return kOverlapComputeSlowdown;
+    return static_cast<double>(gpu.sm_count) / static_cast<double>(gpu.sm_count - gpu.nccl_ctas);
+}
+
 HardwareProfile HardwareProfile::fromCluster(const core::ClusterSpec& cluster) {
     HardwareProfile p;
     p.gpu = cluster.gpu;
@@ -151,7 +159,7 @@ HardwareProfile HardwareProfile::fromCluster(const core::ClusterSpec& cluster) {
     p.busbw_half_bytes = kBusbwHalfBytes;
     p.host_link_efficiency = kHostLinkEfficiency;
     p.cpu_optimizer_bytes_per_s = kCpuOptimizerBytesPerS;
-    p.overlap_compute_slowdown = kOverlapComputeSlowdown;
+    p.overlap_compute_slowdown = overlapComputeSlowdown(cluster.gpu);
     p.overlap_collective_slowdown = kOverlapCollectiveSlowdown;
     p.task_launch_ns = kTaskLaunchNs;
     p.unit_hook_ns = kUnitHookNs;

@@ -65,6 +65,9 @@ struct HardwareProfile {
     double peakFlops(core::DType compute) const { return gpu.peakFlops(compute); }
 };
 
+// Compute slowdown while a collective runs, from the SMs NCCL holds (hardware_profile.cpp).
+double overlapComputeSlowdown(const core::GpuSpec& gpu);
+
 // Applies a profile JSON object over `base`: keys as the fields above, plus "gpu" (an object of
 // GPU keys as in core::gpuFromJson, merged over base.gpu). Unknown keys are errors naming the key.
 core::Result<HardwareProfile> profileFromJson(const nlohmann::json& j, const std::string& where,

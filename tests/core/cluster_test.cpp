@@ -1,5 +1,6 @@
 #include "core/cluster.hpp"
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -109,6 +110,10 @@ TEST(ClusterTest, GpuJsonRejectsBadValues) {
                           json{{"base", "H100-SXM"}, {"memory_bytes", 1.5}},
                           json{{"base", "V100"}},
                           json{{"name", "mine"}, {"memory_bytes", 1000}},  // no base, capacities missing
+                          json{{"base", "A100-80G"}, {"nccl_ctas", 108}},   // every SM of 108
+                          json{{"base", "A100-80G"}, {"nccl_ctas", 2.5}},
+                          json{{"base", "H100-SXM"}, {"mma_sync_fraction", 1.5}},
+                          json{{"base", "H100-SXM"}, {"max_matmul_flops_bf16", -1}},
                           json::array()}) {
         auto g = sc::gpuFromJson(j, "gpu.json");
         EXPECT_FALSE(g) << j.dump();
@@ -116,6 +121,36 @@ TEST(ClusterTest, GpuJsonRejectsBadValues) {
             EXPECT_EQ(g.error().message.rfind("gpu.json: ", 0), 0u) << g.error().message;
         }
     }
+}
+
+// The p4de file torchtitan_test uses: AWS's 400 Gb/s of EFA per 8 GPUs, NCCL on 8 of 108 SMs.
+TEST(ClusterTest, P4deGpuFileKeepsTheA100AndSetsItsNetwork) {
+    auto g = sc::resolveGpu(std::string(SHARDCAST_SOURCE_DIR) + "/examples/gpus/a100-80g-p4de.json");
+    ASSERT_TRUE(g) << g.error().message;
+    EXPECT_DOUBLE_EQ(g->network_bytes_per_s, 400e9 / 8 / 8);
+    EXPECT_EQ(g->nccl_ctas, 8);
+    EXPECT_EQ(g->sm_count, 108);
+    EXPECT_DOUBLE_EQ(g->max_matmul_flops_bf16, 267.9e12);
+}
+
+// The presets' best-shape rates are the MAMF table's (tests/data/reference-cases.json).
+TEST(ClusterTest, MatmulCapsAreTheMeasuredBestShapeRates) {
+    std::ifstream in(SHARDCAST_REFERENCE_FILE);
+    const json ref = json::parse(in)["max_achievable_matmul_bf16"];
+    EXPECT_DOUBLE_EQ(sc::findGpuPreset("A100-80G")->max_matmul_flops_bf16, ref["A100_SXM"]["tflops"].get<double>() * 1e12);
+    EXPECT_DOUBLE_EQ(sc::findGpuPreset("A100-40G")->max_matmul_flops_bf16, ref["A100_SXM"]["tflops"].get<double>() * 1e12);
+    EXPECT_DOUBLE_EQ(sc::findGpuPreset("H100-SXM")->max_matmul_flops_bf16, ref["H100_SXM"]["tflops"].get<double>() * 1e12);
+    EXPECT_DOUBLE_EQ(sc::findGpuPreset("H100-PCIe")->max_matmul_flops_bf16, 0.0);  // the SXM figure does not apply
+}
+
+// The best-shape cap follows the clock: measured at the TDP, it scales with cbrt(power) below it.
+TEST(ClusterTest, MatmulCapScalesWithThePowerLimitClock) {
+    auto h100 = sc::findGpuPreset("H100-SXM");
+    ASSERT_TRUE(h100);
+    EXPECT_DOUBLE_EQ(h100->matmulFlopsCap(), 792.1e12);
+    h100->power_limit_w = 500;
+    EXPECT_NEAR(h100->matmulFlopsCap(), 792.1e12 * std::cbrt(500.0 / 700), 1e3);
+    EXPECT_DOUBLE_EQ(sc::findGpuPreset("L40S")->matmulFlopsCap(), 0.0);  // no measurement: no cap
 }
 
 TEST(ClusterTest, GpuJsonRoundTrips) {

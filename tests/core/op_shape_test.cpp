@@ -156,6 +156,21 @@ TEST(OpShapeTest, Llama8BEveryTaskMatchesItsFlops) {
     }
 }
 
+// PyTorch's foreach AdamW passes over the fp32 shard eight times (torch/optim/adamw.py,
+// _multi_tensor_adamw): 20 element reads and writes of 4 bytes per parameter of the unpadded shard.
+TEST(OpShapeTest, AdamWStepMovesTheForeachImplementationsBytes) {
+    const Program p = lowered(planFor("llama-3.1-8b", 8));
+    int64_t shard_elems = 0;
+    for (const Task& t : p.tasks) {
+        if (t.kind != TaskKind::OptimizerStep) continue;
+        EXPECT_EQ(t.hbm_bytes % 80, 0);
+        shard_elems = t.hbm_bytes / 80;
+    }
+    // Llama-3.1-8B's 8,030,261,248 parameters over 8 ranks, each tensor's rows split evenly (every
+    // first dimension of the model is a multiple of 8): 1,003,782,656 per rank.
+    EXPECT_EQ(shard_elems, int64_t{8030261248} / 8);
+}
+
 // Identical blocks and a block's recompute share one span of the ops pool: the pool holds the
 // distinct segments' kernels, not every task's.
 TEST(OpShapeTest, RepeatedBlocksShareTheirOps) {
