@@ -39,14 +39,20 @@
 //     freed only by compute-stream tasks (checked: otherwise the part is 0), which run in Program
 //     order whatever the timing, and other streams add to Activation only transiently (>= 0);
 //   initial + at the internal peak of each forward or backward task p: p's transient bytes plus
-//     every buffer the compute stream allocated that is live then: allocated by an earlier
-//     compute-stream task or by p at its start, and freed by a task that is a strict descendant
-//     of p (through dependencies and stream order) or by p at its end. (Buffers other streams
-//     allocate are left out: when they are allocated depends on prefetch, which the sharding part
-//     does not see.) Frees deferred to another task's end (MemEvent::timed_after) are not counted
-//     as live. The points are matched between the two Programs by their rank among a
-//     micro-batch's forward and backward tasks (the Programs hold the same segments); the group
-//     side takes the least over micro-batches, the sharding side the most.
+//     every buffer live then: allocated by an earlier compute-stream task, by p at its start, or
+//     by another stream's task that a compute-stream task before p depends on, and freed by a task
+//     that is a strict descendant of p (through dependencies and stream order) or by p at its end.
+//     For another stream's allocation only dependency edges inside one unit are followed (a
+//     unit's copy-in -> all-gather -> copy-out or first kernel): how collectives of different units
+//     chain on a process group depends on prefetch, which the sharding part does not see (fewer
+//     edges give a later start: still a bound). Frees deferred to another task's end
+//     (MemEvent::timed_after) are not counted as live. The points are matched between the two
+//     Programs by their rank among a micro-batch's forward and backward tasks (the Programs hold
+//     the same segments); the group side takes the least over micro-batches, the sharding side
+//     the most.
+// Shardings that differ only in prefetch share one sharding part (prefetch moves when a unit is
+// gathered, not which collectives, copies and buffers there are), and Program::initial does not
+// depend on the micro-batches; the tests check both.
 #include <cstdint>
 #include <vector>
 
