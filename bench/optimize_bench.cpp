@@ -33,6 +33,7 @@ void runOptimize(benchmark::State& state, const core::Plan& plan, int64_t global
     state.counters["space"] = static_cast<double>(last.space_size);
     state.counters["evaluated"] = static_cast<double>(last.evaluated);
     state.counters["pruned"] = static_cast<double>(last.pruned);
+    state.counters["bound_programs"] = static_cast<double>(last.stats.bound_programs);
     state.counters["fits"] = last.fits ? 1 : 0;
 }
 

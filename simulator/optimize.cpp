@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -13,6 +14,7 @@
 #include "core/units.hpp"
 #include "simulator/cost_model.hpp"
 #include "simulator/evaluation.hpp"
+#include "simulator/optimize_bounds.hpp"
 
 namespace shardcast::sim {
 namespace {
@@ -29,8 +31,6 @@ struct Group {
     int64_t micro_batch = 1;
     int64_t grad_accum = 1;
     int ac = 0;  // index into the space's acs
-    int64_t bound_ns = 0;         // no configuration of the group steps faster
-    int64_t mem_bound_bytes = 0;  // no configuration of the group peaks lower
 };
 
 struct Scored {
@@ -47,6 +47,11 @@ struct Space {
     std::vector<core::Offload> offloads;
     std::vector<Sharding> shardings;
     std::vector<Group> groups;
+    // Per sharding: the shardings that differ only in prefetch share a class, and their bound parts
+    // (prefetch changes when units are gathered, not which collectives and copies run; the tests
+    // check the parts are equal).
+    std::vector<int32_t> bound_class;
+    int32_t bound_classes = 0;
     int64_t batch_per_rank = 0;
 };
 
@@ -129,8 +134,11 @@ core::Result<Space> buildSpace(const core::Plan& base, const OptimizeSpace& in, 
                     }
                 }
                 for (auto [reshard, k] : reshards) {
+                    const int32_t class_base = sp.bound_classes;
+                    sp.bound_classes += static_cast<int32_t>(sp.offloads.size() * sp.wraps.size());
                     for (const Prefetch& p : prefetches) {
-                        for (core::Offload off : sp.offloads) {
+                        for (size_t oi = 0; oi < sp.offloads.size(); ++oi) {
+                            const core::Offload off = sp.offloads[oi];
                             // FSDP CPU offload keeps the sharded state on the host: NO_SHARD has none.
                             if (off == core::Offload::Cpu && st == core::Strategy::NoShard) continue;
                             for (int w = 0; w < static_cast<int>(sp.wraps.size()); ++w) {
@@ -146,6 +154,7 @@ core::Result<Space> buildSpace(const core::Plan& base, const OptimizeSpace& in, 
                                 c.offload = off;
                                 c.wrap = sp.wraps[w];
                                 sp.shardings.push_back(std::move(c));
+                                sp.bound_class.push_back(class_base + static_cast<int32_t>(oi * sp.wraps.size()) + w);
                             }
                         }
                     }
@@ -160,7 +169,7 @@ core::Result<Space> buildSpace(const core::Plan& base, const OptimizeSpace& in, 
         if (sp.batch_per_rank % mb != 0) continue;
         if (in.max_micro_batch > 0 && mb > in.max_micro_batch) continue;
         if (sp.batch_per_rank / mb > kMaxGradAccum) continue;
-        for (int a = 0; a < static_cast<int>(sp.acs.size()); ++a) sp.groups.push_back({mb, sp.batch_per_rank / mb, a, 0, 0});
+        for (int a = 0; a < static_cast<int>(sp.acs.size()); ++a) sp.groups.push_back({mb, sp.batch_per_rank / mb, a});
     }
     if (sp.shardings.empty() || sp.groups.empty()) {
         return core::makeError(fmt::format(
@@ -201,27 +210,6 @@ void writeChoice(core::Plan& plan, const OptimizeChoice& c) {
 
 void setChoice(core::Plan& plan, const Space& sp, const Group& g, const Sharding& s) {
     writeChoice(plan, makeChoice(sp, g, s));
-}
-
-// The uncontended durations of the compute stream's forward, backward and recompute tasks, less a
-// slack for the simulator's rounding of rescaled ends (at most half a ns per rescale; 1e-6 of the
-// step plus 1 us covers millions of them).
-int64_t boundOfProgram(const core::Program& program, const CostModel& cost) {
-    int64_t sum = 0;
-    for (const core::Task& t : program.tasks) {
-        if (t.stream != core::Stream::Compute) continue;
-        if (t.kind != core::TaskKind::Forward && t.kind != core::TaskKind::Backward &&
-            t.kind != core::TaskKind::Recompute) {
-            continue;
-        }
-        sum += cost.durationNs(t, program);
-    }
-    constexpr int64_t kSlackNs = 1000;
-    return std::max<int64_t>(0, static_cast<int64_t>(static_cast<double>(sum) * (1.0 - 1e-6)) - kSlackNs);
-}
-
-ConfigurationBounds boundsOf(const Evaluation& e, const CostModel& cost) {
-    return {boundOfProgram(e.program, cost), e.timed.max_per_category[core::index(core::MemCategory::Activation)]};
 }
 
 std::string gib(int64_t bytes) { return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / static_cast<double>(core::kGiB)); }
@@ -306,12 +294,25 @@ core::Plan applyChoice(const core::Plan& base, const OptimizeChoice& c) {
     return plan;
 }
 
+core::Result<BoundParts> boundParts(const core::Plan& plan, const HardwareProfile& profile) {
+    core::Plan on_profile = plan;
+    on_profile.cluster.gpu = profile.gpu;
+    auto mesh = core::validatePlan(on_profile);
+    if (!mesh) return mesh.error();
+    core::Program program;
+    if (auto lowered = core::lower(on_profile, *mesh, program); !lowered) return lowered.error();
+    const CostModel cost(profile);
+    BoundAnalyzer analyzer;
+    BoundParts parts;
+    parts.group = analyzer.groupPart(program, cost);
+    parts.sharding = analyzer.shardingPart(program, cost, profile);
+    return parts;
+}
+
 core::Result<ConfigurationBounds> configurationBounds(const core::Plan& plan, const HardwareProfile& profile) {
-    EvaluationOptions eo;
-    eo.per_unit = false;
-    auto e = evaluatePlan(plan, &profile, eo);
-    if (!e) return e.error();
-    return boundsOf(*e, CostModel(profile));
+    auto parts = boundParts(plan, profile);
+    if (!parts) return parts.error();
+    return combineBounds(parts->group, parts->sharding, profile);
 }
 
 core::Result<std::vector<OptimizeChoice>> enumerateSpace(const core::Plan& base, const OptimizeSpace& space,
@@ -326,219 +327,413 @@ core::Result<std::vector<OptimizeChoice>> enumerateSpace(const core::Plan& base,
     return out;
 }
 
-core::Result<OptimizeResult> optimize(const core::Plan& base, const OptimizeSpace& space, const HardwareProfile& profile,
-                                      const OptimizeOptions& options) {
-    if (!base.model) return core::makeError("model: no model loaded");
-    if (options.top < 1) return core::makeError("--top must be at least 1 (got " + std::to_string(options.top) + ")");
-    auto built = buildSpace(base, space, options.global_batch);
-    if (!built) return built.error();
-    Space& sp = *built;
+namespace {
 
-    OptimizeResult result;
-    result.batch_per_rank = sp.batch_per_rank;
-    result.space_size = sp.groups.size() * sp.shardings.size();
-    result.not_searched = {
-        "activation checkpointing per unit: one mode for the whole model (layer:K checkpoints every K-th block)",
-        "arbitrary contiguous groupings of blocks: the wrap choices are policies (whole, every:K, block); "
-        "`shardcast search` finds the exact grouping for the chosen configuration",
-        "explicit FSDP2 prefetch lists: the implicit prefetch depth is searched",
+using Clock = std::chrono::steady_clock;
+
+double secondsSince(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// A configuration (sharding >= 0) or a whole group not yet expanded into its configurations
+// (sharding < 0), keyed by a lower bound on the step time of what it stands for.
+struct Node {
+    int64_t key = 0;
+    int32_t group = 0;
+    int32_t sharding = -1;
+};
+// For a min-heap in (key, group, sharding) order: deterministic.
+bool later(const Node& a, const Node& b) {
+    if (a.key != b.key) return a.key > b.key;
+    if (a.group != b.group) return a.group > b.group;
+    return a.sharding > b.sharding;
+}
+
+enum class State : uint8_t { Unseen, Queued, Evaluated, MemoryPruned };
+
+// Fastest first; ties to the smaller peak, then enumeration order (deterministic).
+bool faster(const Scored& a, const Scored& b) {
+    if (a.step_ns != b.step_ns) return a.step_ns < b.step_ns;
+    if (a.peak_bytes != b.peak_bytes) return a.peak_bytes < b.peak_bytes;
+    if (a.group != b.group) return a.group < b.group;
+    return a.sharding < b.sharding;
+}
+
+// One run of the search over a built space: best-first in increasing time bound, pruning by the
+// bounds of simulator/optimize_bounds.hpp when `prune`. A bound proved wrong on an evaluated
+// configuration sets `violated`; the caller then runs again without pruning.
+class Search {
+public:
+    Search(const core::Plan& base, const Space& sp, const HardwareProfile& profile, const OptimizeOptions& options,
+           bool prune)
+        : m_base(base), m_sp(sp), m_profile(profile), m_options(options), m_prune(prune), m_cost(profile),
+          m_groups(sp.groups.size()), m_shardings(sp.shardings.size()) {
+        m_plan = base;
+        m_plan.cluster.gpu = profile.gpu;
+        m_budget_bytes = core::judgeFit(0, profile.gpu.memory_bytes, options.headroom).budget_bytes;
+        m_eo.headroom = options.headroom;
+        m_eo.per_unit = false;
+        // The fit verdict judges the timed curve; the host-issue-order replay only adds report figures.
+        m_eo.issue_order_memory = false;
+        m_eo.cancel = options.cancel;
+        m_eo.progress = [this](EvaluationStage stage) { enterStage(static_cast<int>(stage)); };
+        m_state.assign(m_groups * m_shardings, State::Unseen);
+        m_step_bound.assign(m_groups * m_shardings, 0);
+        m_peak_bound.assign(m_groups * m_shardings, 0);
+        m_class_initial.assign(static_cast<size_t>(sp.bound_classes), -1);
+    }
+
+    core::Status run(OptimizeResult& result);
+
+    bool violated() const { return m_violated; }
+
+private:
+    size_t at(int32_t g, int32_t s) const { return static_cast<size_t>(g) * m_shardings + static_cast<size_t>(s); }
+    core::Status computeGroupParts();
+    core::Status expand(int32_t g);
+    core::Status evaluate(int32_t g, int32_t s);
+    // Lowers (g, s) into m_program for a bound; false: not a valid plan.
+    core::Result<bool> lowerForBound(const Group& g, const Sharding& s);
+    void enterStage(int stage);
+    void finishStages();
+    void assemble(OptimizeResult& result);
+    OptimizeEntry entryOf(const Scored& s) const;
+    // The pending node with the smallest key that `admit` accepts; pending.size() when none.
+    template <class Admit>
+    size_t nextPending(const std::vector<Node>& pending, Admit admit) const;
+    // Expands or evaluates pending[k] (removed from `pending`; an expansion adds its configurations).
+    core::Status consume(std::vector<Node>& pending, size_t k);
+    core::Status completeFront(OptimizeResult& result, std::vector<Node>& pending);
+    core::Status refineLosses(OptimizeResult& result, std::vector<Node>& pending);
+    core::Status findClosest();
+
+    const core::Plan& m_base;
+    const Space& m_sp;
+    const HardwareProfile& m_profile;
+    const OptimizeOptions& m_options;
+    const bool m_prune;
+    const CostModel m_cost;
+    const size_t m_groups, m_shardings;
+    core::Plan m_plan;  // the configuration being looked at (one plan, rewritten in place)
+    int64_t m_budget_bytes = 0;
+
+    Evaluator m_evaluator;
+    Evaluation m_e;
+    EvaluationOptions m_eo;
+    core::Lowerer m_lowerer;
+    core::Program m_program;
+    BoundAnalyzer m_analyzer;
+
+    std::vector<GroupBoundPart> m_group_part;
+    // Sharding parts per class, by accumulation count, made when first needed.
+    struct ClassParts {
+        std::vector<ShardingBoundPart> part;
+        std::vector<uint8_t> done;
     };
+    std::map<int64_t, ClassParts> m_sharding_part;
+    std::vector<int64_t> m_class_initial;  // per class, from any accumulation count; -1 until known
+    std::vector<State> m_state;
+    std::vector<int64_t> m_step_bound, m_peak_bound;
+    std::vector<Node> m_heap;
+    std::vector<Scored> m_scored;
+    std::vector<int64_t> m_top_steps;  // fitting step times, ascending, at most options.top
+    bool m_violated = false;
+    size_t m_evaluated = 0, m_invalid = 0, m_since_report = 0;
+    OptimizeStats m_stats;
+    int m_stage = -1;
+    Clock::time_point m_stage_start;
+};
 
-    // Bounds per group, from a reference evaluation of each (FULL_SHARD, FSDP2, one unit per block).
-    core::Plan plan = base;
-    plan.cluster.gpu = profile.gpu;
-    const CostModel cost(profile);
-    // The time bound needs contention to only stretch compute (see the header).
-    const bool bound_holds = profile.overlap_compute_slowdown >= 1.0;
-    int64_t budget_bytes = kNoBound;  // the evaluation's own, from the first reference evaluated
-    Evaluator evaluator;
-    Evaluation e;
-    EvaluationOptions eo;
-    eo.headroom = options.headroom;
-    eo.per_unit = false;
-    // The fit verdict judges the timed curve (and the allocator's replay of it where modelled); the
-    // host-issue-order replay only adds report figures.
-    eo.issue_order_memory = false;
-    eo.cancel = options.cancel;
-    if (options.prune && bound_holds) {
-        Sharding reference;
-        reference.strategy = core::Strategy::FullShard;
-        reference.fsdp = 2;
-        reference.wrap.kind = core::WrapKind::Block;
-        for (Group& g : sp.groups) {
-            setChoice(plan, sp, g, reference);
-            auto st = evaluator.evaluate(plan, &profile, eo, e);
-            if (!st) {
-                if (st.error().cancelled) return st.error();
-                continue;  // bounds 0: never pruned
-            }
-            if (budget_bytes == kNoBound) budget_bytes = e.fit.budget_bytes;
-            const ConfigurationBounds b = boundsOf(e, cost);
-            g.bound_ns = b.step_ns;
-            g.mem_bound_bytes = b.peak_bytes;
+void Search::enterStage(int stage) {
+    const Clock::time_point now = Clock::now();
+    if (m_stage >= 0) {
+        const double s = std::chrono::duration<double>(now - m_stage_start).count();
+        switch (static_cast<EvaluationStage>(m_stage)) {
+            case EvaluationStage::Lower: m_stats.lower_seconds += s; break;
+            case EvaluationStage::Simulate: m_stats.simulate_seconds += s; break;
+            case EvaluationStage::ReplayMemory:
+            case EvaluationStage::TimeMemory: m_stats.memory_seconds += s; break;
+            case EvaluationStage::Validate:
+            case EvaluationStage::Summarize: m_stats.other_evaluation_seconds += s; break;
         }
     }
-    std::vector<int32_t> order(sp.groups.size());
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(),
-                     [&sp](int32_t a, int32_t b) { return sp.groups[a].bound_ns < sp.groups[b].bound_ns; });
+    m_stage = stage;
+    m_stage_start = now;
+}
 
-    std::vector<Scored> scored;
-    std::vector<int32_t> pruned_groups, mem_pruned_groups;
-    bool prune = options.prune && bound_holds;
-    size_t since_report = 0;
-    // Evaluates configuration (gi, si); false when one of its group's bounds proved wrong on it.
-    auto evaluateOne = [&](int32_t gi, int32_t si, std::vector<int64_t>& top_steps) -> core::Result<bool> {
-        if (options.cancel && options.cancel->cancelled()) return core::cancelledError();
-        const Group& g = sp.groups[gi];
-        setChoice(plan, sp, g, sp.shardings[si]);
-        ++result.evaluated;
-        bool ok = true;
-        auto st = evaluator.evaluate(plan, &profile, eo, e);
-        if (!st) {
-            if (st.error().cancelled) return st.error();
-            ++result.invalid;
-        } else {
-            Scored s;
-            s.group = gi;
-            s.sharding = si;
-            s.step_ns = e.timeline.step_ns;
-            s.peak_bytes = judgedPeakBytes(e.fit);
-            s.budget_bytes = e.fit.budget_bytes;
-            s.tokens_per_s_per_gpu = e.summary.tokens_per_s_per_gpu;
-            s.mfu = e.summary.mfu;
-            s.fits = e.fit.fits;
-            scored.push_back(s);
-            if (prune && (s.step_ns < g.bound_ns || s.peak_bytes < g.mem_bound_bytes)) ok = false;
-            if (s.fits) {
-                top_steps.insert(std::upper_bound(top_steps.begin(), top_steps.end(), s.step_ns), s.step_ns);
-                if (static_cast<int>(top_steps.size()) > options.top) top_steps.pop_back();
-            }
+void Search::finishStages() {
+    enterStage(-1);
+    m_stage = -1;
+}
+
+core::Result<bool> Search::lowerForBound(const Group& g, const Sharding& s) {
+    if (m_options.cancel && m_options.cancel->cancelled()) return core::cancelledError();
+    setChoice(m_plan, m_sp, g, s);
+    auto mesh = core::validatePlan(m_plan);
+    if (!mesh) return false;
+    if (!m_lowerer.lower(m_plan, *mesh, m_program)) return false;
+    ++m_stats.bound_programs;
+    return true;
+}
+
+// Group parts from a reference sharding (FULL_SHARD, FSDP2, one unit per block); a group whose
+// reference is not a valid plan keeps the zero part (a bound still).
+core::Status Search::computeGroupParts() {
+    m_group_part.assign(m_groups, GroupBoundPart{});
+    Sharding reference;
+    reference.strategy = core::Strategy::FullShard;
+    reference.fsdp = 2;
+    reference.wrap.kind = core::WrapKind::Block;
+    for (size_t g = 0; g < m_groups; ++g) {
+        auto ok = lowerForBound(m_sp.groups[g], reference);
+        if (!ok) return ok.error();
+        if (*ok) m_group_part[g] = m_analyzer.groupPart(m_program, m_cost);
+    }
+    return core::Ok{};
+}
+
+// The group's configurations get their bounds: queued, or pruned when their peak bound exceeds the
+// budget. A sharding class's part is made once per accumulation count, when first needed, from the
+// group of that count with the fewest tasks (no checkpointing where the space has it).
+core::Status Search::expand(int32_t gi) {
+    const Group& g = m_sp.groups[static_cast<size_t>(gi)];
+    // The class's part at `accum` (made when first needed); false when the class's plan is invalid.
+    auto partAt = [this](int64_t accum, size_t s) -> core::Result<const ShardingBoundPart*> {
+        ClassParts& parts = m_sharding_part[accum];
+        if (parts.part.empty()) {
+            parts.part.assign(static_cast<size_t>(m_sp.bound_classes), ShardingBoundPart{});
+            parts.done.assign(static_cast<size_t>(m_sp.bound_classes), 0);
         }
-        if (options.progress && result.evaluated + result.pruned < result.space_size && ++since_report == 64) {
-            since_report = 0;
-            options.progress(result.evaluated + result.pruned, result.space_size);
-        }
-        return ok;
-    };
-    // Evaluates every configuration of group `gi`; false when a bound proved wrong on one of them.
-    auto evaluateGroup = [&](int32_t gi, std::vector<int64_t>& top_steps) -> core::Result<bool> {
-        bool ok = true;
-        for (int32_t si = 0; si < static_cast<int32_t>(sp.shardings.size()); ++si) {
-            auto one = evaluateOne(gi, si, top_steps);
-            if (!one) return one.error();
-            ok = ok && *one;
-        }
-        return ok;
-    };
-    for (;;) {
-        scored.clear();
-        pruned_groups.clear();
-        mem_pruned_groups.clear();
-        result.evaluated = result.invalid = result.pruned = 0;
-        std::vector<int64_t> top_steps;  // fitting step times, ascending, at most options.top
-        bool violated = false;
-        for (int32_t gi : order) {
-            const Group& g = sp.groups[gi];
-            const int64_t threshold =
-                static_cast<int>(top_steps.size()) >= options.top ? top_steps.back() : kNoBound;
-            if (prune && g.mem_bound_bytes > budget_bytes) {
-                mem_pruned_groups.push_back(gi);  // its activations alone exceed the budget: nothing fits
-                result.pruned += sp.shardings.size();
-                continue;
+        const auto c = static_cast<size_t>(m_sp.bound_class[s]);
+        if (!parts.done[c]) {
+            parts.done[c] = 1;
+            const Group* ref = nullptr;
+            for (const Group& other : m_sp.groups) {
+                if (other.grad_accum != accum) continue;
+                if (!ref || m_sp.acs[other.ac].mode == core::Checkpointing::None) ref = &other;
             }
-            if (prune && g.bound_ns > threshold) {
-                pruned_groups.push_back(gi);
-                result.pruned += sp.shardings.size();
-                continue;
-            }
-            auto ok = evaluateGroup(gi, top_steps);
+            auto ok = lowerForBound(*ref, m_sp.shardings[s]);
             if (!ok) return ok.error();
-            if (!*ok) {
-                violated = true;
-                break;
+            if (*ok) {
+                parts.part[c] = m_analyzer.shardingPart(m_program, m_cost, m_profile);
+                m_class_initial[c] = parts.part[c].initial_bytes;
             }
         }
-        // Nothing fits: the closest configuration may lie in a group pruned for memory. Its overshoot
-        // is at least its bound's, so only groups whose bound overshoots less than the closest so far
-        // can hold a closer one.
-        if (!violated && top_steps.empty() && !mem_pruned_groups.empty()) {
-            std::sort(mem_pruned_groups.begin(), mem_pruned_groups.end(), [&sp](int32_t a, int32_t b) {
-                return sp.groups[a].mem_bound_bytes < sp.groups[b].mem_bound_bytes;
-            });
-            size_t kept = 0;
-            for (size_t i = 0; i < mem_pruned_groups.size(); ++i) {
-                const int32_t gi = mem_pruned_groups[i];
-                int64_t closest = kNoBound;
-                for (const Scored& s : scored) closest = std::min(closest, s.peak_bytes - s.budget_bytes);
-                if (violated || sp.groups[gi].mem_bound_bytes - budget_bytes >= closest) {
-                    mem_pruned_groups[kept++] = gi;
-                    continue;
-                }
-                result.pruned -= sp.shardings.size();
-                auto ok = evaluateGroup(gi, top_steps);
-                if (!ok) return ok.error();
-                if (!*ok) violated = true;
+        return &parts.part[c];
+    };
+    const GroupBoundPart& group = m_group_part[static_cast<size_t>(gi)];
+    for (size_t s = 0; s < m_shardings; ++s) {
+        const size_t i = at(gi, static_cast<int32_t>(s));
+        if (m_state[i] != State::Unseen) continue;
+        const auto c = static_cast<size_t>(m_sp.bound_class[s]);
+        const ClassParts& here = m_sharding_part[g.grad_accum];
+        if (here.done.empty() || !here.done[c]) {
+            const int64_t initial = m_class_initial[c];
+            if (initial >= 0 && initial + group.activation_peak_bytes > m_budget_bytes) {
+                // Pruned without the class's Program at this accumulation: Program::initial does
+                // not depend on the micro-batches, and initial + the activation high-water mark is
+                // a bound by itself.
+                m_peak_bound[i] = initial + group.activation_peak_bytes;
+                m_state[i] = State::MemoryPruned;
+                continue;
             }
-            mem_pruned_groups.resize(kept);
         }
-        if (violated) {
-            // The bounds' premise failed for this model: answer exactly by evaluating everything.
-            prune = false;
-            result.bound_restarted = true;
+        auto part_at = partAt(g.grad_accum, s);
+        if (!part_at) return part_at.error();
+        const ShardingBoundPart& part = **part_at;
+        const ConfigurationBounds b = combineBounds(m_group_part[static_cast<size_t>(gi)], part, m_profile);
+        m_step_bound[i] = b.step_ns;
+        m_peak_bound[i] = b.peak_bytes;
+        if (b.peak_bytes > m_budget_bytes) {
+            m_state[i] = State::MemoryPruned;
+        } else {
+            m_state[i] = State::Queued;
+            m_heap.push_back({b.step_ns, gi, static_cast<int32_t>(s)});
+            std::push_heap(m_heap.begin(), m_heap.end(), later);
+        }
+    }
+    return core::Ok{};
+}
+
+core::Status Search::evaluate(int32_t gi, int32_t si) {
+    if (m_options.cancel && m_options.cancel->cancelled()) return core::cancelledError();
+    const size_t i = at(gi, si);
+    m_state[i] = State::Evaluated;
+    setChoice(m_plan, m_sp, m_sp.groups[static_cast<size_t>(gi)], m_sp.shardings[static_cast<size_t>(si)]);
+    ++m_evaluated;
+    auto st = m_evaluator.evaluate(m_plan, &m_profile, m_eo, m_e);
+    finishStages();
+    if (!st) {
+        if (st.error().cancelled) return st.error();
+        ++m_invalid;
+    } else {
+        Scored s;
+        s.group = gi;
+        s.sharding = si;
+        s.step_ns = m_e.timeline.step_ns;
+        s.peak_bytes = judgedPeakBytes(m_e.fit);
+        s.budget_bytes = m_e.fit.budget_bytes;
+        s.tokens_per_s_per_gpu = m_e.summary.tokens_per_s_per_gpu;
+        s.mfu = m_e.summary.mfu;
+        s.fits = m_e.fit.fits;
+        m_scored.push_back(s);
+        // The self-check: a configuration faster or smaller than its bound disproves the bound.
+        const int64_t step_bound = m_step_bound[i] + m_options.bound_error_ns;
+        if (m_prune && (s.step_ns < step_bound || s.peak_bytes < m_peak_bound[i])) m_violated = true;
+        if (s.fits) {
+            m_top_steps.insert(std::upper_bound(m_top_steps.begin(), m_top_steps.end(), s.step_ns), s.step_ns);
+            if (static_cast<int>(m_top_steps.size()) > m_options.top) m_top_steps.pop_back();
+        }
+    }
+    if (m_options.progress && ++m_since_report == 64) {
+        m_since_report = 0;
+        m_options.progress(std::min(m_evaluated, m_groups * m_shardings - 1), m_groups * m_shardings);
+    }
+    return core::Ok{};
+}
+
+// Nothing fits: the closest configuration (least overshoot, then fastest) may be one pruned for
+// memory. Its overshoot is at least its bound's, so they are evaluated in increasing peak bound
+// while that bound overshoots no more than the closest so far. Groups pruned whole are expanded
+// first when their own bound allows.
+core::Status Search::findClosest() {
+    std::vector<Node> items;  // key: a peak bound
+    for (size_t g = 0; g < m_groups; ++g) {
+        bool whole = true;
+        for (size_t s = 0; s < m_shardings && whole; ++s) whole = m_state[at(static_cast<int32_t>(g), static_cast<int32_t>(s))] == State::Unseen;
+        if (whole) items.push_back({m_group_part[g].activation_peak_bytes, static_cast<int32_t>(g), -1});
+    }
+    for (size_t i = 0; i < m_state.size(); ++i) {
+        if (m_state[i] == State::MemoryPruned) {
+            items.push_back({m_peak_bound[i], static_cast<int32_t>(i / m_shardings), static_cast<int32_t>(i % m_shardings)});
+        }
+    }
+    std::make_heap(items.begin(), items.end(), later);
+    while (!items.empty() && !m_violated) {
+        int64_t closest = kNoBound;
+        for (const Scored& s : m_scored) closest = std::min(closest, s.peak_bytes - s.budget_bytes);
+        const Node n = items.front();
+        if (n.key - m_budget_bytes > closest) break;
+        std::pop_heap(items.begin(), items.end(), later);
+        items.pop_back();
+        if (n.sharding >= 0) {
+            if (auto st = evaluate(n.group, n.sharding); !st) return st;
             continue;
         }
-        break;
+        if (auto st = expand(n.group); !st) return st;
+        for (size_t s = 0; s < m_shardings; ++s) {
+            const size_t i = at(n.group, static_cast<int32_t>(s));
+            if (m_state[i] == State::Queued) {
+                // Fits by its bound: evaluated now (nothing fitting was found before it was expanded).
+                if (auto st = evaluate(n.group, static_cast<int32_t>(s)); !st) return st;
+            } else if (m_state[i] == State::MemoryPruned) {
+                items.push_back({m_peak_bound[i], n.group, static_cast<int32_t>(s)});
+                std::push_heap(items.begin(), items.end(), later);
+            }
+        }
     }
-    auto entryOf = [&sp](const Scored& s) {
-        OptimizeEntry en;
-        en.choice = makeChoice(sp, sp.groups[s.group], sp.shardings[s.sharding]);
-        en.step_s = static_cast<double>(s.step_ns) * 1e-9;
-        en.tokens_per_s_per_gpu = s.tokens_per_s_per_gpu;
-        en.mfu = s.mfu;
-        en.peak_bytes = s.peak_bytes;
-        en.budget_bytes = s.budget_bytes;
-        en.fits = s.fits;
-        return en;
-    };
-    // Fastest first; ties to the smaller peak, then enumeration order (deterministic).
-    auto faster = [](const Scored& a, const Scored& b) {
-        if (a.step_ns != b.step_ns) return a.step_ns < b.step_ns;
-        if (a.peak_bytes != b.peak_bytes) return a.peak_bytes < b.peak_bytes;
-        if (a.group != b.group) return a.group < b.group;
-        return a.sharding < b.sharding;
-    };
+    m_heap.clear();  // expansions queued configurations that were evaluated just above
+    return core::Ok{};
+}
+
+core::Status Search::run(OptimizeResult& result) {
+    const Clock::time_point started = Clock::now();
+    if (!m_prune) {
+        for (size_t g = 0; g < m_groups; ++g) {
+            for (size_t s = 0; s < m_shardings; ++s) {
+                if (auto st = evaluate(static_cast<int32_t>(g), static_cast<int32_t>(s)); !st) return st;
+            }
+        }
+    } else {
+        const Clock::time_point bounds_started = Clock::now();
+        if (auto st = computeGroupParts(); !st) return st;
+        m_stats.bound_seconds += secondsSince(bounds_started);
+        for (size_t g = 0; g < m_groups; ++g) {
+            // A group whose activations alone exceed the budget holds nothing that fits.
+            if (m_group_part[g].activation_peak_bytes > m_budget_bytes) continue;
+            const ConfigurationBounds b = combineBounds(m_group_part[g], ShardingBoundPart{}, m_profile);
+            m_heap.push_back({b.step_ns, static_cast<int32_t>(g), -1});
+        }
+        std::make_heap(m_heap.begin(), m_heap.end(), later);
+        // Best first: a node whose bound exceeds the T-th fastest fitting step found holds nothing
+        // of the top T, and neither does anything after it.
+        while (!m_heap.empty() && !m_violated) {
+            const Node n = m_heap.front();
+            const int64_t threshold =
+                static_cast<int>(m_top_steps.size()) >= m_options.top ? m_top_steps.back() : kNoBound;
+            if (n.key > threshold) break;
+            std::pop_heap(m_heap.begin(), m_heap.end(), later);
+            m_heap.pop_back();
+            if (n.sharding < 0) {
+                const Clock::time_point t = Clock::now();
+                if (auto st = expand(n.group); !st) return st;
+                m_stats.bound_seconds += secondsSince(t);
+            } else if (auto st = evaluate(n.group, n.sharding); !st) {
+                return st;
+            }
+        }
+        if (!m_violated && m_top_steps.empty()) {
+            if (auto st = findClosest(); !st) return st;
+        }
+    }
+    if (m_violated) return core::Ok{};
+    assemble(result);
+    const size_t before_losses = m_evaluated;
+    if (result.fits) {
+        // What is left to look at: nothing without pruning.
+        std::vector<Node> pending = std::move(m_heap);
+        m_heap.clear();
+        if (auto st = refineLosses(result, pending); !st) return st;
+        if (m_violated) return core::Ok{};
+        m_stats.loss_evaluations = m_evaluated - before_losses;
+        const size_t before_front = m_evaluated;
+        if (auto st = completeFront(result, pending); !st) return st;
+        if (m_violated) return core::Ok{};
+        m_stats.front_evaluations = m_evaluated - before_front;
+    }
+    result.evaluated = m_evaluated;
+    result.invalid = m_invalid;
+    result.pruned = result.space_size - m_evaluated;
+    for (State s : m_state) {
+        if (s == State::MemoryPruned) ++m_stats.pruned_by_memory;
+    }
+    for (size_t g = 0; g < m_groups && m_prune; ++g) {
+        if (m_group_part[g].activation_peak_bytes <= m_budget_bytes) continue;
+        for (size_t s = 0; s < m_shardings; ++s) {
+            if (m_state[at(static_cast<int32_t>(g), static_cast<int32_t>(s))] == State::Unseen) ++m_stats.pruned_by_memory;
+        }
+    }
+    m_stats.pruned_by_time = result.pruned - m_stats.pruned_by_memory;
+    m_stats.seconds = secondsSince(started);
+    result.stats = m_stats;
+    return core::Ok{};
+}
+
+
+OptimizeEntry Search::entryOf(const Scored& s) const {
+    OptimizeEntry en;
+    en.choice = makeChoice(m_sp, m_sp.groups[s.group], m_sp.shardings[s.sharding]);
+    en.step_s = static_cast<double>(s.step_ns) * 1e-9;
+    en.tokens_per_s_per_gpu = s.tokens_per_s_per_gpu;
+    en.mfu = s.mfu;
+    en.peak_bytes = s.peak_bytes;
+    en.budget_bytes = s.budget_bytes;
+    en.fits = s.fits;
+    return en;
+}
+
+void Search::assemble(OptimizeResult& result) {
     std::vector<Scored> fitting;
-    for (const Scored& s : scored) {
+    for (const Scored& s : m_scored) {
         if (s.fits) fitting.push_back(s);
     }
     std::sort(fitting.begin(), fitting.end(), faster);
     result.fits = !fitting.empty();
 
-    int64_t min_pruned_bound = kNoBound;
-    for (int32_t gi : pruned_groups) min_pruned_bound = std::min(min_pruned_bound, sp.groups[gi].bound_ns);
-    result.cutoff_step_s = pruned_groups.empty() ? 0.0 : static_cast<double>(min_pruned_bound) * 1e-9;
     if (result.fits) {
         result.best = entryOf(fitting.front());
-        for (size_t i = 0; i < fitting.size() && static_cast<int>(i) < options.top; ++i) result.top.push_back(entryOf(fitting[i]));
-        // Front: by increasing peak, each strictly faster than everything with a smaller peak.
-        std::vector<Scored> by_peak = fitting;
-        std::sort(by_peak.begin(), by_peak.end(), [&faster](const Scored& a, const Scored& b) {
-            if (a.peak_bytes != b.peak_bytes) return a.peak_bytes < b.peak_bytes;
-            return faster(a, b);
-        });
-        // A pruned configuration steps at least min_pruned_bound: only faster entries are known to be
-        // undominated.
-        int64_t best_step = kNoBound;
-        for (const Scored& s : by_peak) {
-            if (s.step_ns < best_step && s.step_ns < min_pruned_bound) {
-                result.front.push_back(entryOf(s));
-                best_step = s.step_ns;
-            }
-        }
-    } else if (!scored.empty()) {
-        const Scored* closest = &scored.front();
-        for (const Scored& s : scored) {
+        for (size_t i = 0; i < fitting.size() && static_cast<int>(i) < m_options.top; ++i) result.top.push_back(entryOf(fitting[i]));
+    } else if (!m_scored.empty()) {
+        const Scored* closest = &m_scored.front();
+        for (const Scored& s : m_scored) {
             const int64_t over = s.peak_bytes - s.budget_bytes, best_over = closest->peak_bytes - closest->budget_bytes;
             if (over < best_over || (over == best_over && faster(s, *closest))) closest = &s;
         }
@@ -548,12 +743,13 @@ core::Result<OptimizeResult> optimize(const core::Plan& base, const OptimizeSpac
         auto add = [&help](const std::string& s) { help += (help.empty() ? "" : "; ") + s; };
         const int64_t over = result.best.peak_bytes - result.best.budget_bytes;
         int64_t states = 0;  // sharded model states per GPU of the closest configuration
-        EvaluationOptions with_states = eo;
+        EvaluationOptions with_states = m_eo;
+        with_states.progress = nullptr;
         with_states.issue_order_memory = true;
-        if (evaluator.evaluate(applyChoice(base, c), &profile, with_states, e)) {
-            states = e.memory.model_states.params + e.memory.model_states.grads + e.memory.model_states.optimizer;
+        if (m_evaluator.evaluate(applyChoice(m_base, c), &m_profile, with_states, m_e)) {
+            states = m_e.memory.model_states.params + m_e.memory.model_states.grads + m_e.memory.model_states.optimizer;
         }
-        const int world = base.cluster.nodes * base.cluster.gpus_per_node;
+        const int world = m_base.cluster.nodes * m_base.cluster.gpus_per_node;
         const int shard = c.shard_size == 0 ? world : c.shard_size;
         if (states > over) {
             // Sharding over k times the ranks leaves states / k: it saves states (1 - 1/k) >= over from
@@ -566,110 +762,185 @@ core::Result<OptimizeResult> optimize(const core::Plan& base, const OptimizeSpac
             add(fmt::format("more GPUs cannot make it fit by themselves: sharded model states are only {} per GPU",
                             gib(states)));
         }
-        if (!contains(sp.offloads, core::Offload::Cpu)) add("allowing CPU offload (--offload none,cpu)");
+        if (!contains(m_sp.offloads, core::Offload::Cpu)) add("allowing CPU offload (--offload none,cpu)");
         bool has_full = false;
-        for (const core::AcSpec& a : sp.acs) has_full = has_full || a.mode == core::Checkpointing::Full;
+        for (const core::AcSpec& a : m_sp.acs) has_full = has_full || a.mode == core::Checkpointing::Full;
         if (!has_full) add("allowing full activation checkpointing (--ac ...,full)");
         add("shorter sequences (--seq-len): activations grow with them");
         // Fits when budget = floor(capacity x (1 - H)) >= peak, i.e. H <= 1 - peak / capacity.
-        const double capacity = static_cast<double>(profile.gpu.memory_bytes);
+        const double capacity = static_cast<double>(m_profile.gpu.memory_bytes);
         const double max_headroom = std::floor((1.0 - static_cast<double>(result.best.peak_bytes) / capacity) * 1000) / 1000;
-        if (max_headroom >= 0 && max_headroom < options.headroom) {
+        if (max_headroom >= 0 && max_headroom < m_options.headroom) {
             add(fmt::format("--headroom {:.3f} or less (now {:.3f}), if the allocator's slack allows it", max_headroom,
-                            options.headroom));
+                            m_options.headroom));
         }
         result.no_fit = fmt::format("No configuration fits under {} (GPU memory less {:.0f}% headroom). Closest: {}: "
                                     "peak {}, {} over. What would make it fit: {}.",
-                                    gib(result.best.budget_bytes), options.headroom * 100, choiceLabel(c),
+                                    gib(result.best.budget_bytes), m_options.headroom * 100, choiceLabel(c),
                                     gib(result.best.peak_bytes), gib(result.best.peak_bytes - result.best.budget_bytes),
                                     help);
     } else {
         result.no_fit = "No configuration of the space is a valid plan (every one was refused by validation).";
     }
 
-    // What the best configuration with another choice in each dimension loses against the winner:
-    // exact, by the same bound per choice. The best with value v is known once it steps no slower
-    // than the bound of every pruned group that still holds configurations with v; until then the
-    // configurations with v of the pruned group with the smallest bound are evaluated.
-    if (result.fits) {
-        std::vector<uint8_t> done(sp.groups.size() * sp.shardings.size(), 0);
-        for (const Scored& s : scored) done[static_cast<size_t>(s.group) * sp.shardings.size() + s.sharding] = 1;
-        for (int32_t gi : order) {
-            // Invalid plans of evaluated groups are not in `scored`; they count as done.
-            const bool pruned_group = std::find(pruned_groups.begin(), pruned_groups.end(), gi) != pruned_groups.end() ||
-                                      std::find(mem_pruned_groups.begin(), mem_pruned_groups.end(), gi) != mem_pruned_groups.end();
-            if (!pruned_group) std::fill_n(done.begin() + static_cast<ptrdiff_t>(gi * sp.shardings.size()), sp.shardings.size(), 1);
+}
+
+// What the best configuration with another choice in each dimension loses against the winner:
+// exact, by the same bounds. The best with value v is known once it steps no slower than the bound
+// of every node left that may hold configurations with v; until then the one with the smallest
+// bound is expanded or evaluated. (Nothing found here can enter the top T: every node left steps
+// slower than its T-th.)
+core::Status Search::refineLosses(OptimizeResult& result, std::vector<Node>& pending) {
+    const OptimizeChoice& w = result.best.choice;
+    for (int d = 0; d < kOptimizeDimensionCount; ++d) {
+        const auto dim = static_cast<OptimizeDimension>(d);
+        const bool group_dim = dim == OptimizeDimension::Ac || dim == OptimizeDimension::MicroBatch;
+        // The dimension's value of each group (group_dim) or of each sharding.
+        std::vector<std::string> value_of;
+        if (group_dim) {
+            for (const Group& g : m_sp.groups) value_of.push_back(choiceValue(makeChoice(m_sp, g, m_sp.shardings.front()), dim));
+        } else {
+            for (const Sharding& sh : m_sp.shardings) value_of.push_back(choiceValue(makeChoice(m_sp, m_sp.groups.front(), sh), dim));
         }
-        const OptimizeChoice& w = result.best.choice;
-        bool violated = false;
-        std::vector<int64_t> no_top;  // the refinement cannot change the top T (see above)
-        for (int d = 0; d < kOptimizeDimensionCount && !violated; ++d) {
-            const auto dim = static_cast<OptimizeDimension>(d);
-            const bool group_dim = dim == OptimizeDimension::Ac || dim == OptimizeDimension::MicroBatch;
-            // The dimension's value of each group (group_dim) or of each sharding.
-            std::vector<std::string> value_of;
-            if (group_dim) {
-                for (const Group& g : sp.groups) value_of.push_back(choiceValue(makeChoice(sp, g, sp.shardings.front()), dim));
-            } else {
-                for (const Sharding& sh : sp.shardings) value_of.push_back(choiceValue(makeChoice(sp, sp.groups.front(), sh), dim));
-            }
-            std::vector<std::string> values = value_of;
-            std::sort(values.begin(), values.end());
-            values.erase(std::unique(values.begin(), values.end()), values.end());
-            if (values.size() < 2) continue;
-            const std::string wv = choiceValue(w, dim);
-            auto valueOf = [&](const Scored& s) -> const std::string& {
-                return value_of[group_dim ? static_cast<size_t>(s.group) : static_cast<size_t>(s.sharding)];
+        std::vector<std::string> values = value_of;
+        std::sort(values.begin(), values.end());
+        values.erase(std::unique(values.begin(), values.end()), values.end());
+        if (values.size() < 2) continue;
+        const std::string wv = choiceValue(w, dim);
+        auto valueOf = [&](int32_t g, int32_t s) -> const std::string& {
+            return value_of[group_dim ? static_cast<size_t>(g) : static_cast<size_t>(s)];
+        };
+        for (const std::string& v : values) {
+            if (v == wv) continue;
+            auto bestWith = [&]() -> const Scored* {
+                const Scored* best = nullptr;
+                for (const Scored& s : m_scored) {
+                    if (s.fits && valueOf(s.group, s.sharding) == v && (!best || faster(s, *best))) best = &s;
+                }
+                return best;
             };
-            for (const std::string& v : values) {
-                if (v == wv) continue;
-                auto bestWith = [&]() -> const Scored* {
-                    const Scored* best = nullptr;
-                    for (const Scored& s : scored) {
-                        if (s.fits && valueOf(s) == v && (!best || faster(s, *best))) best = &s;
-                    }
-                    return best;
-                };
-                const Scored* best = bestWith();
-                for (int32_t gi : pruned_groups) {  // in increasing bound
-                    if (group_dim && value_of[gi] != v) continue;
-                    if (best && best->step_ns <= sp.groups[gi].bound_ns) break;
-                    for (int32_t si = 0; si < static_cast<int32_t>(sp.shardings.size()); ++si) {
-                        if (!group_dim && value_of[si] != v) continue;
-                        uint8_t& flag = done[static_cast<size_t>(gi) * sp.shardings.size() + si];
-                        if (flag) continue;
-                        flag = 1;
-                        --result.pruned;
-                        auto one = evaluateOne(gi, si, no_top);
-                        if (!one) return one.error();
-                        if (!*one) violated = true;
-                    }
-                    best = bestWith();
-                }
-                if (violated) break;
-                DimensionLoss loss;
-                loss.dimension = dim;
-                loss.value = v;
-                loss.winner_value = wv;
-                loss.fits = best != nullptr;
-                if (best) {
-                    loss.step_s = static_cast<double>(best->step_ns) * 1e-9;
-                    loss.tokens_per_s_per_gpu = best->tokens_per_s_per_gpu;
-                    loss.change = loss.tokens_per_s_per_gpu / result.best.tokens_per_s_per_gpu - 1.0;
-                }
-                result.losses.push_back(std::move(loss));
+            const Scored* best = bestWith();
+            for (;;) {
+                const size_t pick = nextPending(pending, [&](const Node& n) {
+                    if (group_dim) return value_of[static_cast<size_t>(n.group)] == v;
+                    return n.sharding < 0 || value_of[static_cast<size_t>(n.sharding)] == v;
+                });
+                if (pick == pending.size() || (best && best->step_ns <= pending[pick].key)) break;
+                if (auto st = consume(pending, pick); !st) return st;
+                if (m_violated) return core::Ok{};
+                best = bestWith();
             }
-        }
-        if (violated) {
-            // The bounds' premise failed for this model: answer exactly by evaluating everything.
-            OptimizeOptions exhaustive = options;
-            exhaustive.prune = false;
-            auto again = optimize(base, space, profile, exhaustive);
-            if (again) again->bound_restarted = true;
-            return again;
+            DimensionLoss loss;
+            loss.dimension = dim;
+            loss.value = v;
+            loss.winner_value = wv;
+            loss.fits = best != nullptr;
+            if (best) {
+                loss.step_s = static_cast<double>(best->step_ns) * 1e-9;
+                loss.tokens_per_s_per_gpu = best->tokens_per_s_per_gpu;
+                loss.change = loss.tokens_per_s_per_gpu / result.best.tokens_per_s_per_gpu - 1.0;
+            }
+            result.losses.push_back(std::move(loss));
         }
     }
-    if (options.progress) options.progress(result.space_size, result.space_size);
+    return core::Ok{};
+}
+
+template <class Admit>
+size_t Search::nextPending(const std::vector<Node>& pending, Admit admit) const {
+    size_t pick = pending.size();
+    for (size_t k = 0; k < pending.size(); ++k) {
+        if (!admit(pending[k])) continue;
+        if (pick == pending.size() || later(pending[pick], pending[k])) pick = k;
+    }
+    return pick;
+}
+
+core::Status Search::consume(std::vector<Node>& pending, size_t k) {
+    const Node n = pending[k];
+    pending[k] = pending.back();
+    pending.pop_back();
+    if (n.sharding >= 0) return evaluate(n.group, n.sharding);
+    const Clock::time_point t = Clock::now();
+    if (auto st = expand(n.group); !st) return st;
+    m_stats.bound_seconds += secondsSince(t);
+    pending.insert(pending.end(), m_heap.begin(), m_heap.end());
+    m_heap.clear();
+    return core::Ok{};
+}
+
+// The Pareto front of (peak, step) over the fitting configurations, exact over the whole space: from
+// the winner, each next entry is the fastest fitting configuration with a smaller peak than the
+// last (ties to the smaller peak), found by the same bounds: a node is looked at while its step
+// bound is at most the fastest such configuration found and its peak bound (for a group not yet
+// expanded, its activation high-water mark) is below the last peak. Listed by increasing peak.
+core::Status Search::completeFront(OptimizeResult& result, std::vector<Node>& pending) {
+    result.front.clear();
+    int64_t below = kNoBound;  // the peak the next entry must stay under
+    for (;;) {
+        auto bestBelow = [&]() -> const Scored* {
+            const Scored* best = nullptr;
+            for (const Scored& s : m_scored) {
+                if (s.fits && s.peak_bytes < below && (!best || faster(s, *best))) best = &s;
+            }
+            return best;
+        };
+        const Scored* best = bestBelow();
+        for (;;) {
+            const size_t pick = nextPending(pending, [&](const Node& n) {
+                if (n.sharding >= 0) return m_peak_bound[at(n.group, n.sharding)] < below;
+                return m_group_part[static_cast<size_t>(n.group)].activation_peak_bytes < below;
+            });
+            if (pick == pending.size() || (best && best->step_ns < pending[pick].key)) break;
+            if (auto st = consume(pending, pick); !st) return st;
+            if (m_violated) return core::Ok{};
+            best = bestBelow();
+        }
+        if (!best) break;
+        result.front.push_back(entryOf(*best));
+        below = best->peak_bytes;
+    }
+    std::reverse(result.front.begin(), result.front.end());
+    return core::Ok{};
+}
+
+}  // namespace
+
+core::Result<OptimizeResult> optimize(const core::Plan& base, const OptimizeSpace& space, const HardwareProfile& profile,
+                                      const OptimizeOptions& options) {
+    if (!base.model) return core::makeError("model: no model loaded");
+    if (options.top < 1) return core::makeError("--top must be at least 1 (got " + std::to_string(options.top) + ")");
+    if (!(options.headroom >= 0.0 && options.headroom < 1.0)) {
+        return core::makeError("--headroom: must be a fraction of GPU memory from 0 (inclusive) to 1 (exclusive), got " +
+                               std::to_string(options.headroom));
+    }
+    auto built = buildSpace(base, space, options.global_batch);
+    if (!built) return built.error();
+    const Space& sp = *built;
+
+    bool violated = false;
+    auto attempt = [&](bool prune) -> core::Result<OptimizeResult> {
+        OptimizeResult result;
+        result.batch_per_rank = sp.batch_per_rank;
+        result.space_size = sp.groups.size() * sp.shardings.size();
+        result.not_searched = {
+            "activation checkpointing per unit: one mode for the whole model (layer:K checkpoints every K-th block)",
+            "arbitrary contiguous groupings of blocks: the wrap choices are policies (whole, every:K, block); "
+            "`shardcast search` finds the exact grouping for the chosen configuration",
+            "explicit FSDP2 prefetch lists: the implicit prefetch depth is searched",
+        };
+        Search search(base, sp, profile, options, prune);
+        if (auto st = search.run(result); !st) return st.error();
+        violated = search.violated();
+        return result;
+    };
+    auto result = attempt(options.prune);
+    if (result && violated) {
+        // The bounds' premise failed for this model: answer exactly by evaluating everything.
+        result = attempt(false);
+        if (result) result->bound_restarted = true;
+    }
+    if (result && options.progress) options.progress(result->space_size, result->space_size);
     return result;
 }
 

@@ -2,24 +2,17 @@
 // `shardcast optimize` (issue 13): the fastest configuration of a job over a space of strategies,
 // meshes, wrap units, activation checkpointing, micro-batch x accumulation, reshard_after_forward,
 // prefetch and CPU offload, scored by the evaluation API (simulator/evaluation.hpp) and exact under
-// it: every configuration is either evaluated or pruned by a proven lower bound on its step time.
+// it: every configuration is either evaluated or pruned by a proven lower bound on its step time or peak.
 //
-// The bounds (configurationBounds). For a fixed micro-batch and checkpointing mode, every
-// configuration's Program holds the same forward, backward and recompute tasks with the same
-// activation allocations and frees (the lowering emits a block's ops and what autograd saves from
-// the training setup alone; sharding adds copy-ins, copy-outs, casts and collectives around them).
-//   Time: the simulator runs the compute stream one task at a time and contention only stretches a
-//   compute task (overlap_compute_slowdown >= 1), so the step lasts at least the sum of those
-//   tasks' uncontended durations.
-//   Memory: those tasks all run on the compute stream in Program order, so the Activation bytes
-//   follow the same sequence whatever the timing, and the peak (all categories, each >= 0; reserved
-//   >= allocated) is at least their maximum.
-// Configurations are evaluated group by group, (micro-batch, checkpointing) in increasing time bound.
-// A group whose memory bound exceeds the budget holds nothing that fits; a group whose time bound
-// exceeds the step time of the T-th fastest fitting configuration found so far holds no top-T
-// configuration; both are skipped. Every evaluated configuration is checked against its group's
-// bounds; a violation (a bug in the premise) turns pruning off and restarts the search, so the
-// answer stays exact.
+// The bounds (simulator/optimize_bounds.hpp, where each is proved) are per configuration: a part
+// from a Program of its (micro-batch, checkpointing) group and a part from a Program of its
+// sharding at its accumulation count, so the search lowers those few Programs instead of
+// simulating every configuration. It is best-first: groups in increasing bound of their compute,
+// each expanded into its configurations' bounds when reached, configurations in increasing step
+// bound; one whose peak bound exceeds the budget cannot fit, and once the next bound exceeds the
+// step time of the T-th fastest fitting configuration found, nothing left can enter the top T.
+// Every evaluated configuration is checked against its bounds; a violation (a bug in a premise)
+// turns pruning off and restarts the search, so the answer stays exact.
 //
 // Not in the space (the Plan cannot express them yet): activation checkpointing per unit (one mode
 // for the whole model; layer:K checkpoints every K-th block), arbitrary contiguous groupings of
@@ -34,6 +27,7 @@
 #include "core/plan.hpp"
 #include "core/result.hpp"
 #include "simulator/hardware_profile.hpp"
+#include "simulator/optimize_bounds.hpp"
 
 namespace shardcast::sim {
 
@@ -68,6 +62,9 @@ struct OptimizeOptions {
     bool prune = true;          // false: evaluate everything (tests compare the two)
     const CancelToken* cancel = nullptr;
     std::function<void(size_t done, size_t total)> progress;  // on the calling thread
+    // Tests only: added to every step-time bound in the self-check, so that a wrong bound can be
+    // simulated and its detection (a restart without pruning) tested. 0 in real use.
+    int64_t bound_error_ns = 0;
 };
 
 // One point of the space.
@@ -118,21 +115,38 @@ struct DimensionLoss {
     double change = 0;          // tokens/s relative to the winner's: -0.07 = 7% fewer
 };
 
+// Where a search spent its work (`shardcast optimize --stats`, and "search" in --json).
+struct OptimizeStats {
+    size_t bound_programs = 0;     // plans lowered (not simulated) for the bounds
+    size_t pruned_by_memory = 0;   // configurations whose peak bound exceeds the budget
+    size_t pruned_by_time = 0;     // configurations whose step bound exceeds the T-th fastest found
+    size_t loss_evaluations = 0;   // of the evaluated, those made only to price other choices (losses)
+    size_t front_evaluations = 0;  // of the evaluated, those made only to complete the Pareto front
+    double seconds = 0;            // the whole search
+    double bound_seconds = 0;      // lowering and analysing the bound programs
+    double lower_seconds = 0;      // in full evaluations: lowering
+    double simulate_seconds = 0;   //   simulation
+    double memory_seconds = 0;     //   memory on the timeline
+    double other_evaluation_seconds = 0;  // validation and summary
+};
+
 struct OptimizeResult {
     bool fits = false;            // some configuration fits
     OptimizeEntry best;           // the winner; when nothing fits, the configuration closest to fitting
     std::vector<OptimizeEntry> top;    // fastest fitting first, at most OptimizeOptions::top
-    // Pareto front of (peak, step time) over the fitting configurations with a step time below
-    // cutoff_step_s, by increasing peak. Every pruned configuration steps at least the cut-off, so
-    // the front is exact in that window.
+    // Pareto front of (peak, step time) over every fitting configuration of the space, by
+    // increasing peak (found by the same bounds: exact).
     std::vector<OptimizeEntry> front;
-    double cutoff_step_s = 0;     // 0: nothing pruned (the front covers the whole space)
+    // A front limited to steps below this would say so; 0: the front covers the whole space (it
+    // always does now; kept for --json readers).
+    double cutoff_step_s = 0;
     std::vector<DimensionLoss> losses;
     size_t space_size = 0;        // configurations in the space
     size_t evaluated = 0;         // of them, scored by the full evaluation
     size_t invalid = 0;           // of the evaluated, refused by the plan's validation
     size_t pruned = 0;            // skipped by the bound
     bool bound_restarted = false; // a bound was violated and the search re-ran without pruning
+    OptimizeStats stats;          // of the search that produced this result
     int64_t batch_per_rank = 0;
     std::string no_fit;           // nothing fits: the closest configuration, by how much, what would help
     std::vector<std::string> not_searched;  // dimensions of the issue the space leaves out, in words
@@ -150,12 +164,13 @@ inline int64_t judgedPeakBytes(const core::FitVerdict& f) {
 core::Result<OptimizeResult> optimize(const core::Plan& base, const OptimizeSpace& space, const HardwareProfile& profile,
                                       const OptimizeOptions& options);
 
-// The proven lower bounds on the step time and the peak of every configuration that uses `plan`'s
-// micro-batch, accumulation and checkpointing (see the top of this file), from `plan`'s evaluation.
-struct ConfigurationBounds {
-    int64_t step_ns = 0;
-    int64_t peak_bytes = 0;
+// The bounds of `plan`'s own configuration and their two parts, from its Program (tests check them
+// against evaluations, and that the parts are shared as the search assumes).
+struct BoundParts {
+    GroupBoundPart group;
+    ShardingBoundPart sharding;
 };
+core::Result<BoundParts> boundParts(const core::Plan& plan, const HardwareProfile& profile);
 core::Result<ConfigurationBounds> configurationBounds(const core::Plan& plan, const HardwareProfile& profile);
 
 // Every configuration of the space in enumeration order (for tests and exhaustive comparisons).

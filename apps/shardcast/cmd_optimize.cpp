@@ -34,7 +34,7 @@ struct OptimizeCommandOptions {
     bool no_partial_reshard = false, no_prefetch = false;
     double headroom = core::kDefaultHeadroom;
     int top = 5;
-    bool json = false;
+    bool json = false, stats = false;
     std::string write_plan, pytorch, profile;
 };
 
@@ -221,6 +221,17 @@ int runOptimize(const OptimizeCommandOptions& o) {
                        {"cutoff_step_s", r.cutoff_step_s}, {"batch_per_rank", r.batch_per_rank},
                        {"headroom", o.headroom},         {"bound_restarted", r.bound_restarted},
                        {"seconds", seconds}};
+        const sim::OptimizeStats& st = r.stats;
+        j["search"]["stats"] = {{"bound_programs", st.bound_programs},
+                                {"pruned_by_memory", st.pruned_by_memory},
+                                {"pruned_by_time", st.pruned_by_time},
+                                {"loss_evaluations", st.loss_evaluations},
+                                {"front_evaluations", st.front_evaluations},
+                                {"bound_seconds", st.bound_seconds},
+                                {"lower_seconds", st.lower_seconds},
+                                {"simulate_seconds", st.simulate_seconds},
+                                {"memory_seconds", st.memory_seconds},
+                                {"other_evaluation_seconds", st.other_evaluation_seconds}};
         j["not_searched"] = r.not_searched;
         if (!o.write_plan.empty() && r.fits) j["plan_file"] = o.write_plan;
         if (!o.pytorch.empty() && r.fits) j["pytorch_file"] = o.pytorch;
@@ -235,6 +246,18 @@ int runOptimize(const OptimizeCommandOptions& o) {
     fmt::print("Searched {} configurations in {:.1f} ms: {} evaluated ({} invalid plans), {} pruned by the proven bounds{}\n",
                r.space_size, seconds * 1e3, r.evaluated, r.invalid, r.pruned,
                r.bound_restarted ? " (bound violated: re-ran without pruning)" : "");
+    if (o.stats) {
+        const sim::OptimizeStats& st = r.stats;
+        fmt::print("Search statistics:\n");
+        fmt::print("  bounds: {} Programs lowered (not simulated) in {:.1f} ms\n", st.bound_programs, st.bound_seconds * 1e3);
+        fmt::print("  pruned: {} by the peak-memory bound, {} by the step-time bound\n", st.pruned_by_memory,
+                   st.pruned_by_time);
+        fmt::print("  evaluated: {} ({} only to price the other choices, {} only to complete the Pareto front)\n",
+                   r.evaluated, st.loss_evaluations, st.front_evaluations);
+        fmt::print("  in evaluations: lower {:.1f} ms, simulate {:.1f} ms, memory {:.1f} ms, validate and summarize {:.1f} ms\n",
+                   st.lower_seconds * 1e3, st.simulate_seconds * 1e3, st.memory_seconds * 1e3,
+                   st.other_evaluation_seconds * 1e3);
+    }
     if (!r.fits) {
         fmt::print("\n{}\n", r.no_fit);
     } else {
@@ -335,6 +358,9 @@ void registerOptimizeCommand(CLI::App& app, int& exit_code) {
     cmd->add_option("--top", opts->top, "Configurations in the ranking")->type_name("T")->capture_default_str();
     cmd->add_flag("--json", opts->json,
                   "Print one JSON object: {\"best\": {plan, time, memory}, \"top\": [...], \"front\": [...], ...}");
+    cmd->add_flag("--stats", opts->stats,
+                  "Also print where the search spent its work: bound Programs, what each bound pruned, evaluations "
+                  "and time per stage (always in --json under search.stats)");
     cmd->add_option("--write-plan", opts->write_plan, "Write the winner as a plan file")->type_name("FILE");
     cmd->add_option("--pytorch", opts->pytorch, "Write the PyTorch code that applies the winner to FILE")->type_name("FILE");
     cmd->callback([opts, &exit_code] { exit_code = runOptimize(*opts); });

@@ -37,6 +37,10 @@ fsteps = [e["time"]["step_s"] for e in d["front"]]
 assert peaks == sorted(peaks) and fsteps == sorted(fsteps, reverse=True), (peaks, fsteps)
 s = d["search"]
 assert s["evaluated"] + s["pruned"] == s["space_size"] and s["batch_per_rank"] == 4
+st = s["stats"]
+assert st["pruned_by_memory"] + st["pruned_by_time"] == s["pruned"], st
+assert st["bound_programs"] > 0, st
+assert 0 <= st["loss_evaluations"] + st["front_evaluations"] <= s["evaluated"], st
 assert d["best"]["plan"]["training"]["micro_batch"] * d["best"]["plan"]["training"]["grad_accum"] == 4
 for l in d["losses"]:
     assert l["change"] <= 0, l
@@ -63,6 +67,19 @@ if grep -q "^Best: " "$tmp/out" && grep -q "^Pareto front" "$tmp/out" && grep -q
     pass "optimize text: best, front and what other choices lose"
 else
     fail "optimize text: best, front and what other choices lose" "$(head -c 600 "$tmp/out")"
+fi
+if grep -q "^Search statistics:" "$tmp/out"; then
+    fail "optimize text: statistics only with --stats"
+else
+    pass "optimize text: statistics only with --stats"
+fi
+
+expect_exit "optimize --stats exits 0" 0 "$bin" optimize "${job[@]}" "${small[@]}" --stats
+if grep -q "^Search statistics:" "$tmp/out" && grep -q "Programs lowered (not simulated)" "$tmp/out" \
+    && grep -q "by the peak-memory bound" "$tmp/out" && grep -q "simulate [0-9.]* ms" "$tmp/out"; then
+    pass "optimize --stats: bound Programs, pruning per bound, time per stage"
+else
+    fail "optimize --stats: bound Programs, pruning per bound, time per stage" "$(head -c 600 "$tmp/out")"
 fi
 
 # --- nothing fits: exit 0, the closest configuration, by how much, what would help ---------------

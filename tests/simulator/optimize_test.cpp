@@ -43,7 +43,7 @@ struct Exhaustive {
     std::vector<Evaluation> evals;
 };
 
-// Every configuration, evaluated on its own; also checks the step-time bound on each.
+// Every configuration, evaluated on its own; also checks the bounds on each.
 Exhaustive enumerateAll(const core::Plan& base, const OptimizeSpace& space, int64_t global_batch,
                         const HardwareProfile& profile, double headroom) {
     Exhaustive ex;
@@ -53,7 +53,12 @@ Exhaustive enumerateAll(const core::Plan& base, const OptimizeSpace& space, int6
     EvaluationOptions eo;
     eo.headroom = headroom;
     eo.per_unit = false;
-    std::map<std::string, ConfigurationBounds> group_bound;  // (micro-batch, ac) -> the bound of its first valid plan
+    // The premise that lets the search compute each part once: the group part is the same for
+    // every configuration of its (micro-batch, checkpointing) group, the sharding part for every
+    // configuration of its sharding and accumulation count.
+    std::map<std::string, GroupBoundPart> group_part;
+    std::map<std::string, ShardingBoundPart> sharding_part;
+    std::map<std::string, int64_t> initial_bytes;
     for (const OptimizeChoice& c : ex.choices) {
         const core::Plan plan = applyChoice(base, c);
         auto e = evaluatePlan(plan, &profile, eo);
@@ -65,14 +70,31 @@ Exhaustive enumerateAll(const core::Plan& base, const OptimizeSpace& space, int6
         // The bounds hold for this configuration ...
         EXPECT_LE(bound->step_ns, e->timeline.step_ns) << labelOf(c);
         EXPECT_LE(bound->peak_bytes, judgedPeakBytes(e->fit)) << labelOf(c);
+        EXPECT_GT(bound->step_ns, 0) << labelOf(c);
         EXPECT_GT(bound->peak_bytes, 0) << labelOf(c);
-        // ... and are the same for every configuration of its (micro-batch, checkpointing) group: the
-        // premise that lets the search compute them once per group from a reference plan.
-        const std::string key = choiceValue(c, OptimizeDimension::MicroBatch) + choiceValue(c, OptimizeDimension::Ac);
-        auto [it, inserted] = group_bound.try_emplace(key, *bound);
-        if (!inserted) {
-            EXPECT_EQ(it->second.step_ns, bound->step_ns) << labelOf(c);
-            EXPECT_EQ(it->second.peak_bytes, bound->peak_bytes) << labelOf(c);
+        // ... and their parts are shared as the search assumes.
+        auto parts = boundParts(plan, profile);
+        EXPECT_TRUE(parts) << parts.error().message;
+        if (!parts) continue;
+        const std::string group_key = choiceValue(c, OptimizeDimension::MicroBatch) + choiceValue(c, OptimizeDimension::Ac);
+        std::string sharding_key = choiceValue(c, OptimizeDimension::MicroBatch);
+        for (int d = 0; d < kOptimizeDimensionCount; ++d) {
+            const auto dim = static_cast<OptimizeDimension>(d);
+            if (dim != OptimizeDimension::Ac && dim != OptimizeDimension::MicroBatch && dim != OptimizeDimension::Prefetch) sharding_key += " | " + choiceValue(c, dim);
+        }
+        auto [g, g_new] = group_part.try_emplace(group_key, parts->group);
+        if (!g_new) {
+            EXPECT_EQ(g->second, parts->group) << labelOf(c);
+        }
+        // Program::initial does not depend on the micro-batches either.
+        const std::string class_key = sharding_key.substr(sharding_key.find(" | "));
+        auto [init, init_new] = initial_bytes.try_emplace(class_key, parts->sharding.initial_bytes);
+        if (!init_new) {
+            EXPECT_EQ(init->second, parts->sharding.initial_bytes) << labelOf(c);
+        }
+        auto [s, s_new] = sharding_part.try_emplace(sharding_key, parts->sharding);
+        if (!s_new) {
+            EXPECT_EQ(s->second, parts->sharding) << labelOf(c);
         }
     }
     return ex;
@@ -111,6 +133,8 @@ void expectSameAnswer(const core::Plan& base, const OptimizeSpace& space, int64_
     EXPECT_FALSE(r->bound_restarted);
     EXPECT_GT(r->pruned, 0u) << "the bound should prune on this space";
     EXPECT_EQ(r->evaluated + r->pruned, r->space_size);
+    EXPECT_EQ(r->stats.pruned_by_memory + r->stats.pruned_by_time, r->pruned);
+    EXPECT_GT(r->stats.bound_programs, 0u);
     ASSERT_TRUE(r->fits);
 
     // Same optimum, same score.
@@ -224,11 +248,54 @@ TEST(OptimizeTest, NoFitNamesTheClosestConfigurationAndHowFarItMisses) {
     EXPECT_TRUE(r->front.empty());
     // The closest is the one with the smallest overshoot: FULL_SHARD shards more than SHARD_GRAD_OP.
     EXPECT_EQ(r->best.choice.strategy, core::Strategy::FullShard);
+    // The same as enumeration finds (the memory bound may prune, never change the answer).
+    const Exhaustive ex = enumerateAll(base, space, 8, profile, core::kDefaultHeadroom);
+    size_t closest = 0;
+    for (size_t i = 1; i < ex.choices.size(); ++i) {
+        const int64_t over = judgedPeakBytes(ex.evals[i].fit) - ex.evals[i].fit.budget_bytes;
+        if (over < judgedPeakBytes(ex.evals[closest].fit) - ex.evals[closest].fit.budget_bytes) closest = i;
+    }
+    EXPECT_EQ(labelOf(r->best.choice), labelOf(ex.choices[closest]));
+    EXPECT_EQ(r->best.peak_bytes, judgedPeakBytes(ex.evals[closest].fit));
     EXPECT_GT(r->best.peak_bytes, r->best.budget_bytes);
     EXPECT_GT(r->best.peak_bytes, 141'000'000'000 - 16 * core::kGiB);  // model states, less slack
     EXPECT_NE(r->no_fit.find("over"), std::string::npos) << r->no_fit;
     EXPECT_NE(r->no_fit.find("more GPUs"), std::string::npos) << r->no_fit;
     EXPECT_NE(r->no_fit.find("CPU offload"), std::string::npos) << r->no_fit;
+}
+
+// A bound that claims more than the simulator gives (here: every step bound raised by 1,000 s in
+// the self-check) is caught on the first configuration evaluated; the search then evaluates the
+// whole space and still answers as the pruned search does.
+TEST(OptimizeTest, AWrongBoundIsCaughtAndTheSearchRestartsWithoutPruning) {
+    const core::Plan base = basePlan("llama-3.1-8b", 1, 8192);
+    OptimizeSpace space;
+    space.wraps = {wrap("every:8"), wrap("block")};
+    space.acs = {{core::Checkpointing::None, 1}, {core::Checkpointing::Full, 1}};
+    space.fsdp_versions = {2};
+    space.offloads = {core::Offload::None};
+    const HardwareProfile profile = HardwareProfile::fromCluster(base.cluster);
+    OptimizeOptions options;
+    options.global_batch = 32;
+    options.top = 3;
+    auto pruned = optimize(base, space, profile, options);
+    ASSERT_TRUE(pruned) << pruned.error().message;
+    EXPECT_FALSE(pruned->bound_restarted);
+    EXPECT_GT(pruned->pruned, 0u);
+
+    options.bound_error_ns = 1'000'000'000'000;
+    auto restarted = optimize(base, space, profile, options);
+    ASSERT_TRUE(restarted) << restarted.error().message;
+    EXPECT_TRUE(restarted->bound_restarted);
+    EXPECT_EQ(restarted->evaluated, restarted->space_size);
+    EXPECT_EQ(restarted->pruned, 0u);
+    EXPECT_EQ(restarted->stats.bound_programs, 0u);
+    ASSERT_EQ(restarted->top.size(), pruned->top.size());
+    for (size_t i = 0; i < pruned->top.size(); ++i) {
+        EXPECT_EQ(labelOf(restarted->top[i].choice), labelOf(pruned->top[i].choice));
+        EXPECT_EQ(restarted->top[i].step_s, pruned->top[i].step_s);
+    }
+    EXPECT_EQ(restarted->losses.size(), pruned->losses.size());
 }
 
 TEST(OptimizeTest, RefusesABatchThatDoesNotSplitOverTheRanks) {
