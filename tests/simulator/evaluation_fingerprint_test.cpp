@@ -1,0 +1,191 @@
+// Guards the evaluation chain's figures while its code is made faster: a matrix of plans (models,
+// strategies, FSDP versions, AC modes, accumulation, offload, GPUs, a power-capped profile) is
+// evaluated with every output on and compared field by field with tests/data/evaluation-fingerprints.json,
+// which the chain wrote before the speed work (commit "Add evaluation fingerprints"). Scalars are
+// compared as numbers; the Program, the timeline, the timed memory curve and the summary (per-unit
+// times included) as FNV-1a digests of their JSON, so a change of any task's time or any byte fails.
+//
+// A change that moves figures on purpose regenerates the file and says why in its commit:
+//   SHARDCAST_WRITE_FINGERPRINTS=tests/data/evaluation-fingerprints.json build/bin/evaluation_fingerprint_test
+#include <cstdint>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "core/file_io.hpp"
+#include "core/model_io.hpp"
+#include "core/program_io.hpp"
+#include "core/step_io.hpp"
+#include "simulator/evaluation.hpp"
+
+namespace shardcast::sim {
+namespace {
+
+using nlohmann::json;
+
+#ifndef SHARDCAST_SOURCE_DIR
+#error "SHARDCAST_SOURCE_DIR must name the source tree"
+#endif
+
+// FNV-1a, 64 bit (http://www.isthe.com/chongo/tech/comp/fnv/): offset basis and prime from there.
+std::string fnv1a(const std::string& text) {
+    uint64_t h = 14695981039346656037ull;
+    for (unsigned char c : text) {
+        h ^= c;
+        h *= 1099511628211ull;
+    }
+    char buf[17];
+    std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+    return buf;
+}
+
+struct Case {
+    std::string name;
+    core::Plan plan;
+    bool power_capped = false;  // H100 at 500 W: the clock scale below 1 (GpuSpec::computeClockScale)
+};
+
+std::shared_ptr<const core::Model> model(const char* name) {
+    auto m = core::resolveModel(name);
+    EXPECT_TRUE(m.ok()) << name << ": " << m.error().message;
+    return std::make_shared<const core::Model>(std::move(*m));
+}
+
+std::vector<Case> cases() {
+    struct Variant {
+        const char* model;
+        const char* gpu;
+        int nodes;
+        core::Strategy strategy;
+        int fsdp;
+        core::Checkpointing ac;
+        int ac_every;
+        int64_t micro_batch, seq_len, grad_accum;
+        core::WrapKind wrap;
+        int wrap_k;
+        core::Offload offload;
+        core::KernelImpl kernels;
+        core::AttentionKernel attention;
+        bool no_sync;
+        bool power_capped;
+    };
+    using S = core::Strategy;
+    using C = core::Checkpointing;
+    using W = core::WrapKind;
+    using K = core::KernelImpl;
+    using A = core::AttentionKernel;
+    const core::Offload none = core::Offload::None, cpu = core::Offload::Cpu;
+    const std::vector<Variant> variants = {
+        {"llama-3.1-8b", "H100-SXM", 1, S::FullShard, 2, C::None, 1, 1, 8192, 1, W::Block, 1, none, K::Eager, A::Flash, false, false},
+        {"llama-3.1-8b", "H100-SXM", 1, S::FullShard, 2, C::Full, 1, 2, 4096, 2, W::Block, 1, none, K::Eager, A::Flash, false, false},
+        {"llama-3.1-8b", "H100-SXM", 1, S::ShardGradOp, 2, C::Op, 1, 1, 8192, 4, W::EveryK, 2, none, K::Fused, A::Flash, true, false},
+        {"llama-3.1-8b", "H100-SXM", 2, S::HybridShard, 2, C::Layer, 2, 1, 4096, 1, W::Block, 1, none, K::Compile, A::Flash, false, true},
+        {"llama-3.1-8b", "A100-80G", 1, S::FullShard, 1, C::Full, 1, 1, 4096, 2, W::Block, 1, none, K::Eager, A::Flash, false, false},
+        {"llama-3.1-8b", "H100-SXM", 1, S::FullShard, 2, C::None, 1, 1, 2048, 1, W::Block, 1, cpu, K::Eager, A::Flash, false, false},
+        {"llama-2-7b", "A100-40G", 2, S::HybridShardZero2, 1, C::AttnCore, 1, 1, 2048, 2, W::Block, 1, none, K::Eager, A::Eager, false, false},
+        {"gpt2", "A100-40G", 1, S::NoShard, 2, C::None, 1, 4, 1024, 3, W::Whole, 1, none, K::Eager, A::Eager, false, false},
+        {"mixtral-8x7b", "H100-SXM", 2, S::HybridShard, 2, C::Full, 1, 1, 4096, 1, W::Block, 1, none, K::Eager, A::Flash, false, false},
+        {"llama-3.1-70b", "H100-SXM", 4, S::FullShard, 2, C::Op, 1, 1, 8192, 1, W::Block, 1, none, K::Eager, A::Flash, false, false},
+        {"qwen2-7b", "H200", 1, S::ShardGradOp, 1, C::None, 1, 2, 2048, 1, W::EveryK, 4, none, K::Fused, A::Flash, false, false},
+    };
+    std::vector<Case> out;
+    for (const Variant& v : variants) {
+        Case c;
+        c.name = std::string(v.model) + "/" + v.gpu + "x" + std::to_string(v.nodes * 8) + "/" +
+                 std::string(core::strategyName(v.strategy)) + "/fsdp" + std::to_string(v.fsdp) + "/ac" +
+                 core::acString(v.ac, v.ac_every) + "/mb" + std::to_string(v.micro_batch) + "x" +
+                 std::to_string(v.seq_len) + "/accum" + std::to_string(v.grad_accum) +
+                 (v.offload == cpu ? "/offload" : "") + (v.no_sync ? "/no_sync" : "") +
+                 "/" + std::string(core::kernelImplName(v.kernels)) + "/" + std::string(core::attentionName(v.attention)) +
+                 (v.power_capped ? "/500W" : "");
+        core::Plan& p = c.plan;
+        p.model = model(v.model);
+        p.model_ref = v.model;
+        auto gpu = core::findGpuPreset(v.gpu);
+        EXPECT_TRUE(gpu.has_value()) << v.gpu;
+        if (gpu) p.cluster.gpu = *gpu;
+        p.cluster.nodes = v.nodes;
+        p.cluster.gpus_per_node = 8;
+        p.training.micro_batch = v.micro_batch;
+        p.training.seq_len = v.seq_len;
+        p.training.grad_accum = v.grad_accum;
+        p.training.no_sync = v.no_sync;
+        p.training.ac = v.ac;
+        p.training.ac_every = v.ac_every;
+        p.training.offload = v.offload;
+        p.training.kernels = v.kernels;
+        p.training.attention = v.attention;
+        p.sharding.strategy = v.strategy;
+        p.sharding.fsdp_version = v.fsdp;
+        p.sharding.wrap.kind = v.wrap;
+        p.sharding.wrap.k = v.wrap_k;
+        c.power_capped = v.power_capped;
+        out.push_back(std::move(c));
+    }
+    return out;
+}
+
+json fingerprint(const Evaluation& e) {
+    json j;
+    j["tasks"] = e.program.size();
+    j["step_ns"] = e.timeline.step_ns;
+    j["step_s"] = e.summary.step_s;
+    j["mfu"] = e.summary.mfu;
+    j["hfu"] = e.summary.hfu;
+    j["exposed_comm_s"] = e.summary.exposed_comm_s;
+    j["peak_bytes"] = e.memory.peak_bytes;
+    j["peak_task"] = e.memory.peak_task;
+    j["at_peak"] = e.memory.at_peak;
+    j["max_per_category"] = e.memory.max_per_category;
+    j["issue_order_peak_bytes"] = e.issue_order_peak_bytes;
+    j["model_states"] = {e.memory.model_states.params, e.memory.model_states.grads, e.memory.model_states.optimizer};
+    j["comm_bytes"] = {e.comm.all_gather_bytes, e.comm.reduce_scatter_bytes, e.comm.all_reduce_bytes};
+    j["fits"] = e.fit.fits;
+    j["program_fnv"] = fnv1a(core::programToJson(e.program).dump());
+    j["timeline_fnv"] = fnv1a(core::timelineToJson(e.timeline).dump());
+    j["timed_memory_fnv"] = fnv1a(core::timedMemoryToJson(e.timed).dump());
+    j["summary_fnv"] = fnv1a(core::stepSummaryToJson(e.summary).dump());
+    return j;
+}
+
+TEST(EvaluationFingerprintTest, FiguresMatchTheCommittedOnes) {
+    const std::string path = std::string(SHARDCAST_SOURCE_DIR) + "/tests/data/evaluation-fingerprints.json";
+    EvaluationOptions options;
+    options.record_curve = true;
+    options.per_unit = true;
+    options.issue_order_memory = true;
+    Evaluator evaluator;  // one evaluator for all cases: reused buffers must not leak between plans
+    Evaluation e;
+    json got = json::object();
+    for (const Case& c : cases()) {
+        HardwareProfile profile = HardwareProfile::fromCluster(c.plan.cluster);
+        if (c.power_capped) profile.gpu.power_limit_w = 500;
+        auto st = evaluator.evaluate(c.plan, &profile, options, e);
+        ASSERT_TRUE(st.ok()) << c.name << ": " << st.error().message;
+        got[c.name] = fingerprint(e);
+    }
+
+    if (const char* write = std::getenv("SHARDCAST_WRITE_FINGERPRINTS")) {
+        std::ofstream(write) << got.dump(2) << "\n";
+        GTEST_SKIP() << "wrote " << write;
+    }
+    std::ifstream in(path);
+    ASSERT_TRUE(in) << "cannot read " << path;
+    const json want = json::parse(in);
+    ASSERT_EQ(want.size(), got.size()) << "cases in " << path;
+    for (const auto& [name, fields] : want.items()) {
+        ASSERT_TRUE(got.contains(name)) << "case " << name << " is no longer evaluated";
+        for (const auto& [field, value] : fields.items()) {
+            EXPECT_EQ(got[name][field], value) << name << ": " << field;
+        }
+        EXPECT_EQ(got[name].size(), fields.size()) << name << ": fields";
+    }
+}
+
+}  // namespace
+}  // namespace shardcast::sim
