@@ -110,7 +110,12 @@ void Lowering::fillProgramHeader() {
     m_p.compute_dtype = m_pdt;
     m_p.micro_batches = static_cast<int>(m_tr.grad_accum);
     m_p.tokens_per_micro_batch = m_tokens;
-    m_p.model_flops_per_step = m_model.modelFlopsPerToken(m_seq) * static_cast<double>(m_tokens) *
+    if (m_s.flops_model != m_plan.model || m_s.flops_seq != m_seq) {
+        m_s.flops_model = m_plan.model;
+        m_s.flops_seq = m_seq;
+        m_s.flops_per_token = m_model.modelFlopsPerToken(m_seq);
+    }
+    m_p.model_flops_per_step = m_s.flops_per_token * static_cast<double>(m_tokens) *
                                static_cast<double>(m_tr.grad_accum);
     m_p.units.resize(m_s.us.size());
     const int states = optimizerStatesPerParam(m_tr.optimizer);

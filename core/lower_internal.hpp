@@ -148,6 +148,16 @@ struct LowerScratch {
     std::vector<int64_t> first_op_of_module, unit_first_op, module_params, module_trainable, fsdp1_flat,
         fsdp1_trainable;
     std::vector<uint8_t> frozen;         // per parameter
+    // `active`, first_op_of_module and last_op_of_module depend only on the model and the op
+    // variants the plan selects; they are kept while the next plan has the same model object and
+    // variant bits (plans of one search or sweep), skipping the walk over every op. Holding the
+    // pointer keeps the model alive, so its address cannot be reused; a Plan's model is immutable
+    // (shared_ptr<const Model>). Likewise the model FLOPs per token for one sequence length.
+    std::shared_ptr<const Model> active_model;
+    std::array<uint8_t, 3> active_bits{};  // attention, kernel and norm variant bits
+    std::shared_ptr<const Model> flops_model;
+    int64_t flops_seq = -1;
+    double flops_per_token = 0;
     std::vector<detail::OpCost> op_cost;     // per active op (index into active)
     std::vector<detail::OpCost> class_cost;  // per Op::cost_class
     std::vector<uint8_t> class_done;

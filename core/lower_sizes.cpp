@@ -25,28 +25,33 @@ void Lowering::orderUnits() {
     const uint8_t kern_bit = m_tr.kernels == KernelImpl::Eager ? variant::kEagerKernels : variant::kFusedKernels;
     // torchtitan's Llama runs nn.RMSNorm, PyTorch's fused rms_norm kernel, even in eager mode.
     const uint8_t norm_bit = m_tr.impl == ModelImpl::Torchtitan ? variant::kFusedKernels : kern_bit;
-    m_s.active.clear();
-    for (size_t i = 0; i < m_model.ops.size(); ++i) {
-        const Op& op = m_model.ops[i];
-        if (op.existsUnder(attn_bit, op.kind == OpKind::Norm ? norm_bit : kern_bit)) m_s.active.push_back(static_cast<int32_t>(i));
-    }
-
-    // First and last forward op inside each module's subtree (children follow parents, so a
-    // reverse sweep folds each module into its parent). The last one produces the module's
-    // gradients in backward.
     auto& first_of_module = m_s.first_op_of_module;
     auto& last_of_module = m_s.last_op_of_module;
-    first_of_module.assign(n_mod, INT_MAX);
-    last_of_module.assign(n_mod, -1);
-    for (int32_t i : m_s.active) {
-        const int32_t m = m_model.ops[static_cast<size_t>(i)].module;
-        if (first_of_module[m] == INT_MAX) first_of_module[m] = i;
-        last_of_module[m] = i;
-    }
-    for (size_t m = n_mod - 1; m > 0; --m) {
-        const int32_t parent = m_model.modules[m].parent;
-        first_of_module[parent] = std::min(first_of_module[parent], first_of_module[m]);
-        last_of_module[parent] = std::max(last_of_module[parent], last_of_module[m]);
+    const std::array<uint8_t, 3> bits{attn_bit, kern_bit, norm_bit};
+    if (m_s.active_model != m_plan.model || m_s.active_bits != bits) {
+        m_s.active_model = m_plan.model;
+        m_s.active_bits = bits;
+        m_s.active.clear();
+        for (size_t i = 0; i < m_model.ops.size(); ++i) {
+            const Op& op = m_model.ops[i];
+            if (op.existsUnder(attn_bit, op.kind == OpKind::Norm ? norm_bit : kern_bit)) m_s.active.push_back(static_cast<int32_t>(i));
+        }
+
+        // First and last forward op inside each module's subtree (children follow parents, so a
+        // reverse sweep folds each module into its parent). The last one produces the module's
+        // gradients in backward.
+        first_of_module.assign(n_mod, INT_MAX);
+        last_of_module.assign(n_mod, -1);
+        for (int32_t i : m_s.active) {
+            const int32_t m = m_model.ops[static_cast<size_t>(i)].module;
+            if (first_of_module[m] == INT_MAX) first_of_module[m] = i;
+            last_of_module[m] = i;
+        }
+        for (size_t m = n_mod - 1; m > 0; --m) {
+            const int32_t parent = m_model.modules[m].parent;
+            first_of_module[parent] = std::min(first_of_module[parent], first_of_module[m]);
+            last_of_module[parent] = std::max(last_of_module[parent], last_of_module[m]);
+        }
     }
     // Unit forward ranges: the first and last op inside the unit's modules.
     auto& unit_first = m_s.unit_first_op;
