@@ -37,6 +37,18 @@ struct Mesh {
 // Checks every field against the others; the error names the field and what would be valid.
 Result<Mesh> validatePlan(const Plan& plan);
 
+// The last micro-batch work bound validatePlan found within limits: that check walks every op of
+// the model, and depends only on the model object (immutable behind the Plan's shared_ptr; held
+// here, so its address is not reused), the micro-batch, the sequence length and the op variants.
+// An evaluator that validates many plans of one model passes one memo to skip repeating it.
+struct PlanCheckMemo {
+    std::shared_ptr<const Model> model;
+    int64_t micro_batch = 0, seq_len = 0;
+    AttentionKernel attention = AttentionKernel::Flash;
+    KernelImpl kernels = KernelImpl::Eager;
+};
+Result<Mesh> validatePlan(const Plan& plan, PlanCheckMemo* memo);
+
 // Plan files (docs/plan-format.md). Relative paths inside a plan file resolve against its folder.
 // planToJson writes {"format": "shardcast-plan", "version": kPlanFormatVersion, ...}; planFromJson
 // accepts files without that header (hand-written) and refuses a newer version.

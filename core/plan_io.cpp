@@ -455,7 +455,9 @@ Status checkMicroBatchWork(const Model& model, const TrainingSpec& t) {
 
 }  // namespace
 
-Result<Mesh> validatePlan(const Plan& plan) {
+Result<Mesh> validatePlan(const Plan& plan) { return validatePlan(plan, nullptr); }
+
+Result<Mesh> validatePlan(const Plan& plan, PlanCheckMemo* memo) {
     if (!plan.model) return makeError("model: no model loaded");
     const TrainingSpec& t = plan.training;
     const ClusterSpec& c = plan.cluster;
@@ -488,7 +490,12 @@ Result<Mesh> validatePlan(const Plan& plan) {
     if (static_cast<int64_t>(c.nodes) * c.gpus_per_node > limits::kMaxWorld) {
         return makeError("cluster.nodes x cluster.gpus_per_node must be at most 1,048,576 GPUs");
     }
-    if (auto work = checkMicroBatchWork(*plan.model, t); !work) return work.error();
+    const bool work_known = memo && memo->model == plan.model && memo->micro_batch == t.micro_batch &&
+                            memo->seq_len == t.seq_len && memo->attention == t.attention && memo->kernels == t.kernels;
+    if (!work_known) {
+        if (auto work = checkMicroBatchWork(*plan.model, t); !work) return work.error();
+        if (memo) *memo = PlanCheckMemo{plan.model, t.micro_batch, t.seq_len, t.attention, t.kernels};
+    }
     if (c.gpu.memory_bytes <= 0) {
         return makeError("cluster.gpu.memory_bytes must be positive (GPU '" + c.gpu.name + "')");
     }

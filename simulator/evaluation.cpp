@@ -47,7 +47,7 @@ core::Status Evaluator::evaluate(const core::Plan& given, const HardwareProfile*
         m_plan_on_profile.cluster.gpu = out.profile.gpu;
         plan = &m_plan_on_profile;
     }
-    auto mesh = core::validatePlan(*plan);
+    auto mesh = core::validatePlan(*plan, &m_check_memo);
     if (!mesh) return mesh.error();
     out.mesh = *mesh;
 

@@ -81,6 +81,7 @@ private:
     Simulator m_simulator;
     core::MemoryTimer m_timer;
     core::Plan m_plan_on_profile;  // scratch: the plan with the profile's GPU
+    core::PlanCheckMemo m_check_memo;
 };
 
 // One-shot convenience (allocates a fresh Evaluator and Evaluation).

@@ -1,4 +1,5 @@
 #include "core/plan.hpp"
+#include "core/model_io.hpp"
 
 #include <filesystem>
 #include <fstream>
@@ -605,3 +606,41 @@ TEST(PlanIoTest, BadEmbeddedModelsNameTheField) {
     const std::string tree = error({{"name", "m"}, {"config", {{"format", "shardcast-module-tree/1"}}}});
     EXPECT_TRUE(contains(tree, "model.config")) << tree;
 }
+
+namespace {
+
+// The memo skips the micro-batch work bound only for the model, micro-batch, sequence and
+// variants it saw pass. Llama-3.1-405B's forward, recompute and backward are about 4 x 2 x 405e9
+// = 3.2e12 FLOPs per token, so 128 sequences of 8,192 tokens (1.05e6 tokens, 3.4e18 FLOPs) exceed
+// the 2.4e18 bound of docs/limits.md while one sequence (2.7e16) is far inside it.
+TEST(PlanIoTest, CheckMemoRechecksTheWorkOfAnotherMicroBatch) {
+    auto model = sc::resolveModel("llama-3.1-405b");
+    ASSERT_TRUE(model) << model.error().message;
+    sc::Plan p;
+    p.model = std::make_shared<const sc::Model>(std::move(*model));
+    p.cluster.gpu = *sc::findGpuPreset("H100-SXM");
+    p.cluster.nodes = 2;
+    p.cluster.gpus_per_node = 8;
+    p.training.seq_len = 8192;
+    p.training.micro_batch = 1;
+    sc::PlanCheckMemo memo;
+    auto ok = sc::validatePlan(p, &memo);
+    ASSERT_TRUE(ok) << ok.error().message;
+    EXPECT_EQ(memo.model, p.model);
+    EXPECT_EQ(memo.micro_batch, 1);
+
+    p.training.micro_batch = 128;
+    auto with_memo = sc::validatePlan(p, &memo);
+    auto without = sc::validatePlan(p);
+    ASSERT_FALSE(without);
+    ASSERT_FALSE(with_memo);
+    EXPECT_EQ(with_memo.error().message, without.error().message);
+    EXPECT_TRUE(contains(with_memo.error().message, "FLOPs of forward")) << with_memo.error().message;
+    EXPECT_EQ(memo.micro_batch, 1);  // a failed check is not remembered
+
+    // The same model at the size that passed: the memo's key matches and the plan validates.
+    p.training.micro_batch = 1;
+    EXPECT_TRUE(sc::validatePlan(p, &memo));
+}
+
+}  // namespace
