@@ -26,13 +26,25 @@ Simulator::Simulator(HardwareProfile profile) : m_profile(std::move(profile)), m
 
 // Consecutive tasks of one kind mostly repeat the same work (block after block), so the duration
 // of the last task of each kind is kept and reused when the next one's work is identical.
-// Tasks that run the same kernels share one span of Program::ops (the lowering's contract).
+// Tasks that run the same kernels share one span of Program::ops (the lowering's contract), so
+// the other tasks timed by their kernels find their duration in m_span_ns.
 int64_t Simulator::durationNs(const core::Task& t, const core::Program& program) {
     LastDuration& last = m_last_duration[static_cast<int>(t.kind)];
     if (last.valid && last.stream == t.stream && last.flops == t.flops && last.hbm_bytes == t.hbm_bytes &&
         last.comm_bytes == t.comm_bytes && last.group_size == t.group_size && last.group_nodes == t.group_nodes &&
         last.ops == t.ops) {
         return last.ns;
+    }
+    SpanDuration* span = nullptr;
+    // The tasks CostModel::computeSeconds times kernel by kernel (not CPU work on Stream::Host).
+    const bool by_kernels = t.ops.count > 0 && t.stream != core::Stream::Host && !core::isCollective(t.kind) &&
+                            t.kind != core::TaskKind::HostToDevice && t.kind != core::TaskKind::DeviceToHost;
+    if (by_kernels) {
+        span = &m_span_ns[2 * static_cast<size_t>(t.ops.offset) + (t.kind == core::TaskKind::Backward ? 1 : 0)];
+        if (span->count == t.ops.count) {
+            last = LastDuration{true, t.stream, t.flops, t.hbm_bytes, t.comm_bytes, t.group_size, t.group_nodes, t.ops, span->ns};
+            return span->ns;
+        }
     }
     // Seconds first: a duration beyond the step limit is not converted (it would leave int64 ns).
     const double s = m_cost.durationSeconds(t, program);
@@ -42,6 +54,7 @@ int64_t Simulator::durationNs(const core::Task& t, const core::Program& program)
     } else {
         m_in_range = false;
     }
+    if (span && s <= kMaxStepSeconds) *span = SpanDuration{t.ops.count, ns};
     last = LastDuration{true, t.stream, t.flops, t.hbm_bytes, t.comm_bytes, t.group_size, t.group_nodes, t.ops, ns};
     return last.ns;
 }
@@ -66,6 +79,10 @@ void Simulator::prepare(const core::Program& program, core::Timeline& out) {
     // at its first task of each (micro-batch, pass).
     m_unit_pass.assign(program.units.size(), -1);
     m_last_duration.fill(LastDuration{});
+    if (program.ops != m_span_ops) {
+        m_span_ops = program.ops;
+        m_span_ns.assign(2 * program.ops.size(), SpanDuration{});
+    }
     m_in_range = true;
     double serial_ns = 0, issue_ns = 0;
     int16_t micro_batch = -1;

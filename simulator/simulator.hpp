@@ -35,7 +35,10 @@ public:
     Simulator& operator=(const Simulator&) = delete;
 
     const HardwareProfile& profile() const { return m_profile; }
-    void setProfile(const HardwareProfile& profile) { m_profile = profile; }
+    void setProfile(const HardwareProfile& profile) {
+        m_profile = profile;
+        m_span_ops.clear();  // the kernel durations kept were timed on the old profile
+    }
     const CostModel& costModel() const { return m_cost; }
 
     // Times `program` into `out`. When the step could last beyond kMaxStepSeconds (every task one
@@ -97,6 +100,19 @@ private:
     std::vector<uint8_t> m_finished;      // 1 once the task has ended
     std::vector<int32_t> m_unit_pass;     // scratch: last pass each unit was hooked in
     std::array<LastDuration, core::kTaskKindCount> m_last_duration{};
+    // A GPU task's duration is the sum of its kernels' times (CostModel::computeSeconds), which
+    // depend only on the kernels and on whether the task is a Backward. Tasks running the same
+    // kernels share a span of Program::ops, so durations are kept per (span, backward or not):
+    // m_span_ns[2 * span.offset + backward], with the span's count (count 0: not timed yet).
+    // They stay valid for the next run while its Program::ops equals m_span_ops (the same kernels
+    // at the same places) and the profile is unchanged: plans evaluated again, or differing only
+    // in what the kernels do not see (collectives, memory), skip the op-by-op timing.
+    struct SpanDuration {
+        uint32_t count = 0;
+        int64_t ns = 0;
+    };
+    std::vector<SpanDuration> m_span_ns;
+    std::vector<core::OpShape> m_span_ops;
     bool m_in_range = true;      // every task's duration within kMaxStepSeconds (last run)
     double m_step_bound_s = 0;   // serial upper bound of the last run's step
 

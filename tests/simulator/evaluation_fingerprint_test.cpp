@@ -187,5 +187,37 @@ TEST(EvaluationFingerprintTest, FiguresMatchTheCommittedOnes) {
     }
 }
 
+// An Evaluator keeps figures between plans (kernel durations per span while Program::ops is
+// unchanged, the model's active ops, the work bound): the same plan on another profile, or after
+// another plan, must give what a fresh Evaluator gives.
+TEST(EvaluationFingerprintTest, ReusedEvaluatorMatchesAFreshOne) {
+    const std::vector<Case> all = cases();
+    const core::Plan& plan = all[0].plan;
+    const HardwareProfile h100 = HardwareProfile::fromCluster(plan.cluster);
+    HardwareProfile capped = h100;
+    capped.gpu.power_limit_w = 500;  // slower kernels, same Program
+    HardwareProfile slow_nvlink = h100;
+    slow_nvlink.gpu.nvlink_bytes_per_s /= 4;  // same kernels, slower collectives
+    EvaluationOptions options;
+    options.record_curve = true;
+    Evaluator reused;
+    Evaluation a;
+    for (const HardwareProfile* p : std::vector<const HardwareProfile*>{&h100, &capped, &slow_nvlink, &h100}) {
+        ASSERT_TRUE(reused.evaluate(all[1].plan, p, options, a).ok());  // another plan first
+        ASSERT_TRUE(reused.evaluate(plan, p, options, a).ok());
+        Evaluator fresh;
+        Evaluation b;
+        ASSERT_TRUE(fresh.evaluate(plan, p, options, b).ok());
+        EXPECT_EQ(a.timeline, b.timeline);
+        EXPECT_EQ(a.timed, b.timed);
+        EXPECT_EQ(a.summary, b.summary);
+    }
+    // The capped profile is slower: the kept durations were not reused across profiles.
+    Evaluation c;
+    ASSERT_TRUE(reused.evaluate(plan, &capped, options, c).ok());
+    ASSERT_TRUE(reused.evaluate(plan, &h100, options, a).ok());
+    EXPECT_GT(c.timeline.step_ns, a.timeline.step_ns);
+}
+
 }  // namespace
 }  // namespace shardcast::sim
