@@ -155,6 +155,18 @@ struct LowerScratch {
     // (shared_ptr<const Model>). Likewise the model FLOPs per token for one sequence length.
     std::shared_ptr<const Model> active_model;
     std::array<uint8_t, 3> active_bits{};  // attention, kernel and norm variant bits
+    // op_cost's inputs besides the frozen flags: it is kept while they repeat and no op is frozen.
+    struct OpCostKey {
+        std::shared_ptr<const Model> model;
+        std::array<uint8_t, 3> bits{};
+        int64_t tokens = 0, seq = 0;
+        DType pdt = DType::BF16;
+        ModelImpl impl = ModelImpl::Hf;
+        HfMask hf_mask = HfMask::V5;
+        KernelImpl kernels = KernelImpl::Eager;
+        bool operator==(const OpCostKey&) const = default;
+    };
+    OpCostKey op_cost_key;
     std::shared_ptr<const Model> flops_model;
     int64_t flops_seq = -1;
     double flops_per_token = 0;

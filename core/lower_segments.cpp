@@ -113,6 +113,10 @@ void Lowering::splitIntoSegments() {
 void Lowering::opCosts() {
     const Coef none{};
     const int64_t t = m_tokens, s = m_seq;
+    // The same ops (model and variants) at the same sizes and dtypes cost the same: keep them.
+    const LowerScratch::OpCostKey key{m_plan.model, m_s.active_bits, t, s, m_pdt, m_tr.impl, m_tr.hf_mask, m_tr.kernels};
+    if (m_s.op_frozen.empty() && m_s.op_cost_key == key) return;
+    m_s.op_cost_key = m_s.op_frozen.empty() ? key : LowerScratch::OpCostKey{};
     auto& cost = m_s.op_cost;
     cost.resize(m_s.active.size());
     auto& class_cost = m_s.class_cost;

@@ -212,6 +212,21 @@ TEST(EvaluationFingerprintTest, ReusedEvaluatorMatchesAFreshOne) {
         EXPECT_EQ(a.timed, b.timed);
         EXPECT_EQ(a.summary, b.summary);
     }
+    // Plans of one model in a row: another sequence length, a frozen (LoRA-like) variant whose op
+    // costs differ, and the plain plan again, each against a fresh Evaluator.
+    core::Plan other_seq = plan;
+    other_seq.training.seq_len = 4096;
+    core::Plan frozen = plan;
+    frozen.training.frozen_regex = "mlp";
+    for (const core::Plan* p : std::vector<const core::Plan*>{&plan, &other_seq, &frozen, &plan, &frozen, &other_seq}) {
+        ASSERT_TRUE(reused.evaluate(*p, &h100, options, a).ok());
+        Evaluator fresh;
+        Evaluation b;
+        ASSERT_TRUE(fresh.evaluate(*p, &h100, options, b).ok());
+        EXPECT_EQ(a.timeline, b.timeline);
+        EXPECT_EQ(a.timed, b.timed);
+        EXPECT_EQ(a.summary, b.summary);
+    }
     // The capped profile is slower: the kept durations were not reused across profiles.
     Evaluation c;
     ASSERT_TRUE(reused.evaluate(plan, &capped, options, c).ok());
