@@ -1,0 +1,235 @@
+// The caching allocator model (core/caching_allocator.hpp) on hand-derived allocation sequences.
+// Constants and rules from PyTorch's c10/cuda/CUDACachingAllocator.cpp: kMinBlockSize 512,
+// kSmallSize 1 MiB, kSmallBuffer 2 MiB, kLargeBuffer 20 MiB, kMinLargeAlloc 10 MiB, kRoundLarge
+// 2 MiB (round_size, get_allocation_size, should_split, get_free_block, free_block,
+// release_cached_blocks, ExpandableSegment).
+#include "core/caching_allocator.hpp"
+
+#include <gtest/gtest.h>
+
+namespace shardcast::core {
+namespace {
+
+constexpr int64_t kKiB = 1024;
+constexpr int64_t kMiB = 1024 * 1024;
+
+CachingAllocatorModel fresh(AllocatorConfig config = {}, int32_t buffers = 16) {
+    CachingAllocatorModel m;
+    m.reset(config, buffers);
+    return m;
+}
+
+TEST(CachingAllocatorTest, RoundsToFiveHundredTwelveBytes) {
+    EXPECT_EQ(CachingAllocatorModel::roundSize(1), 512);
+    EXPECT_EQ(CachingAllocatorModel::roundSize(512), 512);
+    EXPECT_EQ(CachingAllocatorModel::roundSize(513), 1024);
+    // One byte: a 512-byte block in a new 2 MiB small-pool segment.
+    CachingAllocatorModel m = fresh();
+    m.allocate(0, 1, Stream::Compute);
+    EXPECT_EQ(m.stats().allocated_bytes, 1);
+    EXPECT_EQ(m.stats().reserved_bytes, 2 * kMiB);
+    EXPECT_EQ(m.stats().segments, 1);
+}
+
+TEST(CachingAllocatorTest, SegmentSizesBySizeClass) {
+    EXPECT_EQ(CachingAllocatorModel::segmentSize(512), 2 * kMiB);         // small: kSmallBuffer
+    EXPECT_EQ(CachingAllocatorModel::segmentSize(1 * kMiB), 2 * kMiB);    // kSmallSize is still small
+    EXPECT_EQ(CachingAllocatorModel::segmentSize(1 * kMiB + 512), 20 * kMiB);  // under 10 MiB: kLargeBuffer
+    EXPECT_EQ(CachingAllocatorModel::segmentSize(5 * kMiB), 20 * kMiB);
+    EXPECT_EQ(CachingAllocatorModel::segmentSize(10 * kMiB), 10 * kMiB);  // kMinLargeAlloc: rounded to 2 MiB
+    EXPECT_EQ(CachingAllocatorModel::segmentSize(30 * kMiB), 30 * kMiB);
+    EXPECT_EQ(CachingAllocatorModel::segmentSize(30 * kMiB + 512), 32 * kMiB);
+}
+
+TEST(CachingAllocatorTest, SecondSmallRequestSplitsTheSegment) {
+    CachingAllocatorModel m = fresh();
+    m.allocate(0, 1000, Stream::Compute);        // 1,024 B block of a new 2 MiB segment
+    m.allocate(1, 1 * kMiB, Stream::Compute);    // 1,048,576 B from the remaining 2,096,128 B: split
+    EXPECT_EQ(m.stats().reserved_bytes, 2 * kMiB);
+    EXPECT_EQ(m.stats().segments, 1);
+    // Left: 2,097,152 - 1,024 - 1,048,576 = 1,047,552 B, short of another 1 MiB: a second segment.
+    m.allocate(2, 1 * kMiB, Stream::Compute);
+    EXPECT_EQ(m.stats().reserved_bytes, 4 * kMiB);
+    EXPECT_EQ(m.stats().segments, 2);
+    // 1,047,552 B (the best fit) take a 400 KiB (409,600 B) request: no third segment.
+    m.allocate(3, 400 * kKiB, Stream::Compute);
+    EXPECT_EQ(m.stats().reserved_bytes, 4 * kMiB);
+}
+
+TEST(CachingAllocatorTest, MidSizedRequestsShareATwentyMebibyteSegment) {
+    CachingAllocatorModel m = fresh();
+    m.allocate(0, 5 * kMiB, Stream::Compute);  // new kLargeBuffer segment, split: 15 MiB left
+    EXPECT_EQ(m.stats().reserved_bytes, 20 * kMiB);
+    EXPECT_EQ(m.stats().fragmentation_at_reserved_peak, 15 * kMiB);
+    m.allocate(1, 5 * kMiB, Stream::Compute);  // 10 MiB left
+    m.allocate(2, 5 * kMiB, Stream::Compute);  // 5 MiB left
+    m.allocate(3, 5 * kMiB, Stream::Compute);  // exact fit
+    EXPECT_EQ(m.stats().reserved_bytes, 20 * kMiB);
+    m.allocate(4, 5 * kMiB, Stream::Compute);  // full: a second 20 MiB segment
+    EXPECT_EQ(m.stats().reserved_bytes, 40 * kMiB);
+    EXPECT_EQ(m.stats().peak_reserved_bytes, 40 * kMiB);
+    EXPECT_EQ(m.stats().fragmentation_at_reserved_peak, 40 * kMiB - 25 * kMiB);
+}
+
+TEST(CachingAllocatorTest, LargeRequestGetsASegmentRoundedToTwoMebibytes) {
+    CachingAllocatorModel m = fresh();
+    m.allocate(0, 30 * kMiB, Stream::Compute);
+    EXPECT_EQ(m.stats().reserved_bytes, 30 * kMiB);
+    m.allocate(1, 30 * kMiB + 1, Stream::Compute);  // 30 MiB + 512 B rounds to a 32 MiB segment
+    EXPECT_EQ(m.stats().reserved_bytes, 62 * kMiB);
+    EXPECT_EQ(m.stats().allocated_bytes, 60 * kMiB + 1);
+}
+
+TEST(CachingAllocatorTest, FreedBlockIsReusedOnItsStream) {
+    CachingAllocatorModel m = fresh();
+    m.allocate(0, 30 * kMiB, Stream::Compute);
+    m.free(0);
+    EXPECT_EQ(m.stats().allocated_bytes, 0);
+    EXPECT_EQ(m.stats().reserved_bytes, 30 * kMiB);  // cached, not returned to CUDA
+    m.allocate(1, 30 * kMiB, Stream::Compute);
+    EXPECT_EQ(m.stats().reserved_bytes, 30 * kMiB);
+    m.free(1);
+    m.allocate(2, 25 * kMiB, Stream::Compute);  // best fit in the 30 MiB block, split: 5 MiB > 1 MiB left
+    m.allocate(3, 4 * kMiB, Stream::Compute);   // fits the 5 MiB remainder
+    EXPECT_EQ(m.stats().reserved_bytes, 30 * kMiB);
+}
+
+TEST(CachingAllocatorTest, FreeBlockOfAnotherStreamIsNotReused) {
+    CachingAllocatorModel m = fresh();
+    m.allocate(0, 30 * kMiB, Stream::Compute);
+    m.free(0);
+    m.allocate(1, 30 * kMiB, Stream::AllGather);  // the compute stream's cached block is not its own
+    EXPECT_EQ(m.stats().reserved_bytes, 60 * kMiB);
+    EXPECT_EQ(m.stats().segments, 2);
+}
+
+TEST(CachingAllocatorTest, FreedNeighboursCoalesce) {
+    CachingAllocatorModel m = fresh();
+    // One 20 MiB segment: [a 5][b 5][c 5][free 5].
+    m.allocate(0, 5 * kMiB, Stream::Compute);
+    m.allocate(1, 5 * kMiB, Stream::Compute);
+    m.allocate(2, 5 * kMiB, Stream::Compute);
+    m.free(0);
+    m.free(1);  // merges with a: [free 10][c 5][free 5]
+    // 10 MiB fits only the merged block; without merging it would need a new 10 MiB segment.
+    m.allocate(3, 10 * kMiB, Stream::Compute);
+    EXPECT_EQ(m.stats().reserved_bytes, 20 * kMiB);
+    EXPECT_EQ(m.stats().segments, 1);
+}
+
+TEST(CachingAllocatorTest, UnsplitRemainderOfALargeBlockStaysInIt) {
+    CachingAllocatorModel m = fresh();
+    m.allocate(0, 30 * kMiB, Stream::Compute);
+    m.free(0);
+    // 29.5 MiB in the 30 MiB block leaves 512 KiB: not > kSmallSize, so the block is not split...
+    m.allocate(1, 30 * kMiB - 512 * kKiB, Stream::Compute);
+    // ...so a 1.5 MiB request cannot use the 512 KiB: a new 20 MiB segment.
+    m.allocate(2, 3 * kMiB / 2, Stream::Compute);
+    EXPECT_EQ(m.stats().reserved_bytes, 50 * kMiB);
+}
+
+TEST(CachingAllocatorTest, OversizeBlocksAreNotSplitWithMaxSplitSize) {
+    AllocatorConfig config;
+    config.max_split_size = 16 * kMiB;  // max_split_size_mb:16
+    CachingAllocatorModel m = fresh(config);
+    m.allocate(0, 40 * kMiB, Stream::Compute);
+    m.free(0);
+    // 8 MiB < max_split_size may not take a block >= max_split_size: a new 20 MiB segment.
+    m.allocate(1, 8 * kMiB, Stream::Compute);
+    EXPECT_EQ(m.stats().reserved_bytes, 60 * kMiB);
+    // 18 MiB >= max_split_size, but the 40 MiB block is >= 18 + 20 MiB (kLargeBuffer): not used.
+    m.allocate(2, 18 * kMiB, Stream::Compute);
+    EXPECT_EQ(m.stats().reserved_bytes, 78 * kMiB);
+    m.free(2);
+    // 30 MiB takes the 40 MiB block whole (40 < 30 + 20), without a split: a 12 MiB request then
+    // can use neither its other 10 MiB nor the oversize 18 MiB block, and takes the 20 MiB
+    // segment's free 12 MiB.
+    m.allocate(3, 30 * kMiB, Stream::Compute);
+    m.allocate(4, 12 * kMiB, Stream::Compute);
+    EXPECT_EQ(m.stats().reserved_bytes, 78 * kMiB);
+    m.allocate(5, 9 * kMiB, Stream::Compute);  // 18 MiB block is oversize; 40 MiB one is taken: new 20 MiB
+    EXPECT_EQ(m.stats().reserved_bytes, 98 * kMiB);
+
+    // The default (unlimited) splits the cached 40 MiB block for the 8 MiB request.
+    CachingAllocatorModel d = fresh();
+    d.allocate(0, 40 * kMiB, Stream::Compute);
+    d.free(0);
+    d.allocate(1, 8 * kMiB, Stream::Compute);
+    EXPECT_EQ(d.stats().reserved_bytes, 40 * kMiB);
+}
+
+TEST(CachingAllocatorTest, ExpandableSegmentsGrowByPages) {
+    AllocatorConfig config;
+    config.mode = AllocatorMode::Expandable;
+    CachingAllocatorModel m = fresh(config);
+    m.allocate(0, 30 * kMiB, Stream::Compute);  // large pool, 20 MiB pages: 2 pages mapped
+    EXPECT_EQ(m.stats().reserved_bytes, 40 * kMiB);
+    m.allocate(1, 5 * kMiB, Stream::Compute);   // the 10 MiB left at the end
+    EXPECT_EQ(m.stats().reserved_bytes, 40 * kMiB);
+    m.allocate(2, 15 * kMiB, Stream::Compute);  // 5 MiB left + one more page
+    EXPECT_EQ(m.stats().reserved_bytes, 60 * kMiB);
+    EXPECT_EQ(m.stats().segments, 1);           // one growing segment
+    m.free(0);
+    m.allocate(3, 25 * kMiB, Stream::Compute);  // best fit in the freed 30 MiB
+    EXPECT_EQ(m.stats().reserved_bytes, 60 * kMiB);
+    m.allocate(4, 1, Stream::Compute);          // small pool: its own segment, 2 MiB pages
+    EXPECT_EQ(m.stats().reserved_bytes, 62 * kMiB);
+    m.allocate(5, 1 * kMiB + 512, Stream::AllGather);  // another stream: its own segment
+    EXPECT_EQ(m.stats().reserved_bytes, 82 * kMiB);
+    EXPECT_EQ(m.stats().segments, 3);
+
+    // The same three requests without expandable segments: a 30 MiB segment, a 20 MiB one for the
+    // 5 MiB request, whose 15 MiB remainder takes the 15 MiB request.
+    CachingAllocatorModel c = fresh();
+    c.allocate(0, 30 * kMiB, Stream::Compute);
+    c.allocate(1, 5 * kMiB, Stream::Compute);
+    c.allocate(2, 15 * kMiB, Stream::Compute);
+    EXPECT_EQ(c.stats().reserved_bytes, 50 * kMiB);
+    EXPECT_EQ(c.stats().segments, 2);
+}
+
+TEST(CachingAllocatorTest, ReleasedTailServesScratchAndComesBack) {
+    CachingAllocatorModel m = fresh();
+    m.allocate(0, 30 * kMiB, Stream::Compute);
+    m.releaseTail(0, 10 * kMiB);                // saved tensors dropped op by op
+    EXPECT_EQ(m.stats().allocated_bytes, 20 * kMiB);
+    m.allocate(1, 8 * kMiB, Stream::Compute);   // the scratch lands in the released 10 MiB
+    EXPECT_EQ(m.stats().reserved_bytes, 30 * kMiB);
+    m.free(1);
+    m.restoreTail(0);
+    EXPECT_EQ(m.stats().allocated_bytes, 30 * kMiB);
+    m.free(0);
+    m.allocate(2, 30 * kMiB, Stream::Compute);  // the block is whole again
+    EXPECT_EQ(m.stats().reserved_bytes, 30 * kMiB);
+}
+
+TEST(CachingAllocatorTest, ReleasesCachedSegmentsBeforeFailing) {
+    AllocatorConfig config;
+    config.limit_bytes = 50 * kMiB;
+    CachingAllocatorModel m = fresh(config);
+    m.allocate(0, 30 * kMiB, Stream::Compute);
+    m.free(0);
+    // 30 + 30 MiB would pass 50 MiB: the free compute-stream segment is released, then it fits.
+    m.allocate(1, 30 * kMiB, Stream::AllGather);
+    EXPECT_EQ(m.stats().reserved_bytes, 30 * kMiB);
+    EXPECT_EQ(m.stats().releases, 1);
+    EXPECT_FALSE(m.stats().out_of_memory);
+    m.allocate(2, 30 * kMiB, Stream::AllGather);  // nothing left to release: out of memory
+    EXPECT_TRUE(m.stats().out_of_memory);
+    EXPECT_EQ(m.stats().reserved_bytes, 60 * kMiB);
+}
+
+TEST(CachingAllocatorTest, ResetPeaksKeepsTheCache) {
+    CachingAllocatorModel m = fresh();
+    m.allocate(0, 30 * kMiB, Stream::Compute);
+    m.free(0);
+    m.resetPeaks();
+    EXPECT_EQ(m.stats().peak_allocated_bytes, 0);
+    EXPECT_EQ(m.stats().peak_reserved_bytes, 30 * kMiB);
+    m.allocate(0, 10 * kMiB, Stream::Compute);
+    EXPECT_EQ(m.stats().peak_allocated_bytes, 10 * kMiB);
+    EXPECT_EQ(m.stats().max_fragmentation_bytes, 30 * kMiB);  // all cached before the allocation
+}
+
+}  // namespace
+}  // namespace shardcast::core
