@@ -38,6 +38,7 @@ void CachingAllocatorModel::reset(const AllocatorConfig& config, int32_t buffer_
     }
     m_buffers.assign(static_cast<size_t>(buffer_count), BufferState{});
     m_stats = AllocatorStats{};
+    m_allocated_at_reserved_peak = 0;
 }
 
 void CachingAllocatorModel::resetPeaks() {
@@ -45,6 +46,7 @@ void CachingAllocatorModel::resetPeaks() {
     m_stats.peak_reserved_bytes = m_stats.reserved_bytes;
     m_stats.fragmentation_at_reserved_peak = m_stats.reserved_bytes - m_stats.allocated_bytes;
     m_stats.max_fragmentation_bytes = m_stats.fragmentation_at_reserved_peak;
+    m_allocated_at_reserved_peak = m_stats.allocated_bytes;
     m_stats.releases = 0;
     m_stats.out_of_memory = false;
 }
@@ -55,8 +57,11 @@ void CachingAllocatorModel::noteChange() {
     if (s.allocated_bytes > s.peak_allocated_bytes) s.peak_allocated_bytes = s.allocated_bytes;
     if (s.reserved_bytes > s.peak_reserved_bytes) {
         s.peak_reserved_bytes = s.reserved_bytes;
-        s.fragmentation_at_reserved_peak = frag;
+        m_allocated_at_reserved_peak = s.allocated_bytes;
+    } else if (s.reserved_bytes == s.peak_reserved_bytes && s.allocated_bytes > m_allocated_at_reserved_peak) {
+        m_allocated_at_reserved_peak = s.allocated_bytes;
     }
+    s.fragmentation_at_reserved_peak = s.peak_reserved_bytes - m_allocated_at_reserved_peak;
     if (frag > s.max_fragmentation_bytes) s.max_fragmentation_bytes = frag;
 }
 
@@ -125,6 +130,7 @@ bool CachingAllocatorModel::newSegment(int64_t size, bool small, Stream stream, 
     seg.blocks.clear();
     seg.blocks.push_back(Block{seg_size, -1});
     m_stats.reserved_bytes += seg_size;
+    m_stats.reserved_by_stream[static_cast<size_t>(stream)] += seg_size;
     ++m_stats.segments;
     return placeInBlock(static_cast<int32_t>(slot), 0, size, buffer);
 }
@@ -161,6 +167,7 @@ bool CachingAllocatorModel::growExpandable(int64_t size, bool small, Stream stre
         seg.blocks.push_back(Block{grow, -1});
     }
     m_stats.reserved_bytes += grow;
+    m_stats.reserved_by_stream[static_cast<size_t>(stream)] += grow;
     return placeInBlock(static_cast<int32_t>(slot), static_cast<int32_t>(seg.blocks.size()) - 1, size, buffer);
 }
 
@@ -178,10 +185,12 @@ void CachingAllocatorModel::releaseCached() {
             if (seg.blocks.back().size == 0) seg.blocks.pop_back();
             seg.size -= unmap;
             m_stats.reserved_bytes -= unmap;
+            m_stats.reserved_by_stream[static_cast<size_t>(seg.stream)] -= unmap;
             continue;
         }
         if (seg.blocks.size() == 1 && seg.blocks[0].buffer < 0) {
             m_stats.reserved_bytes -= seg.size;
+            m_stats.reserved_by_stream[static_cast<size_t>(seg.stream)] -= seg.size;
             --m_stats.segments;
             seg.live = false;
             seg.blocks.clear();

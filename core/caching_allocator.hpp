@@ -24,6 +24,7 @@
 //    large pool"); blocks inside it follow the same best fit.
 // Not modelled: roundup_power2_divisions, garbage_collection_threshold, record_stream's deferred
 // frees across streams (a block is reusable as soon as its free is replayed), CUDA graph pools.
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string_view>
@@ -58,8 +59,11 @@ struct AllocatorStats {
     int64_t reserved_bytes = 0;        // segments held now (memory_reserved)
     int64_t peak_allocated_bytes = 0;
     int64_t peak_reserved_bytes = 0;
-    int64_t fragmentation_at_reserved_peak = 0;  // reserved - allocated when reserved first peaked
+    // Reserved never falls during a step (no cudaFree unless an allocation fails), so "at the
+    // reserved peak" is a span of time: the peak less the most that is allocated during it.
+    int64_t fragmentation_at_reserved_peak = 0;
     int64_t max_fragmentation_bytes = 0;         // the largest reserved - allocated seen
+    std::array<int64_t, kStreamCount> reserved_by_stream{};  // segments held now, by owning stream
     int32_t segments = 0;              // segments held now
     int32_t releases = 0;              // times cached segments were released to retry (OOM path)
     bool out_of_memory = false;        // a segment was needed past limit_bytes even after releasing
@@ -115,6 +119,7 @@ private:
     std::vector<Segment> m_segments;
     std::vector<BufferState> m_buffers;
     AllocatorStats m_stats;
+    int64_t m_allocated_at_reserved_peak = 0;  // the most allocated while reserved is at its peak
 };
 
 // Replays a Program's events in the order the timed memory curve applies them (see

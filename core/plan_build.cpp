@@ -230,6 +230,11 @@ Result<Plan> buildPlan(const PlanOverrides& o) {
         if (!v) return makeError(fmt::format("--kernels: unknown implementation '{}'; valid: eager, fused", *o.kernels));
         t.kernels = *v;
     }
+    if (o.allocator) {
+        auto v = parseAllocatorMode(*o.allocator);
+        if (!v) return makeError(fmt::format("--allocator: unknown mode '{}'; valid: caching, expandable", *o.allocator));
+        t.allocator = *v;
+    }
     if (o.offload) {
         auto v = parseOffload(*o.offload);
         if (!v) return makeError(fmt::format("--offload: unknown offload '{}'; valid: none, cpu", *o.offload));

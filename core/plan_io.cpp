@@ -205,7 +205,7 @@ private:
 Status readTraining(const json& j, const std::string& where, TrainingSpec& t) {
     SectionReader r(j, where, "training");
     r.checkKeys({"micro_batch", "seq_len", "grad_accum", "no_sync", "optimizer", "param_dtype", "reduce_dtype",
-                 "master_dtype", "ac", "attention", "kernels", "offload", "frozen"});
+                 "master_dtype", "ac", "attention", "kernels", "offload", "frozen", "allocator"});
     r.integer("micro_batch", t.micro_batch, "a positive integer");
     r.integer("seq_len", t.seq_len, "a positive integer");
     r.integer("grad_accum", t.grad_accum, "a positive integer");
@@ -222,6 +222,7 @@ Status readTraining(const json& j, const std::string& where, TrainingSpec& t) {
     r.enumeration("kernels", t.kernels, parseKernelImpl, "eager, fused");
     r.enumeration("offload", t.offload, parseOffload, "none, cpu");
     r.string("frozen", t.frozen_regex);
+    r.enumeration("allocator", t.allocator, parseAllocatorMode, "caching, expandable");
     return r.status();
 }
 
@@ -714,6 +715,7 @@ nlohmann::json planToJson(const Plan& plan) {
     training["kernels"] = std::string(kernelImplName(t.kernels));
     training["offload"] = std::string(offloadName(t.offload));
     training["frozen"] = t.frozen_regex;
+    training["allocator"] = std::string(allocatorModeName(t.allocator));
     j["training"] = std::move(training);
 
     const ShardingSpec& s = plan.sharding;

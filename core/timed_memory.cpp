@@ -153,4 +153,67 @@ void MemoryTimer::compute(const Program& program, const Timeline& timeline, Time
     out.max_per_category = max_per_category;
 }
 
+void MemoryTimer::replayAllocator(const Program& program, const Timeline& timeline, const AllocatorConfig& config, CachingAllocatorModel& model,
+                                  ReservedMemory& out) const {
+    model.reset(config, program.buffer_count + kMemCategoryCount);
+    // The steady state first: one block per category (buffer ids after the Program's), except
+    // Runtime Overhead, which the allocator does not hold.
+    for (int c = 0; c < kMemCategoryCount; ++c) {
+        if (c == index(MemCategory::RuntimeOverhead) || program.initial[c] <= 0) continue;
+        model.allocate(program.buffer_count + c, program.initial[c], Stream::Compute);
+    }
+    auto apply = [&](const MemEvent& e) {
+        assert(e.buffer >= 0 && e.buffer < program.buffer_count);
+        if (e.bytes > 0) {
+            model.allocate(e.buffer, e.bytes, e.stream);
+        } else if (e.bytes < 0) {
+            model.free(e.buffer);
+        }
+    };
+    auto applyInOrder = [&](Span span) {
+        const MemEvent* e = program.memBegin(span);
+        for (uint32_t k = 0; k < span.count; ++k) {
+            if (e[k].timed_after < 0) apply(e[k]);
+        }
+    };
+    // Saved tensors released op by op come back to the cache before the task's scratch is
+    // allocated; the scratch is freed before they are taken back (the bookkeeping undo).
+    auto applyTransient = [&](Span span) {
+        const MemEvent* e = program.memBegin(span);
+        for (uint32_t k = 0; k < span.count; ++k) {
+            if (e[k].bytes < 0) model.releaseTail(e[k].buffer, -e[k].bytes);
+        }
+        for (uint32_t k = 0; k < span.count; ++k) {
+            if (e[k].bytes > 0) model.allocate(e[k].buffer, e[k].bytes, e[k].stream);
+        }
+        for (uint32_t k = 0; k < span.count; ++k) {
+            if (e[k].bytes > 0) model.free(e[k].buffer);
+        }
+        for (uint32_t k = 0; k < span.count; ++k) {
+            if (e[k].bytes < 0) model.restoreTail(e[k].buffer);
+        }
+    };
+    // Two steps: the first fills the cache as a previous step would; the second is reported.
+    for (int step = 0; step < 2; ++step) {
+        if (step == 1) model.resetPeaks();
+        for (const Point& p : m_points) {
+            const Task& t = program.tasks[p.task];
+            switch (p.phase) {
+                case kDeferred: apply(program.mem[static_cast<size_t>(p.event)]); break;
+                case kEnd: applyInOrder(t.mem_end); break;
+                case kStart:
+                    applyInOrder(t.mem_start);
+                    if (timeline.tasks[p.task].end_ns == timeline.tasks[p.task].start_ns) {
+                        if (t.mem_peak.count > 0) applyTransient(t.mem_peak);
+                        applyInOrder(t.mem_end);
+                    }
+                    break;
+                case kMid: applyTransient(t.mem_peak); break;
+            }
+        }
+    }
+    out.config = config;
+    out.stats = model.stats();
+}
+
 }  // namespace shardcast::core

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/caching_allocator.hpp"
 #include "core/program.hpp"
 #include "core/units.hpp"
 #include "core/timeline.hpp"
@@ -36,6 +37,11 @@ public:
     // duration applies start, peak and end in that order.
     void compute(const Program& program, const Timeline& timeline, TimedMemory& out,
                  bool record_curve = false);
+
+    // Replays the same events, in the same order, through a model of PyTorch's caching allocator
+    // (ReservedMemory says how). Call after compute() on the same program and timeline.
+    void replayAllocator(const Program& program, const Timeline& timeline, const AllocatorConfig& config, CachingAllocatorModel& model,
+                         ReservedMemory& out) const;
 
 private:
     // Points in time order; at equal times: deferred frees, ends, starts, midpoints, then by task.

@@ -4,6 +4,7 @@
 #include <string>
 #include <string_view>
 
+#include "core/caching_allocator.hpp"
 #include "core/units.hpp"
 
 namespace shardcast::core {
@@ -51,6 +52,7 @@ struct TrainingSpec {
     AttentionKernel attention = AttentionKernel::Flash;
     KernelImpl kernels = KernelImpl::Eager;
     Offload offload = Offload::None;
+    AllocatorMode allocator = AllocatorMode::Caching;  // PYTORCH_CUDA_ALLOC_CONF expandable_segments
     std::string frozen_regex;   // parameters whose FQN matches (std::regex_search) are frozen
 
     DType computeDtype() const { return param_dtype.value_or(master_dtype); }

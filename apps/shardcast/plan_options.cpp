@@ -62,6 +62,10 @@ void addPlanOptions(CLI::App& cmd, core::PlanOverrides& o) {
     addOpt(cmd, "--attention", o.attention, "KERNEL", "Attention kernel: flash | eager", "flash");
     addOpt(cmd, "--kernels", o.kernels, "IMPL",
            "Kernel implementation: eager (HuggingFace modules) | fused (fused norm, loss)", "eager");
+    addOpt(cmd, "--allocator", o.allocator, "MODE",
+           "PyTorch's CUDA caching allocator: caching (default) | expandable (PYTORCH_CUDA_ALLOC_CONF="
+           "expandable_segments:True); reserved memory is modelled for it",
+           "caching");
     addOpt(cmd, "--offload", o.offload, "MODE", "Parameter/gradient/optimizer offload: none | cpu", "none");
     addOpt(cmd, "--reshard-after-forward", o.reshard_after_forward, "true|false|K",
            "true | false | K (re-shard to K ranks); default: per strategy", "");

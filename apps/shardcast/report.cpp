@@ -139,6 +139,7 @@ nlohmann::ordered_json planResultJson(const core::Plan& plan, const sim::Evaluat
         {"kernels", core::kernelImplName(t.kernels)},
         {"offload", core::offloadName(t.offload)},
         {"frozen", t.frozen_regex},
+        {"allocator", core::allocatorModeName(t.allocator)},
     };
 
     json at_peak = json::object();
@@ -169,6 +170,8 @@ nlohmann::ordered_json planResultJson(const core::Plan& plan, const sim::Evaluat
           {"optimizer", e.program.host_optimizer_bytes}}},
         {"headroom", e.fit.headroom},
         {"budget_bytes", e.fit.budget_bytes},
+        {"at_risk", e.fit.at_risk},
+        {"reserved", reservedMemoryJson(plan, e)},
     };
 
     const core::CommTotals& c = e.comm;
@@ -209,6 +212,48 @@ nlohmann::ordered_json planResultJson(const core::Plan& plan, const sim::Evaluat
         j["time"]["units"] = std::move(per_unit);
     }
     return j;
+}
+
+nlohmann::ordered_json reservedMemoryJson(const core::Plan& plan, const sim::Evaluation& e) {
+    const core::AllocatorStats& a = e.reserved.stats;
+    const int64_t overhead = e.program.initial[core::index(MemCategory::RuntimeOverhead)];
+    if (e.fit.reserved_bytes == 0) return nlohmann::ordered_json(nullptr);
+    nlohmann::ordered_json by_stream = nlohmann::ordered_json::object();
+    for (int s = 0; s < core::kStreamCount; ++s) {
+        if (a.reserved_by_stream[s] > 0) by_stream[std::string(core::streamName(static_cast<core::Stream>(s)))] = a.reserved_by_stream[s];
+    }
+    return {
+        {"allocator", core::allocatorModeName(plan.training.allocator)},
+        {"peak_allocated_bytes", a.peak_allocated_bytes + overhead},
+        {"peak_reserved_bytes", a.peak_reserved_bytes + overhead},
+        {"fragmentation_at_reserved_peak_bytes", a.fragmentation_at_reserved_peak},
+        {"max_fragmentation_bytes", a.max_fragmentation_bytes},
+        {"reserved_by_stream", std::move(by_stream)},
+        {"segments", a.segments},
+        {"out_of_memory", a.out_of_memory},
+        {"spare_bytes", e.fit.capacity_bytes - (a.peak_reserved_bytes + overhead)},
+    };
+}
+
+std::string fitVerdictText(const sim::Evaluation& e) {
+    const core::FitVerdict& f = e.fit;
+    const double capacity = static_cast<double>(f.capacity_bytes);
+    if (f.fits) {
+        if (f.reserved_bytes == 0) {
+            return fmt::format("  => fits with {} to spare under the budget", core::formatGiB(f.marginBytes()));
+        }
+        return fmt::format("  => fits with {} to spare under the budget: reserved {} is {:.1f}% of capacity",
+                           core::formatGiB(f.marginBytes()), core::formatGiB(f.reserved_bytes),
+                           100.0 * static_cast<double>(f.reserved_bytes) / capacity);
+    }
+    if (f.at_risk) {
+        return fmt::format("  => AT RISK: allocated {} fits, but reserved {} ({:.1f}% of capacity) is over the "
+                           "budget by {}: the caching allocator's fragmentation can OOM (try --allocator expandable)",
+                           core::formatGiB(f.peak_bytes), core::formatGiB(f.reserved_bytes),
+                           100.0 * static_cast<double>(f.reserved_bytes) / capacity, core::formatGiB(f.marginBytes()));
+    }
+    return fmt::format("  => does NOT fit: over by {} (the budget keeps {:g}% of the GPU free)",
+                       core::formatGiB(f.marginBytes()), f.headroom * 100);
 }
 
 std::string planReportText(const core::Plan& plan, const sim::Evaluation& e) {
@@ -289,12 +334,25 @@ std::string planReportText(const core::Plan& plan, const sim::Evaluation& e) {
     line(fmt::format(fmt::runtime("  {:<20} {:>14.2f}"), "capacity", gib(capacity)));
     line(fmt::format(fmt::runtime("  {:<20} {:>14.2f}   (capacity less {:g}% headroom, --headroom)"), "budget",
                      gib(e.fit.budget_bytes), e.fit.headroom * 100));
-    if (e.fit.fits) {
-        line(fmt::format("  => fits with {} to spare under the budget", core::formatGiB(e.fit.marginBytes())));
-    } else {
-        line(fmt::format("  => does NOT fit: over by {} (the budget keeps {:g}% of the GPU free)",
-                         core::formatGiB(e.fit.marginBytes()), e.fit.headroom * 100));
+    if (e.fit.reserved_bytes > 0) {
+        const core::AllocatorStats& a = e.reserved.stats;
+        const int64_t overhead = e.program.initial[core::index(MemCategory::RuntimeOverhead)];
+        line(fmt::format(fmt::runtime("  {:<20} {:>14.2f}   (PyTorch's caching allocator, --allocator {}; Runtime "
+                                      "Overhead included)"),
+                         "reserved (peak)", gib(a.peak_reserved_bytes + overhead),
+                         core::allocatorModeName(e.reserved.config.mode)));
+        line(fmt::format(fmt::runtime("  {:<20} {:>14.2f}   (reserved - allocated at the reserved peak; largest "
+                                      "in step {:.2f})"),
+                         "fragmentation", gib(a.fragmentation_at_reserved_peak), gib(a.max_fragmentation_bytes)));
+        std::string streams;
+        for (int st = 0; st < core::kStreamCount; ++st) {
+            if (a.reserved_by_stream[st] <= 0) continue;
+            streams += fmt::format("{}{} {:.2f}", streams.empty() ? "" : ", ",
+                                   core::streamName(static_cast<core::Stream>(st)), gib(a.reserved_by_stream[st]));
+        }
+        line(fmt::format("  reserved by stream (GiB, each stream caches its own blocks): {}", streams));
     }
+    line(fitVerdictText(e));
     line(fmt::format("  (allocator view in host issue order: peak {}; the timed curve places each "
                      "allocation at its simulated time)",
                      core::formatGiB(e.issue_order_peak_bytes)));

@@ -101,6 +101,8 @@ TEST(CachingAllocatorTest, FreeBlockOfAnotherStreamIsNotReused) {
     m.allocate(1, 30 * kMiB, Stream::AllGather);  // the compute stream's cached block is not its own
     EXPECT_EQ(m.stats().reserved_bytes, 60 * kMiB);
     EXPECT_EQ(m.stats().segments, 2);
+    EXPECT_EQ(m.stats().reserved_by_stream[static_cast<size_t>(Stream::Compute)], 30 * kMiB);
+    EXPECT_EQ(m.stats().reserved_by_stream[static_cast<size_t>(Stream::AllGather)], 30 * kMiB);
 }
 
 TEST(CachingAllocatorTest, FreedNeighboursCoalesce) {
@@ -229,6 +231,8 @@ TEST(CachingAllocatorTest, ResetPeaksKeepsTheCache) {
     m.allocate(0, 10 * kMiB, Stream::Compute);
     EXPECT_EQ(m.stats().peak_allocated_bytes, 10 * kMiB);
     EXPECT_EQ(m.stats().max_fragmentation_bytes, 30 * kMiB);  // all cached before the allocation
+    // Reserved stays at its 30 MiB peak; the most allocated meanwhile is 10 MiB.
+    EXPECT_EQ(m.stats().fragmentation_at_reserved_peak, 20 * kMiB);
 }
 
 }  // namespace

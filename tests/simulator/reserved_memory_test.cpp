@@ -1,0 +1,98 @@
+// Reserved memory on lowered plans: the caching allocator model (core/caching_allocator.hpp)
+// replayed by the evaluation over the timed events, and "fits" judged on it (core/fit.hpp).
+#include <memory>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "core/model_io.hpp"
+#include "simulator/evaluation.hpp"
+
+namespace shardcast::sim {
+namespace {
+
+core::Plan planOf(const char* model, core::Strategy strategy) {
+    auto m = core::resolveModel(model);
+    EXPECT_TRUE(m.ok()) << m.error().message;
+    core::Plan plan;
+    plan.model = std::make_shared<const core::Model>(std::move(*m));
+    plan.model_ref = model;
+    plan.cluster.gpu = *core::findGpuPreset("H100-SXM");
+    plan.cluster.nodes = 2;
+    plan.cluster.gpus_per_node = 8;
+    plan.training.seq_len = 2048;
+    plan.sharding.strategy = strategy;
+    plan.sharding.wrap.kind = core::WrapKind::Block;
+    return plan;
+}
+
+int64_t overhead(const Evaluation& e) { return e.program.initial[core::index(core::MemCategory::RuntimeOverhead)]; }
+
+TEST(ReservedMemoryTest, ReservedCoversAllocatedForEveryStrategy) {
+    const core::Strategy strategies[] = {core::Strategy::NoShard, core::Strategy::ShardGradOp, core::Strategy::FullShard,
+                                         core::Strategy::HybridShard, core::Strategy::HybridShardZero2};
+    Evaluator evaluator;
+    Evaluation e;
+    for (core::Strategy s : strategies) {
+        for (core::AllocatorMode mode : {core::AllocatorMode::Caching, core::AllocatorMode::Expandable}) {
+            core::Plan plan = planOf("tiny-llama", s);
+            plan.training.allocator = mode;
+            const std::string what = std::string(core::strategyName(s)) + " " + std::string(allocatorModeName(mode));
+            ASSERT_TRUE(evaluator.evaluate(plan, nullptr, EvaluationOptions{}, e).ok()) << what;
+            const core::AllocatorStats& a = e.reserved.stats;
+            EXPECT_EQ(e.reserved.config.mode, mode) << what;
+            // The allocator sees the same bytes at the same moments as the timed curve.
+            EXPECT_EQ(a.peak_allocated_bytes + overhead(e), e.timed.peak_bytes) << what;
+            EXPECT_GE(a.peak_reserved_bytes, a.peak_allocated_bytes) << what;
+            EXPECT_GT(a.peak_reserved_bytes, 0) << what;
+            // Segments are 2 MiB multiples (kSmallBuffer, kLargeBuffer, kRoundLarge; 2 and 20 MiB pages).
+            EXPECT_EQ(a.peak_reserved_bytes % (int64_t{2} << 20), 0) << what;
+            EXPECT_FALSE(a.out_of_memory) << what;
+            EXPECT_EQ(e.fit.reserved_bytes, a.peak_reserved_bytes + overhead(e)) << what;  // overhead once
+            EXPECT_TRUE(e.fit.fits) << what;
+        }
+    }
+}
+
+TEST(ReservedMemoryTest, FitsOnAllocatedButNotOnReservedIsAtRisk) {
+    core::Plan plan = planOf("llama-3.1-8b", core::Strategy::FullShard);
+    Evaluator evaluator;
+    Evaluation e;
+    ASSERT_TRUE(evaluator.evaluate(plan, nullptr, EvaluationOptions{}, e).ok());
+    const int64_t allocated = e.fit.peak_bytes;
+    const int64_t reserved = e.fit.reserved_bytes;
+    ASSERT_GT(reserved, allocated);
+    // A headroom that puts the budget halfway between the two peaks (the headroom does not change
+    // what the allocator may reserve, so the peaks stay).
+    const double capacity = static_cast<double>(e.fit.capacity_bytes);
+    EvaluationOptions options;
+    options.headroom = 1.0 - (static_cast<double>(allocated + reserved) / 2.0) / capacity;
+    ASSERT_TRUE(evaluator.evaluate(plan, nullptr, options, e).ok());
+    EXPECT_EQ(e.fit.peak_bytes, allocated);
+    EXPECT_EQ(e.fit.reserved_bytes, reserved);
+    EXPECT_FALSE(e.fit.fits);
+    EXPECT_TRUE(e.fit.at_risk);
+    EXPECT_EQ(e.fit.marginBytes(), reserved - e.fit.budget_bytes);
+
+    // Judged on allocated bytes alone (the model off), the same budget fits.
+    options.reserved_memory = false;
+    ASSERT_TRUE(evaluator.evaluate(plan, nullptr, options, e).ok());
+    EXPECT_TRUE(e.fit.fits);
+    EXPECT_FALSE(e.fit.at_risk);
+    EXPECT_EQ(e.fit.reserved_bytes, 0);
+}
+
+TEST(ReservedMemoryTest, OverBothBudgetsDoesNotFitAndIsNotAtRisk) {
+    core::Plan plan = planOf("llama-3.1-8b", core::Strategy::FullShard);
+    Evaluator evaluator;
+    Evaluation e;
+    EvaluationOptions options;
+    ASSERT_TRUE(evaluator.evaluate(plan, nullptr, options, e).ok());
+    options.headroom = 1.0 - static_cast<double>(e.fit.peak_bytes / 2) / static_cast<double>(e.fit.capacity_bytes);
+    ASSERT_TRUE(evaluator.evaluate(plan, nullptr, options, e).ok());
+    EXPECT_FALSE(e.fit.fits);
+    EXPECT_FALSE(e.fit.at_risk);
+}
+
+}  // namespace
+}  // namespace shardcast::sim
