@@ -65,6 +65,14 @@ void CachingAllocatorModel::noteChange() {
     if (frag > s.max_fragmentation_bytes) s.max_fragmentation_bytes = frag;
 }
 
+void CachingAllocatorModel::refreshLargest(Segment& seg) {
+    int64_t largest = 0;
+    for (const Block& b : seg.blocks) {
+        if (b.buffer < 0 && b.size > largest) largest = b.size;
+    }
+    seg.largest_free = largest;
+}
+
 int32_t CachingAllocatorModel::blockIndex(const Segment& seg, int32_t buffer) const {
     for (size_t i = 0; i < seg.blocks.size(); ++i) {
         if (seg.blocks[i].buffer == buffer) return static_cast<int32_t>(i);
@@ -88,6 +96,7 @@ bool CachingAllocatorModel::placeInBlock(int32_t seg_index, int32_t block_index,
         b.size = size;
         seg.blocks.insert(seg.blocks.begin() + block_index + 1, Block{remaining, -1});
     }
+    refreshLargest(seg);
     m_buffers[static_cast<size_t>(buffer)].segment = seg_index;
     return true;
 }
@@ -98,7 +107,7 @@ bool CachingAllocatorModel::tryCached(int64_t size, bool small, Stream stream, i
     const int64_t max_split = m_config.max_split_size;
     for (size_t si = 0; si < m_segments.size(); ++si) {
         const Segment& seg = m_segments[si];
-        if (!seg.live || seg.stream != stream || seg.small != small) continue;
+        if (!seg.live || seg.stream != stream || seg.small != small || seg.largest_free < size) continue;
         for (size_t bi = 0; bi < seg.blocks.size(); ++bi) {
             const Block& b = seg.blocks[bi];
             if (b.buffer >= 0 || b.size < size || b.size >= best_size) continue;
@@ -184,6 +193,7 @@ void CachingAllocatorModel::releaseCached() {
             seg.blocks.back().size -= unmap;
             if (seg.blocks.back().size == 0) seg.blocks.pop_back();
             seg.size -= unmap;
+            refreshLargest(seg);
             m_stats.reserved_bytes -= unmap;
             m_stats.reserved_by_stream[static_cast<size_t>(seg.stream)] -= unmap;
             continue;
@@ -242,6 +252,7 @@ void CachingAllocatorModel::freeBlock(int32_t seg_index, int32_t block_index) {
         blocks[i - 1].size += blocks[i].size;
         blocks.erase(blocks.begin() + static_cast<std::ptrdiff_t>(i));
     }
+    refreshLargest(m_segments[static_cast<size_t>(seg_index)]);
 }
 
 void CachingAllocatorModel::free(int32_t buffer) {
@@ -292,6 +303,7 @@ void CachingAllocatorModel::restoreTail(int32_t buffer) {
             seg.blocks[i + 1].size -= tail;
             if (seg.blocks[i + 1].size == 0) seg.blocks.erase(seg.blocks.begin() + static_cast<std::ptrdiff_t>(i) + 1);
         }
+        refreshLargest(seg);
     }
     noteChange();
 }

@@ -98,6 +98,7 @@ private:
         bool expandable = false;
         bool live = false;     // false: released, the slot may be reused
         int64_t size = 0;
+        int64_t largest_free = 0;   // the largest free block: lets the best-fit search skip the segment
         std::vector<Block> blocks;  // in address order, covering the segment
     };
     struct BufferState {
@@ -114,6 +115,7 @@ private:
     void releaseCached();
     void freeBlock(int32_t seg, int32_t block);
     void noteChange();
+    static void refreshLargest(Segment& seg);
 
     AllocatorConfig m_config;
     std::vector<Segment> m_segments;
