@@ -8,6 +8,7 @@
 
 #include "core/lower.hpp"
 #include "core/memory.hpp"
+#include "bench/bench_plan.hpp"
 #include "core/model_io.hpp"
 #include "core/plan.hpp"
 
@@ -15,23 +16,7 @@ using namespace shardcast::core;
 
 namespace {
 
-Plan benchPlan(const char* model_name, int nodes) {
-    auto model = resolveModel(model_name);
-    if (!model) {
-        std::fprintf(stderr, "%s\n", model.error().message.c_str());
-        std::exit(2);
-    }
-    Plan plan;
-    plan.model = std::make_shared<const Model>(std::move(*model));
-    plan.model_ref = model_name;
-    plan.cluster.gpu = *findGpuPreset("H100-SXM");
-    plan.cluster.nodes = nodes;
-    plan.cluster.gpus_per_node = 8;
-    plan.training.seq_len = 8192;
-    plan.sharding.strategy = Strategy::FullShard;
-    plan.sharding.wrap.kind = WrapKind::Block;
-    return plan;
-}
+using shardcast::bench::benchPlan;
 
 void runPlans(benchmark::State& state, const Plan& plan) {
     auto mesh = validatePlan(plan);

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <memory>
 
+#include "bench/bench_plan.hpp"
 #include "core/model_io.hpp"
 #include "core/plan.hpp"
 #include "simulator/evaluation.hpp"
@@ -18,23 +19,7 @@ using namespace shardcast;
 
 namespace {
 
-core::Plan benchPlan(const char* model_name, int nodes) {
-    auto model = core::resolveModel(model_name);
-    if (!model) {
-        std::fprintf(stderr, "%s\n", model.error().message.c_str());
-        std::exit(2);
-    }
-    core::Plan plan;
-    plan.model = std::make_shared<const core::Model>(std::move(*model));
-    plan.model_ref = model_name;
-    plan.cluster.gpu = *core::findGpuPreset("H100-SXM");
-    plan.cluster.nodes = nodes;
-    plan.cluster.gpus_per_node = 8;
-    plan.training.seq_len = 8192;
-    plan.sharding.strategy = core::Strategy::FullShard;
-    plan.sharding.wrap.kind = core::WrapKind::Block;
-    return plan;
-}
+using shardcast::bench::benchPlan;
 
 // The evaluation the sweeps and the search run per candidate (sim::Evaluator without the issue-order
 // replay and the per-unit breakdown).
@@ -121,7 +106,7 @@ void BM_Sweep1000_Llama8B_TwoThreads(benchmark::State& state) {
     sim::SweepOptions options;
     options.threads = 2;
     options.acs = {core::AcSpec{core::Checkpointing::None, 1}, core::AcSpec{core::Checkpointing::Full, 1},
-                   core::AcSpec{core::Checkpointing::Selective, 1}};
+                   core::AcSpec{core::Checkpointing::Op, 1}};
     for (int64_t mb = 1; mb <= 8; ++mb) options.micro_batches.push_back(mb);
     auto candidates = sim::sweepCandidates(plan, options);  // 3 strategies x 15 wraps x 8 x 3 = 1,080
     candidates.resize(std::min<size_t>(candidates.size(), 1000));

@@ -136,7 +136,7 @@ void Lowering::fillProgramHeader() {
     }
     for (const Segment& seg : m_s.segs) {
         m_p.units[seg.unit].fwd_flops += seg.fwd_flops;
-        m_p.units[seg.unit].activation_bytes += seg.saved;
+        m_p.units[seg.unit].activation_bytes += seg.saved + seg.sac_kept;
     }
     for (const BufferSpec& b : m_model.buffers) buffers += b.numel * itemSize(b.dtype);
     const GpuSpec& gpu = m_plan.cluster.gpu;

@@ -57,8 +57,12 @@ struct UnitSizes {
 // tasks. Bytes are per micro-batch.
 struct Segment {
     int32_t unit = 0;          // program unit index
-    bool checkpointed = false; // full activation checkpointing of the enclosing block
+    bool checkpointed = false; // the enclosing block runs under checkpoint_wrapper (full, layer, op)
     int64_t fwd_flops = 0, bwd_flops = 0, fwd_hbm = 0, bwd_hbm = 0;
+    // What a recompute runs: the whole forward, or under per-op SAC the ops whose outputs were not
+    // kept (rec_weight_bytes: the parameters those ops read).
+    int64_t rec_flops = 0, rec_hbm = 0, rec_weight_bytes = 0;
+    int64_t sac_kept = 0;      // per-op SAC: op outputs kept from the forward until the recompute
     int64_t saved = 0;         // Activation bytes held after the forward
     int64_t saved_full = 0;    // what a recompute re-creates (checkpointed segments)
     int64_t fwd_peak_act = 0, fwd_peak_temp = 0;     // forward transient (no checkpointing)
@@ -67,7 +71,7 @@ struct Segment {
     int64_t grad_bytes = 0;    // gradients (param_dtype) produced by this segment
     int64_t weight_bytes = 0;  // unsharded parameters (param_dtype) the segment's ops read
     int64_t op_begin = 0, op_end = 0;  // range in LowerScratch::active
-    Span fwd_ops, bwd_ops;     // kernel shapes in Program::ops (forward and recompute; backward)
+    Span fwd_ops, rec_ops, bwd_ops;  // kernel shapes in Program::ops (forward; recompute; backward)
 };
 
 // The forward schedule: a unit's pre-forward hook, a segment, a unit's post-forward hook.
@@ -111,6 +115,7 @@ struct UnitState {
 // Costs of one op for this plan's tokens and dtypes (bytes and FLOPs per micro-batch).
 struct OpCost {
     int64_t saved = 0, temp = 0, bwd_temp = 0, flops = 0, bwd_flops = 0, io = 0;
+    int64_t out = 0;  // output bytes per-op SAC keeps when it saves this op (mm, flash attention)
 };
 
 }  // namespace detail
@@ -130,11 +135,12 @@ struct LowerScratch {
     std::vector<int64_t> op_grad_elems;  // per model op: gradient elements produced in its backward
     std::vector<int64_t> op_weight_elems;  // per model op: parameter elements its module reads
     std::vector<uint8_t> op_frozen;      // per model op: its module's parameters are all frozen
+    std::vector<uint8_t> sac_keep;       // per active op: per-op SAC keeps its output (no recompute)
     std::vector<MemEvent> host_pending;  // host-side frees applied at the next task's start
     // Per segment, in the current micro-batch: the activations its forward saved and its recompute
     // re-created; the gradients its backward produced and the next older gradient buffer of the
     // same unit (-1: none), a list a unit frees when it reduces.
-    std::vector<detail::BufferRef> seg_saved, seg_recomputed, seg_grad;
+    std::vector<detail::BufferRef> seg_saved, seg_recomputed, seg_grad, seg_kept;
     std::vector<int32_t> seg_grad_next;
     std::vector<int32_t> free_queue;     // FSDP1 rate limiter: tasks whose end frees a unit
     // Temporaries of orderUnits() and unitSizes().

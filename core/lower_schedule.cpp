@@ -74,13 +74,15 @@ void Lowering::forwardSegment(int32_t si, int mb, bool first) {
     cur().flops = seg.fwd_flops;
     cur().hbm_bytes = seg.fwd_hbm + seg.weight_bytes;
     cur().ops = seg.fwd_ops;
+    // Forward transients are Activation: PyTorch's MemTracker.__torch_dispatch__ files whatever
+    // is allocated outside backward and the optimizer (and inside AC recompute) as ACT.
     if (seg.checkpointed) {
-        peakScratch(MemCategory::Temp, seg.ckpt_peak_temp);
+        peakScratch(MemCategory::Activation, seg.ckpt_peak_temp);
     } else {
-        peakScratch(MemCategory::Activation, seg.fwd_peak_act);
-        peakScratch(MemCategory::Temp, seg.fwd_peak_temp);
+        peakScratch(MemCategory::Activation, seg.fwd_peak_act + seg.fwd_peak_temp);
     }
     m_s.seg_saved[static_cast<size_t>(si)] = alloc(At::End, MemCategory::Activation, seg.saved);
+    m_s.seg_kept[static_cast<size_t>(si)] = alloc(At::End, MemCategory::Activation, seg.sac_kept);
 }
 
 // Post-forward hook, rule 5: reshard unless the unit keeps its parameters until backward.
@@ -136,7 +138,9 @@ void Lowering::issueUnshard(int32_t u, int mb, bool backward) {
         mp_shard = alloc(At::Start, MemCategory::AllGather, us.cast_bytes);
     } else {
         st.flat_buf = alloc(At::Start, MemCategory::AllGather, m_p.units[u].unshard_in_flight_bytes);
-        peakScratch(MemCategory::AllGather, us.cast_bytes);
+        // The cast of the shard is no collective's buffer: FSDPMemTracker files it by phase
+        // (ACT before forward, TEMP before backward); only _allgather_base_'s output is All Gather.
+        peakScratch(backward ? MemCategory::Temp : MemCategory::Activation, us.cast_bytes);
     }
     release(At::End, staged);
     const int32_t copy_in = curId();
@@ -263,7 +267,9 @@ void Lowering::prefetchAfter(int32_t u, int mb) {
 }
 
 // A checkpointed segment is recomputed first; the backward then releases the saved tensors and
-// produces the segment's gradients (kept, or accumulated into those already held).
+// produces the segment's gradients (kept, or accumulated into those already held). Per-op SAC's
+// kept outputs are handed back to the recompute, which re-creates what the backward needs
+// (saved_full, sharing their storage where they are among it); the rest of them die with it.
 void Lowering::backwardSegment(int32_t si, int mb) {
     const Segment& seg = m_s.segs[static_cast<size_t>(si)];
     BufferRef& saved = m_s.seg_saved[static_cast<size_t>(si)];
@@ -271,11 +277,11 @@ void Lowering::backwardSegment(int32_t si, int mb) {
     UnitState& st = m_s.st[seg.unit];
     if (seg.checkpointed) {
         computeTask(TaskKind::Recompute, seg.unit, mb);
-        cur().flops = seg.fwd_flops;
-        cur().hbm_bytes = seg.fwd_hbm + seg.weight_bytes;
-        cur().ops = seg.fwd_ops;
-        peakScratch(MemCategory::Activation, seg.fwd_peak_act);
-        peakScratch(MemCategory::Temp, seg.fwd_peak_temp);
+        cur().flops = seg.rec_flops;
+        cur().hbm_bytes = seg.rec_hbm + seg.rec_weight_bytes;
+        cur().ops = seg.rec_ops;
+        release(At::Start, m_s.seg_kept[static_cast<size_t>(si)]);
+        peakScratch(MemCategory::Activation, seg.fwd_peak_act + seg.fwd_peak_temp);  // ACT under AC too
         recomputed = alloc(At::End, MemCategory::Activation, seg.saved_full);
     }
     computeTask(TaskKind::Backward, seg.unit, mb);
@@ -286,13 +292,18 @@ void Lowering::backwardSegment(int32_t si, int mb) {
     const bool direct = !m_sharded && !m_mp;
     const MemCategory gcat = direct ? MemCategory::ShardedGrad : MemCategory::UnshardedGrad;
     const bool persistent = direct ? !st.sharded_grad : !st.acc_live;
-    peakScratch(gcat, seg.bwd_peak_grad);
+    // Gradients being made are Temp: FSDPMemTracker files unsharded grads as such only when
+    // their unit's post-backward starts (_fsdp_param_group_post_backward).
+    peakScratch(direct ? gcat : MemCategory::Temp, seg.bwd_peak_grad);
     peakScratch(MemCategory::Temp, seg.bwd_peak_temp);
     peakReleased(seg.checkpointed ? recomputed : saved, seg.bwd_peak_freed);
     release(At::End, recomputed);
     release(At::End, saved);
     if (persistent) {
-        keepGrad(seg.unit, si, alloc(At::End, gcat, seg.grad_bytes));
+        // Reduced by this micro-batch's post-backward: Temp until then (freed there). Kept for
+        // the next micro-batch (no_sync): Unsharded Grad, as the tracker files it from then on.
+        const bool reduced_now = m_sharded && (!m_tr.no_sync || mb == m_tr.grad_accum - 1);
+        keepGrad(seg.unit, si, alloc(At::End, reduced_now ? MemCategory::Temp : gcat, seg.grad_bytes));
         if (!direct) st.grads_live += seg.grad_bytes;
     }
 }
@@ -488,8 +499,9 @@ void Lowering::optimizerStep() {
     cur().hbm_bytes = elems * item * (kOptimizerTensorsRead + kOptimizerTensorsWritten + 2 * states);
     cur().host_blocks = m_offload;
     cur().ops = pushElementwise(cur().hbm_bytes, cur().flops, m_master);
-    // PyTorch's default foreach AdamW keeps one temporary of the parameters' size (sqrt(v)).
-    if (!m_offload && m_tr.optimizer == Optimizer::AdamW) peakScratch(MemCategory::Temp, elems * item);
+    // PyTorch's default foreach AdamW keeps one temporary of the parameters' size (sqrt(v)),
+    // filed as OptState: MemTracker files what the optimizer step allocates as OPT.
+    if (!m_offload && m_tr.optimizer == Optimizer::AdamW) peakScratch(MemCategory::OptState, elems * item);
     // fp32 DDP keeps the gradients autograd wrote, one buffer per segment.
     const bool direct = !m_sharded && !m_mp;
     for (size_t u = 0; u < m_s.us.size(); ++u) {

@@ -1,9 +1,11 @@
 // Segments and activation memory: the forward ops cut into runs of one unit inside one block,
 // their FLOPs and HBM bytes, what each keeps for backward under activation checkpointing (none,
-// full per block, full every K blocks, selective), its transient peaks, and the order in which
-// FSDP's forward and backward hooks fire around them.
+// full per block, every K-th block, torchtitan's per-op SAC, Megatron's attention core), its
+// transient peaks, and the order in which FSDP's forward and backward hooks fire around them.
 #include <algorithm>
 #include <cmath>
+#include <string_view>
+#include <vector>
 
 #include "core/lower_internal.hpp"
 
@@ -40,11 +42,16 @@ void Lowering::buildSegments() {
     m_s.seg_saved.assign(n, BufferRef{});
     m_s.seg_recomputed.assign(n, BufferRef{});
     m_s.seg_grad.assign(n, BufferRef{});
+    m_s.seg_kept.assign(n, BufferRef{});
     m_s.seg_grad_next.assign(n, -1);
 }
 
-// A new segment starts where the unit or the block changes. Full checkpointing (every
-// ac_every-th block) keeps the block's input once, with the block's first segment.
+// A new segment starts where the unit or the block changes. A checkpointed block (full: every
+// block; layer: every ac_every-th; op: every block) keeps its input once, with its first segment.
+// Per-op SAC also marks the ops whose outputs it keeps: torchtitan's _save_list policy
+// (torchtitan/models/llama/parallelize_llama.py, _apply_ac_to_transformer_block) saves the
+// outputs of aten.mm except every second one, counted from 1 within each block's forward, and of
+// SDPA's flash / efficient attention; everything else is recomputed.
 void Lowering::splitIntoSegments() {
     const auto n_mod = m_model.modules.size();
     auto& block_of = m_s.block_of;
@@ -57,16 +64,37 @@ void Lowering::splitIntoSegments() {
     m_s.segs.clear();
     int32_t cur_unit = -1, cur_block = -2;
     int32_t last_block_seen = -1;
+    const bool op_sac = m_tr.ac == Checkpointing::Op;
+    m_s.sac_keep.assign(m_s.active.size(), 0);
+    // A linear layer with a bias runs aten.addmm, which the save list does not name (nor count).
+    std::vector<uint8_t> has_bias;
+    if (op_sac) {
+        has_bias.assign(n_mod, 0);
+        for (const Param& prm : m_model.params) {
+            const std::string_view name = prm.name;
+            if (name.size() >= 5 && name.substr(name.size() - 5) == ".bias") has_bias[static_cast<size_t>(prm.module)] = 1;
+        }
+    }
+    int mm_count = 0;
     for (size_t ai = 0; ai < m_s.active.size(); ++ai) {
         const Op& op = m_model.ops[m_s.active[ai]];
         const int32_t unit = m_s.pidx[m_s.ua.module_unit[op.module]];
         const int32_t block = block_of[op.module];
+        if (op_sac && block >= 0) {
+            if (block != last_block_seen) mm_count = 0;
+            if (op.kernel == KernelShape::Linear && !has_bias[static_cast<size_t>(op.module)])
+                m_s.sac_keep[ai] = ++mm_count % 2 == 1;
+            if (op.kernel == KernelShape::FlashAttention) m_s.sac_keep[ai] = 1;
+        }
         if (unit != cur_unit || block != cur_block) {
             Segment seg;
             seg.unit = unit;
             seg.op_begin = static_cast<int64_t>(ai);
-            seg.checkpointed = m_tr.ac == Checkpointing::Full && block >= 0 &&
-                               m_s.block_index[static_cast<size_t>(block)] % m_tr.ac_every == 0;
+            if (block >= 0) {
+                const int64_t index = m_s.block_index[static_cast<size_t>(block)];
+                seg.checkpointed = m_tr.ac == Checkpointing::Full || op_sac ||
+                                   (m_tr.ac == Checkpointing::Layer && layerAcCheckpoints(index, m_tr.ac_every));
+            }
             if (seg.checkpointed && block != last_block_seen) {
                 seg.saved = m_model.arch.hidden > 0 ? m_tokens * m_model.arch.hidden * itemSize(m_pdt)
                                                     : elementBytes(op.saved_act, op.saved_f32, op.saved_u8, op.saved_i64);
@@ -94,9 +122,21 @@ void Lowering::opCosts() {
     auto opCost = [&](const Op& op) {
         OpCost c;
         c.saved = elementBytes(op.saved_act, op.saved_f32, op.saved_u8, op.saved_i64);
+        if (m_tr.hf_mask == HfMask::V4) c.saved += elementBytes(op.saved_act_hf_mask, none, none, none);
         c.temp = elementBytes(op.temp_act, op.temp_f32, none, none);
         c.bwd_temp = elementBytes(op.bwd_temp_act, op.bwd_temp_f32, none, none);
-        c.flops = static_cast<int64_t>(op.flops.at(t, s));
+        // FLOPs executed: a causal kernel skips the masked half of the s^2 work (flash-attention's
+        // benchmarks/benchmark_flash_attention.py, flops(): "// (2 if causal else 1)").
+        Coef executed = op.flops;
+        if (op.causal) executed.per_token_seq /= 2;
+        c.flops = static_cast<int64_t>(executed.at(t, s));
+        if (op.kernel == KernelShape::Linear) {
+            c.out = static_cast<int64_t>(static_cast<double>(op.out_features) * op.token_share * static_cast<double>(t)) *
+                    itemSize(m_pdt);
+        } else if (op.kernel == KernelShape::FlashAttention) {
+            // SDPA's output [b, heads, s, head_dim] and its fp32 logsumexp [b, heads, s].
+            c.out = t * op.heads * op.head_dim * itemSize(m_pdt) + t * op.heads * itemSize(DType::F32);
+        }
         c.bwd_flops = static_cast<int64_t>(static_cast<double>(c.flops) * op.bwd_flops_factor);
         c.io = static_cast<int64_t>(op.io_act.at(t, s)) * itemSize(m_pdt);
         return c;
@@ -130,6 +170,7 @@ bool Lowering::sameAsPrevious(size_t si) const {
     const Segment& b = m_s.segs[si];
     if (a.op_end - a.op_begin != b.op_end - b.op_begin || a.checkpointed != b.checkpointed) return false;
     for (int64_t k = 0; k < a.op_end - a.op_begin; ++k) {
+        if (m_s.sac_keep[static_cast<size_t>(a.op_begin + k)] != m_s.sac_keep[static_cast<size_t>(b.op_begin + k)]) return false;
         const auto oa = static_cast<size_t>(m_s.active[static_cast<size_t>(a.op_begin + k)]);
         const auto ob = static_cast<size_t>(m_s.active[static_cast<size_t>(b.op_begin + k)]);
         const int32_t ca = m_model.ops[oa].cost_class;
@@ -141,11 +182,12 @@ bool Lowering::sameAsPrevious(size_t si) const {
 }
 
 // Work and activation memory of one segment. Forward: saved tensors accumulate op by op; the
-// transient peak is the largest (saved so far + the op's temporaries). Selective checkpointing
-// drops the marked ops' tensors and recomputes those ops inside the backward. Backward, in
-// reverse op order: gradients appear while saved tensors are released.
+// transient peak is the largest (saved so far + the op's temporaries). Attention-core recompute
+// drops the marked ops' tensors and recomputes those ops inside the backward. A checkpointed
+// segment's recompute runs its forward again, under per-op SAC less the ops whose outputs were
+// kept. Backward, in reverse op order: gradients appear while saved tensors are released.
 void Lowering::segmentCosts(Segment& seg) {
-    const bool selective = m_tr.ac == Checkpointing::Selective;
+    const bool selective = m_tr.ac == Checkpointing::AttnCore;
     const int64_t grad_item = itemSize(m_pdt);
     int64_t cum = 0, best = -1, sel_saved = 0;
     for (int64_t ai = seg.op_begin; ai < seg.op_end; ++ai) {
@@ -157,6 +199,13 @@ void Lowering::segmentCosts(Segment& seg) {
         seg.bwd_hbm += 2 * c.io;
         seg.grad_bytes += m_s.op_grad_elems[oi] * grad_item;
         seg.weight_bytes += m_s.op_weight_elems[oi] * grad_item;
+        if (m_s.sac_keep[static_cast<size_t>(ai)]) {
+            seg.sac_kept += c.out;
+        } else {
+            seg.rec_flops += c.flops;
+            seg.rec_hbm += c.io;
+            seg.rec_weight_bytes += m_s.op_weight_elems[oi] * grad_item;
+        }
         const bool dropped = selective && m_model.ops[oi].selective_recompute;
         if (dropped) {
             sel_saved += c.saved;
@@ -200,10 +249,11 @@ void Lowering::segmentCosts(Segment& seg) {
 }
 
 // The kernels of a segment (program.hpp OpShape): its forward, which a recompute repeats, and
-// its backward in reverse op order. Under selective checkpointing the dropped ops run forward
-// again inside the backward, all at once where the backward reaches the first of them.
+// its backward in reverse op order. Under attention-core recompute the dropped ops run forward
+// again inside the backward, all at once where the backward reaches the first of them. Under
+// per-op SAC the recompute runs the ops whose outputs were not kept.
 void Lowering::segmentOps(Segment& seg) {
-    const bool selective = m_tr.ac == Checkpointing::Selective;
+    const bool selective = m_tr.ac == Checkpointing::AttnCore;
     auto dropped = [&](int64_t ai) {
         return selective && m_model.ops[static_cast<size_t>(m_s.active[static_cast<size_t>(ai)])].selective_recompute;
     };
@@ -211,6 +261,14 @@ void Lowering::segmentOps(Segment& seg) {
     seg.fwd_ops.offset = static_cast<uint32_t>(m_p.ops.size());
     for (int64_t ai = seg.op_begin; ai < seg.op_end; ++ai) pushForwardOps(opAt(ai), m_s.op_cost[static_cast<size_t>(ai)]);
     seg.fwd_ops.count = static_cast<uint32_t>(m_p.ops.size()) - seg.fwd_ops.offset;
+    seg.rec_ops = seg.fwd_ops;
+    if (seg.checkpointed && m_tr.ac == Checkpointing::Op) {
+        seg.rec_ops.offset = static_cast<uint32_t>(m_p.ops.size());
+        for (int64_t ai = seg.op_begin; ai < seg.op_end; ++ai) {
+            if (!m_s.sac_keep[static_cast<size_t>(ai)]) pushForwardOps(opAt(ai), m_s.op_cost[static_cast<size_t>(ai)]);
+        }
+        seg.rec_ops.count = static_cast<uint32_t>(m_p.ops.size()) - seg.rec_ops.offset;
+    }
     seg.bwd_ops.offset = static_cast<uint32_t>(m_p.ops.size());
     bool recomputed = false;
     for (int64_t ai = seg.op_end - 1; ai >= seg.op_begin; --ai) {

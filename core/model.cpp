@@ -52,8 +52,23 @@ bool Model::isWithin(int32_t m, int32_t ancestor) const {
     return false;
 }
 
+int64_t Model::numEmbeddingParams() const {
+    std::vector<uint8_t> is_embedding(modules.size(), 0);
+    for (const Op& op : ops)
+        if (op.kind == OpKind::Embedding) is_embedding[static_cast<size_t>(op.module)] = 1;
+    int64_t n = 0;
+    for (const Param& p : params)
+        if (is_embedding[static_cast<size_t>(p.module)]) n += p.numel();
+    return n;
+}
+
+// torchtitan's convention (torchtitan/models/utils.py get_dense_model_nparams_and_flops; train.py
+// of 2024 passed get_num_params(model, exclude_embedding=True) to get_num_flop_per_token):
+// 6 * (N - N_embedding) + 12 * L * H * Q * T, with H heads of Q = head_dim and T = seq_len. The
+// attention term counts the whole s x s product (no causal halving) and no flash recompute; a
+// tied LM head shares the embedding's weight, so its FLOPs go uncounted, as in torchtitan.
 double Model::modelFlopsPerToken(int64_t seq_len) const {
-    const double n = static_cast<double>(numParams());
+    const double n = static_cast<double>(numParams() - numEmbeddingParams());
     const double s = static_cast<double>(seq_len);
     if (arch.layers > 0) {
         const double h_attn = static_cast<double>(arch.heads * arch.head_dim);
@@ -76,6 +91,7 @@ bool sameCosts(const Op& a, const Op& b) {
            a.bwd_flops_factor == b.bwd_flops_factor && a.causal == b.causal &&
            a.selective_recompute == b.selective_recompute && sameCoef(a.flops, b.flops) &&
            sameCoef(a.saved_act, b.saved_act) && sameCoef(a.saved_f32, b.saved_f32) && sameCoef(a.saved_u8, b.saved_u8) &&
+           sameCoef(a.saved_act_hf_mask, b.saved_act_hf_mask) &&
            sameCoef(a.saved_i64, b.saved_i64) && sameCoef(a.temp_act, b.temp_act) && sameCoef(a.temp_f32, b.temp_f32) &&
            sameCoef(a.bwd_temp_act, b.bwd_temp_act) && sameCoef(a.bwd_temp_f32, b.bwd_temp_f32) &&
            sameCoef(a.io_act, b.io_act) && a.kernel == b.kernel && a.in_features == b.in_features &&

@@ -84,6 +84,9 @@ struct Op {
     Coef saved_f32;     // fp32 elements
     Coef saved_u8;      // 1-byte elements (dropout masks; custom models give bytes here)
     Coef saved_i64;     // int64 elements (indices)
+    // Saved in addition, in the activation dtype, when transformers 4.5x gives SDPA a
+    // materialised mask (TrainingSpec::hf_mask): the converted mask and K/V repeated to all heads.
+    Coef saved_act_hf_mask;
     // Transient while the forward op runs (outputs consumed by the next op, workspaces).
     Coef temp_act, temp_f32;
     // Transient while the backward op runs (gradients of outputs and inputs).
@@ -129,7 +132,10 @@ struct Model {
     // Numbers ops whose costs (kind, variants, every Coef and flag) are identical, so the
     // lowering computes the costs of a repeated block once. The importers call it.
     void assignCostClasses();
-    // FLOPs per token as 6*N + 12*L*h*s (the MFU convention; PaLM appendix B, torchtitan).
+    // Parameters of the modules that run an Embedding op (token and position embeddings).
+    int64_t numEmbeddingParams() const;
+    // Model FLOPs per token by torchtitan's MFU convention: 6 * (N - N_embedding) + 12 * L * h * s
+    // (PaLM appendix B; torchtitan's get_num_flop_per_token / get_dense_model_nparams_and_flops).
     double modelFlopsPerToken(int64_t seq_len) const;
 };
 

@@ -123,6 +123,12 @@ void addNorm(Builder& b, int32_t m, int64_t h, NormImpl impl, bool input_shared 
         e.saved_f32.per_token = 2 * hd + 1;
     }
     e.temp_f32.per_token = hd;
+    // Backward (torch/csrc/autograd/FunctionsManual.cpp): the fp32 input gets two gradients, the
+    // direct one from `x * rsqrt(..)` (mul_tensor_backward), held in the engine's input buffer,
+    // and one through mean_backward (grad.expand(..) / h: a new h-sized fp32 tensor) and
+    // pow_backward, `grad * (exp * self.pow(exp - 1))`, whose self.pow(1) copy, its product
+    // with 2 and the result are alive together: 5 fp32 tensors of h per token at its peak.
+    e.bwd_temp_f32.per_token = 5 * hd;
     e.io_act.per_token = 2 * hd;
     // Fused RMSNorm kernel: saves its input and one rstd per row.
     Op& f = b.op(m, "rms_norm", OpKind::Norm);
@@ -189,12 +195,22 @@ void addAttentionCore(Builder& b, int32_t m, const AttnShape& a) {
     Op& flash = b.op(m, "attn.core", OpKind::Attention);
     attentionKernel(flash, KernelShape::FlashAttention);
     flash.attention_variants = variant::kFlash;
-    flash.flops.per_token_seq = 4 * qd;  // QK^T + PV, without causal halving
-    // Flash backward recomputes the scores (about 2.5x forward); 2 keeps the model-FLOPs convention.
-    flash.bwd_flops_factor = 2;
+    flash.flops.per_token_seq = 4 * qd;  // QK^T + PV over all s x s; causal halves what runs (lowering)
+    // FlashAttention-2's backward recomputes Q K^T: 5 GEMMs for the forward's 2 (flash-attention
+    // benchmarks/benchmark_flash_attention.py, flops(): bwd = 2.5 * fwd).
+    flash.bwd_flops_factor = 2.5;
     flash.causal = true;
-    flash.saved_act.per_token = qd + 2 * kvd + qd;
+    // Its output is saved too, but that storage is o_proj's saved input (HF's sdpa_attention_forward
+    // transposes it back to [b, s, h, d], which the kernel wrote contiguously, so .contiguous() and
+    // the reshape copy nothing): counted once, by o_proj.
+    flash.saved_act.per_token = qd + 2 * kvd;
     flash.saved_f32.per_token = heads;
+    // transformers 4.5x (sdpa_attention_forward): with a mask, use_gqa_in_sdpa() is false and
+    // repeat_kv copies K and V to all heads (2 * (qd - kvd) more saved); the boolean [b, 1, s, s]
+    // mask is converted to the query dtype inside scaled_dot_product_attention on every call and
+    // saved by the kernel (one element per token per key position, per layer).
+    flash.saved_act_hf_mask.per_token = 2 * (qd - kvd);
+    flash.saved_act_hf_mask.per_token_seq = 1;
     flash.io_act.per_token = qd + 2 * kvd + qd;
 
     // Eager: q, and k and v expanded to all heads by repeat_kv (copies when kv_heads < heads).
@@ -313,7 +329,10 @@ void addEmbedding(Builder& b, int32_t m, int64_t h, bool saves_indices) {
 }
 
 // LM head and loss. Eager HF ForCausalLMLoss: bf16 logits and their fp32 copy are transient,
-// log_softmax keeps its fp32 output, backward makes two fp32 and one bf16 V-sized gradient.
+// log_softmax keeps its fp32 output. Backward: nll_loss_backward makes an fp32 V-sized gradient,
+// _log_softmax_backward_data another while the first is still its input (2 fp32 V); the engine
+// frees the first before ToCopyBackward0 casts the second to bf16 (fp32 + bf16 V, less): the
+// bf16 gradient never coexists with both fp32 ones.
 // A fused linear+cross-entropy kernel (Liger) keeps only the input gradient it computes in
 // forward (h, the same size as the eager matmul's saved input) and no V-sized tensor.
 void addHeadAndLoss(Builder& b, int32_t head, int64_t h, int64_t vocab, bool final_softcap) {
@@ -336,7 +355,6 @@ void addHeadAndLoss(Builder& b, int32_t head, int64_t h, int64_t vocab, bool fin
     loss.saved_f32.per_token = V;
     loss.saved_i64.per_token = 1;  // the shifted labels, saved by nll_loss
     loss.bwd_temp_f32.per_token = 2 * V;
-    loss.bwd_temp_act.per_token = V;
     loss.io_act.per_token = 3 * V;
 }
 

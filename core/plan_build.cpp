@@ -213,10 +213,7 @@ Result<Plan> buildPlan(const PlanOverrides& o) {
     }
     if (o.ac) {
         auto v = parseAcSpec(*o.ac);
-        if (!v) {
-            return makeError(fmt::format(
-                "--ac: unknown checkpointing '{}'; valid: none, full, full:K (every K-th block), selective", *o.ac));
-        }
+        if (!v) return makeError("--ac: " + acSpecError(*o.ac));
         t.ac = v->mode;
         t.ac_every = v->every;
     }
@@ -234,6 +231,11 @@ Result<Plan> buildPlan(const PlanOverrides& o) {
         auto v = parseAllocatorMode(*o.allocator);
         if (!v) return makeError(fmt::format("--allocator: unknown mode '{}'; valid: caching, expandable", *o.allocator));
         t.allocator = *v;
+    }
+    if (o.hf_mask) {
+        auto v = parseHfMask(*o.hf_mask);
+        if (!v) return makeError(fmt::format("--hf-mask: unknown transformers behaviour '{}'; valid: 5.x, 4.5x", *o.hf_mask));
+        t.hf_mask = *v;
     }
     if (o.offload) {
         auto v = parseOffload(*o.offload);

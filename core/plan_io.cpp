@@ -205,7 +205,7 @@ private:
 Status readTraining(const json& j, const std::string& where, TrainingSpec& t) {
     SectionReader r(j, where, "training");
     r.checkKeys({"micro_batch", "seq_len", "grad_accum", "no_sync", "optimizer", "param_dtype", "reduce_dtype",
-                 "master_dtype", "ac", "attention", "kernels", "offload", "frozen", "allocator"});
+                 "master_dtype", "ac", "attention", "kernels", "offload", "hf_mask", "frozen", "allocator"});
     r.integer("micro_batch", t.micro_batch, "a positive integer");
     r.integer("seq_len", t.seq_len, "a positive integer");
     r.integer("grad_accum", t.grad_accum, "a positive integer");
@@ -215,12 +215,15 @@ Status readTraining(const json& j, const std::string& where, TrainingSpec& t) {
     r.optionalDType("reduce_dtype", t.reduce_dtype);
     r.enumeration("master_dtype", t.master_dtype, parseDType, "fp32, bf16, fp16");
     AcSpec ac{t.ac, t.ac_every};
-    r.enumeration("ac", ac, parseAcSpec, "none, full, full:K (every K-th block), selective");
+    r.enumeration("ac", ac, parseAcSpec,
+                  std::string(kAcChoices) +
+                      " (\"selective\" is ambiguous: torchtitan's is layer:K or op, Megatron's attn-core)");
     t.ac = ac.mode;
     t.ac_every = ac.every;
     r.enumeration("attention", t.attention, parseAttention, "flash, eager");
     r.enumeration("kernels", t.kernels, parseKernelImpl, "eager, fused");
     r.enumeration("offload", t.offload, parseOffload, "none, cpu");
+    r.enumeration("hf_mask", t.hf_mask, parseHfMask, "5.x, 4.5x");
     r.string("frozen", t.frozen_regex);
     r.enumeration("allocator", t.allocator, parseAllocatorMode, "caching, expandable");
     return r.status();
@@ -391,7 +394,8 @@ Result<Model> readEmbeddedModel(const json& m, const std::string& where) {
     return model;
 }
 
-// "scale" applies on top of the model however the plan named it.
+// "scale" applies on top of the model however the plan named it. An embedded config is scaled as
+// it stands (scaleModel would read the model's file again, and an embedded model has none).
 Status applyScale(const json& j, const std::string& where, Model model, Plan& plan) {
     if (const auto scale_it = j.find("scale"); scale_it != j.end()) {
         if (!scale_it->is_string()) {
@@ -402,7 +406,14 @@ Status applyScale(const json& j, const std::string& where, Model model, Plan& pl
         if (!spec) return spec.error();
         if (spec->seq_len) return makeError(where + ": scale: seq is not a model size; set training.seq_len instead");
         plan.scale = spec->model;
-        auto scaled = scaleModel(model, plan.scale);
+        Result<Model> scaled = makeError("");
+        if (plan.model_config && !plan.model_config->contains("format")) {
+            auto config = scaleHfConfig(*plan.model_config, plan.scale, where + ": model.config");
+            if (!config) return makeError(where + ": scale: " + config.error().message);
+            scaled = importHfConfig(*config, model.name + "@" + scaleString(plan.scale), model.source);
+        } else {
+            scaled = scaleModel(model, plan.scale);
+        }
         if (!scaled) return makeError(where + ": scale: " + scaled.error().message);
         model = std::move(*scaled);
     }
@@ -714,6 +725,7 @@ nlohmann::json planToJson(const Plan& plan) {
     training["attention"] = std::string(attentionName(t.attention));
     training["kernels"] = std::string(kernelImplName(t.kernels));
     training["offload"] = std::string(offloadName(t.offload));
+    training["hf_mask"] = std::string(hfMaskName(t.hf_mask));
     training["frozen"] = t.frozen_regex;
     training["allocator"] = std::string(allocatorModeName(t.allocator));
     j["training"] = std::move(training);

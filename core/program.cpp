@@ -69,8 +69,10 @@ std::string_view opShapeKindName(OpShapeKind k) {
 int64_t opFlops(const OpShape& op) {
     switch (op.kind) {
         case OpShapeKind::Gemm: return 2 * op.m * op.n * op.k * op.batch;
-        case OpShapeKind::Attention: return 4 * op.batch * op.heads * op.seq * op.seq * op.head_dim;
-        case OpShapeKind::AttentionBackward: return 8 * op.batch * op.heads * op.seq * op.seq * op.head_dim;
+        case OpShapeKind::Attention:
+            return 4 * op.batch * op.heads * op.seq * op.seq * op.head_dim / (op.causal ? 2 : 1);
+        case OpShapeKind::AttentionBackward:
+            return 10 * op.batch * op.heads * op.seq * op.seq * op.head_dim / (op.causal ? 2 : 1);
         case OpShapeKind::Elementwise: return op.flops;
     }
     return 0;

@@ -114,9 +114,10 @@ struct ProcessGroup {
 //    k = T). Eager attention: batch = micro_batch * heads GEMMs of [seq, head_dim] x [head_dim,
 //    seq] (scores) and [seq, seq] x [seq, head_dim] (values).
 //  - Attention / AttentionBackward: a fused (flash) kernel over batch, heads (kv_heads for
-//    grouped-query attention), seq (query and key length) and head_dim. FLOPs count the full
-//    s x s product, 4 * batch * heads * seq^2 * head_dim forward and twice that backward (the
-//    model-FLOPs convention); `causal` says the kernel skips about half of it.
+//    grouped-query attention), seq (query and key length) and head_dim. FLOPs are those the
+//    kernel executes: 4 * batch * heads * seq^2 * head_dim forward and 2.5 times that backward
+//    (FlashAttention-2's backward recomputes Q K^T: 5 GEMMs for the forward's 2), halved when
+//    `causal` (the masked half is skipped); flash-attention benchmarks/benchmark_flash_attention.py.
 //  - Elementwise: a bandwidth-bound kernel moving `bytes` (read + written) and doing `flops`.
 // A task's FLOPs are the sum of its ops' FLOPs (opFlops); a Linear GEMM over a fraction of the
 // tokens (an MoE expert) rounds m to whole tokens.
@@ -240,8 +241,8 @@ struct Program {
     DType compute_dtype = DType::BF16;
     int micro_batches = 1;
     int64_t tokens_per_micro_batch = 0;
-    int64_t model_flops_per_step = 0;     // 6N + 12Lhs convention, per rank
-    int64_t hardware_flops_per_step = 0;  // sum of task FLOPs (recompute counted)
+    int64_t model_flops_per_step = 0;     // torchtitan's convention (core/flops.hpp), per rank
+    int64_t hardware_flops_per_step = 0;  // FLOPs executed: sum of task FLOPs (recompute counted)
     // Host (pinned CPU) memory per rank under CPU offload.
     int64_t host_param_bytes = 0, host_grad_bytes = 0, host_optimizer_bytes = 0;
 

@@ -71,6 +71,7 @@ nlohmann::json summaryReportJson(const Program& program, const StepSummary& s) {
     j["comm_s"] = {{"all_gather", s.all_gather_s}, {"reduce_scatter", s.reduce_scatter_s}, {"all_reduce", s.all_reduce_s}};
     j["mfu"] = s.mfu;
     j["hfu"] = s.hfu;
+    j["flop_conventions"] = {{"mfu", kMfuConvention}, {"hfu", kHfuConvention}};
     j["tokens_per_s_per_gpu"] = s.tokens_per_s_per_gpu;
     j["peak_flops"] = s.peak_flops;
     j["peak_bytes"] = s.peak_bytes;

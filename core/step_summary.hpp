@@ -42,6 +42,17 @@ struct StepSummary {
     bool operator==(const StepSummary&) const = default;
 };
 
+// The FLOP conventions behind MFU and HFU, one line each, as reports print them. With flash
+// attention and no recompute HFU can read below MFU: the MFU convention counts the whole s x s
+// attention product and no flash recompute (12 L h s per token), the kernels run the causal half
+// and recompute Q K^T in backward (7 L h s).
+inline constexpr const char* kMfuConvention =
+    "MFU: torchtitan's model FLOPs, 6 * (params - embedding params) + 12 * layers * heads * head_dim * seq "
+    "per token; attention counted in full (no causal halving), no recompute";
+inline constexpr const char* kHfuConvention =
+    "HFU: FLOPs executed, recompute included; causal flash attention does half the s^2 work, its backward "
+    "2.5x its forward; eager attention computes the full s x s";
+
 // `peak_flops` is the GPU's dense peak in the Program's compute dtype (the denominator of MFU and HFU),
 // from the hardware profile that timed the step or the GPU that ran it.
 StepSummary summarize(const Program& program, const Timeline& timeline, const TimedMemory& memory,

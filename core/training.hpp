@@ -10,30 +10,57 @@
 namespace shardcast::core {
 
 enum class Optimizer : uint8_t { AdamW, Sgd, SgdMomentum };
-enum class Checkpointing : uint8_t { None, Full, Selective };
+// Activation checkpointing as users name it:
+//  None     nothing recomputed.
+//  Full     every block under checkpoint_wrapper: a block keeps only its input.
+//  Layer    torchtitan's selective *layer* AC (selective_ac_option K): every K-th block fully
+//           checkpointed, the others keep everything.
+//  Op       torchtitan's selective *op* AC: every block checkpointed, but the outputs of the ops
+//           in its save list (mm, except every second one; SDPA) are kept and not recomputed.
+//  AttnCore Megatron's selective recompute (Korthikanti et al. 2022): only the s^2 attention core
+//           is dropped and recomputed; with a flash kernel there is nothing s^2 to drop.
+enum class Checkpointing : uint8_t { None, Full, Layer, Op, AttnCore };
 enum class AttentionKernel : uint8_t { Flash, Eager };
 enum class KernelImpl : uint8_t { Eager, Fused };
 enum class Offload : uint8_t { None, Cpu };
+// How HuggingFace transformers hands SDPA the causal mask of an unpacked training batch.
+// V5: transformers 5.x returns no mask (is_causal, native GQA). V4: transformers 4.5x treats
+// any position_ids as possibly packed, materialises a [b, 1, s, s] mask that SDPA converts to
+// the activation dtype and saves in every layer, and repeats K and V to all heads (repeat_kv).
+enum class HfMask : uint8_t { V5, V4 };
 
 std::string_view optimizerName(Optimizer o);         // "adamw", "sgd", "sgd-momentum"
 std::optional<Optimizer> parseOptimizer(std::string_view s);
-std::string_view checkpointingName(Checkpointing c); // "none", "full", "selective"
-std::optional<Checkpointing> parseCheckpointing(std::string_view s);
-// Activation checkpointing as written in plans and flags: "none", "selective", "full", or
-// "full:K" = full checkpointing of every K-th block (torchtitan's selective *layer* AC with
-// selective_ac_option K checkpoints blocks whose index is a multiple of K).
+std::string_view checkpointingName(Checkpointing c); // "none", "full", "layer", "op", "attn-core"
+// Activation checkpointing as written in plans and flags: "none", "full", "layer:K", "op",
+// "attn-core". "full:K" is accepted as an alias of "layer:K", and "layer:1" / "full:1" mean
+// "full". "selective" is refused: torchtitan users mean layer:K or op by it, Megatron users
+// attn-core.
 struct AcSpec {
     Checkpointing mode = Checkpointing::None;
-    int every = 1;
+    int every = 1;  // Layer: K
 };
 std::optional<AcSpec> parseAcSpec(std::string_view s);
+// Why `s` is not a checkpointing mode, with the valid spellings (for a flag or plan field error).
+std::string acSpecError(std::string_view s);
+// The valid spellings, for help texts.
+inline constexpr std::string_view kAcChoices =
+    "none | full | layer:K (every K-th block; full:K is an alias) | op (torchtitan per-op SAC) | "
+    "attn-core (Megatron attention-core recompute)";
 std::string acString(Checkpointing mode, int every);
+// The mode in words, for reports ("torchtitan selective layer AC (option 2): one block in 2 ...").
+std::string acDescription(Checkpointing mode, int every, bool flash_attention);
+// Layer mode: torchtitan's _apply_layer_sac counts blocks from 1 and wraps those where the count
+// is a multiple of K, i.e. block indices K-1, 2K-1, ... (0-based).
+inline bool layerAcCheckpoints(int64_t block_index, int every) { return (block_index + 1) % every == 0; }
 std::string_view attentionName(AttentionKernel a);   // "flash", "eager"
 std::optional<AttentionKernel> parseAttention(std::string_view s);
 std::string_view kernelImplName(KernelImpl k);       // "eager", "fused"
 std::optional<KernelImpl> parseKernelImpl(std::string_view s);
 std::string_view offloadName(Offload o);             // "none", "cpu"
 std::optional<Offload> parseOffload(std::string_view s);
+std::string_view hfMaskName(HfMask m);                // "5.x", "4.5x"
+std::optional<HfMask> parseHfMask(std::string_view s);
 
 // Optimizer states per trainable element, in the master dtype (AdamW: exp_avg + exp_avg_sq).
 int optimizerStatesPerParam(Optimizer o);
@@ -48,11 +75,13 @@ struct TrainingSpec {
     std::optional<DType> param_dtype = DType::BF16;   // MixedPrecisionPolicy.param_dtype; unset: master
     std::optional<DType> reduce_dtype = DType::F32;   // MixedPrecisionPolicy.reduce_dtype; unset: param dtype
     Checkpointing ac = Checkpointing::None;
-    int ac_every = 1;           // Full: checkpoint blocks whose index is a multiple of this
+    int ac_every = 1;           // Layer: checkpoint every ac_every-th block (layerAcCheckpoints)
     AttentionKernel attention = AttentionKernel::Flash;
     KernelImpl kernels = KernelImpl::Eager;
     Offload offload = Offload::None;
     AllocatorMode allocator = AllocatorMode::Caching;  // PYTORCH_CUDA_ALLOC_CONF expandable_segments
+    // The current transformers release (5.x) by default; 4.5x for runs pinned to transformers 4.
+    HfMask hf_mask = HfMask::V5;
     std::string frozen_regex;   // parameters whose FQN matches (std::regex_search) are frozen
 
     DType computeDtype() const { return param_dtype.value_or(master_dtype); }

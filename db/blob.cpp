@@ -33,6 +33,10 @@ Blob compressDocument(const json& document) {
 }
 
 Result<json> decompressDocument(const std::vector<uint8_t>& bytes, int64_t text_bytes, const std::string& where) {
+    // zlib's one-shot API takes 32-bit lengths; a damaged length must not become a huge allocation.
+    if (text_bytes < 0 || text_bytes > int64_t{0xffffffff}) {
+        return makeError(where + ": stored document is damaged (length " + std::to_string(text_bytes) + ")");
+    }
     std::string text(static_cast<size_t>(text_bytes), '\0');
     uLongf size = static_cast<uLongf>(text.size());
     const int rc = uncompress(reinterpret_cast<Bytef*>(text.data()), &size, bytes.data(), static_cast<uLong>(bytes.size()));

@@ -68,7 +68,7 @@ std::string sha256Hex(std::string_view data) {
     // Section 5.1.1: a 1 bit, zeros, then the message length in bits as a 64-bit big-endian integer.
     std::array<uint8_t, 128> tail{};
     const size_t rest = data.size() - 64 * full;
-    std::memcpy(tail.data(), bytes + 64 * full, rest);
+    if (rest > 0) std::memcpy(tail.data(), bytes + 64 * full, rest);  // data() may be null when empty
     tail[rest] = 0x80;
     const size_t tail_len = rest + 1 + 8 <= 64 ? 64 : 128;
     const uint64_t bits = static_cast<uint64_t>(data.size()) * 8;

@@ -1,5 +1,7 @@
 #include "db/sqlite.hpp"
 
+#include <chrono>
+#include <thread>
 #include <utility>
 
 #include <sqlite3.h>
@@ -8,11 +10,32 @@ namespace shardcast::db::sqlite {
 
 namespace {
 
+// What a user can do about the codes a full disk, a size limit or permissions produce.
+std::string_view hint(int code) {
+    switch (code & 0xff) {
+        case SQLITE_FULL:
+        case SQLITE_IOERR: return "; is the disk full, or the file over this process's size limit (ulimit -f)?";
+        case SQLITE_READONLY:
+        case SQLITE_CANTOPEN:
+        case SQLITE_PERM: return "; are the file and its folder writable by this user?";
+        case SQLITE_BUSY:
+        case SQLITE_LOCKED: return "; another process held the store for longer than the busy timeout";
+        default: return "";
+    }
+}
+
 core::Error errorOf(sqlite3* db, const std::filesystem::path& path, std::string_view context) {
     const int code = db ? sqlite3_extended_errcode(db) : SQLITE_ERROR;
     const char* message = db ? sqlite3_errmsg(db) : sqlite3_errstr(code);
-    return core::makeError(path.string() + ": " + std::string(context) + ": " + message + " (" +
-                           sqlite3_errstr(code) + ", code " + std::to_string(code) + ")");
+    return core::makeError(path.string() + ": " + std::string(context) + ": " + message + " (SQLite code " +
+                           std::to_string(code) + ")" + std::string(hint(code)));
+}
+
+// Statements are long; an error shows their start.
+std::string shortSql(const char* sql) {
+    std::string text = sql ? sql : "?";
+    if (text.size() > 60) text = text.substr(0, 57) + "...";
+    return text;
 }
 
 }  // namespace
@@ -40,7 +63,7 @@ core::Status Connection::exec(std::string_view sql) {
     char* message = nullptr;
     const int rc = sqlite3_exec(m_db, text.c_str(), nullptr, nullptr, &message);
     sqlite3_free(message);  // errmsg carries the same text
-    if (rc != SQLITE_OK) return error(text.substr(0, text.find_first_of("(\n")));
+    if (rc != SQLITE_OK) return error("executing '" + shortSql(text.c_str()) + "'");
     return core::Ok{};
 }
 
@@ -48,7 +71,11 @@ core::Result<Statement> Connection::prepare(std::string_view sql) {
     sqlite3_stmt* stmt = nullptr;
     const int rc = sqlite3_prepare_v3(m_db, sql.data(), static_cast<int>(sql.size()), SQLITE_PREPARE_PERSISTENT,
                                       &stmt, nullptr);
-    if (rc != SQLITE_OK) return error("prepare '" + std::string(sql) + "'");
+    if (rc != SQLITE_OK) {
+        std::string context = "preparing '";
+        context.append(shortSql(std::string(sql).c_str())).append("'");
+        return error(context);
+    }
     return Statement(stmt, this);
 }
 
@@ -79,6 +106,41 @@ core::Result<std::string> Connection::queryText(std::string_view sql) {
 core::Status Connection::setBusyTimeoutMs(int ms) {
     if (sqlite3_busy_timeout(m_db, ms) != SQLITE_OK) return error("sqlite3_busy_timeout");
     return core::Ok{};
+}
+
+bool Connection::readOnly() const { return sqlite3_db_readonly(m_db, "main") == 1; }
+
+core::Status Connection::enableWal(int timeout_ms) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    for (;;) {
+        sqlite3_stmt* stmt = nullptr;
+        int rc = sqlite3_prepare_v2(m_db, "PRAGMA journal_mode = WAL", -1, &stmt, nullptr);
+        std::string mode;
+        if (rc == SQLITE_OK) {
+            rc = sqlite3_step(stmt);
+            if (rc == SQLITE_ROW) {
+                const auto* text = sqlite3_column_text(stmt, 0);
+                mode = text ? reinterpret_cast<const char*>(text) : "";
+                rc = SQLITE_OK;
+            }
+        }
+        const int primary = rc & 0xff;
+        if (rc != SQLITE_OK) {
+            core::Error e = error("PRAGMA journal_mode = WAL");
+            sqlite3_finalize(stmt);
+            if ((primary == SQLITE_BUSY || primary == SQLITE_LOCKED) && std::chrono::steady_clock::now() < deadline) {
+                std::this_thread::sleep_for(std::chrono::milliseconds(5));
+                continue;
+            }
+            return e;
+        }
+        sqlite3_finalize(stmt);
+        if (mode != "wal") {
+            return core::makeError(m_path.string() + ": cannot switch to write-ahead logging (journal_mode stays '" +
+                                   mode + "')");
+        }
+        return core::Ok{};
+    }
 }
 
 int64_t Connection::lastInsertRowId() const { return sqlite3_last_insert_rowid(m_db); }
@@ -137,8 +199,9 @@ core::Result<bool> Statement::step() {
     const int rc = sqlite3_step(m_stmt);
     if (rc == SQLITE_ROW) return true;
     if (rc == SQLITE_DONE) return false;
-    const char* sql = sqlite3_sql(m_stmt);
-    return m_connection->error(std::string("step '") + (sql ? sql : "?") + "'");
+    std::string context = "executing '";  // appended: GCC 12 -Wrestrict false positive on concatenation
+    context.append(shortSql(sqlite3_sql(m_stmt))).append("'");
+    return m_connection->error(context);
 }
 
 core::Status Statement::run() {

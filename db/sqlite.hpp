@@ -37,6 +37,12 @@ public:
     core::Result<int64_t> queryInt(std::string_view sql);
     core::Result<std::string> queryText(std::string_view sql);
     core::Status setBusyTimeoutMs(int ms);
+    // PRAGMA journal_mode = WAL, retried for up to `timeout_ms`: the switch needs the file to itself,
+    // and SQLite answers SQLITE_BUSY at once, without the busy handler, while another connection
+    // has it open (two processes creating one store at the same time).
+    core::Status enableWal(int timeout_ms);
+    // SQLite opens a file it may not write read-only, silently (sqlite3_db_readonly tells).
+    bool readOnly() const;
     int64_t lastInsertRowId() const;
     int changes() const;
 

@@ -6,7 +6,6 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
-#include <set>
 #include <system_error>
 #include <unordered_map>
 #include <utility>
@@ -21,7 +20,6 @@
 namespace shardcast::db {
 
 namespace fs = std::filesystem;
-using core::Error;
 using core::makeError;
 using core::Ok;
 using core::Result;
@@ -35,19 +33,20 @@ constexpr int kExportVersion = 1;
 
 struct KindInfo {
     Kind kind;
-    std::string_view prefix;  // in ids and in the tags / notes tables
-    std::string_view plural;  // the table, and `db list --kind`
+    std::string_view prefix;    // in ids and in the tags / notes tables
+    std::string_view singular;  // an exported object's "kind"
+    std::string_view plural;    // the table, and `db list --kind`
 };
 
-constexpr std::array<KindInfo, 5> kKinds = {{{Kind::plan, "plan", "plans"},
-                                              {Kind::prediction, "pred", "predictions"},
-                                              {Kind::run, "run", "runs"},
-                                              {Kind::profile, "prof", "profiles"},
-                                              {Kind::comparison, "cmp", "comparisons"}}};
+constexpr std::array<KindInfo, 5> kKinds = {{{Kind::plan, "plan", "plan", "plans"},
+                                              {Kind::prediction, "pred", "prediction", "predictions"},
+                                              {Kind::run, "run", "run", "runs"},
+                                              {Kind::profile, "prof", "profile", "profiles"},
+                                              {Kind::comparison, "cmp", "comparison", "comparisons"}}};
 
 const KindInfo& info(Kind kind) { return kKinds[static_cast<size_t>(kind)]; }
 
-// Every reference between objects, as the schema's foreign keys declare them (migrations below):
+// Every reference between objects, as the schema's foreign keys declare them (db/schema.cpp):
 // `cascade` deletes the referring object with its target, otherwise the reference becomes NULL.
 struct Link {
     Kind from;
@@ -205,6 +204,7 @@ struct Store::Impl {
         Query(const Query&) = delete;
         Query& operator=(const Query&) = delete;
         sqlite::Statement* operator->() const { return m_s; }
+        sqlite::Statement& operator*() const { return *m_s; }
 
     private:
         sqlite::Statement* m_s;
@@ -357,14 +357,19 @@ struct Store::Impl {
                       {{"run", in.run.number}, {"prediction", in.prediction.number}});
     }
 
+    // Tags and notes name their object as (?1 kind prefix, ?2 number).
+    static Status bindObject(sqlite::Statement& s, const ObjectId& id) {
+        if (auto st = s.bind(1, info(id.kind).prefix); !st) return st;
+        return s.bind(2, id.number);
+    }
+
     Status insertTag(const ObjectId& id, std::string_view tag) {
         if (tag.empty()) return makeError(where(id) + ": a tag cannot be empty");
         if (auto st = requireExists(id); !st) return st;
         auto s = statement("INSERT OR IGNORE INTO tags (kind, object, tag) VALUES (?1, ?2, ?3)");
         if (!s) return s.error();
         Query q(*s);
-        if (auto st = q->bind(1, info(id.kind).prefix); !st) return st;
-        if (auto st = q->bind(2, id.number); !st) return st;
+        if (auto st = bindObject(*q, id); !st) return st;
         if (auto st = q->bind(3, tag); !st) return st;
         return q->run();
     }
@@ -374,8 +379,7 @@ struct Store::Impl {
         auto s = statement("INSERT INTO notes (kind, object, created_ms, text) VALUES (?1, ?2, ?3, ?4)");
         if (!s) return s.error();
         Query q(*s);
-        if (auto st = q->bind(1, info(id.kind).prefix); !st) return st;
-        if (auto st = q->bind(2, id.number); !st) return st;
+        if (auto st = bindObject(*q, id); !st) return st;
         if (auto st = q->bind(3, created_ms); !st) return st;
         if (auto st = q->bind(4, text); !st) return st;
         return q->run();
@@ -385,8 +389,7 @@ struct Store::Impl {
         auto s = statement("SELECT tag FROM tags WHERE kind = ?1 AND object = ?2 ORDER BY tag");
         if (!s) return s.error();
         Query q(*s);
-        if (auto st = q->bind(1, info(id.kind).prefix); !st) return st.error();
-        if (auto st = q->bind(2, id.number); !st) return st.error();
+        if (auto st = bindObject(*q, id); !st) return st.error();
         std::vector<std::string> tags;
         for (;;) {
             auto row = q->step();
@@ -400,8 +403,7 @@ struct Store::Impl {
         auto s = statement("SELECT created_ms, text FROM notes WHERE kind = ?1 AND object = ?2 ORDER BY id");
         if (!s) return s.error();
         Query q(*s);
-        if (auto st = q->bind(1, info(id.kind).prefix); !st) return st.error();
-        if (auto st = q->bind(2, id.number); !st) return st.error();
+        if (auto st = bindObject(*q, id); !st) return st.error();
         std::vector<Note> notes;
         for (;;) {
             auto row = q->step();
@@ -441,6 +443,8 @@ struct Store::Impl {
         }
         return "";
     }
+
+    Result<std::vector<Entry>> list(std::optional<Kind> kind, const std::optional<std::string>& tag);
 
     Result<Object> read(const ObjectId& id) {
         const std::string sql = "SELECT name, created_ms, summary, body, body_bytes" + std::string(extraColumns(id.kind)) +
@@ -537,7 +541,7 @@ struct Store::Impl {
         if (auto st = q->bind(1, id.number); !st) return st.error();
         if (auto row = q->step(); !row) return row.error();
         json doc = core::documentHeader("db-object", kExportVersion);
-        doc["kind"] = std::string(info(id.kind).prefix);
+        doc["kind"] = std::string(info(id.kind).singular);
         doc["id"] = formatId(id);
         doc["name"] = object->name;
         doc["created_unix_ms"] = object->created_unix_ms;
@@ -581,7 +585,7 @@ Result<ObjectId> Store::Impl::importDocument(const json& doc, const std::string&
     if (!id_text) return id_text.error();
     auto old_id = parseId(*id_text);
     if (!old_id) return makeError(where + ": id: " + old_id.error().message);
-    if (info(old_id->kind).prefix != *kind_text) return makeError(where + ": kind '" + *kind_text + "' does not match id " + *id_text);
+    if (info(old_id->kind).singular != *kind_text) return makeError(where + ": kind '" + *kind_text + "' does not match id " + *id_text);
     if (auto it = imported.find(*id_text); it != imported.end()) return it->second;
     const std::string here = where + ": " + *id_text;
     auto name = textField(doc, "name", here);
@@ -743,22 +747,28 @@ Result<std::unique_ptr<Store>> Store::open(const fs::path& path, bool create) {
     auto impl = std::make_unique<Impl>();
     impl->db = std::move(*connection);
     sqlite::Connection& db = *impl->db;
+    if (db.readOnly()) {
+        return makeError(shown + ": the file is read-only; the store needs write access, also to read (its write-ahead log); are the "
+                         "file and its folder writable by this user?");
+    }
     if (auto st = db.setBusyTimeoutMs(kBusyTimeoutMs); !st) return st.error();
     if (auto st = db.exec("PRAGMA foreign_keys = ON"); !st) return st.error();
 
-    // The authoritative check (the header may lag a write-ahead log), still before any write.
-    auto app_id = db.queryInt("PRAGMA application_id");
-    if (!app_id) return app_id.error();
-    auto version = db.queryInt("PRAGMA user_version");
-    if (!version) return version.error();
-    if (*app_id != 0 || *version != 0) {
-        if (auto st = checkVersions(path, *app_id, *version); !st) return st.error();
-    } else {
-        auto objects = db.queryInt("SELECT count(*) FROM sqlite_schema");
-        if (!objects) return objects.error();
-        if (*objects > 0) {
-            if (auto st = checkVersions(path, 0, 0); !st) return st.error();
-        }
+    // The authoritative check (the header may lag a write-ahead log), still before any write, in one
+    // statement so the three values come from one snapshot (another process may be creating the store).
+    int64_t app_id = 0, version = 0, objects = 0;
+    {
+        auto s = db.prepare("SELECT (SELECT application_id FROM pragma_application_id), "
+                            "(SELECT user_version FROM pragma_user_version), (SELECT count(*) FROM sqlite_schema)");
+        if (!s) return s.error();
+        auto row = s->step();
+        if (!row) return row.error();
+        app_id = s->columnInt(0);
+        version = s->columnInt(1);
+        objects = s->columnInt(2);
+    }
+    if (app_id != 0 || version != 0 || objects > 0) {
+        if (auto st = checkVersions(path, app_id, version); !st) return st.error();
     }
 
     // Only now write. WAL lets readers go on while one process writes (https://www.sqlite.org/wal.html).
@@ -767,13 +777,11 @@ Result<std::unique_ptr<Store>> Store::open(const fs::path& path, bool create) {
     auto mode = db.queryText("PRAGMA journal_mode");
     if (!mode) return mode.error();
     if (*mode != "wal") {
-        auto set = db.queryText("PRAGMA journal_mode = WAL");
-        if (!set) return set.error();
-        if (*set != "wal") return makeError(shown + ": cannot switch the store to write-ahead logging (journal_mode is " + *set + ")");
+        if (auto st = db.enableWal(kBusyTimeoutMs); !st) return st.error();
     }
     if (auto st = db.exec("PRAGMA synchronous = FULL"); !st) return st.error();
 
-    if (*version < kSchemaVersion) {
+    if (version < kSchemaVersion) {
         auto tx = sqlite::Transaction::begin(db);
         if (!tx) return tx.error();
         // Another process may have migrated between the check above and the lock.
@@ -804,6 +812,15 @@ auto inTransaction(sqlite::Connection& db, F&& body) -> decltype(body()) {
     auto result = body();
     if (!result) return result;
     if (auto st = tx->commit(); !st) return st.error();
+    return result;
+}
+
+// Runs the reads of `body` on one snapshot (a writer may commit between two of them otherwise).
+template <class F>
+auto inReadTransaction(sqlite::Connection& db, F&& body) -> decltype(body()) {
+    if (auto st = db.exec("BEGIN"); !st) return st.error();
+    auto result = body();
+    (void)db.exec("COMMIT");  // ends a transaction that only read: nothing to lose if it fails
     return result;
 }
 
@@ -839,21 +856,18 @@ Status Store::addNote(const ObjectId& id, std::string_view text) {
 }
 
 Result<std::vector<Entry>> Store::list(std::optional<Kind> kind, std::optional<std::string> tag) const {
-    Impl& impl = *m_impl;
-    // One read transaction, so the entries and their tags come from one snapshot.
-    if (auto st = impl.db->exec("BEGIN"); !st) return st.error();
-    struct End {
-        sqlite::Connection& db;
-        ~End() { (void)db.exec("COMMIT"); }
-    } end{*impl.db};
+    return inReadTransaction(*m_impl->db, [&] { return m_impl->list(kind, tag); });
+}
+
+Result<std::vector<Entry>> Store::Impl::list(std::optional<Kind> kind, const std::optional<std::string>& tag) {
     std::vector<Entry> entries;
     for (const KindInfo& k : kKinds) {
         if (kind && *kind != k.kind) continue;
         std::map<int64_t, std::vector<std::string>> tags;
         {
-            auto s = impl.statement("SELECT object, tag FROM tags WHERE kind = ?1 ORDER BY tag");
+            auto s = statement("SELECT object, tag FROM tags WHERE kind = ?1 ORDER BY tag");
             if (!s) return s.error();
-            Impl::Query q(*s);
+            Query q(*s);
             if (auto st = q->bind(1, k.prefix); !st) return st.error();
             for (;;) {
                 auto row = q->step();
@@ -862,13 +876,13 @@ Result<std::vector<Entry>> Store::list(std::optional<Kind> kind, std::optional<s
                 tags[q->columnInt(0)].push_back(q->columnText(1));
             }
         }
-        std::string sql = "SELECT id, name, created_ms, summary" + Impl::linkColumns(k.kind) + " FROM " +
+        std::string sql = "SELECT id, name, created_ms, summary" + linkColumns(k.kind) + " FROM " +
                           std::string(k.plural);
         if (tag) sql += " WHERE id IN (SELECT object FROM tags WHERE kind = ?1 AND tag = ?2)";
         sql += " ORDER BY created_ms DESC, id DESC";
-        auto s = impl.statement(sql);
+        auto s = statement(sql);
         if (!s) return s.error();
-        Impl::Query q(*s);
+        Query q(*s);
         if (tag) {
             if (auto st = q->bind(1, k.prefix); !st) return st.error();
             if (auto st = q->bind(2, *tag); !st) return st.error();
@@ -882,7 +896,7 @@ Result<std::vector<Entry>> Store::list(std::optional<Kind> kind, std::optional<s
             e.name = q->columnText(1);
             e.created_unix_ms = q->columnInt(2);
             e.summary = q->columnText(3);
-            e.links = Impl::readLinks(k.kind, **s, 4);
+            e.links = readLinks(k.kind, **s, 4);
             if (auto t = tags.find(e.id.number); t != tags.end()) e.tags = std::move(t->second);
             entries.push_back(std::move(e));
         }
@@ -893,10 +907,7 @@ Result<std::vector<Entry>> Store::list(std::optional<Kind> kind, std::optional<s
 }
 
 Result<Object> Store::get(const ObjectId& id) const {
-    if (auto st = m_impl->db->exec("BEGIN"); !st) return st.error();
-    auto object = m_impl->read(id);
-    (void)m_impl->db->exec("COMMIT");
-    return object;
+    return inReadTransaction(*m_impl->db, [&] { return m_impl->read(id); });
 }
 
 Result<Object> Store::profileByName(std::string_view name) const {
@@ -957,10 +968,7 @@ Result<std::vector<ObjectId>> Store::remove(const ObjectId& id, bool force) {
 }
 
 Result<json> Store::exportObject(const ObjectId& id) const {
-    if (auto st = m_impl->db->exec("BEGIN"); !st) return st.error();
-    auto doc = m_impl->exportDocument(id);
-    (void)m_impl->db->exec("COMMIT");
-    return doc;
+    return inReadTransaction(*m_impl->db, [&] { return m_impl->exportDocument(id); });
 }
 
 Result<ObjectId> Store::importObject(const json& document, const std::string& where) {

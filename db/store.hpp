@@ -117,12 +117,15 @@ struct CheckReport {
     int64_t file_bytes = 0;
 };
 
+// One connection per Store: use a Store from one thread at a time (open one per thread); any
+// number of processes may share the file.
 class Store {
 public:
     // Opens (and with `create`, creates with its folders) the store at `path` and migrates an older
     // schema forward in one transaction. Errors name the file: not a database, truncated, not a
-    // shardcast store, newer schema ("... schema version 7; this shardcast reads up to 2"), locked
-    // for longer than the busy timeout, unwritable folder.
+    // shardcast store, newer schema ("FILE: schema version 7 is newer than this shardcast reads (2);
+    // ..."), locked for longer than the busy timeout, read-only file or unwritable folder. An empty
+    // file becomes a new store (as SQLite treats it).
     static core::Result<std::unique_ptr<Store>> open(const std::filesystem::path& path, bool create = true);
     ~Store();
     Store(const Store&) = delete;
@@ -150,11 +153,18 @@ public:
     // Objects that refer to `id` (predictions of a plan, comparisons of a run, ...).
     core::Result<std::vector<ObjectId>> referencedBy(const ObjectId& id) const;
     // Without `force`, refuses when referencedBy is not empty (the error lists them). With it,
-    // removes `id` and, recursively, what refers to it; returns every id removed.
+    // removes `id` and, recursively, what depends on it; returns every id removed, `id` first. What
+    // depends: a plan's predictions, a run's or a prediction's comparisons. A run of a removed plan
+    // and a prediction of a removed profile stay, their link set to null (the schema's foreign keys:
+    // prediction.plan CASCADE, prediction.profile SET NULL, run.plan SET NULL, comparison.* CASCADE).
+    // Tags and notes go with their object.
     core::Result<std::vector<ObjectId>> remove(const ObjectId& id, bool force);
 
-    // {"format": "shardcast-db-object", "version": 1, "kind": "plan", ..., and the objects it links
-    // to, embedded} : importObject of it into any store recreates it (new ids) and its links.
+    // {"format": "shardcast-db-object", "version": 1, "kind": "plan"|"prediction"|"run"|"profile"|
+    // "comparison", "id", "name", "created_unix_ms", "summary", "tags", "notes", "body" (as get),
+    // "linked": {"plan-3": <the same form>, ...}}: the objects it links to, embedded, recursively.
+    // importObject of it into any store recreates it (new ids, same name, time, tags and notes) and
+    // its links, in one transaction; plans already there (same hash) are reused.
     core::Result<nlohmann::json> exportObject(const ObjectId& id) const;
     core::Result<ObjectId> importObject(const nlohmann::json& document, const std::string& where);
 

@@ -11,11 +11,11 @@ core_packages=(
     libgtest-dev libgmock-dev libbenchmark-dev
     libeigen3-dev libsqlite3-dev zlib1g-dev
 )
-# Later layers: Qt6 GUI (Debian 12 names: qt6-charts-dev, qt6-svg-dev; Qt6Charts needs Qt6OpenGL,
-# which qt6-base-dev only recommends: libqt6opengl6-dev), OpenMPI CPU backend,
+# Later layers: Qt6 GUI (Widgets and Svg; Debian 12 names: qt6-base-dev, qt6-svg-dev; Qt6Gui's CMake
+# package looks for OpenGL, which qt6-base-dev only recommends: libqt6opengl6-dev), OpenMPI CPU backend,
 # Xvfb for GUI tests without a display.
 optional_packages=(
-    qt6-base-dev libqt6opengl6-dev qt6-charts-dev qt6-svg-dev
+    qt6-base-dev libqt6opengl6-dev qt6-svg-dev
     libopenmpi-dev openmpi-bin
     xvfb
 )

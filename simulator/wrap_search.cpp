@@ -568,7 +568,13 @@ core::Result<WrapCostModel> WrapCostModel::fromPlan(const core::Plan& plan, cons
     const int64_t root_grads = in.root_pre.fwd_delta_bytes + in.root_pre.bwd_delta_bytes + in.root_post.fwd_delta_bytes +
                                in.root_post.bwd_delta_bytes;
     const int64_t root_reduction = root.reduce_scatter_input_bytes > 0 ? root.reduce_scatter_input_bytes + root_grads : 0;
-    in.floor_bytes = initial + all_grads + std::max(opt_temp, root_reduction);
+    // The root's own sharded gradient is not live yet at that point: its reduce-scatter task
+    // frees the unsharded gradients before it allocates the output that becomes (or is cast into)
+    // the sharded gradient. all_grads counts it, so the reduction term leaves it out unless it is
+    // held from an earlier micro-batch. (Masked while the loss backward peaked above this floor;
+    // with one bf16 vocab tensor less there, counting it put the floor above the simulated peak.)
+    const int64_t root_shard_made_after = grads_on_host || grads_held_all_step ? 0 : root.grad_shard_bytes;
+    in.floor_bytes = initial + all_grads + std::max(opt_temp, root_reduction > 0 ? root_reduction - root_shard_made_after : 0);
 
     WrapCostModel model_out(std::move(in), profile);
     // Calibrate the terms outside the pairs (root collectives, optimizer, host start-up) on the

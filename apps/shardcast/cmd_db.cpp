@@ -76,6 +76,18 @@ core::Result<db::ObjectId> parsedId(const std::string& text) {
     return id;
 }
 
+// `db show|export|delete|tag|note ID`: parses ID, opens the existing store and calls
+// run(store, id); bad input exits 2 before the store is opened.
+template <class Run>
+int withObjectId(const DbOptions& o, Run run) {
+    auto id = parsedId(o.id);
+    if (!id) return reportInputError(id.error().message);
+    int code = kExitOk;
+    auto store = openExisting(code);
+    if (!store) return code;
+    return run(*store, *id);
+}
+
 int runList(const DbOptions& o) {
     std::optional<db::Kind> kind;
     if (!o.kind.empty()) {
@@ -164,30 +176,27 @@ void printBodyText(const db::Object& obj) {
 }
 
 int runShow(const DbOptions& o) {
-    auto id = parsedId(o.id);
-    if (!id) return reportInputError(id.error().message);
-    int code = kExitOk;
-    auto store = openExisting(code);
-    if (!store) return code;
-    auto obj = store->get(*id);
-    if (!obj) return reportInputError(obj.error().message);
-    if (o.json) {
-        fmt::print("{}\n", objectJson(*obj).dump(2));
+    return withObjectId(o, [&](db::Store& store, const db::ObjectId& oid) -> int {
+        auto obj = store.get(oid);
+        if (!obj) return reportInputError(obj.error().message);
+        if (o.json) {
+            fmt::print("{}\n", objectJson(*obj).dump(2));
+            return kExitOk;
+        }
+        fmt::print("{:<16}{}\n", "Id", db::formatId(obj->id));
+        if (!obj->name.empty()) fmt::print("{:<16}{}\n", "Name", obj->name);
+        fmt::print("{:<16}{}\n", "Created", localTime(obj->created_unix_ms));
+        if (!obj->links.empty()) fmt::print("{:<16}{}\n", "Links", idList(obj->links));
+        if (auto refs = store.referencedBy(oid); refs && !refs->empty()) fmt::print("{:<16}{}\n", "Referenced by", idList(*refs));
+        if (!obj->tags.empty()) {
+            std::string tags;
+            for (const auto& t : obj->tags) tags += (tags.empty() ? "" : ", ") + t;
+            fmt::print("{:<16}{}\n", "Tags", tags);
+        }
+        for (const auto& n : obj->notes) fmt::print("{:<16}{}  {}\n", "Note", localTime(n.created_unix_ms), n.text);
+        printBodyText(*obj);
         return kExitOk;
-    }
-    fmt::print("{:<16}{}\n", "Id", db::formatId(obj->id));
-    if (!obj->name.empty()) fmt::print("{:<16}{}\n", "Name", obj->name);
-    fmt::print("{:<16}{}\n", "Created", localTime(obj->created_unix_ms));
-    if (!obj->links.empty()) fmt::print("{:<16}{}\n", "Links", idList(obj->links));
-    if (auto refs = store->referencedBy(*id); refs && !refs->empty()) fmt::print("{:<16}{}\n", "Referenced by", idList(*refs));
-    if (!obj->tags.empty()) {
-        std::string tags;
-        for (const auto& t : obj->tags) tags += (tags.empty() ? "" : ", ") + t;
-        fmt::print("{:<16}{}\n", "Tags", tags);
-    }
-    for (const auto& n : obj->notes) fmt::print("{:<16}{}  {}\n", "Note", localTime(n.created_unix_ms), n.text);
-    printBodyText(*obj);
-    return kExitOk;
+    });
 }
 
 // The object as the file other commands read: a plan file, a run record, a profile; predictions
@@ -202,25 +211,22 @@ core::Result<nlohmann::json> nativeDocument(const db::Store& store, const db::Ob
 }
 
 int runExport(const DbOptions& o) {
-    auto id = parsedId(o.id);
-    if (!id) return reportInputError(id.error().message);
-    int code = kExitOk;
-    auto store = openExisting(code);
-    if (!store) return code;
-    auto obj = store->get(*id);
-    if (!obj) return reportInputError(obj.error().message);
-    auto doc = o.json ? store->exportObject(*id) : nativeDocument(*store, *obj);
-    if (!doc) return reportInputError(doc.error().message);
-    const std::string text = doc->dump(2) + "\n";
-    if (o.out.empty()) {
-        fmt::print("{}", text);
+    return withObjectId(o, [&](db::Store& store, const db::ObjectId& oid) -> int {
+        auto obj = store.get(oid);
+        if (!obj) return reportInputError(obj.error().message);
+        auto doc = o.json ? store.exportObject(oid) : nativeDocument(store, *obj);
+        if (!doc) return reportInputError(doc.error().message);
+        const std::string text = doc->dump(2) + "\n";
+        if (o.out.empty()) {
+            fmt::print("{}", text);
+            return kExitOk;
+        }
+        if (auto written = core::writeFileAtomically(o.out, text); !written) {
+            return reportInputError("--out: " + written.error().message);
+        }
+        fmt::print(stderr, "Exported {} to {}\n", db::formatId(oid), o.out);
         return kExitOk;
-    }
-    if (auto written = core::writeFileAtomically(o.out, text); !written) {
-        return reportInputError("--out: " + written.error().message);
-    }
-    fmt::print(stderr, "Exported {} to {}\n", db::formatId(*id), o.out);
-    return kExitOk;
+    });
 }
 
 int runImport(const DbOptions& o) {
@@ -228,7 +234,6 @@ int runImport(const DbOptions& o) {
     if (!doc) return reportInputError(doc.error().message);
     if (!doc->is_object()) return reportInputError(o.file + ": not a JSON object (expected a shardcast export, plan, run or profile)");
     const std::string format = doc->value("format", std::string());
-    int code = kExitOk;
     auto store = openStore(true);
     if (!store) return reportInputError(store.error().message);
     const std::string name = o.name.empty() ? fs::path(o.file).stem().string() : o.name;
@@ -252,7 +257,14 @@ int runImport(const DbOptions& o) {
         input.record = core::runRecordToJson(*run);
         auto plan = core::planFromJson(run->plan, o.file + ": plan", fs::path(o.file).parent_path());
         if (plan) {
-            if (auto self = core::selfContainedPlanJson(*plan)) input.plan = std::move(*self);
+            if (auto self = core::selfContainedPlanJson(*plan)) {
+                // Saved first with its summary line; saveRun finds it again by its hash.
+                if (auto saved = (*store)->savePlan(*self, "", planSummaryLine(*plan)); !saved) {
+                    fmt::print(stderr, "shardcast: error: {}: {}\n", (*store)->path().string(), saved.error().message);
+                    return kExitRuntimeFailure;
+                }
+                input.plan = std::move(*self);
+            }
         }
         input.summary_line = fmt::format("{} on {} ranks, {:.2f} ms/step measured (imported)", run->backend, run->world_size,
                                          static_cast<double>(run->medianStepNs()) * 1e-6);
@@ -284,53 +296,43 @@ int runImport(const DbOptions& o) {
         fmt::print(stderr, "shardcast: error: {}: {}\n", (*store)->path().string(), id.error().message);
         return kExitRuntimeFailure;
     }
-    (void)code;
     fmt::print("Imported {} ({}) as {} in {}\n", o.file, what, db::formatId(*id), (*store)->path().string());
     return kExitOk;
 }
 
 int runDelete(const DbOptions& o) {
-    auto id = parsedId(o.id);
-    if (!id) return reportInputError(id.error().message);
-    int code = kExitOk;
-    auto store = openExisting(code);
-    if (!store) return code;
-    if (!o.force) {
-        auto refs = store->referencedBy(*id);
-        if (!refs) return reportInputError(refs.error().message);
-        if (!refs->empty()) {
-            return reportInputError(fmt::format("{} is referenced by {}; `shardcast db delete {} --force` deletes them too",
-                                                db::formatId(*id), idList(*refs), db::formatId(*id)));
+    return withObjectId(o, [&](db::Store& store, const db::ObjectId& oid) -> int {
+        if (!o.force) {
+            auto refs = store.referencedBy(oid);
+            if (!refs) return reportInputError(refs.error().message);
+            if (!refs->empty()) {
+                return reportInputError(fmt::format("{} is referenced by {}; `shardcast db delete {} --force` deletes them too",
+                                                    db::formatId(oid), idList(*refs), db::formatId(oid)));
+            }
         }
-    }
-    auto removed = store->remove(*id, o.force);
-    if (!removed) return reportInputError(removed.error().message);
-    fmt::print("Deleted {}\n", idList(*removed));
-    return kExitOk;
+        auto removed = store.remove(oid, o.force);
+        if (!removed) return reportInputError(removed.error().message);
+        fmt::print("Deleted {}\n", idList(*removed));
+        return kExitOk;
+    });
 }
 
 int runTag(const DbOptions& o) {
-    auto id = parsedId(o.id);
-    if (!id) return reportInputError(id.error().message);
-    int code = kExitOk;
-    auto store = openExisting(code);
-    if (!store) return code;
-    for (const std::string& tag : o.tags) {
-        if (auto s = store->addTag(*id, tag); !s) return reportInputError(s.error().message);
-    }
-    fmt::print("Tagged {}\n", db::formatId(*id));
-    return kExitOk;
+    return withObjectId(o, [&](db::Store& store, const db::ObjectId& oid) -> int {
+        for (const std::string& tag : o.tags) {
+            if (auto s = store.addTag(oid, tag); !s) return reportInputError(s.error().message);
+        }
+        fmt::print("Tagged {}\n", db::formatId(oid));
+        return kExitOk;
+    });
 }
 
 int runNote(const DbOptions& o) {
-    auto id = parsedId(o.id);
-    if (!id) return reportInputError(id.error().message);
-    int code = kExitOk;
-    auto store = openExisting(code);
-    if (!store) return code;
-    if (auto s = store->addNote(*id, o.text); !s) return reportInputError(s.error().message);
-    fmt::print("Noted on {}\n", db::formatId(*id));
-    return kExitOk;
+    return withObjectId(o, [&](db::Store& store, const db::ObjectId& oid) -> int {
+        if (auto s = store.addNote(oid, o.text); !s) return reportInputError(s.error().message);
+        fmt::print("Noted on {}\n", db::formatId(oid));
+        return kExitOk;
+    });
 }
 
 int runCheck(const DbOptions& o) {

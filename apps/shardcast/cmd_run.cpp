@@ -86,20 +86,14 @@ struct FinishText {
     std::string verify;        // printed when not empty
 };
 
-// The recording rank's end of a run: checks the counted memory, completes `record` (plan, profile,
-// steps, timeline, memory), writes --out and --trace, and prints the report.
 // --save: the run, its plan and the prediction it is compared with, in one store.
 SaveOutcome saveRun(const SaveRequest& request, const core::Plan& plan, const sim::Evaluation& predicted,
                     const ResolvedProfile& profile, const core::RunRecord& record) {
     SaveOutcome out;
-    auto store = openStore(true);
-    if (!store) {
-        fmt::print(stderr, "shardcast: error: --save: {}\n", store.error().message);
-        out.exit_code = kExitBadInput;
-        return out;
-    }
-    const std::string db_path = (*store)->path().string();
-    auto prediction = savePrediction(**store, plan, predicted, profile, request.name);
+    auto store = openStoreToSave(out);
+    if (!store) return out;
+    const std::string db_path = store->path().string();
+    auto prediction = savePrediction(*store, plan, predicted, profile, request.name);
     core::Result<db::ObjectId> run_id = core::makeError("not saved");
     if (prediction) {
         auto plan_json = core::selfContainedPlanJson(plan);
@@ -114,13 +108,11 @@ SaveOutcome saveRun(const SaveRequest& request, const core::Plan& plan, const si
                                              record.backend, record.world_size,
                                              static_cast<double>(record.medianStepNs()) * 1e-6,
                                              core::formatGiB(record.memory.peak_bytes));
-            run_id = (*store)->saveRun(input);
+            run_id = store->saveRun(input);
         }
     }
     if (!prediction || !run_id) {
-        fmt::print(stderr, "shardcast: error: --save: {}: {}\n", db_path,
-                   (!prediction ? prediction.error() : run_id.error()).message);
-        out.exit_code = kExitRuntimeFailure;
+        reportSaveFailure(out, *store, (!prediction ? prediction.error() : run_id.error()).message);
         return out;
     }
     out.line = fmt::format("Saved {} (plan {}, prediction {}) in {}; `shardcast compare --run {} --prediction {}`",
@@ -129,6 +121,8 @@ SaveOutcome saveRun(const SaveRequest& request, const core::Plan& plan, const si
     return out;
 }
 
+// The recording rank's end of a run: checks the counted memory, completes `record` (plan, profile,
+// steps, timeline, memory), writes --out and --trace, saves (--save), and prints the report.
 int finishRun(const RunOptions& o, const PreparedRun& prepared, const exec::Execution& run, core::RunRecord record,
               const FinishText& text) {
     const core::Plan& plan = prepared.plan;

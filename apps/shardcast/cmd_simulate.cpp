@@ -40,6 +40,7 @@ void printText(const sim::Evaluation& e) {
     fmt::print("MFU                 {:10.3f}   (model FLOPs / step / {} {} peak)\n", s.mfu,
                core::formatFlopRate(s.peak_flops), core::dtypeName(program.compute_dtype));
     fmt::print("HFU                 {:10.3f}\n", s.hfu);
+    fmt::print("  {}\n  {}\n", core::kMfuConvention, core::kHfuConvention);
     fmt::print("Tokens/s per GPU    {:10.0f}\n", s.tokens_per_s_per_gpu);
     fmt::print("Peak memory         {:>13}  of {} ({})\n", gib(s.peak_bytes), gib(e.profile.gpu.memory_bytes),
                s.peak_task >= 0 ? program.taskLabel(s.peak_task) : std::string("initial"));

@@ -52,7 +52,7 @@ int runSweepCommand(const SweepCommandOptions& o) {
     }
     for (const auto& a : o.acs) {
         auto parsed = core::parseAcSpec(a);
-        if (!parsed) return reportInputError("--sweep-ac: '" + a + "' is not a checkpointing mode (none, full, full:K, selective)");
+        if (!parsed) return reportInputError("--sweep-ac: " + core::acSpecError(a));
         options.acs.push_back(*parsed);
     }
     for (int64_t mb : o.micro_batches) {
@@ -172,7 +172,7 @@ void registerSweepCommand(CLI::App& app, int& exit_code) {
     addPlanOptions(*cmd, opts->plan);
     cmd->add_option("--strategies", opts->strategies, "Strategies to try (default: all valid for the cluster)")->delimiter(',');
     cmd->add_option("--micro-batches", opts->micro_batches, "Also vary the micro-batch over these values")->delimiter(',');
-    cmd->add_option("--sweep-ac", opts->acs, "Also vary activation checkpointing over these (none, full, full:K, selective)")->delimiter(',');
+    cmd->add_option("--sweep-ac", opts->acs, "Also vary activation checkpointing over these: " + std::string(core::kAcChoices))->delimiter(',');
     addProfileOption(*cmd, opts->profile);
     addSaveOption(*cmd, opts->save, "the plans on the Pareto front and their predictions (tagged `sweep-front`)");
     addHeadroomOption(*cmd, opts->headroom);

@@ -58,7 +58,7 @@ void addPlanOptions(CLI::App& cmd, core::PlanOverrides& o) {
     addOpt(cmd, "--master-dtype", o.master_dtype, "DTYPE",
            "Dtype of sharded params, grads and optimizer state: fp32 | bf16 | fp16", "fp32");
     addOpt(cmd, "--optimizer", o.optimizer, "NAME", "adamw | sgd | sgd-momentum", "adamw");
-    addOpt(cmd, "--ac", o.ac, "MODE", "Activation checkpointing: none | full | full:K (every K-th block) | selective", "none");
+    addOpt(cmd, "--ac", o.ac, "MODE", "Activation checkpointing: " + std::string(core::kAcChoices), "none");
     addOpt(cmd, "--attention", o.attention, "KERNEL", "Attention kernel: flash | eager", "flash");
     addOpt(cmd, "--kernels", o.kernels, "IMPL",
            "Kernel implementation: eager (HuggingFace modules) | fused (fused norm, loss)", "eager");
@@ -66,6 +66,10 @@ void addPlanOptions(CLI::App& cmd, core::PlanOverrides& o) {
            "PyTorch's CUDA caching allocator: caching (default) | expandable (PYTORCH_CUDA_ALLOC_CONF="
            "expandable_segments:True); reserved memory is modelled for it",
            "caching");
+    addOpt(cmd, "--hf-mask", o.hf_mask, "VERSION",
+           "transformers' causal mask under SDPA: 5.x (none: is_causal, native GQA) | 4.5x (a [b,1,s,s] "
+           "mask saved per layer, K/V repeated to all heads)",
+           "5.x");
     addOpt(cmd, "--offload", o.offload, "MODE", "Parameter/gradient/optimizer offload: none | cpu", "none");
     addOpt(cmd, "--reshard-after-forward", o.reshard_after_forward, "true|false|K",
            "true | false | K (re-shard to K ranks); default: per strategy", "");

@@ -60,9 +60,11 @@ void appendTimeSection(std::string& out, const sim::Evaluation& e) {
     line("Time per step (simulated with the cost models; ms = 1e-3 s)");
     line(fmt::format("  step            {:>10.2f} ms   compute stream busy {:.2f} ms, exposed communication {:.2f} ms",
                      ms(ts.step_s), ms(ts.compute_s), ms(ts.exposed_comm_s)));
-    line(fmt::format("  MFU             {:>10.3f}      model FLOPs (6N + 12Lhs per token) over {} {} peak",
-                     ts.mfu, core::formatFlopRate(ts.peak_flops), core::dtypeName(prog.compute_dtype)));
-    line(fmt::format("  HFU             {:>10.3f}      hardware FLOPs, recompute included", ts.hfu));
+    line(fmt::format("  MFU             {:>10.3f}      over {} {} peak", ts.mfu, core::formatFlopRate(ts.peak_flops),
+                     core::dtypeName(prog.compute_dtype)));
+    line(fmt::format("  HFU             {:>10.3f}", ts.hfu));
+    line(fmt::format("    {}", core::kMfuConvention));
+    line(fmt::format("    {}", core::kHfuConvention));
     line(fmt::format("  throughput      {:>10.0f} tokens/s per GPU", ts.tokens_per_s_per_gpu));
     line(fmt::format("  {:<22}{:>12}", "stream", "busy (ms)"));
     for (int st = 0; st < core::kStreamCount; ++st) {
@@ -138,6 +140,7 @@ nlohmann::ordered_json planResultJson(const core::Plan& plan, const sim::Evaluat
         {"attention", core::attentionName(t.attention)},
         {"kernels", core::kernelImplName(t.kernels)},
         {"offload", core::offloadName(t.offload)},
+        {"hf_mask", core::hfMaskName(t.hf_mask)},
         {"frozen", t.frozen_regex},
         {"allocator", core::allocatorModeName(t.allocator)},
     };
@@ -194,6 +197,7 @@ nlohmann::ordered_json planResultJson(const core::Plan& plan, const sim::Evaluat
             {"model_flops_per_step", e.program.model_flops_per_step},
             {"hardware_flops_per_step", e.program.hardware_flops_per_step},
             {"peak_flops", ts.peak_flops},
+            {"flop_conventions", {{"mfu", core::kMfuConvention}, {"hfu", core::kHfuConvention}}},
         };
         json streams = json::object();
         for (int st = 0; st < core::kStreamCount; ++st) {
@@ -291,9 +295,12 @@ std::string planReportText(const core::Plan& plan, const sim::Evaluation& e) {
     line(fmt::format("  dtypes       param {}, reduce {}, master {}; optimizer {}", core::dtypeName(t.computeDtype()),
                      core::dtypeName(t.reduceDtype()), core::dtypeName(t.master_dtype),
                      core::optimizerName(t.optimizer)));
-    line(fmt::format("  compute      AC {}, attention {}, kernels {}, offload {}{}", core::acString(t.ac, t.ac_every),
+    line(fmt::format("  compute      AC {}, attention {}, kernels {}, offload {}{}{}", core::acString(t.ac, t.ac_every),
                      core::attentionName(t.attention), core::kernelImplName(t.kernels), core::offloadName(t.offload),
+                     t.hf_mask == core::HfMask::V4 ? ", transformers 4.5x mask" : "",
                      t.frozen_regex.empty() ? "" : fmt::format(", frozen /{}/", t.frozen_regex)));
+    line(fmt::format("  AC mode      {}",
+                     core::acDescription(t.ac, t.ac_every, t.attention == core::AttentionKernel::Flash)));
     line("");
 
     // Units.

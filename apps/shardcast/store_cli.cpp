@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "apps/shardcast/commands.hpp"
 #include "core/sharding.hpp"
@@ -25,11 +26,7 @@ std::string& dbFlag() {
     return value;
 }
 
-std::string joinNames(const std::vector<std::string>& names) {
-    std::string out;
-    for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
-    return out;
-}
+std::string joinNames(const std::vector<std::string>& names) { return fmt::format("{}", fmt::join(names, ", ")); }
 
 }  // namespace
 
@@ -117,6 +114,9 @@ core::Result<SavedPrediction> savePrediction(db::Store& store, const core::Plan&
                                              const ResolvedProfile& profile, const std::string& name) {
     auto plan_json = core::selfContainedPlanJson(plan);
     if (!plan_json) return plan_json.error();
+    // The plan first, with its one-line summary: savePrediction finds it again by its hash.
+    auto plan_id = store.savePlan(*plan_json, "", planSummaryLine(plan));
+    if (!plan_id) return plan_id.error();
     std::optional<db::ObjectId> profile_id = profile.stored;
     if (!profile_id) {
         // The figures in effect, stored once per content: a prediction can always be re-made.
@@ -144,48 +144,46 @@ core::Result<SavedPrediction> savePrediction(db::Store& store, const core::Plan&
                                      e.fit.fits ? "fits" : "does not fit");
     auto saved = store.savePrediction(input);
     if (!saved) return saved.error();
-    auto object = store.get(*saved);
-    if (!object) return object.error();
-    db::ObjectId plan_id{db::Kind::plan, 0};
-    for (const db::ObjectId& link : object->links) {
-        if (link.kind == db::Kind::plan) plan_id = link;
-    }
-    return SavedPrediction{*saved, plan_id};
+    return SavedPrediction{*saved, *plan_id};
+}
+
+std::unique_ptr<db::Store> openStoreToSave(SaveOutcome& out) {
+    auto store = openStore(true);
+    if (store) return std::move(*store);
+    fmt::print(stderr, "shardcast: error: --save: {}\n", store.error().message);
+    out.exit_code = kExitBadInput;
+    return nullptr;
+}
+
+void reportSaveFailure(SaveOutcome& out, const db::Store& store, const std::string& message) {
+    fmt::print(stderr, "shardcast: error: --save: {}: {}\n", store.path().string(), message);
+    out.exit_code = kExitRuntimeFailure;
 }
 
 SaveOutcome savePredictionReported(const core::Plan& plan, const sim::Evaluation& e, const ResolvedProfile& profile,
                                    const SaveRequest& request) {
     SaveOutcome out;
-    auto store = openStore(true);
-    if (!store) {
-        fmt::print(stderr, "shardcast: error: --save: {}\n", store.error().message);
-        out.exit_code = kExitBadInput;
-        return out;
-    }
-    auto saved = savePrediction(**store, plan, e, profile, request.name);
+    auto store = openStoreToSave(out);
+    if (!store) return out;
+    auto saved = savePrediction(*store, plan, e, profile, request.name);
     if (!saved) {
-        fmt::print(stderr, "shardcast: error: --save: {}: {}\n", (*store)->path().string(), saved.error().message);
-        out.exit_code = kExitRuntimeFailure;
+        reportSaveFailure(out, *store, saved.error().message);
         return out;
     }
-    out.saved = {{"db", (*store)->path().string()},
+    out.saved = {{"db", store->path().string()},
                  {"prediction", db::formatId(saved->prediction)},
                  {"plan", db::formatId(saved->plan)}};
     out.line = fmt::format("Saved {} (plan {}) in {}", db::formatId(saved->prediction), db::formatId(saved->plan),
-                           (*store)->path().string());
+                           store->path().string());
     return out;
 }
 
 SaveOutcome evaluateAndSaveReported(const std::vector<core::Plan>& plans, const ResolvedProfile& profile,
                                     double headroom, const SaveRequest& request, const std::string& tag) {
     SaveOutcome out;
-    auto store = openStore(true);
-    if (!store) {
-        fmt::print(stderr, "shardcast: error: --save: {}\n", store.error().message);
-        out.exit_code = kExitBadInput;
-        return out;
-    }
-    const std::string db_path = (*store)->path().string();
+    auto store = openStoreToSave(out);
+    if (!store) return out;
+    const std::string db_path = store->path().string();
     sim::EvaluationOptions options;
     options.headroom = headroom;
     options.record_curve = true;
@@ -197,12 +195,12 @@ SaveOutcome evaluateAndSaveReported(const std::vector<core::Plan>& plans, const 
     for (const core::Plan& plan : plans) {
         core::Status done = evaluator.evaluate(plan, &profile.profile, options, e);
         core::Result<SavedPrediction> saved = core::makeError("not evaluated");
-        if (done) saved = savePrediction(**store, plan, e, profile, request.name);
-        if (done && saved && !tag.empty()) done = (*store)->addTag(saved->prediction, tag);
+        if (done) saved = savePrediction(*store, plan, e, profile, request.name);
+        if (done && saved && !tag.empty()) done = store->addTag(saved->prediction, tag);
         if (!done || !saved) {
-            fmt::print(stderr, "shardcast: error: --save: {}: {} (saved before it: {})\n", db_path,
-                       (!done ? done.error() : saved.error()).message, ids.empty() ? "none" : joinNames(ids));
-            out.exit_code = kExitRuntimeFailure;
+            reportSaveFailure(out, *store,
+                              fmt::format("{} (saved before it: {})", (!done ? done.error() : saved.error()).message,
+                                          ids.empty() ? "none" : joinNames(ids)));
             return out;
         }
         list.push_back({{"prediction", db::formatId(saved->prediction)}, {"plan", db::formatId(saved->plan)}});

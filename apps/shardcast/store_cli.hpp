@@ -65,6 +65,12 @@ struct SaveOutcome {
     nlohmann::ordered_json saved;    // {"db": path, "prediction": "pred-3", "plan": "plan-2"} etc.
     std::string line;                // "Saved pred-3 (plan plan-2) in /path/shardcast.db"
 };
+// --save's store: opened (created on first use); on failure the error is printed and
+// out.exit_code set (kExitBadInput: the file is unusable) and nullptr returned.
+std::unique_ptr<db::Store> openStoreToSave(SaveOutcome& out);
+// A save that failed in an open store: "shardcast: error: --save: DB: message", kExitRuntimeFailure.
+void reportSaveFailure(SaveOutcome& out, const db::Store& store, const std::string& message);
+
 SaveOutcome savePredictionReported(const core::Plan& plan, const sim::Evaluation& e, const ResolvedProfile& profile,
                                    const SaveRequest& request);
 

@@ -141,7 +141,7 @@ if [ -z "$missing_gpus" ]; then pass "gpus lists the presets"; else fail "gpus l
 
 # --- --write-plan, then reading the written plan back, gives the same result ------------------
 if "$bin" plan --model llama-3.1-8b --gpu H100-SXM --nodes 2 --gpus-per-node 8 --strategy HYBRID_SHARD \
-        --wrap every:2 --micro-batch 2 --seq-len 2048 --grad-accum 4 --no-sync --ac selective \
+        --wrap every:2 --micro-batch 2 --seq-len 2048 --grad-accum 4 --no-sync --ac op \
         --optimizer sgd-momentum --reshard-after-forward false --json --write-plan "$tmp/written.plan.json" \
         >"$tmp/first.json" 2>"$tmp/err" &&
     "$bin" plan "$tmp/written.plan.json" --json >"$tmp/second.json" 2>>"$tmp/err"; then
@@ -152,6 +152,15 @@ if "$bin" plan --model llama-3.1-8b --gpu H100-SXM --nodes 2 --gpus-per-node 8 -
     fi
 else
     fail "--write-plan round trip runs" "stderr: $(head -c 400 "$tmp/err")"
+fi
+
+# --- "selective" is ambiguous (torchtitan layer:K or op, Megatron attn-core): an error listing the choices
+if "$bin" plan --model llama-3.1-8b --ac selective >"$tmp/out" 2>"$tmp/err"; then
+    fail "--ac selective is refused" "it ran"
+elif grep -q "ambiguous" "$tmp/err" && grep -q "layer:K" "$tmp/err" && grep -q "attn-core" "$tmp/err"; then
+    pass "--ac selective is refused with the choices"
+else
+    fail "--ac selective is refused with the choices" "stderr: $(head -c 400 "$tmp/err")"
 fi
 
 # --- golden plans -------------------------------------------------------------------------

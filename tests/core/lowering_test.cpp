@@ -2,8 +2,11 @@
 // taken from the ZeRO paper (Rajbhandari et al., SC'20) and tests/data/reference-cases.json.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <memory>
 #include <numeric>
+#include <string>
+#include <vector>
 
 #include "core/lower.hpp"
 #include "core/memory.hpp"
@@ -328,13 +331,13 @@ TEST(LoweringTest, ShardGradOpPeakHoldsEveryUnitUnsharded) {
 }
 
 // Rule 4: in forward, unit i's flat output lives until unit i+1 waits for its unshard, so
-// two flat outputs coexist, plus the copy-in cast temporary (bf16 of the fp32 shard).
+// two flat outputs coexist. The copy-in's cast of the shard is not All Gather: FSDPMemTracker
+// files only _allgather_base_'s output so (tracker_categories_test.cpp).
 TEST(LoweringTest, FullShardHoldsAtMostTwoFlatAllGatherOutputs) {
     auto model = toyModel(6, 8192, 1024);
     auto r = lowerAndReplay(makePlan(model, Strategy::FullShard, 1, 8));
     const int64_t flat = 8192 * 1024 * 2;        // bf16 unsharded block
-    const int64_t cast = 8192 / 8 * 1024 * 2;    // bf16 copy of one shard
-    EXPECT_EQ(r.memory.max_per_category[index(MemCategory::AllGather)], 2 * flat + cast);
+    EXPECT_EQ(r.memory.max_per_category[index(MemCategory::AllGather)], 2 * flat);
 }
 
 // Rule 8: with no_sync the unsharded grads, upcast to reduce_dtype, stay across micro-batches:
@@ -349,7 +352,10 @@ TEST(LoweringTest, NoSyncHoldsUnshardedGradients) {
     auto nosync = lowerAndReplay(plan);
     const int64_t block_bf16 = 8192 * 1024 * 2;
     EXPECT_EQ(nosync.memory.max_per_category[index(MemCategory::UnshardedGrad)], P * 4 + block_bf16);
-    EXPECT_EQ(synced.memory.max_per_category[index(MemCategory::UnshardedGrad)], block_bf16);
+    // Reduced in the same micro-batch, a block's bf16 gradient is Temp until its post-backward
+    // frees it (FSDPMemTracker's _fsdp_param_group_post_backward files it only then).
+    EXPECT_EQ(synced.memory.max_per_category[index(MemCategory::UnshardedGrad)], 0);
+    EXPECT_GE(synced.memory.max_per_category[index(MemCategory::Temp)], block_bf16);
     EXPECT_EQ(countTasks(nosync.program, TaskKind::ReduceScatter), 6);
     EXPECT_EQ(countTasks(synced.program, TaskKind::ReduceScatter), 24);
 }
@@ -408,12 +414,17 @@ TEST(LoweringTest, FrozenParametersAreGatheredButNotReduced) {
     EXPECT_LT(half.program.hardware_flops_per_step, all.program.hardware_flops_per_step);
 }
 
+// Llama-3.1-8B, FULL_SHARD per block on 8 GPUs, one sequence of 8192 tokens.
+Plan llama8BAt8192(Checkpointing ac) {
+    auto plan = makePlan(bundled("llama-3.1-8b"), Strategy::FullShard, 1, 8);
+    plan.training.seq_len = 8192;
+    plan.training.ac = ac;
+    return plan;
+}
+
 // Full checkpointing keeps only each block's input: b*s*h bf16 elements per block.
 TEST(LoweringTest, FullCheckpointingKeepsBlockInputs) {
-    auto model = bundled("llama-3.1-8b");
-    auto plan = makePlan(model, Strategy::FullShard, 1, 8);
-    plan.training.seq_len = 8192;
-    plan.training.ac = Checkpointing::Full;
+    auto plan = llama8BAt8192(Checkpointing::Full);
     auto r = lowerAndReplay(plan);
     EXPECT_EQ(r.program.units[5].activation_bytes, 8192 * 4096 * 2);
     EXPECT_EQ(countTasks(r.program, TaskKind::Recompute), 32);
@@ -430,12 +441,14 @@ TEST(LoweringTest, StepReturnsToInitialState) {
                        Strategy::HybridShardZero2}) {
         for (int fsdp : {1, 2}) {
             for (bool no_sync : {false, true}) {
-                for (Checkpointing ac : {Checkpointing::None, Checkpointing::Full, Checkpointing::Selective}) {
+                for (Checkpointing ac : {Checkpointing::None, Checkpointing::Full, Checkpointing::Layer, Checkpointing::Op,
+                                                         Checkpointing::AttnCore}) {
                     auto plan = makePlan(model, s, 2, 8);
                     plan.sharding.fsdp_version = fsdp;
                     plan.training.grad_accum = 3;
                     plan.training.no_sync = no_sync;
                     plan.training.ac = ac;
+                    plan.training.ac_every = ac == Checkpointing::Layer ? 2 : 1;
                     auto r = lowerAndReplay(plan);
                     EXPECT_EQ(finalState(r.program), r.program.initial)
                         << strategyName(s) << " fsdp" << fsdp << " no_sync=" << no_sync;
@@ -462,24 +475,115 @@ TEST(LoweringTest, ProgramIsWellFormed) {
     EXPECT_EQ(p.taskLabel(1), "AG (root)");
 }
 
-// "full:2" (torchtitan's selective layer AC, option 2) checkpoints blocks 0, 2, 4, ...
+// "layer:2" (torchtitan's selective layer AC, selective_ac_option "2"): _apply_layer_sac
+// (torchtitan/distributed/activation_checkpoint.py; parallelize_llama.py before it) increments its
+// block count before testing count % K == 0, so blocks 1, 3, 5, ... are checkpointed, not 0, 2, 4.
 TEST(LoweringTest, CheckpointEveryOtherBlock) {
-    auto model = bundled("llama-3.1-8b");
-    auto plan = makePlan(model, Strategy::FullShard, 1, 8);
-    plan.training.seq_len = 8192;
-    auto spec = parseAcSpec("full:2");
+    auto plan = llama8BAt8192(Checkpointing::None);
+    auto spec = parseAcSpec("layer:2");
     ASSERT_TRUE(spec.has_value());
     plan.training.ac = spec->mode;
     plan.training.ac_every = spec->every;
     auto r = lowerAndReplay(plan);
-    EXPECT_EQ(r.program.units[1].activation_bytes, 8192 * 4096 * 2);  // model.layers.0: input only
-    EXPECT_GT(r.program.units[2].activation_bytes, 10 * r.program.units[1].activation_bytes);
-    EXPECT_EQ(r.program.units[3].activation_bytes, 8192 * 4096 * 2);  // model.layers.2
+    EXPECT_GT(r.program.units[1].activation_bytes, 10 * r.program.units[2].activation_bytes);  // layers.0: all
+    EXPECT_EQ(r.program.units[2].activation_bytes, 8192 * 4096 * 2);  // model.layers.1: input only
+    EXPECT_EQ(r.program.units[4].activation_bytes, 8192 * 4096 * 2);  // model.layers.3
+    EXPECT_EQ(r.program.units[32].activation_bytes, 8192 * 4096 * 2);  // model.layers.31, the last
     EXPECT_EQ(countTasks(r.program, TaskKind::Recompute), 16);
-    EXPECT_EQ(acString(plan.training.ac, plan.training.ac_every), "full:2");
-    EXPECT_FALSE(parseAcSpec("selective:2").has_value());
-    EXPECT_FALSE(parseAcSpec("full:0").has_value());
-    EXPECT_FALSE(parseAcSpec("full:x").has_value());
+    EXPECT_EQ(acString(plan.training.ac, plan.training.ac_every), "layer:2");
+}
+
+TEST(LoweringTest, CheckpointingSpellings) {
+    // full:K stays an alias of layer:K; K = 1 is every block, i.e. full.
+    auto alias = parseAcSpec("full:4");
+    ASSERT_TRUE(alias.has_value());
+    EXPECT_EQ(alias->mode, Checkpointing::Layer);
+    EXPECT_EQ(alias->every, 4);
+    EXPECT_EQ(acString(alias->mode, alias->every), "layer:4");
+    auto one = parseAcSpec("layer:1");
+    ASSERT_TRUE(one.has_value());
+    EXPECT_EQ(one->mode, Checkpointing::Full);
+    EXPECT_EQ(parseAcSpec("OP")->mode, Checkpointing::Op);
+    EXPECT_EQ(parseAcSpec("attn-core")->mode, Checkpointing::AttnCore);
+    // Ambiguous or incomplete spellings are errors that list the choices.
+    for (const char* bad : {"selective", "selective:2", "layer", "op:2", "full:0", "full:x", "attn-core:2"}) {
+        EXPECT_FALSE(parseAcSpec(bad).has_value()) << bad;
+    }
+    const std::string why = acSpecError("selective");
+    EXPECT_NE(why.find("ambiguous"), std::string::npos) << why;
+    EXPECT_NE(why.find("layer:K"), std::string::npos) << why;
+    EXPECT_NE(why.find("op (torchtitan per-op SAC)"), std::string::npos) << why;
+    EXPECT_NE(why.find("attn-core"), std::string::npos) << why;
+    // The report names the mode in words, and which blocks layer:K takes.
+    EXPECT_NE(acDescription(Checkpointing::Layer, 2, true).find("blocks 1, 3, ..."), std::string::npos);
+    EXPECT_NE(acDescription(Checkpointing::AttnCore, 1, true).find("no-op with flash attention"), std::string::npos);
+    EXPECT_EQ(acDescription(Checkpointing::AttnCore, 1, false).find("no-op"), std::string::npos);
+}
+
+// Megatron's attention-core recompute drops only s^2 tensors; a flash kernel keeps none, so the
+// plan keeps and computes exactly what it does without checkpointing.
+TEST(LoweringTest, AttnCoreIsANoOpWithFlashAttention) {
+    auto model = bundled("llama-3.1-8b");
+    auto plan = makePlan(model, Strategy::FullShard, 1, 8);
+    auto none = lowerAndReplay(plan);
+    plan.training.ac = Checkpointing::AttnCore;
+    auto core_ac = lowerAndReplay(plan);
+    EXPECT_EQ(core_ac.program.units[5].activation_bytes, none.program.units[5].activation_bytes);
+    EXPECT_EQ(core_ac.program.hardware_flops_per_step, none.program.hardware_flops_per_step);
+    EXPECT_EQ(core_ac.memory.peak_bytes, none.memory.peak_bytes);
+    plan.training.attention = AttentionKernel::Eager;
+    auto eager_core = lowerAndReplay(plan);
+    plan.training.ac = Checkpointing::None;
+    auto eager_none = lowerAndReplay(plan);
+    EXPECT_LT(eager_core.program.units[5].activation_bytes, eager_none.program.units[5].activation_bytes);
+}
+
+// Per-op SAC (torchtitan's _save_list policy, torchtitan/models/llama/parallelize_llama.py
+// _apply_ac_to_transformer_block) on one Llama-3.1-8B block, 8192 tokens, bf16, flash attention.
+// Within a block the forward runs 7 aten.mm: q(1) k(2) v(3) o(4) gate(5) up(6) down(7); the odd
+// ones are saved, the even ones recomputed, SDPA's outputs saved. The block keeps, per token:
+//   input h = 4096 (checkpoint input) + q_proj out 4096 + v_proj out 1024 + SDPA out 32*128 = 4096
+//   + gate_proj out 14336 + down_proj out 4096 = 31744 bf16 elements = 63488 bytes,
+//   + SDPA logsumexp 32 heads fp32 = 128 bytes: 63616 bytes per token, 521,142,272 bytes.
+// The recompute runs k_proj, o_proj, up_proj (and the norms, RoPE, SiLU, mul, residuals) but no
+// attention, and no q, v, gate or down GEMM.
+TEST(LoweringTest, PerOpSacKeepsOddMatmulsAndAttention) {
+    auto plan = llama8BAt8192(Checkpointing::Op);
+    auto r = lowerAndReplay(plan);
+    EXPECT_EQ(r.program.units[5].activation_bytes, int64_t{8192} * 63616);
+    EXPECT_EQ(countTasks(r.program, TaskKind::Recompute), 32);
+    int32_t rec = -1, fwd = -1;
+    for (int32_t id = 0; id < r.program.size(); ++id) {
+        const Task& t = r.program.tasks[static_cast<size_t>(id)];
+        if (t.unit != 5) continue;
+        if (t.kind == TaskKind::Recompute) rec = id;
+        if (t.kind == TaskKind::Forward) fwd = id;
+    }
+    ASSERT_GE(rec, 0);
+    ASSERT_GE(fwd, 0);
+    std::vector<std::array<int64_t, 3>> gemms;
+    int attention = 0;
+    const Task& rt = r.program.tasks[static_cast<size_t>(rec)];
+    for (uint32_t i = 0; i < rt.ops.count; ++i) {
+        const OpShape& o = r.program.ops[rt.ops.offset + i];
+        if (o.kind == OpShapeKind::Gemm) gemms.push_back({o.m, o.n, o.k});
+        if (o.kind == OpShapeKind::Attention) ++attention;
+    }
+    const std::vector<std::array<int64_t, 3>> expected{{8192, 1024, 4096}, {8192, 4096, 4096}, {8192, 14336, 4096}};
+    EXPECT_EQ(gemms, expected);
+    EXPECT_EQ(attention, 0);
+    // Recompute FLOPs = forward FLOPs less the kept ops': q 2*4096*4096, v 2*4096*1024, gate and
+    // down 2*4096*14336 each, per token, and causal flash attention 2*4096*8192 per token.
+    const int64_t T = 8192;
+    const int64_t kept = T * 2 * 4096 * (4096 + 1024 + 2 * 14336) + T * 2 * 4096 * 8192;
+    const Task& ft = r.program.tasks[static_cast<size_t>(fwd)];
+    EXPECT_EQ(rt.flops, ft.flops - kept);
+    // Against full AC, whose recompute is the whole forward, the step executes `kept` fewer FLOPs
+    // per block and keeps more.
+    plan.training.ac = Checkpointing::Full;
+    auto full = lowerAndReplay(plan);
+    EXPECT_EQ(full.program.hardware_flops_per_step - r.program.hardware_flops_per_step, 32 * kept);
+    EXPECT_EQ(full.program.units[5].activation_bytes, T * 4096 * 2);
 }
 
 // FSDP1 forward_prefetch issues unit i+1's all-gather before unit i computes, so two units'
@@ -521,4 +625,58 @@ TEST(LoweringTest, Fsdp1BackwardPostDoesNotRegatherFinishedUnits) {
     EXPECT_EQ(gathers[0], 1);
     for (size_t u = 1; u < gathers.size(); ++u) EXPECT_EQ(gathers[u], 2) << r.program.units[u].name;
     EXPECT_EQ(finalState(r.program), r.program.initial);
+}
+
+namespace {
+
+// FLOPs of the GEMM and attention kernels of a step (the Program's OpShapes).
+int64_t matrixFlopsPerStep(const Program& p) {
+    int64_t sum = 0;
+    for (const Task& t : p.tasks) {
+        for (uint32_t i = 0; i < t.ops.count; ++i) {
+            const OpShape& o = p.ops[t.ops.offset + i];
+            if (o.kind != OpShapeKind::Elementwise) sum += opFlops(o);
+        }
+    }
+    return sum;
+}
+
+}  // namespace
+
+// MFU and HFU share the step time and the peak, so their ratio is model_flops_per_step over
+// hardware_flops_per_step. Llama-3.1-8B, 8192 tokens, flash attention, no recompute:
+//  - model FLOPs (torchtitan): 8192 * (6 * 7,504,924,672 + 12 * 32 * 4096 * 8192) = 474,435,173,744,640.
+//  - executed GEMMs: 6 FLOPs per token per linear weight, 7,504,658,432 of them (the 32 blocks'
+//    218,103,808 plus the 525,336,576 LM head): 368,868,971,249,664; causal flash attention
+//    2 * 4096 * 8192 forward + 2.5x that backward per token per layer: 61,572,651,155,456.
+// The executed attention is 7/12 of the convention's, so with flash attention and no recompute
+// HFU reads below MFU (by about 9% here): the conventions say why (kMfuConvention, kHfuConvention).
+TEST(LoweringTest, FlopConventionsForLlama8B) {
+    auto plan = llama8BAt8192(Checkpointing::None);
+    auto none = lowerAndReplay(plan);
+    EXPECT_EQ(none.program.model_flops_per_step, 474435173744640);
+    EXPECT_EQ(matrixFlopsPerStep(none.program), 368868971249664 + 61572651155456);
+    EXPECT_LT(none.program.hardware_flops_per_step, none.program.model_flops_per_step);
+    EXPECT_GT(none.program.hardware_flops_per_step, matrixFlopsPerStep(none.program));
+
+    // Eager attention computes the whole s x s product and a 2x backward: 12 * 4096 * 8192 per
+    // token per layer, the convention's figure, so HFU >= MFU without recompute.
+    plan.training.attention = AttentionKernel::Eager;
+    auto eager = lowerAndReplay(plan);
+    EXPECT_EQ(matrixFlopsPerStep(eager.program), 368868971249664 + int64_t{8192} * 12 * 32 * 4096 * 8192);
+    EXPECT_GE(eager.program.hardware_flops_per_step, eager.program.model_flops_per_step);
+    EXPECT_EQ(eager.program.model_flops_per_step, none.program.model_flops_per_step);
+
+    // Full AC: HFU rises by exactly the recomputed FLOPs (every block's forward again); MFU does not move.
+    plan.training.attention = AttentionKernel::Flash;
+    plan.training.ac = Checkpointing::Full;
+    auto full = lowerAndReplay(plan);
+    int64_t block_forward = 0, recomputed = 0;
+    for (const Task& t : full.program.tasks) {
+        if (t.kind == TaskKind::Forward && t.unit >= 1) block_forward += t.flops;
+        if (t.kind == TaskKind::Recompute) recomputed += t.flops;
+    }
+    EXPECT_EQ(recomputed, block_forward);
+    EXPECT_EQ(full.program.hardware_flops_per_step - none.program.hardware_flops_per_step, recomputed);
+    EXPECT_EQ(full.program.model_flops_per_step, none.program.model_flops_per_step);
 }

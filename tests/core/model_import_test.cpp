@@ -254,8 +254,13 @@ TEST(ModelImportTest, PythiaUsesGptNeoxNamesAndPartialRotary) {
 
 TEST(ModelImportTest, ModelFlopsPerTokenFollowsTorchtitan) {
     const sc::Model m = load("llama-3.1-8b");
-    // 6 * 8,030,261,248 + 12 * 32 layers * 4096 * 8192 (torchtitan's get_num_flop_per_token).
-    EXPECT_DOUBLE_EQ(m.modelFlopsPerToken(8192), 6.0 * 8030261248.0 + 12.0 * 32 * 4096 * 8192);
+    // torchtitan (torchtitan/models/utils.py get_dense_model_nparams_and_flops; train.py's
+    // get_num_flop_per_token(get_num_params(model, exclude_embedding=True), ...)):
+    // 6 * (N - embedding) + 12 * L * H * Q * T. N = 8,030,261,248 (reference-cases.json), the
+    // embedding 128256 x 4096 = 525,336,576, so 6 * 7,504,924,672 = 45,029,548,032, and
+    // 12 * 32 * 32 * 128 * 8192 = 12,884,901,888: 57,914,449,920 FLOPs per token at seq 8192.
+    EXPECT_EQ(m.numEmbeddingParams(), 525336576);
+    EXPECT_DOUBLE_EQ(m.modelFlopsPerToken(8192), 57914449920.0);
 }
 
 TEST(ModelImportTest, MalformedJsonNamesFileLineAndColumn) {

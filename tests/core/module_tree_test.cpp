@@ -64,8 +64,9 @@ TEST(ModuleTreeTest, ExampleFileLoads) {
     EXPECT_EQ(m.ops[3].bwd_flops_factor, 1);
     EXPECT_TRUE(m.ops[3].selective_recompute);
     EXPECT_EQ(m.arch.layers, 0);
-    // 6N, no s^2 terms.
-    EXPECT_DOUBLE_EQ(m.modelFlopsPerToken(4096), 6.0 * m.numParams());
+    // 6 * (N - the embedding's 1000 x 256), no s^2 terms (torchtitan's convention).
+    EXPECT_EQ(m.numEmbeddingParams(), 256'000);
+    EXPECT_DOUBLE_EQ(m.modelFlopsPerToken(4096), 6.0 * (m.numParams() - 256'000));
 }
 
 TEST(ModuleTreeTest, ParentsAreImpliedAndPrecedeChildren) {

@@ -355,7 +355,7 @@ TEST(PlanIoTest, RoundTripThroughJson) {
     j["training"]["no_sync"] = true;
     j["training"]["param_dtype"] = nullptr;
     j["training"]["optimizer"] = "sgd-momentum";
-    j["training"]["ac"] = "selective";
+    j["training"]["ac"] = "op";
     j["training"]["kernels"] = "fused";
     j["training"]["offload"] = "cpu";
     j["training"]["frozen"] = "embed_tokens";
@@ -378,7 +378,7 @@ TEST(PlanIoTest, RoundTripThroughJson) {
     EXPECT_FALSE(back->training.param_dtype.has_value());
     EXPECT_EQ(back->training.reduce_dtype, sc::DType::F32);
     EXPECT_EQ(back->training.optimizer, sc::Optimizer::SgdMomentum);
-    EXPECT_EQ(back->training.ac, sc::Checkpointing::Selective);
+    EXPECT_EQ(back->training.ac, sc::Checkpointing::Op);
     EXPECT_EQ(back->training.kernels, sc::KernelImpl::Fused);
     EXPECT_EQ(back->training.offload, sc::Offload::Cpu);
     EXPECT_EQ(back->training.frozen_regex, "embed_tokens");
@@ -437,6 +437,10 @@ TEST(PlanIoTest, PlanFileErrorsNameFileAndField) {
         {{{"training", {{"param_dtype", "fp64"}}}}, "plan.json: training.param_dtype 'fp64' is not one of"},
         {{{"training", {{"param_dtype", "fp8"}}}}, "plan.json: training.param_dtype fp8 is not supported"},
         {{{"training", {{"optimizer", "lion"}}}}, "plan.json: training.optimizer 'lion' is not one of adamw"},
+        // "selective" names three different things (torchtitan layer or op SAC, Megatron's core).
+        {{{"training", {{"ac", "selective"}}}},
+         "plan.json: training.ac 'selective' is not one of none | full | layer:K"},
+        {{{"training", {{"ac", "selective"}}}}, "torchtitan's is layer:K or op, Megatron's attn-core"},
         {{{"training", {{"frozen", "("}}}}, "plan.json: training.frozen"},
         {{{"cluster", {{"gpu", "V100"}}}}, "plan.json: cluster.gpu"},
         {{{"cluster", {{"nodes", 0}}}}, "plan.json: cluster.nodes must be a positive integer (got 0)"},
@@ -519,4 +523,82 @@ TEST(PlanIoTest, RelativePathsResolveAgainstThePlanFolder) {
     EXPECT_TRUE(contains(unknown.error().message, "model.layers.99")) << unknown.error().message;
     EXPECT_TRUE(contains(unknown.error().message, "units.txt")) << unknown.error().message;
     std::filesystem::remove_all(dir);
+}
+
+namespace {
+
+// A plan on a config file of its own (not a bundled model), scaled, with a modules:FILE policy.
+json planOnConfigFile(const std::filesystem::path& dir) {
+    std::filesystem::copy_file(kSourceDir / "models" / "llama-3.1-8b.json", dir / "my-llama.json");
+    writeFile(dir / "units.txt", "model.embed_tokens\nmodel.layers.0+model.layers.1\n");
+    json j = examplePlanJson();
+    j["model"] = "my-llama.json";
+    j["scale"] = "hidden=512,layers=2";
+    j["sharding"]["wrap"] = "modules:units.txt";
+    return j;
+}
+
+}  // namespace
+
+TEST(PlanIoTest, SelfContainedPlanReadsBackAnywhere) {
+    const auto dir = tempDir("self_contained");
+    const auto elsewhere = tempDir("self_contained_elsewhere");
+    writeFile(dir / "plan.json", planOnConfigFile(dir).dump(2));
+    auto plan = sc::loadPlanFile(dir / "plan.json");
+    ASSERT_TRUE(plan) << plan.error().message;
+
+    auto self = sc::selfContainedPlanJson(*plan);
+    ASSERT_TRUE(self) << self.error().message;
+    const json config = json::parse(std::ifstream(kSourceDir / "models" / "llama-3.1-8b.json"));
+    EXPECT_EQ(self->at("model"), (json{{"name", "my-llama"}, {"config", config}}));
+    EXPECT_EQ(self->at("sharding").at("wrap"), (json{"model.embed_tokens", "model.layers.0+model.layers.1"}));
+    EXPECT_EQ(self->at("scale"), "hidden=512,layers=2");
+
+    // The files are gone and the JSON is read in another folder: the same plan.
+    std::filesystem::remove_all(dir);
+    auto back = sc::planFromJson(json::parse(self->dump()), "stored plan", elsewhere);
+    ASSERT_TRUE(back) << back.error().message;
+    EXPECT_EQ(back->model->numParams(), plan->model->numParams());
+    EXPECT_EQ(back->model->name, plan->model->name);
+    json a = sc::planToJson(*plan), b = sc::planToJson(*back);
+    a.erase("model");
+    b.erase("model");
+    a["sharding"].erase("wrap");
+    b["sharding"].erase("wrap");
+    EXPECT_EQ(a, b);
+    EXPECT_EQ(back->sharding.wrap.modules, plan->sharding.wrap.modules);
+    // Self-contained again: the same document (so a store finds it by its hash).
+    auto again = sc::selfContainedPlanJson(*back);
+    ASSERT_TRUE(again) << again.error().message;
+    EXPECT_EQ(*again, *self);
+
+    // A bundled model stays by name.
+    auto bundled = sc::loadPlanFile(kExamplePlan);
+    ASSERT_TRUE(bundled);
+    EXPECT_EQ(sc::selfContainedPlanJson(*bundled)->at("model"), "llama-3.1-8b");
+    std::filesystem::remove_all(elsewhere);
+}
+
+TEST(PlanIoTest, BadEmbeddedModelsNameTheField) {
+    const json config = json::parse(std::ifstream(kSourceDir / "models" / "llama-3.1-8b.json"));
+    auto error = [&](const json& model) {
+        json j = examplePlanJson();
+        j["model"] = model;
+        auto plan = fromJson(j);
+        EXPECT_FALSE(plan) << model.dump().substr(0, 80);
+        return plan ? std::string() : plan.error().message;
+    };
+    EXPECT_TRUE(contains(error({{"config", config}}), "model.name")) << error({{"config", config}});
+    EXPECT_TRUE(contains(error({{"name", 3}, {"config", config}}), "model.name"));
+    EXPECT_TRUE(contains(error({{"name", "m"}}), "model.config"));
+    EXPECT_TRUE(contains(error({{"name", "m"}, {"config", "llama.json"}}), "model.config"));
+    const std::string bad_type = error({{"name", "m"}, {"config", {{"model_type", "nope"}}}});
+    EXPECT_TRUE(contains(bad_type, "model.config")) << bad_type;
+    EXPECT_TRUE(contains(bad_type, "nope")) << bad_type;
+    const std::string extra = error({{"name", "m"}, {"config", config}, {"path", "x"}});
+    EXPECT_TRUE(contains(extra, "'path'")) << extra;
+    EXPECT_TRUE(contains(error(42), "model must be")) << error(42);
+    // A module tree is recognised by its "format", as loadModelFile does for a file.
+    const std::string tree = error({{"name", "m"}, {"config", {{"format", "shardcast-module-tree/1"}}}});
+    EXPECT_TRUE(contains(tree, "model.config")) << tree;
 }

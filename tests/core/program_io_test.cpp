@@ -48,10 +48,10 @@ std::vector<std::pair<std::string, Program>> samplePrograms() {
     hsdp.sharding.reshard_after_forward_k = 2;
     hsdp.training.grad_accum = 2;
     hsdp.training.no_sync = true;
-    hsdp.training.ac = Checkpointing::Selective;
+    hsdp.training.ac = Checkpointing::AttnCore;
     hsdp.training.attention = AttentionKernel::Eager;
     hsdp.training.frozen_regex = "layers\\.0\\.";
-    out.emplace_back("pythia-160m HSDP 2x4 reshard 2, no_sync, selective AC", lowered(hsdp));
+    out.emplace_back("pythia-160m HSDP 2x4 reshard 2, no_sync, attn-core AC", lowered(hsdp));
     Plan offload = makePlan("gpt2", Strategy::ShardGradOp, 1, 4);
     offload.sharding.fsdp_version = 1;
     offload.training.offload = Offload::Cpu;

@@ -87,8 +87,8 @@ TEST(TrainingNamesTest, ParseAndNameRoundTrip) {
     EXPECT_EQ(sc::parseOptimizer("sgd-momentum"), sc::Optimizer::SgdMomentum);
     EXPECT_EQ(sc::optimizerName(sc::Optimizer::SgdMomentum), "sgd-momentum");
     EXPECT_FALSE(sc::parseOptimizer("lion").has_value());
-    EXPECT_EQ(sc::parseCheckpointing("SELECTIVE"), sc::Checkpointing::Selective);
     EXPECT_EQ(sc::checkpointingName(sc::Checkpointing::Full), "full");
+    EXPECT_EQ(sc::checkpointingName(sc::Checkpointing::AttnCore), "attn-core");
     EXPECT_EQ(sc::parseAttention("Flash"), sc::AttentionKernel::Flash);
     EXPECT_EQ(sc::attentionName(sc::AttentionKernel::Eager), "eager");
     EXPECT_EQ(sc::parseKernelImpl("fused"), sc::KernelImpl::Fused);

@@ -17,11 +17,10 @@ using shardcast::db::testing::readBytes;
 using shardcast::db::testing::samplePlan;
 using shardcast::db::testing::samplePrediction;
 using shardcast::db::testing::sampleTimeline;
+using shardcast::db::testing::contains;
 using shardcast::db::testing::TempDir;
 using shardcast::db::testing::writeBytes;
 namespace fs = std::filesystem;
-
-bool contains(const std::string& haystack, const std::string& needle) { return haystack.find(needle) != std::string::npos; }
 
 // A closed store with enough content for several pages (the last close checkpoints and removes the log).
 void makeStore(const fs::path& path) {
@@ -97,6 +96,23 @@ TEST(StoreOpenTest, RefusesAnotherApplicationsDatabase) {
     const fs::path tagged = dir2 / "tagged.db";
     exec(tagged, "PRAGMA application_id = 1234; CREATE TABLE t (x)");
     expectRefused(dir2, tagged, {"another application", "1234"});
+}
+
+TEST(StoreOpenTest, ADamagedBlobIsAnErrorNamingFileAndObject) {
+    TempDir dir;
+    const fs::path path = dir / "store.db";
+    makeStore(path);
+    exec(path, "UPDATE predictions SET body = x'789c0000' WHERE id = 3");
+    exec(path, "UPDATE predictions SET body_bytes = -5 WHERE id = 4");
+    auto store = Store::open(path);
+    ASSERT_TRUE(store.ok()) << store.error().message;
+    for (const char* id : {"pred-3", "pred-4"}) {
+        auto got = (*store)->get(*parseId(id));
+        ASSERT_FALSE(got.ok()) << id;
+        EXPECT_TRUE(contains(got.error().message, path.string() + ": " + id)) << got.error().message;
+        EXPECT_TRUE(contains(got.error().message, "damaged")) << got.error().message;
+    }
+    EXPECT_TRUE((*store)->get({Kind::prediction, 5}).ok());
 }
 
 TEST(StoreOpenTest, AnEmptySqliteFileBecomesAStore) {

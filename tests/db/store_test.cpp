@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "core/step_io.hpp"
 #include "core/version.hpp"
 #include "tests/db/temp_store.hpp"
 
@@ -17,10 +18,9 @@ using namespace shardcast::db;
 using shardcast::db::testing::samplePlan;
 using shardcast::db::testing::samplePrediction;
 using shardcast::db::testing::sampleTimeline;
+using shardcast::db::testing::contains;
 using shardcast::db::testing::TempDir;
 using nlohmann::json;
-
-bool contains(const std::string& haystack, const std::string& needle) { return haystack.find(needle) != std::string::npos; }
 
 std::unique_ptr<Store> openStore(const TempDir& dir, const std::string& name = "store.db") {
     auto store = Store::open(dir / name);
@@ -230,6 +230,45 @@ TEST(StoreTest, LargeTimelineReadsBackIdentical) {
     EXPECT_LT(store->check()->file_bytes, static_cast<int64_t>(in.timeline.dump().size()) / 2);
 }
 
+// The core types' own documents survive the store: read back, they parse to equal values.
+TEST(StoreTest, CoreTimelineAndMemoryReadBackEqual) {
+    namespace core = shardcast::core;
+    core::Timeline timeline;
+    core::TimedMemory memory;
+    for (int64_t i = 0; i < 5000; ++i) {
+        const auto stream = static_cast<core::Stream>(i % 3);
+        timeline.tasks.push_back(core::TaskTime{i * 1000 + 3, i * 1000 + 997 + i % 7, stream});
+        timeline.stream_busy_ns[static_cast<size_t>(stream)] += 994 + i % 7;
+        core::MemoryPoint p;
+        p.time_ns = i * 1000;
+        p.task = static_cast<int32_t>(i);
+        p.bytes.fill((int64_t{1} << 34) + i * 4099);
+        memory.curve.push_back(p);
+    }
+    timeline.step_ns = 5'000'000;
+    memory.peak_bytes = (int64_t{1} << 36) + 12345;
+    memory.peak_time_ns = 4'999'000;
+    memory.peak_task = 4999;
+    memory.at_peak = memory.curve.back().bytes;
+    memory.max_per_category = memory.curve.back().bytes;
+
+    TempDir dir;
+    auto store = openStore(dir);
+    PredictionInput in = samplePrediction(1);
+    in.timeline = core::timelineToJson(timeline);
+    in.memory = core::timedMemoryToJson(memory);
+    auto id = store->savePrediction(in);
+    ASSERT_TRUE(id.ok()) << id.error().message;
+    auto got = store->get(*id);
+    ASSERT_TRUE(got.ok());
+    auto t = core::timelineFromJson(got->body.at("timeline"), "stored timeline");
+    ASSERT_TRUE(t.ok()) << t.error().message;
+    EXPECT_EQ(*t, timeline);
+    auto m = core::timedMemoryFromJson(got->body.at("memory"), "stored memory");
+    ASSERT_TRUE(m.ok()) << m.error().message;
+    EXPECT_EQ(*m, memory);
+}
+
 TEST(StoreTest, TagsNotesAndListFilters) {
     TempDir dir;
     auto store = openStore(dir);
@@ -391,6 +430,8 @@ TEST(StoreTest, ExportImportRecreatesObjectsAndLinks) {
     auto doc = from->exportObject(cmp);
     ASSERT_TRUE(doc.ok()) << doc.error().message;
     EXPECT_EQ(doc->at("format"), "shardcast-db-object");
+    EXPECT_EQ(doc->at("kind"), "comparison");
+    EXPECT_EQ(doc->at("linked").at(formatId(run)).at("kind"), "run");
 
     auto to = openStore(dir, "to.db");
     (void)*to->savePlan(samplePlan(100), "", "");  // so ids differ between the stores

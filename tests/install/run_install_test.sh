@@ -26,12 +26,13 @@ if ! "$cmake_command" --install "$build" --prefix "$tmp/prefix" >"$tmp/install.l
 fi
 pass "cmake --install"
 
-# Exactly the command (and shardcast-cuda where the build has the CUDA backend), one file per
+# Exactly the command (and shardcast-cuda, shardcast-gui where the build has them), one file per
 # bundled model, and the examples.
 cuda_built=0
 [ -x "$build/bin/shardcast-cuda" ] && cuda_built=1
 expected=$( (echo bin/shardcast
              [ "$cuda_built" = 1 ] && echo bin/shardcast-cuda
+             [ -x "$build/bin/shardcast-gui" ] && echo bin/shardcast-gui
              for f in "$source_dir"/models/*.json; do echo "share/shardcast/models/$(basename "$f")"; done
              cd "$source_dir/examples" && find . -type f | sed 's|^\./|share/shardcast/examples/|') | sort)
 installed=$(cd "$tmp/prefix" && find . -type f -o -type l | sed 's|^\./||' | sort)

@@ -1,0 +1,32 @@
+#pragma once
+// The model's module tree with parameter counts per module (its subtree) and the FSDP unit each
+// module belongs to in the current plan (the unit names of the lowered Program). It is also an
+// explicit unit picker: modules that are units are checked; applyChecked() asks for a wrap policy
+// that makes exactly the checked modules units.
+#include <memory>
+
+#include <QTreeWidget>
+
+#include "gui/plan_results.hpp"
+
+namespace shardcast::gui {
+
+class ModuleTree : public QTreeWidget {
+    Q_OBJECT
+public:
+    enum Column { Name, Params, Unit, ColumnCount };
+    explicit ModuleTree(QWidget* parent = nullptr);
+    void setPlan(std::shared_ptr<const PlanResult> plan);
+    QStringList checkedModules() const;  // FQNs, in module order
+    void setChecked(const QString& fqn, bool checked);
+    void applyChecked();                 // emits unitsChosen(checkedModules())
+
+signals:
+    void unitsChosen(const QStringList& fqns);
+
+private:
+    std::shared_ptr<const core::Model> m_model;  // the model the items were built for
+    std::vector<QTreeWidgetItem*> m_items;       // per module index
+};
+
+}  // namespace shardcast::gui

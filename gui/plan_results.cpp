@@ -1,0 +1,102 @@
+#include "gui/plan_results.hpp"
+
+#include <utility>
+
+#include "simulator/pytorch_code.hpp"
+
+namespace shardcast::gui {
+
+namespace {
+constexpr std::array<core::Strategy, 5> kStrategies = {core::Strategy::NoShard, core::Strategy::ShardGradOp,
+                                                       core::Strategy::FullShard, core::Strategy::HybridShard,
+                                                       core::Strategy::HybridShardZero2};
+}
+
+core::Result<std::shared_ptr<PlanResult>> computePlan(const core::PlanOverrides& overrides, sim::Evaluator& evaluator,
+                                                      const sim::CancelToken* cancel) {
+    auto plan = core::buildPlan(overrides);
+    if (!plan) return plan.error();
+    auto out = std::make_shared<PlanResult>();
+    out->overrides = overrides;
+    out->plan = std::move(plan).value();
+    sim::EvaluationOptions options;
+    options.record_curve = true;
+    options.cancel = cancel;
+    if (auto s = evaluator.evaluate(out->plan, nullptr, options, out->eval); !s) return s.error();
+    return out;
+}
+
+core::Result<std::shared_ptr<StrategyComparison>> computeStrategies(const PlanResult& plan, sim::Evaluator& evaluator,
+                                                                    const sim::CancelToken* cancel) {
+    auto out = std::make_shared<StrategyComparison>();
+    out->generation = plan.generation;
+    out->capacity_bytes = plan.eval.fit.capacity_bytes;
+    out->budget_bytes = plan.eval.fit.budget_bytes;
+    sim::EvaluationOptions options;
+    options.issue_order_memory = false;
+    options.per_unit = false;
+    options.cancel = cancel;
+    sim::Evaluation e;
+    for (core::Strategy s : kStrategies) {
+        StrategyFit fit;
+        fit.strategy = s;
+        if (s == plan.plan.sharding.strategy) {
+            fit.ok = true;
+            fit.peak_bytes = plan.eval.summary.peak_bytes;
+            fit.at_peak = plan.eval.summary.at_peak;
+            fit.step_s = plan.eval.summary.step_s;
+            fit.fits = plan.eval.fit.fits;
+        } else {
+            core::Plan variant = plan.plan;
+            variant.sharding.strategy = s;
+            if (auto status = evaluator.evaluate(variant, nullptr, options, e); !status) {
+                if (status.error().cancelled) return status.error();
+                fit.error = status.error().message;
+            } else {
+                fit.ok = true;
+                fit.peak_bytes = e.summary.peak_bytes;
+                fit.at_peak = e.summary.at_peak;
+                fit.step_s = e.summary.step_s;
+                fit.fits = e.fit.fits;
+            }
+        }
+        out->strategies.push_back(std::move(fit));
+    }
+    return out;
+}
+
+core::Result<std::shared_ptr<WrapResult>> computeWrap(const PlanResult& plan, const sim::CancelToken* cancel) {
+    auto out = std::make_shared<WrapResult>();
+    out->generation = plan.generation;
+    out->base = plan.plan;
+    out->capacity_bytes = plan.eval.fit.capacity_bytes;
+    out->budget_bytes = plan.eval.fit.budget_bytes;
+    const sim::HardwareProfile profile = sim::HardwareProfile::fromCluster(plan.plan.cluster);
+    sim::SweepOptions options;
+    options.acs = {core::AcSpec{core::Checkpointing::None, 1}, core::AcSpec{core::Checkpointing::Full, 1}};
+    options.cancel = cancel;
+    const std::vector<sim::SweepCandidate> candidates = sim::sweepCandidates(plan.plan, options);
+    out->sweep = sim::runSweep(plan.plan, candidates, profile, options);
+    if (cancel && cancel->cancelled()) return core::cancelledError();
+    out->front = sim::paretoFront(out->sweep);
+    out->recommended = sim::recommend(out->sweep);
+
+    if (!plan.plan.model->blocks.empty()) {
+        auto search = sim::searchWrap(plan.plan, profile, sim::WrapSearchOptions{});
+        if (cancel && cancel->cancelled()) return core::cancelledError();
+        if (search) {
+            out->search_ok = true;
+            out->search = std::move(search).value();
+            core::Plan chosen = plan.plan;
+            chosen.sharding.wrap = out->search.wrap;
+            out->pytorch_code = sim::pytorchCode(chosen, plan.eval.mesh, sim::unitsOfPolicy(out->search.wrap));
+        } else {
+            out->search_error = search.error().message;
+        }
+    } else {
+        out->search_error = "the model has no transformer blocks to group";
+    }
+    return out;
+}
+
+}  // namespace shardcast::gui

@@ -1,0 +1,91 @@
+// The input dock (gui/input_panel.hpp): overrides hold only what the user changed from the base
+// plan; errors land under the knob their message names; every knob explains itself.
+#include <QLabel>
+#include <QSignalSpy>
+#include <QtTest>
+
+#include "gui/input_panel.hpp"
+
+using namespace shardcast;
+
+namespace {
+const QString kExample = SHARDCAST_SOURCE_DIR "/examples/llama-3.1-8b-8xh100.json";
+const QStringList kKnobs = {"model", "gpu", "nodes", "gpus-per-node", "micro-batch", "seq-len", "grad-accum", "no-sync",
+                            "param-dtype", "reduce-dtype", "master-dtype", "optimizer", "ac", "attention", "kernels",
+                            "offload", "frozen", "strategy", "shard-size", "fsdp", "wrap", "reshard-after-forward"};
+}  // namespace
+
+class InputPanelTest : public QObject {
+    Q_OBJECT
+private slots:
+    void overridesHoldOnlyChangedKnobs() {
+        gui::InputPanel panel;
+        QVERIFY(panel.setBasePlan(kExample).ok());
+        core::PlanOverrides o = panel.overrides();
+        QCOMPARE(QString::fromStdString(o.plan_file), kExample);
+        QVERIFY(!o.model && !o.strategy && !o.micro_batch && !o.ac && !o.seq_len && !o.nodes);
+        QCOMPARE(panel.knobText("seq-len"), QString("8192"));
+        QSignalSpy changed(&panel, &gui::InputPanel::changed);
+        QVERIFY(panel.setKnob("seq-len", "4096"));
+        QVERIFY(panel.setKnob("strategy", "HYBRID_SHARD"));
+        QCOMPARE(changed.count(), 2);
+        o = panel.overrides();
+        QCOMPARE(o.seq_len.value_or(0), int64_t{4096});
+        QCOMPARE(QString::fromStdString(o.strategy.value_or("")), QString("HYBRID_SHARD"));
+        QVERIFY(!o.micro_batch && !o.wrap);
+    }
+
+    // "--gpu" is a prefix of "--gpus-per-node": the error goes under the knob named in full.
+    void errorsLandUnderTheirKnob() {
+        gui::InputPanel panel;
+        panel.showError("--gpus-per-node: must be at most 64 (got 65)");
+        QVERIFY(!panel.errorText("gpus-per-node").isEmpty());
+        QVERIFY(panel.errorText("gpu").isEmpty());
+        panel.showError("--gpu: unknown GPU 'Z100'; valid: A100-SXM, H100-SXM");
+        QVERIFY(!panel.errorText("gpu").isEmpty());
+        QVERIFY(panel.errorText("gpus-per-node").isEmpty());
+        // A validation error names the plan field; the first field named wins.
+        panel.showError("sharding.shard_size 3 differs from the world size 8 (cluster.nodes x cluster.gpus_per_node)");
+        QVERIFY(!panel.errorText("shard-size").isEmpty());
+        QVERIFY(panel.errorText("nodes").isEmpty());
+        // Nothing named: the panel-wide label.
+        panel.showError("plan.json: not a JSON object");
+        QCOMPARE(panel.errorText(""), QString("plan.json: not a JSON object"));
+        QVERIFY(panel.errorText("shard-size").isEmpty());
+        panel.clearErrors();
+        QVERIFY(panel.errorText("").isEmpty());
+    }
+
+    void everyKnobHasATooltip() {
+        gui::InputPanel panel;
+        for (const QString& key : kKnobs) {
+            QWidget* editor = panel.knobEditor(key);
+            QVERIFY2(editor != nullptr, qPrintable(key));
+            const QString tip = editor->toolTip();
+            // One sentence that names PyTorch's setting in parentheses.
+            QVERIFY2(tip.endsWith('.') && tip.contains('(') && tip.contains(')'), qPrintable(key + ": " + tip));
+        }
+    }
+
+    void applyingACandidateSetsItsKnobsOnce() {
+        gui::InputPanel panel;
+        QVERIFY(panel.setBasePlan(kExample).ok());
+        QSignalSpy changed(&panel, &gui::InputPanel::changed);
+        sim::SweepCandidate c;
+        c.strategy = core::Strategy::ShardGradOp;
+        c.wrap.kind = core::WrapKind::EveryK;
+        c.wrap.k = 4;
+        c.micro_batch = 2;
+        c.ac = core::AcSpec{core::Checkpointing::Full, 1};
+        panel.applyCandidate(c);
+        QCOMPARE(changed.count(), 1);
+        const core::PlanOverrides o = panel.overrides();
+        QCOMPARE(QString::fromStdString(o.strategy.value_or("")), QString("SHARD_GRAD_OP"));
+        QCOMPARE(QString::fromStdString(o.wrap.value_or("")), QString("every:4"));
+        QCOMPARE(o.micro_batch.value_or(0), int64_t{2});
+        QCOMPARE(QString::fromStdString(o.ac.value_or("")), QString("full"));
+    }
+};
+
+QTEST_MAIN(InputPanelTest)
+#include "input_panel_test.moc"
