@@ -30,11 +30,17 @@ int64_t CachingAllocatorModel::segmentSize(int64_t rounded) {
     return kAllocRoundLarge * ((rounded + kAllocRoundLarge - 1) / kAllocRoundLarge);
 }
 
+// Address space: segment slot s spans [s << 40, (s + 1) << 40), room for an expandable segment
+// to grow; only the order of addresses matters (ties of equal size go to the lower one).
+constexpr int kSegmentAddressBits = 40;
+
 void CachingAllocatorModel::reset(const AllocatorConfig& config, int32_t buffer_count) {
     m_config = config;
-    for (Segment& s : m_segments) {
-        s.live = false;
-        s.blocks.clear();
+    m_segments.clear();
+    m_blocks.clear();
+    m_spare_blocks.clear();
+    for (auto& pool : m_free) {
+        for (auto& list : pool) list.clear();
     }
     m_buffers.assign(static_cast<size_t>(buffer_count), BufferState{});
     m_stats = AllocatorStats{};
@@ -65,25 +71,47 @@ void CachingAllocatorModel::noteChange() {
     if (frag > s.max_fragmentation_bytes) s.max_fragmentation_bytes = frag;
 }
 
-void CachingAllocatorModel::refreshLargest(Segment& seg) {
-    int64_t largest = 0;
-    for (const Block& b : seg.blocks) {
-        if (b.buffer < 0 && b.size > largest) largest = b.size;
+int32_t CachingAllocatorModel::newBlock(const Block& b) {
+    if (!m_spare_blocks.empty()) {
+        const int32_t id = m_spare_blocks.back();
+        m_spare_blocks.pop_back();
+        m_blocks[static_cast<size_t>(id)] = b;
+        return id;
     }
-    seg.largest_free = largest;
+    m_blocks.push_back(b);
+    return static_cast<int32_t>(m_blocks.size() - 1);
 }
 
-int32_t CachingAllocatorModel::blockIndex(const Segment& seg, int32_t buffer) const {
-    for (size_t i = 0; i < seg.blocks.size(); ++i) {
-        if (seg.blocks[i].buffer == buffer) return static_cast<int32_t>(i);
-    }
-    assert(false && "a live buffer has a block in its segment");
-    return -1;
+namespace {
+template <class Key>
+bool keyBefore(const Key& a, int64_t size, int64_t addr) {
+    return a.size != size ? a.size < size : a.addr < addr;
+}
+}  // namespace
+
+void CachingAllocatorModel::insertFree(int32_t block) {
+    const Block& b = m_blocks[static_cast<size_t>(block)];
+    const Segment& seg = m_segments[static_cast<size_t>(b.segment)];
+    auto& list = freeList(seg.small, seg.stream);
+    auto it = std::lower_bound(list.begin(), list.end(), b,
+                               [](const FreeKey& k, const Block& x) { return keyBefore(k, x.size, x.addr); });
+    list.insert(it, FreeKey{b.size, b.addr, block});
 }
 
-bool CachingAllocatorModel::placeInBlock(int32_t seg_index, int32_t block_index, int64_t size, int32_t buffer) {
-    Segment& seg = m_segments[static_cast<size_t>(seg_index)];
-    Block& b = seg.blocks[static_cast<size_t>(block_index)];
+void CachingAllocatorModel::eraseFree(int32_t block) {
+    const Block& b = m_blocks[static_cast<size_t>(block)];
+    const Segment& seg = m_segments[static_cast<size_t>(b.segment)];
+    auto& list = freeList(seg.small, seg.stream);
+    auto it = std::lower_bound(list.begin(), list.end(), b,
+                               [](const FreeKey& k, const Block& x) { return keyBefore(k, x.size, x.addr); });
+    assert(it != list.end() && it->block == block && "a free block is in its pool's free list");
+    list.erase(it);
+}
+
+// Takes the free block (already out of its free list) for `buffer`, splitting off the remainder.
+void CachingAllocatorModel::placeInBlock(int32_t block, int64_t size, int32_t buffer) {
+    Block& b = m_blocks[static_cast<size_t>(block)];
+    const Segment& seg = m_segments[static_cast<size_t>(b.segment)];
     assert(b.buffer < 0 && b.size >= size);
     const int64_t remaining = b.size - size;
     // should_split: small pool (and expandable segments) down to kMinBlockSize; the large pool
@@ -94,34 +122,31 @@ bool CachingAllocatorModel::placeInBlock(int32_t seg_index, int32_t block_index,
     b.buffer = buffer;
     if (split) {
         b.size = size;
-        seg.blocks.insert(seg.blocks.begin() + block_index + 1, Block{remaining, -1});
+        const Block rest{b.addr + size, remaining, block, b.next, b.segment, -1};
+        const int32_t r = newBlock(rest);  // may move m_blocks: no references held across it
+        Block& bb = m_blocks[static_cast<size_t>(block)];
+        if (bb.next >= 0) m_blocks[static_cast<size_t>(bb.next)].prev = r;
+        else m_segments[static_cast<size_t>(bb.segment)].last = r;
+        bb.next = r;
+        insertFree(r);
     }
-    refreshLargest(seg);
-    m_buffers[static_cast<size_t>(buffer)].segment = seg_index;
-    return true;
+    m_buffers[static_cast<size_t>(buffer)].block = block;
 }
 
 bool CachingAllocatorModel::tryCached(int64_t size, bool small, Stream stream, int32_t buffer) {
-    int32_t best_seg = -1, best_block = -1;
-    int64_t best_size = INT64_MAX;
+    auto& list = freeList(small, stream);
+    // get_free_block: the smallest free block of the stream's pool that fits, lowest address
+    // first; an oversize block serves only oversize requests, and only those within kLargeBuffer.
+    auto it = std::lower_bound(list.begin(), list.end(), size,
+                               [](const FreeKey& k, int64_t want) { return k.size < want; });
+    if (it == list.end()) return false;
     const int64_t max_split = m_config.max_split_size;
-    for (size_t si = 0; si < m_segments.size(); ++si) {
-        const Segment& seg = m_segments[si];
-        if (!seg.live || seg.stream != stream || seg.small != small || seg.largest_free < size) continue;
-        for (size_t bi = 0; bi < seg.blocks.size(); ++bi) {
-            const Block& b = seg.blocks[bi];
-            if (b.buffer >= 0 || b.size < size || b.size >= best_size) continue;
-            // get_free_block: an oversize block serves only oversize requests, and only those
-            // within kLargeBuffer of its size.
-            if (size < max_split && b.size >= max_split) continue;
-            if (size >= max_split && b.size >= size + kAllocLargeBuffer) continue;
-            best_seg = static_cast<int32_t>(si);
-            best_block = static_cast<int32_t>(bi);
-            best_size = b.size;
-        }
-    }
-    if (best_seg < 0) return false;
-    return placeInBlock(best_seg, best_block, size, buffer);
+    if (size < max_split && it->size >= max_split) return false;
+    if (size >= max_split && it->size >= size + kAllocLargeBuffer) return false;
+    const int32_t block = it->block;
+    list.erase(it);
+    placeInBlock(block, size, buffer);
+    return true;
 }
 
 bool CachingAllocatorModel::newSegment(int64_t size, bool small, Stream stream, int32_t buffer) {
@@ -130,18 +155,15 @@ bool CachingAllocatorModel::newSegment(int64_t size, bool small, Stream stream, 
     size_t slot = 0;
     while (slot < m_segments.size() && m_segments[slot].live) ++slot;
     if (slot == m_segments.size()) m_segments.emplace_back();
+    const auto seg_id = static_cast<int32_t>(slot);
+    const int32_t block = newBlock(Block{int64_t{seg_id} << kSegmentAddressBits, seg_size, -1, -1, seg_id, -1});
     Segment& seg = m_segments[slot];
-    seg.stream = stream;
-    seg.small = small;
-    seg.expandable = false;
-    seg.live = true;
-    seg.size = seg_size;
-    seg.blocks.clear();
-    seg.blocks.push_back(Block{seg_size, -1});
+    seg = Segment{stream, small, false, true, seg_size, block, block};
     m_stats.reserved_bytes += seg_size;
     m_stats.reserved_by_stream[static_cast<size_t>(stream)] += seg_size;
     ++m_stats.segments;
-    return placeInBlock(static_cast<int32_t>(slot), 0, size, buffer);
+    placeInBlock(block, size, buffer);
+    return true;
 }
 
 bool CachingAllocatorModel::growExpandable(int64_t size, bool small, Stream stream, int32_t buffer) {
@@ -153,57 +175,73 @@ bool CachingAllocatorModel::growExpandable(int64_t size, bool small, Stream stre
         if (s.live && s.expandable && s.stream == stream && s.small == small) slot = si;
     }
     const bool created = slot == m_segments.size();
-    const int64_t tail_free = created || m_segments[slot].blocks.empty() || m_segments[slot].blocks.back().buffer >= 0
-                                  ? 0
-                                  : m_segments[slot].blocks.back().size;
-    const int64_t grow = page * ((size - tail_free + page - 1) / page);
+    const int32_t tail = created ? -1 : m_segments[slot].last;
+    const bool tail_free = tail >= 0 && m_blocks[static_cast<size_t>(tail)].buffer < 0;
+    const int64_t tail_bytes = tail_free ? m_blocks[static_cast<size_t>(tail)].size : 0;
+    const int64_t grow = page * ((size - tail_bytes + page - 1) / page);
     if (m_stats.reserved_bytes + grow > m_config.limit_bytes) return false;
     if (created) {
         m_segments.emplace_back();
-        Segment& seg = m_segments.back();
-        seg.stream = stream;
-        seg.small = small;
-        seg.expandable = true;
-        seg.live = true;
-        seg.size = 0;
+        m_segments.back() = Segment{stream, small, true, true, 0, -1, -1};
         ++m_stats.segments;
     }
-    Segment& seg = m_segments[slot];
-    seg.size += grow;
-    if (tail_free > 0) {
-        seg.blocks.back().size += grow;
+    const auto seg_id = static_cast<int32_t>(slot);
+    int32_t block = tail;
+    if (tail_free) {
+        eraseFree(tail);
+        m_blocks[static_cast<size_t>(tail)].size += grow;
     } else {
-        seg.blocks.push_back(Block{grow, -1});
+        const int64_t addr = (int64_t{seg_id} << kSegmentAddressBits) + m_segments[slot].size;
+        block = newBlock(Block{addr, grow, tail, -1, seg_id, -1});
+        if (tail >= 0) m_blocks[static_cast<size_t>(tail)].next = block;
+        else m_segments[slot].first = block;
+        m_segments[slot].last = block;
     }
+    m_segments[slot].size += grow;
     m_stats.reserved_bytes += grow;
     m_stats.reserved_by_stream[static_cast<size_t>(stream)] += grow;
-    return placeInBlock(static_cast<int32_t>(slot), static_cast<int32_t>(seg.blocks.size()) - 1, size, buffer);
+    placeInBlock(block, size, buffer);
+    return true;
 }
 
 void CachingAllocatorModel::releaseCached() {
     // release_cached_blocks: every segment with no allocated block goes back to CUDA; an expandable
     // segment unmaps the free pages at its end.
     ++m_stats.releases;
-    for (Segment& seg : m_segments) {
-        if (!seg.live) continue;
+    for (size_t si = 0; si < m_segments.size(); ++si) {
+        Segment& seg = m_segments[si];
+        if (!seg.live || seg.last < 0) continue;
+        Block& tail = m_blocks[static_cast<size_t>(seg.last)];
+        if (tail.buffer >= 0) continue;
         if (seg.expandable) {
-            if (seg.blocks.empty() || seg.blocks.back().buffer >= 0) continue;
             const int64_t page = seg.small ? kAllocSmallBuffer : kAllocLargeBuffer;
-            const int64_t unmap = page * (seg.blocks.back().size / page);
-            seg.blocks.back().size -= unmap;
-            if (seg.blocks.back().size == 0) seg.blocks.pop_back();
+            const int64_t unmap = page * (tail.size / page);
+            if (unmap == 0) continue;
+            const int32_t id = seg.last;
+            eraseFree(id);
+            Block& t = m_blocks[static_cast<size_t>(id)];
+            t.size -= unmap;
+            if (t.size == 0) {
+                seg.last = t.prev;
+                if (t.prev >= 0) m_blocks[static_cast<size_t>(t.prev)].next = -1;
+                else seg.first = -1;
+                m_spare_blocks.push_back(id);
+            } else {
+                insertFree(id);
+            }
             seg.size -= unmap;
-            refreshLargest(seg);
             m_stats.reserved_bytes -= unmap;
             m_stats.reserved_by_stream[static_cast<size_t>(seg.stream)] -= unmap;
             continue;
         }
-        if (seg.blocks.size() == 1 && seg.blocks[0].buffer < 0) {
+        if (seg.first == seg.last) {
+            eraseFree(seg.first);
+            m_spare_blocks.push_back(seg.first);
             m_stats.reserved_bytes -= seg.size;
             m_stats.reserved_by_stream[static_cast<size_t>(seg.stream)] -= seg.size;
             --m_stats.segments;
             seg.live = false;
-            seg.blocks.clear();
+            seg.first = seg.last = -1;
         }
     }
 }
@@ -211,7 +249,7 @@ void CachingAllocatorModel::releaseCached() {
 void CachingAllocatorModel::allocate(int32_t buffer, int64_t bytes, Stream stream) {
     assert(buffer >= 0 && static_cast<size_t>(buffer) < m_buffers.size());
     BufferState& state = m_buffers[static_cast<size_t>(buffer)];
-    assert(state.segment < 0 && "a buffer is allocated once before its free");
+    assert(state.block < 0 && "a buffer is allocated once before its free");
     state.requested = bytes;
     state.released_tail = 0;
     state.released_bytes = 0;
@@ -239,47 +277,65 @@ void CachingAllocatorModel::allocate(int32_t buffer, int64_t bytes, Stream strea
     noteChange();
 }
 
-void CachingAllocatorModel::freeBlock(int32_t seg_index, int32_t block_index) {
-    std::vector<Block>& blocks = m_segments[static_cast<size_t>(seg_index)].blocks;
-    auto i = static_cast<size_t>(block_index);
-    blocks[i].buffer = -1;
-    // try_merge_blocks with the next, then the previous neighbour.
-    if (i + 1 < blocks.size() && blocks[i + 1].buffer < 0) {
-        blocks[i].size += blocks[i + 1].size;
-        blocks.erase(blocks.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+// free_block: the block merges with its free neighbours (try_merge_blocks) and joins its pool.
+void CachingAllocatorModel::freeBlock(int32_t block) {
+    m_blocks[static_cast<size_t>(block)].buffer = -1;
+    const int32_t next = m_blocks[static_cast<size_t>(block)].next;
+    if (next >= 0 && m_blocks[static_cast<size_t>(next)].buffer < 0) {
+        eraseFree(next);
+        Block& b = m_blocks[static_cast<size_t>(block)];
+        const Block n = m_blocks[static_cast<size_t>(next)];
+        b.size += n.size;
+        b.next = n.next;
+        if (n.next >= 0) m_blocks[static_cast<size_t>(n.next)].prev = block;
+        else m_segments[static_cast<size_t>(b.segment)].last = block;
+        m_spare_blocks.push_back(next);
     }
-    if (i > 0 && blocks[i - 1].buffer < 0) {
-        blocks[i - 1].size += blocks[i].size;
-        blocks.erase(blocks.begin() + static_cast<std::ptrdiff_t>(i));
+    const int32_t prev = m_blocks[static_cast<size_t>(block)].prev;
+    if (prev >= 0 && m_blocks[static_cast<size_t>(prev)].buffer < 0) {
+        eraseFree(prev);
+        Block& p = m_blocks[static_cast<size_t>(prev)];
+        const Block b = m_blocks[static_cast<size_t>(block)];
+        p.size += b.size;
+        p.next = b.next;
+        if (b.next >= 0) m_blocks[static_cast<size_t>(b.next)].prev = prev;
+        else m_segments[static_cast<size_t>(p.segment)].last = prev;
+        m_spare_blocks.push_back(block);
+        block = prev;
     }
-    refreshLargest(m_segments[static_cast<size_t>(seg_index)]);
+    insertFree(block);
 }
 
 void CachingAllocatorModel::free(int32_t buffer) {
     BufferState& state = m_buffers[static_cast<size_t>(buffer)];
     m_stats.allocated_bytes -= state.requested;
-    if (state.segment >= 0) {
-        const Segment& seg = m_segments[static_cast<size_t>(state.segment)];
-        freeBlock(state.segment, blockIndex(seg, buffer));
-    }
-    state.segment = -1;
+    if (state.block >= 0) freeBlock(state.block);
+    state.block = -1;
     state.requested = 0;
+    noteChange();
+}
+
+void CachingAllocatorModel::adjustAllocated(int64_t delta) {
+    m_stats.allocated_bytes += delta;
     noteChange();
 }
 
 void CachingAllocatorModel::releaseTail(int32_t buffer, int64_t bytes) {
     BufferState& state = m_buffers[static_cast<size_t>(buffer)];
     m_stats.allocated_bytes -= bytes;
-    if (state.segment >= 0) {
-        Segment& seg = m_segments[static_cast<size_t>(state.segment)];
-        const int32_t i = blockIndex(seg, buffer);
-        Block& b = seg.blocks[static_cast<size_t>(i)];
+    if (state.block >= 0) {
+        const int32_t id = state.block;
+        const Block b = m_blocks[static_cast<size_t>(id)];
         // The block keeps at least kMinBlockSize; what it gives back is whole 512-byte blocks.
         const int64_t tail = std::min(kAllocMinBlockSize * (bytes / kAllocMinBlockSize), b.size - kAllocMinBlockSize);
         if (tail > 0) {
-            b.size -= tail;
-            seg.blocks.insert(seg.blocks.begin() + i + 1, Block{tail, buffer});
-            freeBlock(state.segment, i + 1);
+            const int32_t t = newBlock(Block{b.addr + b.size - tail, tail, id, b.next, b.segment, buffer});
+            Block& bb = m_blocks[static_cast<size_t>(id)];
+            bb.size -= tail;
+            if (bb.next >= 0) m_blocks[static_cast<size_t>(bb.next)].prev = t;
+            else m_segments[static_cast<size_t>(bb.segment)].last = t;
+            bb.next = t;
+            freeBlock(t);
             state.released_tail += tail;
         }
     }
@@ -293,17 +349,26 @@ void CachingAllocatorModel::restoreTail(int32_t buffer) {
     m_stats.allocated_bytes += state.released_bytes;
     state.released_tail = 0;
     state.released_bytes = 0;
-    if (state.segment >= 0 && tail > 0) {
-        Segment& seg = m_segments[static_cast<size_t>(state.segment)];
-        const auto i = static_cast<size_t>(blockIndex(seg, buffer));
+    if (state.block >= 0 && tail > 0) {
+        const int32_t id = state.block;
+        const int32_t next = m_blocks[static_cast<size_t>(id)].next;
         // Every scratch allocation of the moment is freed first, so the tail is free again.
-        assert(i + 1 < seg.blocks.size() && seg.blocks[i + 1].buffer < 0 && seg.blocks[i + 1].size >= tail);
-        if (i + 1 < seg.blocks.size() && seg.blocks[i + 1].buffer < 0 && seg.blocks[i + 1].size >= tail) {
-            seg.blocks[i].size += tail;
-            seg.blocks[i + 1].size -= tail;
-            if (seg.blocks[i + 1].size == 0) seg.blocks.erase(seg.blocks.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+        assert(next >= 0 && m_blocks[static_cast<size_t>(next)].buffer < 0 && m_blocks[static_cast<size_t>(next)].size >= tail);
+        if (next >= 0 && m_blocks[static_cast<size_t>(next)].buffer < 0 && m_blocks[static_cast<size_t>(next)].size >= tail) {
+            eraseFree(next);
+            m_blocks[static_cast<size_t>(id)].size += tail;
+            Block& n = m_blocks[static_cast<size_t>(next)];
+            n.addr += tail;
+            n.size -= tail;
+            if (n.size == 0) {
+                m_blocks[static_cast<size_t>(id)].next = n.next;
+                if (n.next >= 0) m_blocks[static_cast<size_t>(n.next)].prev = id;
+                else m_segments[static_cast<size_t>(n.segment)].last = id;
+                m_spare_blocks.push_back(next);
+            } else {
+                insertFree(next);
+            }
         }
-        refreshLargest(seg);
     }
     noteChange();
 }

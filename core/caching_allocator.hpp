@@ -80,6 +80,9 @@ public:
     // freeing saved tensors op by op), then takes them back with restore().
     void releaseTail(int32_t buffer, int64_t bytes);
     void restoreTail(int32_t buffer);
+    // Counts `delta` allocated bytes with no block moving: a replay that frees a buffer's tensors
+    // ahead of its bookkeeping keeps allocated equal to the Program's count.
+    void adjustAllocated(int64_t delta);
     // Clears the peaks (after a warm-up step), keeping what is cached.
     void resetPeaks();
     const AllocatorStats& stats() const { return m_stats; }
@@ -88,9 +91,20 @@ public:
     static int64_t segmentSize(int64_t rounded);   // get_allocation_size
 
 private:
+    // Blocks are nodes of a per-segment list in address order; free ones are also in their
+    // pool's sorted free list, as the real allocator's BlockPool (a std::set ordered by stream,
+    // size, address), here one sorted vector per pool and stream so that no event allocates.
     struct Block {
+        int64_t addr = 0;    // orders blocks of equal size (get_free_block takes the lowest)
         int64_t size = 0;
+        int32_t prev = -1, next = -1;  // neighbours in the segment
+        int32_t segment = -1;
         int32_t buffer = -1;  // -1: free
+    };
+    struct FreeKey {
+        int64_t size;
+        int64_t addr;
+        int32_t block;
     };
     struct Segment {
         Stream stream = Stream::Compute;
@@ -98,27 +112,33 @@ private:
         bool expandable = false;
         bool live = false;     // false: released, the slot may be reused
         int64_t size = 0;
-        int64_t largest_free = 0;   // the largest free block: lets the best-fit search skip the segment
-        std::vector<Block> blocks;  // in address order, covering the segment
+        int32_t first = -1, last = -1;  // blocks at its two ends
     };
     struct BufferState {
-        int32_t segment = -1;
+        int32_t block = -1;
         int64_t requested = 0;
         int64_t released_tail = 0;   // block bytes given back by releaseTail
         int64_t released_bytes = 0;  // requested bytes given back by releaseTail
     };
-    int32_t blockIndex(const Segment& seg, int32_t buffer) const;
-    bool placeInBlock(int32_t seg, int32_t block, int64_t size, int32_t buffer);
+    std::vector<FreeKey>& freeList(bool small, Stream stream) {
+        return m_free[small ? 1 : 0][static_cast<size_t>(stream)];
+    }
+    int32_t newBlock(const Block& b);
+    void insertFree(int32_t block);
+    void eraseFree(int32_t block);
+    void placeInBlock(int32_t block, int64_t size, int32_t buffer);
     bool tryCached(int64_t size, bool small, Stream stream, int32_t buffer);
     bool newSegment(int64_t size, bool small, Stream stream, int32_t buffer);
     bool growExpandable(int64_t size, bool small, Stream stream, int32_t buffer);
     void releaseCached();
-    void freeBlock(int32_t seg, int32_t block);
+    void freeBlock(int32_t block);
     void noteChange();
-    static void refreshLargest(Segment& seg);
 
     AllocatorConfig m_config;
     std::vector<Segment> m_segments;
+    std::vector<Block> m_blocks;
+    std::vector<int32_t> m_spare_blocks;  // unused slots of m_blocks
+    std::array<std::array<std::vector<FreeKey>, kStreamCount>, 2> m_free;  // [small][stream]
     std::vector<BufferState> m_buffers;
     AllocatorStats m_stats;
     int64_t m_allocated_at_reserved_peak = 0;  // the most allocated while reserved is at its peak

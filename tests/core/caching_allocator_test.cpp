@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include "core/timed_memory.hpp"
+
 namespace shardcast::core {
 namespace {
 
@@ -233,6 +235,71 @@ TEST(CachingAllocatorTest, ResetPeaksKeepsTheCache) {
     EXPECT_EQ(m.stats().max_fragmentation_bytes, 30 * kMiB);  // all cached before the allocation
     // Reserved stays at its 30 MiB peak; the most allocated meanwhile is 10 MiB.
     EXPECT_EQ(m.stats().fragmentation_at_reserved_peak, 20 * kMiB);
+}
+
+// A forward saves three tensors (6, 6 and 12 MiB: one buffer of 24 MiB); its backward has
+// released 14 MiB of them at its peak, where it needs 12 MiB of scratch; then it frees them.
+// Tasks run one after another on the compute stream.
+struct TwoTaskProgram {
+    Program program;
+    Timeline timeline;
+    explicit TwoTaskProgram(bool per_tensor) {
+        Program& p = program;
+        p.buffer_count = 2;
+        p.mem = {
+            MemEvent{24 * kMiB, MemCategory::Activation, -1, 0, Stream::Compute},   // FWD end: saved
+            MemEvent{-14 * kMiB, MemCategory::Activation, -1, 0, Stream::Compute},  // BWD peak: released
+            MemEvent{12 * kMiB, MemCategory::Temp, -1, 1, Stream::Compute},          // BWD peak: scratch
+            MemEvent{-24 * kMiB, MemCategory::Activation, -1, 0, Stream::Compute},  // BWD end: free
+        };
+        p.tasks.resize(2);
+        p.tasks[0].kind = TaskKind::Forward;
+        p.tasks[0].mem_end = Span{0, 1};
+        p.tasks[1].kind = TaskKind::Backward;
+        p.tasks[1].mem_peak = Span{1, 2};
+        p.tasks[1].mem_end = Span{3, 1};
+        if (per_tensor) {
+            p.tensor_bytes = {6 * kMiB, 6 * kMiB, 12 * kMiB};
+            p.buffer_tensors = {Span{0, 3}, Span{}};
+        }
+        timeline.tasks = {TaskTime{0, 10, Stream::Compute}, TaskTime{10, 20, Stream::Compute}};
+        timeline.step_ns = 20;
+    }
+};
+
+ReservedMemory replay(TwoTaskProgram& t) {
+    MemoryTimer timer;
+    TimedMemory timed;
+    timer.compute(t.program, t.timeline, timed);
+    CachingAllocatorModel model;
+    ReservedMemory out;
+    timer.replayAllocator(t.program, t.timeline, AllocatorConfig{}, model, out);
+    return out;
+}
+
+TEST(CachingAllocatorReplayTest, SavedTensorsAreAllocatedOneByOne) {
+    TwoTaskProgram t(true);
+    // Step 1 (cold): 6 MiB -> a new 20 MiB segment S1 (kLargeBuffer), split [6][14 free]; 6 MiB ->
+    // the 14 MiB block, split [6][6][8 free]; 12 MiB fits no free block -> a 12 MiB segment S2:
+    // 32 MiB reserved. At the peak the backward has freed the last tensor (12 MiB <= 14 MiB
+    // released; with the next 6 MiB it would be 18), and the 12 MiB scratch takes S2 again. The
+    // free returns the two 6 MiB tensors: S1 is one free 20 MiB block.
+    // Step 2 (warm, reported): 6 MiB -> best fit S2's 12 MiB, split [6][6 free]; 6 MiB -> that
+    // 6 MiB; 12 MiB -> S1, split [12][8 free]; the scratch again takes the freed 12 MiB. No new
+    // segment: reserved stays 32 MiB, allocated peaks at 24 MiB, 8 MiB apart.
+    const ReservedMemory r = replay(t);
+    EXPECT_EQ(r.stats.peak_reserved_bytes, 32 * kMiB);
+    EXPECT_EQ(r.stats.peak_allocated_bytes, 24 * kMiB);
+    EXPECT_EQ(r.stats.fragmentation_at_reserved_peak, 8 * kMiB);
+    EXPECT_EQ(r.stats.segments, 2);
+    EXPECT_EQ(r.stats.allocated_bytes, 0);  // every byte the step allocates is freed
+
+    // The same buffer as one 24 MiB block: one 24 MiB segment; its released 14 MiB tail takes the
+    // 12 MiB scratch (a 2 MiB remainder > kSmallSize is split off): 24 MiB reserved.
+    TwoTaskProgram one(false);
+    const ReservedMemory b = replay(one);
+    EXPECT_EQ(b.stats.peak_reserved_bytes, 24 * kMiB);
+    EXPECT_EQ(b.stats.segments, 1);
 }
 
 }  // namespace
