@@ -21,6 +21,8 @@ struct FitVerdict {
     int64_t reserved_bytes = 0;  // the allocator's peak reserved + Runtime Overhead; 0: not modelled
     bool fits = false;           // the judged figure <= budget_bytes
     bool at_risk = false;        // the allocated peak fits but the reserved peak does not
+    bool cache_flushed = false;  // the allocator reached the device's memory and had to free its
+                                 // cache to go on (cudaMalloc retries): within its fragmentation of capacity
     // What is judged: reserved where modelled (never below the allocated peak), else allocated.
     int64_t judgedBytes() const { return reserved_bytes > peak_bytes ? reserved_bytes : peak_bytes; }
     // Bytes left under the budget when it fits, bytes over it when it does not (never negative).
@@ -39,11 +41,14 @@ inline FitVerdict judgeFit(int64_t peak_bytes, int64_t capacity_bytes, double he
 }
 
 // Judged on reserved memory: `reserved_bytes` is the allocator's peak reserved plus Runtime
-// Overhead (counted once: the allocator does not hold it).
-inline FitVerdict judgeFit(int64_t peak_bytes, int64_t reserved_bytes, int64_t capacity_bytes, double headroom) {
+// Overhead (counted once: the allocator does not hold it). A step whose allocator had to free its
+// cache to go on (`cache_flushed`) does not fit even if it then stayed under the budget.
+inline FitVerdict judgeFit(int64_t peak_bytes, int64_t reserved_bytes, int64_t capacity_bytes, double headroom,
+                           bool cache_flushed = false) {
     FitVerdict v = judgeFit(peak_bytes, capacity_bytes, headroom);
     v.reserved_bytes = reserved_bytes;
-    v.fits = v.judgedBytes() <= v.budget_bytes;
+    v.cache_flushed = cache_flushed;
+    v.fits = v.judgedBytes() <= v.budget_bytes && !cache_flushed;
     v.at_risk = !v.fits && peak_bytes <= v.budget_bytes;
     return v;
 }

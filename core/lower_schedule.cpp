@@ -81,8 +81,9 @@ void Lowering::forwardSegment(int32_t si, int mb, bool first) {
     } else {
         peakScratch(MemCategory::Activation, seg.fwd_peak_act + seg.fwd_peak_temp);
     }
-    m_s.seg_saved[static_cast<size_t>(si)] = alloc(At::End, MemCategory::Activation, seg.saved);
-    m_s.seg_kept[static_cast<size_t>(si)] = alloc(At::End, MemCategory::Activation, seg.sac_kept);
+    m_s.seg_saved[static_cast<size_t>(si)] =
+        alloc(At::End, MemCategory::Activation, seg.saved, seg.checkpointed ? Span{} : seg.saved_tensors);
+    m_s.seg_kept[static_cast<size_t>(si)] = alloc(At::End, MemCategory::Activation, seg.sac_kept, seg.kept_tensors);
 }
 
 // Post-forward hook, rule 5: reshard unless the unit keeps its parameters until backward.
@@ -185,7 +186,7 @@ void Lowering::waitUnshard(int32_t u, int mb, bool backward) {
             release(At::Start, st.post_fwd_shard_buf);
             st.post_fwd_shard = false;
         }
-        st.unsharded_buf = alloc(At::Start, MemCategory::UnshardedParam, us.unsharded_bytes);
+        st.unsharded_buf = alloc(At::Start, MemCategory::UnshardedParam, us.unsharded_bytes, us.param_tensors);
         if (backward) {
             release(At::End, st.flat_buf);
             m_ag_wait = id;
@@ -282,7 +283,7 @@ void Lowering::backwardSegment(int32_t si, int mb) {
         cur().ops = seg.rec_ops;
         release(At::Start, m_s.seg_kept[static_cast<size_t>(si)]);
         peakScratch(MemCategory::Activation, seg.fwd_peak_act + seg.fwd_peak_temp);  // ACT under AC too
-        recomputed = alloc(At::End, MemCategory::Activation, seg.saved_full);
+        recomputed = alloc(At::End, MemCategory::Activation, seg.saved_full, seg.saved_tensors);
     }
     computeTask(TaskKind::Backward, seg.unit, mb);
     cur().flops = seg.bwd_flops;
@@ -303,7 +304,7 @@ void Lowering::backwardSegment(int32_t si, int mb) {
         // Reduced by this micro-batch's post-backward: Temp until then (freed there). Kept for
         // the next micro-batch (no_sync): Unsharded Grad, as the tracker files it from then on.
         const bool reduced_now = m_sharded && (!m_tr.no_sync || mb == m_tr.grad_accum - 1);
-        keepGrad(seg.unit, si, alloc(At::End, reduced_now ? MemCategory::Temp : gcat, seg.grad_bytes));
+        keepGrad(seg.unit, si, alloc(At::End, reduced_now ? MemCategory::Temp : gcat, seg.grad_bytes, seg.grad_tensors));
         if (!direct) st.grads_live += seg.grad_bytes;
     }
 }

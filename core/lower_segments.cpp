@@ -36,6 +36,7 @@ void Lowering::buildSegments() {
             continue;
         }
         segmentCosts(seg);
+        segmentTensors(seg);
         segmentOps(seg);
     }
     const size_t n = m_s.segs.size();
@@ -246,6 +247,29 @@ void Lowering::segmentCosts(Segment& seg) {
         }
         if (!dropped) freed += c.saved;
     }
+}
+
+// Autograd saves tensors op by op and PyTorch allocates each on its own; so are a backward's
+// gradients (one per parameter; per op here, a module's weight and bias together). The spans
+// list them in forward order: the backward frees saved tensors from the end.
+void Lowering::segmentTensors(Segment& seg) {
+    const bool selective = m_tr.ac == Checkpointing::AttnCore;
+    const int64_t grad_item = itemSize(m_pdt);
+    auto pushEach = [&](Span& span, auto bytesOf) {
+        span = Span{static_cast<uint32_t>(m_p.tensor_bytes.size()), 0};
+        for (int64_t ai = seg.op_begin; ai < seg.op_end; ++ai) {
+            const int64_t bytes = bytesOf(static_cast<size_t>(ai));
+            if (bytes <= 0) continue;
+            m_p.tensor_bytes.push_back(bytes);
+            ++span.count;
+        }
+    };
+    pushEach(seg.saved_tensors, [&](size_t ai) {
+        const bool dropped = selective && m_model.ops[static_cast<size_t>(m_s.active[ai])].selective_recompute;
+        return dropped ? 0 : m_s.op_cost[ai].saved;
+    });
+    pushEach(seg.kept_tensors, [&](size_t ai) { return m_s.sac_keep[ai] ? m_s.op_cost[ai].out : 0; });
+    pushEach(seg.grad_tensors, [&](size_t ai) { return m_s.op_grad_elems[static_cast<size_t>(m_s.active[ai])] * grad_item; });
 }
 
 // The kernels of a segment (program.hpp OpShape): its forward, which a recompute repeats, and

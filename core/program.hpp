@@ -234,6 +234,14 @@ struct Program {
     std::vector<MemEvent> mem;      // pool for Task::mem_*
     std::vector<OpShape> ops;       // pool for Task::ops
     int32_t buffer_count = 0;       // buffer ids are 0 .. buffer_count - 1
+    // The tensors behind a buffer, as PyTorch's caching allocator sees them: a buffer that stands
+    // for tensors allocated one by one (a segment's saved activations, op by op in forward order;
+    // FSDP2's unsharded parameters, one per parameter; a segment's gradients, op by op) lists their
+    // bytes, summing to the buffer's. `buffer_tensors` is empty (every buffer is one tensor) or has
+    // one span into `tensor_bytes` per buffer id; an empty span is one tensor. Buffers of the same
+    // shape (a repeated block's) share a span.
+    std::vector<int64_t> tensor_bytes;
+    std::vector<Span> buffer_tensors;
     std::vector<UnitInfo> units;    // forward order; units[0] is the root
     std::vector<ProcessGroup> groups;  // the process groups the collectives run on
     int32_t world_size = 1;         // ranks of the mesh

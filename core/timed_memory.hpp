@@ -39,9 +39,10 @@ public:
                  bool record_curve = false);
 
     // Replays the same events, in the same order, through a model of PyTorch's caching allocator
-    // (ReservedMemory says how). Call after compute() on the same program and timeline.
+    // (ReservedMemory says how), tensor by tensor (Program::buffer_tensors). Call after compute()
+    // on the same program and timeline.
     void replayAllocator(const Program& program, const Timeline& timeline, const AllocatorConfig& config, CachingAllocatorModel& model,
-                         ReservedMemory& out) const;
+                         ReservedMemory& out);
 
 private:
     // Points in time order; at equal times: deferred frees, ends, starts, midpoints, then by task.
@@ -60,6 +61,10 @@ private:
     std::vector<Point> m_points;  // all points in time order
     std::vector<Point> m_merged;  // scratch for merging
     std::vector<Point> m_deferred;  // frees placed at their buffer's last use (MemEvent::timed_after)
+    // replayAllocator: a buffer's first tensor id in the allocator model, and how many of its
+    // tensors (from the last) a backward has already freed.
+    std::vector<int32_t> m_tensor_base;
+    std::vector<uint32_t> m_tensors_freed;
 };
 
 }  // namespace shardcast::core

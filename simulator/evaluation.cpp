@@ -84,8 +84,9 @@ core::Status Evaluator::evaluate(const core::Plan& given, const HardwareProfile*
         config.mode = plan->training.allocator;
         config.limit_bytes = capacity - overhead;  // cudaMalloc fails past the device's free memory
         m_timer.replayAllocator(out.program, out.timeline, config, m_allocator, out.reserved);
-        out.fit = core::judgeFit(out.summary.peak_bytes, out.reserved.stats.peak_reserved_bytes + overhead, capacity,
-                                 options.headroom);
+        const core::AllocatorStats& a = out.reserved.stats;
+        out.fit = core::judgeFit(out.summary.peak_bytes, a.peak_reserved_bytes + overhead, capacity, options.headroom,
+                                 a.releases > 0 || a.out_of_memory);
     } else {
         out.reserved = core::ReservedMemory{};
         out.fit = core::judgeFit(out.summary.peak_bytes, out.profile.gpu.memory_bytes, options.headroom);

@@ -234,6 +234,7 @@ nlohmann::ordered_json reservedMemoryJson(const core::Plan& plan, const sim::Eva
         {"max_fragmentation_bytes", a.max_fragmentation_bytes},
         {"reserved_by_stream", std::move(by_stream)},
         {"segments", a.segments},
+        {"cache_flushes", a.releases},
         {"out_of_memory", a.out_of_memory},
         {"spare_bytes", e.fit.capacity_bytes - (a.peak_reserved_bytes + overhead)},
     };
@@ -249,6 +250,11 @@ std::string fitVerdictText(const sim::Evaluation& e) {
         return fmt::format("  => fits with {} to spare under the budget: reserved {} is {:.1f}% of capacity",
                            core::formatGiB(f.marginBytes()), core::formatGiB(f.reserved_bytes),
                            100.0 * static_cast<double>(f.reserved_bytes) / capacity);
+    }
+    if (f.at_risk && f.cache_flushed && f.reserved_bytes <= f.budget_bytes) {
+        return fmt::format("  => AT RISK: allocated {} fits, but the caching allocator reaches the GPU's {} and must "
+                           "free its cache to go on (cudaMalloc retries; try --allocator expandable)",
+                           core::formatGiB(f.peak_bytes), core::formatGiB(f.capacity_bytes));
     }
     if (f.at_risk) {
         return fmt::format("  => AT RISK: allocated {} fits, but reserved {} ({:.1f}% of capacity) is over the "

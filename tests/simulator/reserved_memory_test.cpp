@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "core/model_io.hpp"
+#include "core/plan.hpp"
 #include "simulator/evaluation.hpp"
 
 namespace shardcast::sim {
@@ -92,6 +93,63 @@ TEST(ReservedMemoryTest, OverBothBudgetsDoesNotFitAndIsNotAtRisk) {
     ASSERT_TRUE(evaluator.evaluate(plan, nullptr, options, e).ok());
     EXPECT_FALSE(e.fit.fits);
     EXPECT_FALSE(e.fit.at_risk);
+}
+
+// FSDP2 allocates each parameter's unsharded tensor on its own (foreach_all_gather_copy_out in
+// torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py), and autograd each saved tensor: the
+// Program lists them behind their buffers, so the allocator places them one by one. A Llama
+// block has 9 parameters (q, k, v, o, gate, up, down, two RMSNorm weights).
+TEST(ReservedMemoryTest, BuffersListTheTensorsPyTorchAllocates) {
+    core::Plan plan = planOf("llama-3.1-8b", core::Strategy::FullShard);
+    Evaluator evaluator;
+    Evaluation e;
+    ASSERT_TRUE(evaluator.evaluate(plan, nullptr, EvaluationOptions{}, e).ok());
+    const core::Program& p = e.program;
+    ASSERT_EQ(p.buffer_tensors.size(), static_cast<size_t>(p.buffer_count));
+    int unsharded = 0, saved = 0;
+    for (const core::MemEvent& m : p.mem) {
+        if (m.bytes <= 0 || m.timed_after >= 0) continue;
+        const core::Span ts = p.buffer_tensors[static_cast<size_t>(m.buffer)];
+        int64_t sum = 0;
+        for (uint32_t k = 0; k < ts.count; ++k) sum += p.tensor_bytes[ts.offset + k];
+        if (ts.count > 0) {
+            EXPECT_EQ(sum, m.bytes);
+        }
+        if (m.category == core::MemCategory::UnshardedParam && ts.count == 9) ++unsharded;
+        if (m.category == core::MemCategory::Activation && ts.count > 1) ++saved;
+    }
+    // 32 blocks, unsharded in the forward and again in the backward.
+    EXPECT_EQ(unsharded, 64);
+    EXPECT_GE(saved, 32);  // every block's saved activations (no checkpointing)
+}
+
+// At 99% of the card allocated (no headroom), the cache cannot hold the step's fragmentation:
+// the allocator reaches the device's memory and must free its cache (or fails), so the plan is at
+// risk, not fitting; on a card 1 GiB larger than the reserved peak it fits.
+TEST(ReservedMemoryTest, NinetyNinePercentAllocatedIsAtRisk) {
+    core::Plan plan = planOf("llama-3.1-8b", core::Strategy::FullShard);
+    Evaluator evaluator;
+    Evaluation e;
+    EvaluationOptions options;
+    options.headroom = 0.0;
+    ASSERT_TRUE(evaluator.evaluate(plan, nullptr, options, e).ok());
+    ASSERT_TRUE(e.fit.fits);  // on the 80 GB card, with room for its cache
+    const int64_t allocated = e.fit.peak_bytes;
+    const int64_t reserved = e.fit.reserved_bytes;
+    ASSERT_GT(static_cast<double>(reserved), static_cast<double>(allocated) / 0.99);
+    plan.cluster.gpu.memory_bytes = static_cast<int64_t>(static_cast<double>(allocated) / 0.99);
+    ASSERT_TRUE(evaluator.evaluate(plan, nullptr, options, e).ok());
+    ASSERT_EQ(e.fit.peak_bytes, allocated);
+    EXPECT_FALSE(e.fit.fits);
+    EXPECT_TRUE(e.fit.at_risk);
+    EXPECT_TRUE(e.fit.cache_flushed);
+
+    plan.cluster.gpu.memory_bytes = reserved + (int64_t{1} << 30);
+    ASSERT_TRUE(evaluator.evaluate(plan, nullptr, options, e).ok());
+    EXPECT_EQ(e.fit.reserved_bytes, reserved);
+    EXPECT_TRUE(e.fit.fits);
+    EXPECT_FALSE(e.fit.at_risk);
+    EXPECT_FALSE(e.fit.cache_flushed);
 }
 
 }  // namespace
