@@ -279,28 +279,27 @@ void CachingAllocatorModel::allocate(int32_t buffer, int64_t bytes, Stream strea
 
 // free_block: the block merges with its free neighbours (try_merge_blocks) and joins its pool.
 void CachingAllocatorModel::freeBlock(int32_t block) {
+    // `id` takes in its next block, free and out of its pool's list.
+    auto absorbNext = [&](int32_t id) {
+        Block& b = m_blocks[static_cast<size_t>(id)];
+        const int32_t next = b.next;
+        const Block n = m_blocks[static_cast<size_t>(next)];
+        b.size += n.size;
+        b.next = n.next;
+        if (n.next >= 0) m_blocks[static_cast<size_t>(n.next)].prev = id;
+        else m_segments[static_cast<size_t>(b.segment)].last = id;
+        m_spare_blocks.push_back(next);
+    };
     m_blocks[static_cast<size_t>(block)].buffer = -1;
     const int32_t next = m_blocks[static_cast<size_t>(block)].next;
     if (next >= 0 && m_blocks[static_cast<size_t>(next)].buffer < 0) {
         eraseFree(next);
-        Block& b = m_blocks[static_cast<size_t>(block)];
-        const Block n = m_blocks[static_cast<size_t>(next)];
-        b.size += n.size;
-        b.next = n.next;
-        if (n.next >= 0) m_blocks[static_cast<size_t>(n.next)].prev = block;
-        else m_segments[static_cast<size_t>(b.segment)].last = block;
-        m_spare_blocks.push_back(next);
+        absorbNext(block);
     }
     const int32_t prev = m_blocks[static_cast<size_t>(block)].prev;
     if (prev >= 0 && m_blocks[static_cast<size_t>(prev)].buffer < 0) {
         eraseFree(prev);
-        Block& p = m_blocks[static_cast<size_t>(prev)];
-        const Block b = m_blocks[static_cast<size_t>(block)];
-        p.size += b.size;
-        p.next = b.next;
-        if (b.next >= 0) m_blocks[static_cast<size_t>(b.next)].prev = prev;
-        else m_segments[static_cast<size_t>(p.segment)].last = prev;
-        m_spare_blocks.push_back(block);
+        absorbNext(prev);
         block = prev;
     }
     insertFree(block);
