@@ -125,9 +125,8 @@ public:
         if (!m_error) m_error = makeError(m_where + ": field '" + field + "' " + what);
     }
 
-    // `j` must be an object with exactly these keys (all of them required), and maybe `optional` ones.
-    bool object(const json& j, const std::string& path, std::initializer_list<const char*> keys,
-                std::initializer_list<const char*> optional = {}) {
+    // `j` must be an object with exactly these keys (all of them required).
+    bool object(const json& j, const std::string& path, std::initializer_list<const char*> keys) {
         if (failed()) return false;
         if (!j.is_object()) {
             fail(path, "must be an object");
@@ -142,11 +141,9 @@ public:
         for (auto it = j.begin(); it != j.end(); ++it) {
             bool known = false;
             for (const char* key : keys) known = known || it.key() == key;
-            for (const char* key : optional) known = known || it.key() == key;
             if (!known) {
                 std::string list;
                 for (const char* key : keys) list += (list.empty() ? "" : ", ") + std::string(key);
-                for (const char* key : optional) list += ", " + std::string(key);
                 fail(join(path, it.key()), "is not a field of this object; fields: " + list);
                 return false;
             }
@@ -388,8 +385,7 @@ Result<Program> programFromJson(const json& j, const std::string& where) {
     if (!r.object(j, "", {"format", "version", "world_size", "micro_batches", "tokens_per_micro_batch", "compute_dtype",
                           "model_flops_per_step", "hardware_flops_per_step", "host_param_bytes", "host_grad_bytes",
                           "host_optimizer_bytes", "initial", "buffer_count", "units", "groups", "tasks", "deps", "mem",
-                          "ops"},
-                  {"tensor_bytes", "buffer_tensors"}))
+                          "ops", "tensor_bytes", "buffer_tensors"}))
         return r.error();
     r.integer(j, "", "world_size", p.world_size, 1, kInt32Max);
     r.integer(j, "", "micro_batches", p.micro_batches, 1, std::numeric_limits<int16_t>::max());
@@ -426,22 +422,17 @@ Result<Program> programFromJson(const json& j, const std::string& where) {
     });
     readArray(r, j, "mem", p.mem, readMemEvent);
     readArray(r, j, "ops", p.ops, readOp);
-    // Optional: files written before the allocator model held tensors have one tensor per buffer.
-    if (j.contains("tensor_bytes")) {
-        readArray(r, j, "tensor_bytes", p.tensor_bytes, [](Reader& rr, const json& v, const std::string& at, int64_t& b) {
-            rr.integerValue(v, at, b, 1, kInt64Max);
-        });
-    }
-    if (j.contains("buffer_tensors")) {
-        readArray(r, j, "buffer_tensors", p.buffer_tensors, [](Reader& rr, const json& v, const std::string& at, Span& s) {
-            if (!v.is_array() || v.size() != 2) {
-                rr.fail(at, "must be [offset, count] into tensor_bytes");
-                return;
-            }
-            rr.integerValue(v[0], at + "[0]", s.offset, 0, kInt32Max);
-            rr.integerValue(v[1], at + "[1]", s.count, 0, kInt32Max);
-        });
-    }
+    readArray(r, j, "tensor_bytes", p.tensor_bytes, [](Reader& rr, const json& v, const std::string& at, int64_t& b) {
+        rr.integerValue(v, at, b, 1, kInt64Max);
+    });
+    readArray(r, j, "buffer_tensors", p.buffer_tensors, [](Reader& rr, const json& v, const std::string& at, Span& s) {
+        if (!v.is_array() || v.size() != 2) {
+            rr.fail(at, "must be [offset, count] into tensor_bytes");
+            return;
+        }
+        rr.integerValue(v[0], at + "[0]", s.offset, 0, kInt32Max);
+        rr.integerValue(v[1], at + "[1]", s.count, 0, kInt32Max);
+    });
     if (r.failed()) return r.error();
     if (auto s = validateProgram(p); !s) return makeError(where + ": " + s.error().message);
     return p;
