@@ -6,8 +6,11 @@
 #include <filesystem>
 #include <string>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "core/json_text.hpp"
+#include "core/limits.hpp"
 #include "core/model_io.hpp"
 
 namespace shardcast::core {
@@ -39,6 +42,17 @@ constexpr int64_t kCublasWorkspaceOtherBytes = 2 * 4096 * kKiB + 8 * 16 * kKiB;
 // NCCL buffers per communicator (NCCL_BUFFSIZE 4 MiB per channel and peer, plus proxy and
 // registration state): an estimate of what nvidia-smi shows per communicator.
 constexpr int64_t kNcclBytesPerCommunicator = 128 * kMiB;
+// Clock a dense bf16 GEMM holds at the default power limit, from the best-shape "maximum achievable
+// matmul FLOPS" measurements (tests/data/reference-cases.json max_achievable_matmul_bf16, from
+// stas00/ml-engineering): measured / peak = clock / boost x the shape factors of the simulator's
+// GEMM model for that shape (simulator/cost_model.cpp: 128 x 256 tiles over the SMs, k / (k + 128)).
+//  A100 SXM, 6912 x 16384 x 2048: 267.9 / 312 = 0.859 = clock/boost x 1.0 (3,456 tiles = 32 full
+//  waves of 108) x 2048/2176 -> clock = 0.913 x 1,410 = 1,287 MHz.
+//  H100 SXM, 6144 x 17920 x 2816: 792.1 / 989 = 0.801 = clock/boost x 3,360/3,432 (26 waves of 132)
+//  x 2816/2944 -> clock = 0.855 x 1,830 = 1,565 MHz.
+// No training run enters these figures.
+constexpr double kA100SustainedClockMhz = 1287;
+constexpr double kH100SustainedClockMhz = 1565;
 
 GpuSpec withDefaults(GpuSpec g) {
     g.intra_node_latency_s = kIntraNodeLatencyS;
@@ -64,6 +78,12 @@ std::vector<GpuSpec> makePresets() {
     a100.network_bytes_per_s = kIbHdrBytesPerS;  // DGX A100: one HDR 200 Gb/s port per GPU
     a100.host_link_bytes_per_s = kPcie4x16BytesPerS;
     a100.cublas_workspace_bytes = kCublasWorkspaceOtherBytes;
+    // GA100: 108 SMs, 400 W SXM TDP (A100 data sheet); 312 TFLOPS = 108 SMs x 2,048 dense bf16
+    // FLOP/clk x 1,410 MHz boost.
+    a100.sm_count = 108;
+    a100.boost_clock_mhz = 1410;
+    a100.tdp_w = 400;
+    a100.sustained_clock_mhz = kA100SustainedClockMhz;
     {
         GpuSpec g = a100;
         g.name = "A100-40G";
@@ -94,6 +114,12 @@ std::vector<GpuSpec> makePresets() {
     h100.network_bytes_per_s = kIbNdrBytesPerS;  // DGX H100: one NDR 400 Gb/s port per GPU
     h100.host_link_bytes_per_s = kPcie5x16BytesPerS;
     h100.cublas_workspace_bytes = kCublasWorkspaceHopperBytes;
+    // GH100 SXM5: 132 SMs, 700 W TDP (H100 data sheet). The 989.4 TFLOPS figure is 132 SMs x
+    // 4,096 dense bf16 FLOP/clk x 1,830 MHz, so that is the clock the peak assumes.
+    h100.sm_count = 132;
+    h100.boost_clock_mhz = 1830;
+    h100.tdp_w = 700;
+    h100.sustained_clock_mhz = kH100SustainedClockMhz;
     {
         GpuSpec g = h100;
         g.name = "H100-SXM";
@@ -115,6 +141,11 @@ std::vector<GpuSpec> makePresets() {
         g.peak_flops_fp8 = 1513e12;
         g.hbm_bytes_per_s = 2.0e12;
         g.nvlink_bytes_per_s = kPcie5x16BytesPerS;
+        // 114 SMs, 350 W; 756 TFLOPS = 114 x 4,096 x 1,620 MHz. No published sustained clock: boost.
+        g.sm_count = 114;
+        g.boost_clock_mhz = 1620;
+        g.tdp_w = 350;
+        g.sustained_clock_mhz = 0;
         g.source = "NVIDIA H100 data sheet (PCIe); memory: nvidia-smi total 81559 MiB";
         presets.push_back(withDefaults(g));
     }
@@ -123,7 +154,7 @@ std::vector<GpuSpec> makePresets() {
         GpuSpec g = h100;
         g.name = "H200";
         g.memory_bytes = int64_t{143771} * kMiB;  // nvidia-smi H200 reading, as commonly reported
-        g.hbm_bytes_per_s = 4.8e12;
+        g.hbm_bytes_per_s = 4.8e12;  // same GH100 at the same 700 W: H100 SXM's clocks
         g.source = "NVIDIA H200 data sheet; memory: nvidia-smi total 143771 MiB as commonly reported";
         presets.push_back(withDefaults(g));
     }
@@ -145,6 +176,9 @@ std::vector<GpuSpec> makePresets() {
         g.network_bytes_per_s = kIbNdrBytesPerS;  // DGX B200: one 400 Gb/s port per GPU
         g.host_link_bytes_per_s = kPcie5x16BytesPerS;
         g.cublas_workspace_bytes = kCublasWorkspaceHopperBytes;
+        // 148 SMs, 1,000 W; clocks not published with the data sheet: the peak is taken as sustained.
+        g.sm_count = 148;
+        g.tdp_w = 1000;
         g.source = "NVIDIA HGX B200 data sheet; memory: nvidia-smi total 183359 MiB as commonly reported";
         presets.push_back(withDefaults(g));
     }
@@ -164,6 +198,10 @@ std::vector<GpuSpec> makePresets() {
         g.network_bytes_per_s = kNet100GbBytesPerS;
         g.host_link_bytes_per_s = kPcie4x16BytesPerS;
         g.cublas_workspace_bytes = kCublasWorkspaceOtherBytes;  // Ada (sm_89) is not Hopper
+        // AD102 in L40S: 142 SMs, boost 2,520 MHz, 350 W (L40S data sheet); no sustained figure.
+        g.sm_count = 142;
+        g.boost_clock_mhz = 2520;
+        g.tdp_w = 350;
         g.source = "NVIDIA L40S data sheet; memory: nvidia-smi total 46068 MiB as commonly reported";
         presets.push_back(withDefaults(g));
     }
@@ -179,33 +217,47 @@ std::string presetList() {
     return out;
 }
 
-enum class FieldKind { Bytes, Double };
+enum class FieldKind { Bytes, Double, Count };
 
 struct Field {
     const char* key;
     FieldKind kind;
     int64_t GpuSpec::*bytes = nullptr;
     double GpuSpec::*value = nullptr;
-    bool must_be_positive = false;
+    bool must_be_positive = false;  // otherwise 0 is also valid (unset, or no overhead)
+    double min = 0, max = 0;        // a non-zero value must lie in [min, max] (core/limits.hpp)
 };
+
+constexpr double kMinMem = static_cast<double>(limits::kMinMemoryBytes);
+constexpr double kMaxMem = static_cast<double>(limits::kMaxMemoryBytes);
+constexpr double kMinFlops = limits::kMinFlopsPerS, kMaxFlops = limits::kMaxFlopsPerS;
+constexpr double kMinBw = limits::kMinBytesPerS, kMaxBw = limits::kMaxBytesPerS;
+constexpr double kMaxLat = limits::kMaxLatencyS;
+constexpr double kMaxOverhead = static_cast<double>(limits::kMaxOverheadBytes);
 
 const std::vector<Field>& numericFields() {
     static const std::vector<Field> fields = {
-        {"memory_bytes", FieldKind::Bytes, &GpuSpec::memory_bytes, nullptr, true},
-        {"peak_flops_bf16", FieldKind::Double, nullptr, &GpuSpec::peak_flops_bf16, true},
-        {"peak_flops_fp16", FieldKind::Double, nullptr, &GpuSpec::peak_flops_fp16, false},
-        {"peak_flops_tf32", FieldKind::Double, nullptr, &GpuSpec::peak_flops_tf32, false},
-        {"peak_flops_fp32", FieldKind::Double, nullptr, &GpuSpec::peak_flops_fp32, true},
-        {"peak_flops_fp8", FieldKind::Double, nullptr, &GpuSpec::peak_flops_fp8, false},
-        {"hbm_bytes_per_s", FieldKind::Double, nullptr, &GpuSpec::hbm_bytes_per_s, true},
-        {"nvlink_bytes_per_s", FieldKind::Double, nullptr, &GpuSpec::nvlink_bytes_per_s, true},
-        {"network_bytes_per_s", FieldKind::Double, nullptr, &GpuSpec::network_bytes_per_s, true},
-        {"host_link_bytes_per_s", FieldKind::Double, nullptr, &GpuSpec::host_link_bytes_per_s, true},
-        {"intra_node_latency_s", FieldKind::Double, nullptr, &GpuSpec::intra_node_latency_s, false},
-        {"inter_node_latency_s", FieldKind::Double, nullptr, &GpuSpec::inter_node_latency_s, false},
-        {"cuda_context_bytes", FieldKind::Bytes, &GpuSpec::cuda_context_bytes, nullptr, false},
-        {"cublas_workspace_bytes", FieldKind::Bytes, &GpuSpec::cublas_workspace_bytes, nullptr, false},
-        {"nccl_bytes_per_communicator", FieldKind::Bytes, &GpuSpec::nccl_bytes_per_communicator, nullptr, false},
+        {"memory_bytes", FieldKind::Bytes, &GpuSpec::memory_bytes, nullptr, true, kMinMem, kMaxMem},
+        {"peak_flops_bf16", FieldKind::Double, nullptr, &GpuSpec::peak_flops_bf16, true, kMinFlops, kMaxFlops},
+        {"peak_flops_fp16", FieldKind::Double, nullptr, &GpuSpec::peak_flops_fp16, false, kMinFlops, kMaxFlops},
+        {"peak_flops_tf32", FieldKind::Double, nullptr, &GpuSpec::peak_flops_tf32, false, kMinFlops, kMaxFlops},
+        {"peak_flops_fp32", FieldKind::Double, nullptr, &GpuSpec::peak_flops_fp32, true, kMinFlops, kMaxFlops},
+        {"peak_flops_fp8", FieldKind::Double, nullptr, &GpuSpec::peak_flops_fp8, false, kMinFlops, kMaxFlops},
+        {"hbm_bytes_per_s", FieldKind::Double, nullptr, &GpuSpec::hbm_bytes_per_s, true, kMinBw, kMaxBw},
+        {"nvlink_bytes_per_s", FieldKind::Double, nullptr, &GpuSpec::nvlink_bytes_per_s, true, kMinBw, kMaxBw},
+        {"network_bytes_per_s", FieldKind::Double, nullptr, &GpuSpec::network_bytes_per_s, true, kMinBw, kMaxBw},
+        {"host_link_bytes_per_s", FieldKind::Double, nullptr, &GpuSpec::host_link_bytes_per_s, true, kMinBw, kMaxBw},
+        {"intra_node_latency_s", FieldKind::Double, nullptr, &GpuSpec::intra_node_latency_s, false, 0, kMaxLat},
+        {"inter_node_latency_s", FieldKind::Double, nullptr, &GpuSpec::inter_node_latency_s, false, 0, kMaxLat},
+        {"cuda_context_bytes", FieldKind::Bytes, &GpuSpec::cuda_context_bytes, nullptr, false, 0, kMaxOverhead},
+        {"cublas_workspace_bytes", FieldKind::Bytes, &GpuSpec::cublas_workspace_bytes, nullptr, false, 0, kMaxOverhead},
+        {"nccl_bytes_per_communicator", FieldKind::Bytes, &GpuSpec::nccl_bytes_per_communicator, nullptr, false, 0,
+         kMaxOverhead},
+        {"sm_count", FieldKind::Count, nullptr, nullptr, false, 1, 1e6},
+        {"boost_clock_mhz", FieldKind::Double, nullptr, &GpuSpec::boost_clock_mhz, false, 1, 1e5},
+        {"sustained_clock_mhz", FieldKind::Double, nullptr, &GpuSpec::sustained_clock_mhz, false, 1, 1e5},
+        {"tdp_w", FieldKind::Double, nullptr, &GpuSpec::tdp_w, false, 1, 1e5},
+        {"power_limit_w", FieldKind::Double, nullptr, &GpuSpec::power_limit_w, false, 1, 1e5},
     };
     return fields;
 }
@@ -230,6 +282,13 @@ double GpuSpec::peakFlops(DType compute) const {
         case DType::U8: return peak_flops_fp32;
     }
     return peak_flops_fp32;
+}
+
+double GpuSpec::computeClockScale() const {
+    if (boost_clock_mhz <= 0) return 1.0;
+    double clock = sustained_clock_mhz > 0 ? sustained_clock_mhz : boost_clock_mhz;
+    if (power_limit_w > 0 && tdp_w > 0) clock *= std::cbrt(power_limit_w / tdp_w);
+    return std::min(1.0, clock / boost_clock_mhz);
 }
 
 const std::vector<GpuSpec>& gpuPresets() {
@@ -280,33 +339,52 @@ Result<GpuSpec> gpuFromJson(const nlohmann::json& j, const std::string& where) {
             continue;
         }
         if (key == "memory_gib") {
-            if (!value.is_number() || value.get<double>() <= 0) {
-                return makeError(where + ": memory_gib must be a positive number (got " + value.dump() + ")");
+            constexpr double kMinGib = kMinMem / static_cast<double>(kGiB), kMaxGib = kMaxMem / static_cast<double>(kGiB);
+            if (!value.is_number() || !(value.get<double>() >= kMinGib && value.get<double>() <= kMaxGib)) {
+                return makeError(fmt::format("{}: memory_gib must be a number of GiB from {:g} to {:g} (the limit; see "
+                                             "docs/limits.md) (got {})",
+                                             where, kMinGib, kMaxGib, jsonExcerpt(value)));
             }
             if (j.contains("memory_bytes")) return makeError(where + ": give memory_bytes or memory_gib, not both");
             gpu.memory_bytes = static_cast<int64_t>(std::llround(value.get<double>() * static_cast<double>(kGiB)));
             continue;
         }
-        auto f = std::find_if(fields.begin(), fields.end(), [&](const Field& x) { return key == x.key; });
+        auto f = std::find_if(fields.begin(), fields.end(), [&k = key](const Field& x) { return k == x.key; });
         if (f == fields.end()) {
             return makeError(where + ": unknown GPU key '" + key + "'; valid keys: " + validGpuKeys());
         }
         if (!value.is_number()) {
-            return makeError(where + ": " + key + " must be a number (got " + value.dump() + ")");
+            return makeError(where + ": " + key + " must be a number (got " + jsonExcerpt(value) + ")");
         }
         const double v = value.get<double>();
-        if (!std::isfinite(v) || v < 0 || (f->must_be_positive && v == 0)) {
-            return makeError(where + ": " + key + " must be " + (f->must_be_positive ? "positive" : "non-negative") +
-                             " (got " + value.dump() + ")");
+        const bool zero_ok = !f->must_be_positive && v == 0;
+        if (!zero_ok && !(v >= f->min && v <= f->max)) {
+            return makeError(fmt::format("{}: {} must be {}from {:g} to {:g} (the limit; see docs/limits.md) (got {})",
+                                         where, key, f->must_be_positive || f->min == 0 ? "" : "0 or ", f->min, f->max,
+                                         jsonExcerpt(value)));
         }
         if (f->kind == FieldKind::Bytes) {
             if (!value.is_number_integer()) {
-                return makeError(where + ": " + key + " must be an integer number of bytes (got " + value.dump() + ")");
+                return makeError(where + ": " + key + " must be an integer number of bytes (got " + jsonExcerpt(value) +
+                                 ")");
             }
             gpu.*(f->bytes) = value.get<int64_t>();
+        } else if (f->kind == FieldKind::Count) {
+            if (!value.is_number_integer() || v > 1e6) {
+                return makeError(where + ": " + key + " must be a whole number from 0 to 1000000 (got " + jsonExcerpt(value) +
+                                 ")");
+            }
+            gpu.sm_count = value.get<int32_t>();
         } else {
             gpu.*(f->value) = v;
         }
+    }
+    if (gpu.sustained_clock_mhz > 0 && gpu.boost_clock_mhz > 0 && gpu.sustained_clock_mhz > gpu.boost_clock_mhz) {
+        return makeError(where + ": sustained_clock_mhz (" + std::to_string(gpu.sustained_clock_mhz) +
+                         ") must not exceed boost_clock_mhz (" + std::to_string(gpu.boost_clock_mhz) + ")");
+    }
+    if (gpu.power_limit_w > 0 && gpu.tdp_w <= 0) {
+        return makeError(where + ": power_limit_w needs tdp_w (the default power limit the clocks are given at)");
     }
     // Without a base every capacity must be given.
     for (const auto& f : fields) {
@@ -326,6 +404,8 @@ nlohmann::json gpuToJson(const GpuSpec& gpu) {
     for (const auto& f : numericFields()) {
         if (f.kind == FieldKind::Bytes) {
             j[f.key] = gpu.*(f.bytes);
+        } else if (f.kind == FieldKind::Count) {
+            j[f.key] = gpu.sm_count;
         } else {
             j[f.key] = gpu.*(f.value);
         }
@@ -338,7 +418,8 @@ Result<GpuSpec> resolveGpu(std::string_view name_or_path) {
     if (auto preset = findGpuPreset(name_or_path)) return *preset;
     const std::filesystem::path path{std::string(name_or_path)};
     std::error_code ec;
-    if (std::filesystem::is_regular_file(path, ec)) {
+    // A path that exists but is no regular file (a directory, /dev/zero) gets readJsonFile's refusal.
+    if (std::filesystem::exists(path, ec)) {
         auto j = readJsonFile(path);
         if (!j) return j.error();
         return gpuFromJson(*j, path.string());

@@ -32,9 +32,22 @@ struct GpuSpec {
     int64_t cuda_context_bytes = 0;
     int64_t cublas_workspace_bytes = 0;
     int64_t nccl_bytes_per_communicator = 0;
+    // Clocks and power, for the op-level compute model (simulator/cost_model.hpp). The peak FLOP/s
+    // above are data-sheet figures at the boost clock; under a dense tensor-core load the GPU holds
+    // sustained_clock_mhz at its default power limit tdp_w. A lower power_limit_w lowers that
+    // clock as the cube root of the power ratio (dynamic power ~ C V^2 f with V ~ f).
+    // 0 means unknown: sustained = boost, power_limit = tdp.
+    int32_t sm_count = 0;             // streaming multiprocessors (GEMM wave quantisation)
+    double boost_clock_mhz = 0;       // the clock the peak FLOP/s figures assume
+    double sustained_clock_mhz = 0;   // held by a dense bf16 GEMM at the default power limit
+    double tdp_w = 0;                 // default power limit
+    double power_limit_w = 0;         // the limit this GPU runs at (nvidia-smi -pl); 0: tdp_w
     std::string source;               // where the figures come from
 
     double peakFlops(DType compute) const;  // dense peak for matmuls in that dtype
+    // Clock under load at power_limit_w over the boost clock (<= 1): the fraction of the data-sheet
+    // peak that tensor cores, FP32 units and special-function units reach.
+    double computeClockScale() const;
     bool operator==(const GpuSpec&) const = default;
 };
 

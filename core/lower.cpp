@@ -110,8 +110,8 @@ void Lowering::fillProgramHeader() {
     m_p.compute_dtype = m_pdt;
     m_p.micro_batches = static_cast<int>(m_tr.grad_accum);
     m_p.tokens_per_micro_batch = m_tokens;
-    m_p.model_flops_per_step = static_cast<int64_t>(m_model.modelFlopsPerToken(m_seq) *
-                                                    static_cast<double>(m_tokens * m_tr.grad_accum));
+    m_p.model_flops_per_step = m_model.modelFlopsPerToken(m_seq) * static_cast<double>(m_tokens) *
+                               static_cast<double>(m_tr.grad_accum);
     m_p.units.resize(m_s.us.size());
     const int states = optimizerStatesPerParam(m_tr.optimizer);
     int64_t sharded = 0, opt = 0, buffers = 0;

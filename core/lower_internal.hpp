@@ -118,7 +118,7 @@ struct UnitState {
 
 // Costs of one op for this plan's tokens and dtypes (bytes and FLOPs per micro-batch).
 struct OpCost {
-    int64_t saved = 0, temp = 0, bwd_temp = 0, flops = 0, bwd_flops = 0, io = 0;
+    int64_t saved = 0, temp = 0, bwd_temp = 0, flops = 0, bwd_flops = 0, io = 0, io_bwd = 0;
     int64_t out = 0;  // output bytes per-op SAC keeps when it saves this op (mm, flash attention)
 };
 
@@ -198,6 +198,7 @@ private:
     void pushGemm(int64_t m, int64_t n, int64_t k, int64_t batch);
     void pushAttention(OpShapeKind kind, const Op& op);
     Span pushElementwise(int64_t bytes, int64_t flops, DType dtype);
+    void pushEagerKernels(int64_t bytes, int64_t flops, int kernels);
     void buildItems();
     int64_t elementBytes(const Coef& act, const Coef& f32, const Coef& u8, const Coef& i64) const;
 
@@ -211,6 +212,7 @@ private:
     void prefetchAfter(int32_t u, int mb);
     void backwardSegment(int32_t si, int mb);
     void keepGrad(int32_t u, int32_t si, BufferRef grad);
+    void fileGradsAsUnsharded(int32_t u);
     void releaseGrads(At at, int32_t u);
     void postBackward(int32_t u, int mb);
     void postBackwardNoShard(int32_t u, int mb, bool sync, int32_t producer);
@@ -321,6 +323,10 @@ private:
     DType m_rdt = DType::F32;      // reduce_dtype
     DType m_master = DType::F32;   // sharded parameters, sharded grads, optimizer state
     bool m_fsdp1 = false, m_sharded = true, m_mp = false, m_offload = false;
+    // torch.compile: consecutive elementwise kernels of one op sequence are one fused kernel;
+    // m_chain_from is the first index of Program::ops the current sequence may fuse into.
+    bool m_compile = false;
+    size_t m_chain_from = 0;
     std::array<int32_t, kGroupKindCount> m_group{};  // GroupKind -> index into Program::groups, -1: none
 
     // Emission state.

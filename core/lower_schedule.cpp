@@ -307,6 +307,22 @@ void Lowering::backwardSegment(int32_t si, int mb) {
         keepGrad(seg.unit, si, alloc(At::End, reduced_now ? MemCategory::Temp : gcat, seg.grad_bytes, seg.grad_tensors));
         if (!direct) st.grads_live += seg.grad_bytes;
     }
+    // The unit's first forward segment is its last backward one: its post-backward hook runs next.
+    if (m_s.us[seg.unit].first_op == m_s.active[static_cast<size_t>(seg.op_begin)]) fileGradsAsUnsharded(seg.unit);
+}
+
+// FSDPMemTracker._fsdp_param_group_post_backward (torch/distributed/_tools/fsdp2_mem_tracker.py)
+// files every _unsharded_param.grad of the unit as Unsharded Grad before FSDP2's post_backward
+// reshards and reduces them; made in backward, they were Temp until then. The same bytes are
+// freed and allocated again under the new category on the compute stream that owns them.
+void Lowering::fileGradsAsUnsharded(int32_t u) {
+    for (int32_t si = m_s.st[u].grads_head; si >= 0; si = m_s.seg_grad_next[static_cast<size_t>(si)]) {
+        BufferRef& g = m_s.seg_grad[static_cast<size_t>(si)];
+        if (!g.live() || g.category != MemCategory::Temp || g.stream != cur().stream) continue;
+        const int64_t bytes = g.bytes;
+        release(At::End, g);
+        g = alloc(At::End, MemCategory::UnshardedGrad, bytes);
+    }
 }
 
 // A unit's gradient buffers form a list through the segments that made them.
@@ -377,9 +393,14 @@ void Lowering::postBackward(int32_t u, int mb) {
     const int64_t rs_out = us.grad_shard_elems * itemSize(m_rdt);
     const int64_t shard_master = us.grad_shard_elems * itemSize(m_master);
     release(At::Start, m_pending_rs);
-    m_pending_rs = alloc(At::Start, MemCategory::ReduceScatter, rs_in);
+    // foreach_reduce makes the input with torch.empty in backward, so FSDPMemTracker files it as
+    // Temp while the gradients are copied into it, and as Reduce Scatter from the moment
+    // _reduce_scatter_base_ runs on it (fsdp2_mem_tracker.py, __torch_dispatch__).
+    BufferRef copy_in = alloc(At::Start, MemCategory::Temp, rs_in);
     releaseGrads(At::Start, u);
     release(At::Start, st.acc_buf);
+    release(At::Start, copy_in);
+    m_pending_rs = alloc(At::Start, MemCategory::ReduceScatter, rs_in);
     st.grads_live = 0;
     st.acc_live = false;
     st.acc_bytes = 0;
@@ -509,8 +530,8 @@ void Lowering::optimizerStep() {
         release(At::End, m_s.st[u].sharded_grad_buf);
         if (direct) releaseGrads(At::End, static_cast<int32_t>(u));
     }
-    int64_t flops = 0;
-    for (const Task& t : m_p.tasks) flops += t.flops;
+    double flops = 0;
+    for (const Task& t : m_p.tasks) flops += static_cast<double>(t.flops);
     m_p.hardware_flops_per_step = flops;
 }
 

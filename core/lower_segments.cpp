@@ -123,7 +123,11 @@ void Lowering::opCosts() {
     auto opCost = [&](const Op& op) {
         OpCost c;
         c.saved = elementBytes(op.saved_act, op.saved_f32, op.saved_u8, op.saved_i64);
-        if (m_tr.hf_mask == HfMask::V4) c.saved += elementBytes(op.saved_act_hf_mask, none, none, none);
+        if (m_tr.impl == ModelImpl::Torchtitan) {
+            c.saved += elementBytes(op.saved_act_repeat_kv, none, none, none);
+        } else if (m_tr.hf_mask == HfMask::V4) {
+            c.saved += elementBytes(op.saved_act_hf_mask, none, none, none) + elementBytes(op.saved_act_repeat_kv, none, none, none);
+        }
         c.temp = elementBytes(op.temp_act, op.temp_f32, none, none);
         c.bwd_temp = elementBytes(op.bwd_temp_act, op.bwd_temp_f32, none, none);
         // FLOPs executed: a causal kernel skips the masked half of the s^2 work (flash-attention's
@@ -140,6 +144,10 @@ void Lowering::opCosts() {
         }
         c.bwd_flops = static_cast<int64_t>(static_cast<double>(c.flops) * op.bwd_flops_factor);
         c.io = static_cast<int64_t>(op.io_act.at(t, s)) * itemSize(m_pdt);
+        c.io_bwd = op.io_bwd_act.zero() ? 2 * c.io : static_cast<int64_t>(op.io_bwd_act.at(t, s)) * itemSize(m_pdt);
+        if (m_tr.kernels != KernelImpl::Eager && !op.io_fused_act.zero()) {
+            c.io = c.io_bwd = static_cast<int64_t>(op.io_fused_act.at(t, s)) * itemSize(m_pdt);
+        }
         return c;
     };
     for (size_t ai = 0; ai < m_s.active.size(); ++ai) {
@@ -197,7 +205,7 @@ void Lowering::segmentCosts(Segment& seg) {
         seg.fwd_flops += c.flops;
         seg.bwd_flops += c.bwd_flops;
         seg.fwd_hbm += c.io;
-        seg.bwd_hbm += 2 * c.io;
+        seg.bwd_hbm += c.io_bwd;
         seg.grad_bytes += m_s.op_grad_elems[oi] * grad_item;
         seg.weight_bytes += m_s.op_weight_elems[oi] * grad_item;
         if (m_s.sac_keep[static_cast<size_t>(ai)]) {
@@ -282,18 +290,22 @@ void Lowering::segmentOps(Segment& seg) {
         return selective && m_model.ops[static_cast<size_t>(m_s.active[static_cast<size_t>(ai)])].selective_recompute;
     };
     auto opAt = [&](int64_t ai) -> const Op& { return m_model.ops[static_cast<size_t>(m_s.active[static_cast<size_t>(ai)])]; };
+    m_compile = m_tr.kernels == KernelImpl::Compile;
     seg.fwd_ops.offset = static_cast<uint32_t>(m_p.ops.size());
+    m_chain_from = m_p.ops.size();
     for (int64_t ai = seg.op_begin; ai < seg.op_end; ++ai) pushForwardOps(opAt(ai), m_s.op_cost[static_cast<size_t>(ai)]);
     seg.fwd_ops.count = static_cast<uint32_t>(m_p.ops.size()) - seg.fwd_ops.offset;
     seg.rec_ops = seg.fwd_ops;
     if (seg.checkpointed && m_tr.ac == Checkpointing::Op) {
         seg.rec_ops.offset = static_cast<uint32_t>(m_p.ops.size());
+        m_chain_from = m_p.ops.size();
         for (int64_t ai = seg.op_begin; ai < seg.op_end; ++ai) {
             if (!m_s.sac_keep[static_cast<size_t>(ai)]) pushForwardOps(opAt(ai), m_s.op_cost[static_cast<size_t>(ai)]);
         }
         seg.rec_ops.count = static_cast<uint32_t>(m_p.ops.size()) - seg.rec_ops.offset;
     }
     seg.bwd_ops.offset = static_cast<uint32_t>(m_p.ops.size());
+    m_chain_from = m_p.ops.size();
     bool recomputed = false;
     for (int64_t ai = seg.op_end - 1; ai >= seg.op_begin; --ai) {
         if (dropped(ai) && !recomputed) {
@@ -333,7 +345,7 @@ void Lowering::pushForwardOps(const Op& op, const OpCost& c) {
             return;
         case KernelShape::Elementwise: break;
     }
-    pushElementwise(c.io, c.flops, m_pdt);
+    pushEagerKernels(c.io, c.flops, m_tr.kernels == KernelImpl::Eager ? op.fwd_kernels : 1);
 }
 
 // Backward of each kernel: a linear layer's input gradient (dgrad) and, unless its weight is
@@ -361,7 +373,28 @@ void Lowering::pushBackwardOps(const Op& op, const OpCost& c, bool frozen) {
             return;
         case KernelShape::Elementwise: break;
     }
-    pushElementwise(2 * c.io, c.bwd_flops, m_pdt);
+    pushEagerKernels(c.io_bwd, c.bwd_flops, m_tr.kernels == KernelImpl::Eager ? op.bwd_kernels : 1);
+}
+
+// An elementwise op: in eager mode the kernels PyTorch launches for it, its bytes and FLOPs split
+// evenly over them; under torch.compile joined to the fused kernel of the chain it continues (the
+// chain's kernel moves the bytes of its ops, intermediates included: an upper bound).
+void Lowering::pushEagerKernels(int64_t bytes, int64_t flops, int kernels) {
+    if (m_compile) {
+        if (m_p.ops.size() > m_chain_from && m_p.ops.back().kind == OpShapeKind::Elementwise) {
+            m_p.ops.back().bytes += bytes;
+            m_p.ops.back().flops += flops;
+        } else {
+            pushElementwise(bytes, flops, m_pdt);
+        }
+        return;
+    }
+    const int64_t n = std::max(1, kernels);
+    for (int64_t i = 0; i < n; ++i) {
+        // The last kernel takes the remainders, so the op's bytes and FLOPs are kept exactly.
+        const bool last = i == n - 1;
+        pushElementwise(bytes / n + (last ? bytes % n : 0), flops / n + (last ? flops % n : 0), m_pdt);
+    }
 }
 
 // Kernel shapes are written in place (no temporary copied in: see newTask).

@@ -23,9 +23,12 @@ void Lowering::orderUnits() {
 
     const uint8_t attn_bit = m_tr.attention == AttentionKernel::Flash ? variant::kFlash : variant::kEagerAttn;
     const uint8_t kern_bit = m_tr.kernels == KernelImpl::Eager ? variant::kEagerKernels : variant::kFusedKernels;
+    // torchtitan's Llama runs nn.RMSNorm, PyTorch's fused rms_norm kernel, even in eager mode.
+    const uint8_t norm_bit = m_tr.impl == ModelImpl::Torchtitan ? variant::kFusedKernels : kern_bit;
     m_s.active.clear();
     for (size_t i = 0; i < m_model.ops.size(); ++i) {
-        if (m_model.ops[i].existsUnder(attn_bit, kern_bit)) m_s.active.push_back(static_cast<int32_t>(i));
+        const Op& op = m_model.ops[i];
+        if (op.existsUnder(attn_bit, op.kind == OpKind::Norm ? norm_bit : kern_bit)) m_s.active.push_back(static_cast<int32_t>(i));
     }
 
     // First and last forward op inside each module's subtree (children follow parents, so a

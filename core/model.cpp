@@ -91,7 +91,8 @@ bool sameCosts(const Op& a, const Op& b) {
            a.bwd_flops_factor == b.bwd_flops_factor && a.causal == b.causal &&
            a.selective_recompute == b.selective_recompute && sameCoef(a.flops, b.flops) &&
            sameCoef(a.saved_act, b.saved_act) && sameCoef(a.saved_f32, b.saved_f32) && sameCoef(a.saved_u8, b.saved_u8) &&
-           sameCoef(a.saved_act_hf_mask, b.saved_act_hf_mask) &&
+           sameCoef(a.saved_act_hf_mask, b.saved_act_hf_mask) && sameCoef(a.saved_act_repeat_kv, b.saved_act_repeat_kv) &&
+           sameCoef(a.io_bwd_act, b.io_bwd_act) && sameCoef(a.io_fused_act, b.io_fused_act) && a.fwd_kernels == b.fwd_kernels && a.bwd_kernels == b.bwd_kernels &&
            sameCoef(a.saved_i64, b.saved_i64) && sameCoef(a.temp_act, b.temp_act) && sameCoef(a.temp_f32, b.temp_f32) &&
            sameCoef(a.bwd_temp_act, b.bwd_temp_act) && sameCoef(a.bwd_temp_f32, b.bwd_temp_f32) &&
            sameCoef(a.io_act, b.io_act) && a.kernel == b.kernel && a.in_features == b.in_features &&

@@ -85,13 +85,26 @@ struct Op {
     Coef saved_u8;      // 1-byte elements (dropout masks; custom models give bytes here)
     Coef saved_i64;     // int64 elements (indices)
     // Saved in addition, in the activation dtype, when transformers 4.5x gives SDPA a
-    // materialised mask (TrainingSpec::hf_mask): the converted mask and K/V repeated to all heads.
+    // materialised mask (TrainingSpec::hf_mask): the converted mask, and saved_act_repeat_kv.
     Coef saved_act_hf_mask;
+    // K and V repeated to all heads before SDPA (repeat_kv copies, which SDPA saves): transformers
+    // 4.5x with a mask, and torchtitan's Llama always.
+    Coef saved_act_repeat_kv;
     // Transient while the forward op runs (outputs consumed by the next op, workspaces).
     Coef temp_act, temp_f32;
     // Transient while the backward op runs (gradients of outputs and inputs).
     Coef bwd_temp_act, bwd_temp_f32;
-    Coef io_act;        // activation elements read + written in forward (memory-bound time)
+    // Memory-bound work of an Elementwise kernel op, in activation-dtype elements read + written
+    // (an fp32 element counts 2 for bf16 activations), over all the kernels eager PyTorch launches
+    // for it: forward (io_act, fwd_kernels) and backward (io_bwd_act, bwd_kernels; unset: twice the
+    // forward's bytes in one kernel).
+    Coef io_act;
+    Coef io_bwd_act;
+    // An op with one variant but several eager kernels (RoPE): its bytes as one fused kernel
+    // (kernels fused or compile), forward and backward alike; unset: io_act and io_bwd_act.
+    Coef io_fused_act;
+    int16_t fwd_kernels = 1;
+    int16_t bwd_kernels = 1;
     bool selective_recompute = false;  // dropped and recomputed under selective AC (attention core)
     int32_t cost_class = -1;  // ops with identical costs share a class (Model::assignCostClasses); -1: unique
     // Kernel shapes. Linear: flops = 2 * in_features * out_features * token_share per token and

@@ -10,7 +10,13 @@
 #include <set>
 #include <utility>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
+
+#include "core/checked_math.hpp"
+#include "core/file_io.hpp"
+#include "core/json_text.hpp"
+#include "core/limits.hpp"
 
 namespace shardcast::core {
 
@@ -28,14 +34,33 @@ public:
     }
 
     // Returns the module `fqn`, creating it and any missing parents (parents precede children).
+    // Iterative: the number of dotted parts is the input's to choose (limits::kMaxNameParts).
     int32_t module(const std::string& fqn) {
         if (int32_t found = find(fqn); found >= 0) return found;
-        const size_t dot = fqn.rfind('.');
-        const int32_t parent = dot == std::string::npos ? 0 : module(fqn.substr(0, dot));
-        m_model.modules.push_back(Module{fqn, parent, false, false});
-        const auto idx = static_cast<int32_t>(m_model.modules.size() - 1);
-        m_index.emplace(fqn, idx);
-        return idx;
+        // Walk up to the longest existing prefix ending before a dot (the root "" always exists)...
+        int32_t parent = 0;
+        size_t start = 0;
+        for (size_t end = fqn.size(); end > 0;) {
+            const size_t dot = fqn.rfind('.', end - 1);
+            if (dot == std::string::npos) break;
+            if (const int32_t found = find(fqn.substr(0, dot)); found >= 0) {
+                parent = found;
+                start = dot + 1;
+                break;
+            }
+            end = dot;
+        }
+        // ...then create the missing prefixes downwards, each the parent of the next.
+        for (size_t pos = start;;) {
+            const size_t dot = fqn.find('.', pos);
+            std::string prefix = fqn.substr(0, dot == std::string::npos ? fqn.size() : dot);
+            m_model.modules.push_back(Module{prefix, parent, false, false});
+            parent = static_cast<int32_t>(m_model.modules.size() - 1);
+            m_index.emplace(std::move(prefix), parent);
+            if (dot == std::string::npos) break;
+            pos = dot + 1;
+        }
+        return parent;
     }
     int32_t container(const std::string& fqn) {
         const int32_t m = module(fqn);
@@ -108,6 +133,10 @@ void addNorm(Builder& b, int32_t m, int64_t h, NormImpl impl, bool input_shared 
         o.flops.per_token = kNormFlopsPerElem * hd;
         o.saved_act.per_token = in;
         o.io_act.per_token = 2 * hd;
+        // native_layer_norm_backward: dx reads x and dy, writes dx (3h); gamma/beta grads reread
+        // x and dy (2h): two kernels.
+        o.io_bwd_act.per_token = 5 * hd;
+        o.bwd_kernels = 2;
         return;
     }
     // Eager HF RMSNorm: x.to(float32) is kept (pow and mul save it) with rsqrt per row. Llama's
@@ -129,7 +158,16 @@ void addNorm(Builder& b, int32_t m, int64_t h, NormImpl impl, bool input_shared 
     // pow_backward, `grad * (exp * self.pow(exp - 1))`, whose self.pow(1) copy, its product
     // with 2 and the result are alive together: 5 fp32 tensors of h per token at its peak.
     e.bwd_temp_f32.per_token = 5 * hd;
-    e.io_act.per_token = 2 * hd;
+    // Kernels and traffic of the eager forward, per element in bf16 units (fp32 = 2): to(fp32)
+    // 1 + 2, pow 2 + 2, mean 2, add eps and rsqrt (per row), mul by rsqrt 2 + 2, to(bf16) 2 + 1,
+    // mul by weight 1 + 1: 18 units, 8 kernels. Backward (the autograd formulas above): weight mul
+    // backward (grad * weight 2, grad * normed summed 4), the casts (3 + 3), the rsqrt mul backward
+    // (4, and grad * x summed 8), mean backward's expand (2), pow backward's three kernels (12) and
+    // the accumulation of the fp32 input's two gradients (6): 44 units, 15 kernels.
+    e.io_act.per_token = 18 * hd;
+    e.fwd_kernels = 8;
+    e.io_bwd_act.per_token = 44 * hd;
+    e.bwd_kernels = 15;
     // Fused RMSNorm kernel: saves its input and one rstd per row.
     Op& f = b.op(m, "rms_norm", OpKind::Norm);
     f.kernel_variants = variant::kFusedKernels;
@@ -137,6 +175,9 @@ void addNorm(Builder& b, int32_t m, int64_t h, NormImpl impl, bool input_shared 
     f.saved_act.per_token = in;
     f.saved_f32.per_token = 1;
     f.io_act.per_token = 2 * hd;
+    // Backward: dx reads x and dy and writes dx; the weight gradient rereads both: two kernels.
+    f.io_bwd_act.per_token = 5 * hd;
+    f.bwd_kernels = 2;
 }
 
 // A matmul with weights: 2*in*out FLOPs per token, backward = dgrad + wgrad.
@@ -154,12 +195,13 @@ Op& addMatmul(Builder& b, int32_t m, const std::string& name, int64_t in, int64_
     return o;
 }
 
-void addElementwise(Builder& b, int32_t m, const std::string& name, double elems, double flops_per_elem,
-                    double saved_act, double io_factor = 2) {
+Op& addElementwise(Builder& b, int32_t m, const std::string& name, double elems, double flops_per_elem,
+                   double saved_act, double io_factor = 2) {
     Op& o = b.op(m, name, OpKind::Elementwise);
     o.flops.per_token = elems * flops_per_elem;
     o.saved_act.per_token = saved_act;
     o.io_act.per_token = elems * io_factor;
+    return o;
 }
 
 // Dropout saves a 1-byte mask per element; with p == 0 PyTorch returns its input untouched.
@@ -209,7 +251,7 @@ void addAttentionCore(Builder& b, int32_t m, const AttnShape& a) {
     // repeat_kv copies K and V to all heads (2 * (qd - kvd) more saved); the boolean [b, 1, s, s]
     // mask is converted to the query dtype inside scaled_dot_product_attention on every call and
     // saved by the kernel (one element per token per key position, per layer).
-    flash.saved_act_hf_mask.per_token = 2 * (qd - kvd);
+    flash.saved_act_repeat_kv.per_token = 2 * (qd - kvd);
     flash.saved_act_hf_mask.per_token_seq = 1;
     flash.io_act.per_token = qd + 2 * kvd + qd;
 
@@ -268,8 +310,17 @@ void addAttentionCore(Builder& b, int32_t m, const AttnShape& a) {
 
 // RoPE: q*cos + rotate_half(q)*sin. cos/sin are computed once per forward and shared by all
 // layers, so nothing per layer is saved.
+// Eager traffic per rotated element (q and k each): x * cos 2, rotate_half's neg 1 and cat 2,
+// * sin 2, the add 3: 10 units in 5 kernels per tensor. Backward: grad * cos, grad * sin, the
+// rotate_half backward (neg, slice into place) and the add of the two paths: 9 units, 5 kernels.
+// Fused (Liger's RoPE kernel, or compiled): read and write each element once, both ways.
 void addRope(Builder& b, int32_t m, int64_t rotated_elems) {
-    addElementwise(b, m, "rope", static_cast<double>(rotated_elems), 3, 0);
+    const double r = static_cast<double>(rotated_elems);
+    Op& o = addElementwise(b, m, "rope", r, 3, 0, 10);
+    o.fwd_kernels = 10;
+    o.io_bwd_act.per_token = 9 * r;
+    o.bwd_kernels = 10;
+    o.io_fused_act.per_token = 2 * r;
 }
 
 struct GatedMlpModules {
@@ -287,17 +338,21 @@ void addGatedMlp(Builder& b, const GatedMlpModules& mm, int64_t h, int64_t inter
     act.flops.per_token = kActFlopsPerElem * I;
     act.saved_act.per_token = I;
     act.io_act.per_token = 2 * I;
+    act.io_bwd_act.per_token = 3 * I;  // silu_backward: reads grad and input, writes grad
     Op& mul = b.op(mm.mlp, "mul", OpKind::Elementwise);
     mul.kernel_variants = variant::kEagerKernels;
     mul.flops.per_token = I;
     mul.saved_act.per_token = 2 * I;
     mul.io_act.per_token = 3 * I;
+    mul.io_bwd_act.per_token = 6 * I;  // grad * up and grad * act: two kernels of 3 each
+    mul.bwd_kernels = 2;
     // Fused gated activation: saves the gate and up outputs only.
     Op& fused = b.op(mm.mlp, "gated_act", OpKind::Elementwise);
     fused.kernel_variants = variant::kFusedKernels;
     fused.flops.per_token = (kActFlopsPerElem + 1) * I;
     fused.saved_act.per_token = 2 * I;
     fused.io_act.per_token = 3 * I;
+    fused.io_bwd_act.per_token = 5 * I;  // reads gate, up and grad, writes both gradients
     addMatmul(b, mm.down, "down_proj", inter, h, true, f);
 }
 
@@ -355,11 +410,20 @@ void addHeadAndLoss(Builder& b, int32_t head, int64_t h, int64_t vocab, bool fin
     loss.saved_f32.per_token = V;
     loss.saved_i64.per_token = 1;  // the shifted labels, saved by nll_loss
     loss.bwd_temp_f32.per_token = 2 * V;
-    loss.io_act.per_token = 3 * V;
+    // Forward: logits.float() 1 + 2, log_softmax 2 + 2 (fp32), nll_loss's gather: 7 units in 3
+    // kernels. Backward: nll_loss_backward's zero-filled fp32 gradient 2 and its scatter,
+    // _log_softmax_backward_data 2 + 2 + 2, the cast to bf16 2 + 1: 11 units in 4 kernels.
+    loss.io_act.per_token = 7 * V;
+    loss.fwd_kernels = 3;
+    loss.io_bwd_act.per_token = 11 * V;
+    loss.bwd_kernels = 4;
 }
 
+// The add reads two and writes one; in backward the gradient flows to both inputs as is, and where
+// the residual stream meets the norm's input gradient autograd adds the two (3 per element).
 void addResidual(Builder& b, int32_t m, int64_t h) {
-    addElementwise(b, m, "residual", static_cast<double>(h), 1, 0, 3);
+    Op& o = addElementwise(b, m, "residual", static_cast<double>(h), 1, 0, 3);
+    o.io_bwd_act.per_token = 3 * static_cast<double>(h);
 }
 
 // Reading HF config fields with errors that name the file and the field.
@@ -373,21 +437,22 @@ public:
 
     bool has(const char* key) const { return m_j.contains(key) && !m_j.at(key).is_null(); }
 
-    int64_t required(const char* key) {
+    // A positive integer at most `max` (core/limits.hpp).
+    int64_t required(const char* key, int64_t max) {
         if (!has(key)) {
             fail(std::string("field '") + key + "' is missing; a " + m_type +
                  " config needs it as a positive integer");
             return 1;
         }
-        return positive(key);
+        return positive(key, max);
     }
-    int64_t optional(const char* key, int64_t def) { return has(key) ? positive(key) : def; }
+    int64_t optional(const char* key, int64_t def, int64_t max) { return has(key) ? positive(key, max) : def; }
 
     double probability(const char* key, double def) {
         if (!has(key)) return def;
         const json& v = m_j.at(key);
         if (!v.is_number() || v.get<double>() < 0 || v.get<double>() >= 1) {
-            fail(std::string("field '") + key + "' must be a probability in [0, 1), got " + v.dump());
+            fail(std::string("field '") + key + "' must be a probability in [0, 1), got " + jsonExcerpt(v));
             return def;
         }
         return v.get<double>();
@@ -396,7 +461,7 @@ public:
         if (!has(key)) return def;
         const json& v = m_j.at(key);
         if (!v.is_number() || v.get<double>() <= 0 || v.get<double>() > 1) {
-            fail(std::string("field '") + key + "' must be a number in (0, 1], got " + v.dump());
+            fail(std::string("field '") + key + "' must be a number in (0, 1], got " + jsonExcerpt(v));
             return def;
         }
         return v.get<double>();
@@ -405,7 +470,7 @@ public:
         if (!has(key)) return def;
         const json& v = m_j.at(key);
         if (!v.is_boolean()) {
-            fail(std::string("field '") + key + "' must be true or false, got " + v.dump());
+            fail(std::string("field '") + key + "' must be true or false, got " + jsonExcerpt(v));
             return def;
         }
         return v.get<bool>();
@@ -414,7 +479,7 @@ public:
         if (!has(key)) return def;
         const json& v = m_j.at(key);
         if (!v.is_string()) {
-            fail(std::string("field '") + key + "' must be a string, got " + v.dump());
+            fail(std::string("field '") + key + "' must be a string, got " + jsonExcerpt(v));
             return def;
         }
         return v.get<std::string>();
@@ -428,10 +493,15 @@ public:
     const std::optional<Error>& error() const { return m_error; }
 
 private:
-    int64_t positive(const char* key) {
+    int64_t positive(const char* key, int64_t max) {
         const json& v = m_j.at(key);
-        if (!v.is_number_integer() || v.get<int64_t>() <= 0) {
-            fail(std::string("field '") + key + "' must be a positive integer, got " + v.dump());
+        // An unsigned value above INT64_MAX must not wrap to a negative one: test it as unsigned.
+        const bool in_range = v.is_number_unsigned() ? v.get<uint64_t>() >= 1 && v.get<uint64_t>() <= uint64_t(max)
+                              : v.is_number_integer() ? v.get<int64_t>() >= 1 && v.get<int64_t>() <= max
+                                                      : false;
+        if (!in_range) {
+            fail(std::string("field '") + key + "' must be a positive integer at most " + std::to_string(max) +
+                 " (the limit; see docs/limits.md), got " + jsonExcerpt(v));
             return 1;
         }
         return v.get<int64_t>();
@@ -467,17 +537,17 @@ Result<Model> buildLlamaFamily(const json& cfg, Model model) {
     const bool gemma = type == "gemma2";
     const bool moe = type == "mixtral";
 
-    const int64_t h = r.required("hidden_size");
-    const int64_t layers = r.required("num_hidden_layers");
-    const int64_t heads = r.required("num_attention_heads");
-    const int64_t inter = r.required("intermediate_size");
-    const int64_t vocab = r.required("vocab_size");
-    const int64_t kv = r.optional("num_key_value_heads", heads);
+    const int64_t h = r.required("hidden_size", limits::kMaxHidden);
+    const int64_t layers = r.required("num_hidden_layers", limits::kMaxLayers);
+    const int64_t heads = r.required("num_attention_heads", limits::kMaxHeads);
+    const int64_t inter = r.required("intermediate_size", limits::kMaxIntermediate);
+    const int64_t vocab = r.required("vocab_size", limits::kMaxVocab);
+    const int64_t kv = r.optional("num_key_value_heads", heads, limits::kMaxHeads);
     if (!r.has("head_dim"))
         r.check(h % heads == 0, "field 'hidden_size' (" + std::to_string(h) +
                                     ") must be divisible by 'num_attention_heads' (" + std::to_string(heads) +
                                     ") when 'head_dim' is absent");
-    const int64_t head_dim = r.optional("head_dim", h / heads);
+    const int64_t head_dim = r.optional("head_dim", h / heads, limits::kMaxHeadDim);
     r.check(heads % kv == 0, "field 'num_key_value_heads' (" + std::to_string(kv) +
                                  ") must divide 'num_attention_heads' (" + std::to_string(heads) + ")");
     const bool tied = r.flag("tie_word_embeddings", gemma);  // GemmaConfig ties by default
@@ -489,10 +559,15 @@ Result<Model> buildLlamaFamily(const json& cfg, Model model) {
                               : readAct(r, "hidden_act", "silu");
     int64_t experts = 0, top_k = 0;
     if (moe) {
-        experts = r.optional("num_local_experts", 8);
-        top_k = r.optional("num_experts_per_tok", 2);
+        experts = r.optional("num_local_experts", 8, limits::kMaxExperts);
+        top_k = r.optional("num_experts_per_tok", 2, limits::kMaxExperts);
         r.check(top_k <= experts, "field 'num_experts_per_tok' (" + std::to_string(top_k) +
                                       ") must not exceed 'num_local_experts' (" + std::to_string(experts) + ")");
+        // Checked before building: each expert is five modules per layer.
+        r.check(layers * experts <= limits::kMaxLayerExperts,
+                "'num_hidden_layers' x 'num_local_experts' (" + std::to_string(layers) + " x " +
+                    std::to_string(experts) + ") must be at most " + std::to_string(limits::kMaxLayerExperts) +
+                    " (the limit; see docs/limits.md)");
     }
     const bool attn_softcap = gemma && r.has("attn_logit_softcapping");
     const bool final_softcap = gemma && r.has("final_logit_softcapping");
@@ -613,14 +688,14 @@ Result<Model> buildLlamaFamily(const json& cfg, Model model) {
 
 Result<Model> buildGpt2(const json& cfg, Model model) {
     ConfigReader r(cfg, model.source, "gpt2");
-    const int64_t h = r.required("n_embd");
-    const int64_t layers = r.required("n_layer");
-    const int64_t heads = r.required("n_head");
-    const int64_t vocab = r.required("vocab_size");
-    const int64_t positions = r.optional("n_positions", 1024);
+    const int64_t h = r.required("n_embd", limits::kMaxHidden);
+    const int64_t layers = r.required("n_layer", limits::kMaxLayers);
+    const int64_t heads = r.required("n_head", limits::kMaxHeads);
+    const int64_t vocab = r.required("vocab_size", limits::kMaxVocab);
+    const int64_t positions = r.optional("n_positions", 1024, limits::kMaxPositions);
     r.check(h % heads == 0, "field 'n_embd' (" + std::to_string(h) + ") must be divisible by 'n_head' (" +
                                 std::to_string(heads) + ")");
-    const int64_t inter = r.optional("n_inner", 4 * h);
+    const int64_t inter = r.optional("n_inner", 4 * h, limits::kMaxIntermediate);
     const bool tied = r.flag("tie_word_embeddings", true);
     const double attn_p = r.probability("attn_pdrop", 0.1);
     const double resid_p = r.probability("resid_pdrop", 0.1);
@@ -706,11 +781,11 @@ Result<Model> buildGpt2(const json& cfg, Model model) {
 
 Result<Model> buildGptNeox(const json& cfg, Model model) {
     ConfigReader r(cfg, model.source, "gpt_neox");
-    const int64_t h = r.required("hidden_size");
-    const int64_t layers = r.required("num_hidden_layers");
-    const int64_t heads = r.required("num_attention_heads");
-    const int64_t inter = r.required("intermediate_size");
-    const int64_t vocab = r.required("vocab_size");
+    const int64_t h = r.required("hidden_size", limits::kMaxHidden);
+    const int64_t layers = r.required("num_hidden_layers", limits::kMaxLayers);
+    const int64_t heads = r.required("num_attention_heads", limits::kMaxHeads);
+    const int64_t inter = r.required("intermediate_size", limits::kMaxIntermediate);
+    const int64_t vocab = r.required("vocab_size", limits::kMaxVocab);
     r.check(h % heads == 0, "field 'hidden_size' (" + std::to_string(h) +
                                 ") must be divisible by 'num_attention_heads' (" + std::to_string(heads) + ")");
     const double rotary_pct = r.fraction("rotary_pct", 0.25);
@@ -809,6 +884,33 @@ bool checkKeys(const json& obj, std::initializer_list<const char*> allowed, cons
 }  // namespace
 
 
+namespace {
+// Whole-model limits: every per-tensor figure is already in range, so the sums are checked.
+Status checkModelSize(const Model& model) {
+    if (static_cast<int64_t>(model.modules.size()) > limits::kMaxModules) {
+        return makeError(model.source + ": the model has " + std::to_string(model.modules.size()) +
+                         " modules; at most " + std::to_string(limits::kMaxModules) + " (the limit; see docs/limits.md)");
+    }
+    int64_t total = 0;
+    for (const Param& p : model.params) {
+        int64_t numel = 1;
+        for (int64_t d : p.shape) {
+            auto product = checkedMul(numel, d);
+            numel = product && *product <= limits::kMaxTensorNumel ? *product : limits::kMaxParams + 1;
+            if (numel > limits::kMaxTensorNumel) break;
+        }
+        auto sum = checkedAdd(total, numel);
+        total = sum ? *sum : limits::kMaxParams + 1;
+        if (total > limits::kMaxParams) {
+            return makeError(model.source + ": the model has more than " + std::to_string(limits::kMaxParams) +
+                             " parameters (2^42, the limit; see docs/limits.md); tensor '" + textExcerpt(p.name) +
+                             "' passes it");
+        }
+    }
+    return Ok{};
+}
+}  // namespace
+
 Result<Model> importHfConfig(const json& config, std::string name, std::string source) {
     if (source.empty()) source = name.empty() ? "<config>" : name;
     if (!config.is_object()) return makeError(source + ": expected a JSON object (a HuggingFace config.json)");
@@ -830,7 +932,10 @@ Result<Model> importHfConfig(const json& config, std::string name, std::string s
     } else if (type == "gpt_neox") {
         built = buildGptNeox(config, std::move(model));
     }
-    if (built) built->assignCostClasses();
+    if (built) {
+        if (auto sized = checkModelSize(*built); !sized) return sized.error();
+        built->assignCostClasses();
+    }
     return built;
 }
 
@@ -840,7 +945,10 @@ Result<Model> buildModuleTree(const json& tree, std::string name, std::string so
 
 Result<Model> importModuleTree(const json& tree, std::string name, std::string source) {
     Result<Model> built = buildModuleTree(tree, std::move(name), std::move(source));
-    if (built) built->assignCostClasses();
+    if (built) {
+        if (auto sized = checkModelSize(*built); !sized) return sized.error();
+        built->assignCostClasses();
+    }
     return built;
 }
 
@@ -880,6 +988,9 @@ Result<Model> buildModuleTree(const json& tree, std::string name, std::string so
     }
     if (!tree.contains("modules") || !tree.at("modules").is_array() || tree.at("modules").empty())
         return makeError(source + ": field 'modules' must be a non-empty array of modules");
+    if (static_cast<int64_t>(tree.at("modules").size()) > limits::kMaxModules)
+        return makeError(source + ": field 'modules' lists " + std::to_string(tree.at("modules").size()) +
+                         " modules; at most " + std::to_string(limits::kMaxModules) + " (the limit; see docs/limits.md)");
 
     Model model;
     model.name = std::move(name);
@@ -896,6 +1007,7 @@ Result<Model> buildModuleTree(const json& tree, std::string name, std::string so
         if (!jm.contains("name") || !jm.at("name").is_string())
             return makeError(at0 + ": field 'name' is missing or not a string (the module's fully qualified name)");
         const std::string mname = jm.at("name").get<std::string>();
+        if (auto named = limits::checkModuleName(mname, at0 + ": field 'name'"); !named) return named.error();
         const std::string at = where(source, i, mname);
         if (!checkKeys(jm, {"name", "container", "block", "params", "buffers", "ops"}, at, err)) return *err;
         if (!mname.empty() && (mname.front() == '.' || mname.back() == '.' || mname.find("..") != std::string::npos))
@@ -931,11 +1043,26 @@ Result<Model> buildModuleTree(const json& tree, std::string name, std::string so
                     return makeError(pat + ": field 'name' must be a non-empty string");
                 if (!jp.contains("shape") || !jp.at("shape").is_array())
                     return makeError(pat + ": field 'shape' must be an array of positive integers");
+                if (static_cast<int64_t>(jp.at("shape").size()) > limits::kMaxTensorRank)
+                    return makeError(pat + ": field 'shape' has at most " + std::to_string(limits::kMaxTensorRank) +
+                                     " dimensions, got " + jsonExcerpt(jp.at("shape")));
                 std::vector<int64_t> shape;
+                int64_t numel = 1;
                 for (const json& d : jp.at("shape")) {
-                    if (!d.is_number_integer() || d.get<int64_t>() <= 0)
+                    // Non-negative literals parse as unsigned: compare before narrowing to int64.
+                    const bool positive = d.is_number_unsigned() ? d.get<uint64_t>() > 0
+                                                                 : d.is_number_integer() && d.get<int64_t>() > 0;
+                    if (!positive)
                         return makeError(pat + ": field 'shape' must be an array of positive integers, got " +
-                                         jp.at("shape").dump());
+                                         jsonExcerpt(jp.at("shape")));
+                    const auto product = d.get<uint64_t>() > uint64_t(limits::kMaxTensorNumel)
+                                             ? std::nullopt
+                                             : checkedMul(numel, d.get<int64_t>());
+                    if (!product || *product > limits::kMaxTensorNumel)
+                        return makeError(pat + ": field 'shape' " + jsonExcerpt(jp.at("shape")) + " has more than " +
+                                         std::to_string(limits::kMaxTensorNumel) +
+                                         " elements (2^40, the limit; see docs/limits.md)");
+                    numel = *product;
                     shape.push_back(d.get<int64_t>());
                 }
                 std::optional<DType> dtype;
@@ -945,6 +1072,9 @@ Result<Model> buildModuleTree(const json& tree, std::string name, std::string so
                         return makeError(pat + ": field 'dtype' must be one of fp32, bf16, fp16, fp8, int64, uint8");
                 }
                 const std::string leaf = jp.at("name").get<std::string>();
+                // --frozen matches parameter names with std::regex, which recurses per character.
+                if (auto named = limits::checkModuleName(b.qualify(m, leaf), pat + ": field 'name'"); !named)
+                    return named.error();
                 if (!param_names.insert(b.qualify(m, leaf)).second)
                     return makeError(pat + ": duplicate parameter '" + b.qualify(m, leaf) + "'");
                 b.param(m, leaf, std::move(shape), dtype);
@@ -960,8 +1090,10 @@ Result<Model> buildModuleTree(const json& tree, std::string name, std::string so
                 if (!checkKeys(jb, {"name", "numel", "dtype"}, bat, err)) return *err;
                 if (!jb.contains("name") || !jb.at("name").is_string() || jb.at("name").get<std::string>().empty())
                     return makeError(bat + ": field 'name' must be a non-empty string");
-                if (!jb.contains("numel") || !jb.at("numel").is_number_integer() || jb.at("numel").get<int64_t>() < 0)
-                    return makeError(bat + ": field 'numel' must be a non-negative integer");
+                if (!jb.contains("numel") || !jb.at("numel").is_number_unsigned() ||
+                    jb.at("numel").get<uint64_t>() > uint64_t(limits::kMaxTensorNumel))
+                    return makeError(bat + ": field 'numel' must be a non-negative integer at most " +
+                                     std::to_string(limits::kMaxTensorNumel) + " (2^40, the limit; see docs/limits.md)");
                 DType dtype = DType::F32;
                 if (jb.contains("dtype")) {
                     std::optional<DType> d;
@@ -971,6 +1103,8 @@ Result<Model> buildModuleTree(const json& tree, std::string name, std::string so
                     dtype = *d;
                 }
                 const std::string leaf = jb.at("name").get<std::string>();
+                if (auto named = limits::checkModuleName(b.qualify(m, leaf), bat + ": field 'name'"); !named)
+                    return named.error();
                 if (!buffer_names.insert(b.qualify(m, leaf)).second)
                     return makeError(bat + ": duplicate buffer '" + b.qualify(m, leaf) + "'");
                 b.buffer(m, leaf, jb.at("numel").get<int64_t>(), dtype);
@@ -1008,7 +1142,7 @@ Result<Model> buildModuleTree(const json& tree, std::string name, std::string so
                         return makeError(oat + ": field 'kind' must be one of matmul, attention, norm, elementwise, "
                                                "dropout, embedding, loss, other");
                 }
-                auto number = [&](const char* key, bool required, double def, double& out) -> bool {
+                auto number = [&](const char* key, bool required, double def, double max, double& out) -> bool {
                     if (!jo.contains(key)) {
                         if (required) {
                             err = makeError(oat + ": field '" + key + "' is missing (a non-negative number)");
@@ -1017,9 +1151,10 @@ Result<Model> buildModuleTree(const json& tree, std::string name, std::string so
                         out = def;
                         return true;
                     }
-                    if (!jo.at(key).is_number() || jo.at(key).get<double>() < 0) {
-                        err = makeError(oat + ": field '" + key + "' must be a non-negative number, got " +
-                                        jo.at(key).dump());
+                    if (!jo.at(key).is_number() || !(jo.at(key).get<double>() >= 0 && jo.at(key).get<double>() <= max)) {
+                        err = makeError(oat + ": field '" + key + "' must be a non-negative number at most " +
+                                        fmt::format("{:g}", max) + " (the limit; see docs/limits.md), got " +
+                                        jsonExcerpt(jo.at(key)));
                         return false;
                     }
                     out = jo.at(key).get<double>();
@@ -1027,12 +1162,14 @@ Result<Model> buildModuleTree(const json& tree, std::string name, std::string so
                 };
                 Op& o = b.op(m, oname, kind);
                 double saved = 0, saved_seq = 0, temp = 0;
-                if (!number("flops_per_token", true, 0, o.flops.per_token) ||
-                    !number("flops_per_token_seq", false, 0, o.flops.per_token_seq) ||
-                    !number("bwd_flops_factor", false, kind == OpKind::Matmul ? 2.0 : 1.0, o.bwd_flops_factor) ||
-                    !number("saved_bytes_per_token", true, 0, saved) ||
-                    !number("saved_bytes_per_token_seq", false, 0, saved_seq) ||
-                    !number("temp_bytes_per_token", false, 0, temp))
+                using namespace limits;
+                if (!number("flops_per_token", true, 0, kMaxOpFlopsPerToken, o.flops.per_token) ||
+                    !number("flops_per_token_seq", false, 0, kMaxOpFlopsPerTokenSeq, o.flops.per_token_seq) ||
+                    !number("bwd_flops_factor", false, kind == OpKind::Matmul ? 2.0 : 1.0, kMaxBwdFlopsFactor,
+                            o.bwd_flops_factor) ||
+                    !number("saved_bytes_per_token", true, 0, kMaxOpBytesPerToken, saved) ||
+                    !number("saved_bytes_per_token_seq", false, 0, kMaxOpBytesPerTokenSeq, saved_seq) ||
+                    !number("temp_bytes_per_token", false, 0, kMaxOpBytesPerToken, temp))
                     return *err;
                 // Bytes are dtype independent: saved bytes are 1-byte elements, temp bytes fp32/4.
                 o.saved_u8 = Coef{saved, saved_seq};
@@ -1051,41 +1188,9 @@ Result<Model> buildModuleTree(const json& tree, std::string name, std::string so
 }  // namespace
 
 Result<json> readJsonFile(const std::filesystem::path& path) {
-    const std::string shown = path.string();
-    std::FILE* f = std::fopen(shown.c_str(), "rb");
-    if (!f) return makeError("cannot open '" + shown + "': " + std::strerror(errno));
-    std::string text;
-    char buf[65536];
-    size_t n = 0;
-    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
-    const bool read_error = std::ferror(f) != 0;
-    std::fclose(f);
-    if (read_error) return makeError("cannot read '" + shown + "'");
-    try {
-        return json::parse(text);
-    } catch (const json::parse_error& e) {
-        // Report our own line/column from the byte offset, then the parser's message without
-        // its "[json.exception...] parse error at line L, column C: " prefix.
-        const size_t byte = std::min(e.byte, text.size() + 1);
-        size_t line = 1, col = 1;
-        for (size_t i = 0; i + 1 < byte && i < text.size(); ++i) {
-            if (text[i] == '\n') {
-                ++line;
-                col = 1;
-            } else {
-                ++col;
-            }
-        }
-        std::string message = e.what();
-        if (const size_t c = message.find("column"); c != std::string::npos) {
-            if (const size_t colon = message.find(": ", c); colon != std::string::npos)
-                message = message.substr(colon + 2);
-        } else if (const size_t bracket = message.find("] "); bracket != std::string::npos) {
-            message = message.substr(bracket + 2);
-        }
-        return makeError(shown + ": malformed JSON at line " + std::to_string(line) + ", column " +
-                         std::to_string(col) + ": " + message);
-    }
+    auto text = readFileBounded(path, kMaxJsonFileBytes, "JSON input file");
+    if (!text) return text.error();
+    return parseJsonText(*text, path.string());
 }
 
 Result<Model> loadModelFile(const std::filesystem::path& path) {
@@ -1134,6 +1239,8 @@ Result<Model> resolveModel(std::string_view name_or_path) {
     const std::vector<std::string> names = bundledModelNames();
     if (std::find(names.begin(), names.end(), name_or_path) != names.end())
         return loadModelFile(bundledModelsDir() / (std::string(name_or_path) + ".json"));
+    // A path that exists but is no regular file (a directory, /dev/zero) gets readJsonFile's refusal.
+    if (std::filesystem::exists(p, ec)) return loadModelFile(p);
     std::string list;
     for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
     return makeError("unknown model '" + std::string(name_or_path) +

@@ -9,6 +9,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "core/model.hpp"
+#include "core/json_text.hpp"
 #include "core/result.hpp"
 
 namespace shardcast::core {
@@ -32,6 +33,9 @@ std::vector<std::string> bundledModelNames();  // sorted, file names without .js
 Result<Model> resolveModel(std::string_view name_or_path);
 
 // Reads and parses a JSON file; the error names the file and the line/column of a syntax error.
+// Files over kMaxJsonFileBytes and paths that are not regular files are refused (core/file_io.hpp).
 Result<nlohmann::json> readJsonFile(const std::filesystem::path& path);
+// The parsing half of readJsonFile, for text from elsewhere (the fuzz targets): parseJsonText in
+// core/json_text.hpp.
 
 }  // namespace shardcast::core

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <filesystem>
 #include <memory>
-#include <regex>
 #include <string_view>
 #include <system_error>
 #include <utility>
@@ -12,6 +11,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/file_io.hpp"
+#include "core/json_text.hpp"
+#include "core/limits.hpp"
 #include "core/model_io.hpp"
 #include "core/model_scale.hpp"
 
@@ -20,13 +21,6 @@ namespace shardcast::core {
 namespace fs = std::filesystem;
 
 namespace {
-
-Status checkAtLeast(const std::optional<int64_t>& v, int64_t min, std::string_view flag) {
-    if (v && *v < min) {
-        return makeError(fmt::format("{}: must be an integer >= {} (got {})", flag, min, *v));
-    }
-    return Ok{};
-}
 
 // For fields stored as int: keeps nodes * gpus_per_node well inside int range.
 Status checkRange(const std::optional<int64_t>& v, int64_t min, int64_t max, std::string_view flag) {
@@ -38,6 +32,7 @@ Status checkRange(const std::optional<int64_t>& v, int64_t min, int64_t max, std
 
 constexpr int64_t kMaxNodes = 1'000'000;
 constexpr int64_t kMaxGpusPerNode = 1024;
+constexpr int64_t kMaxPrefetchDepth = 1024;  // units ahead; more than a model's units changes nothing
 
 std::optional<DType> parseMixedDType(std::string_view s) {
     auto t = parseDType(s);
@@ -99,10 +94,21 @@ Result<Plan> buildPlan(const PlanOverrides& o) {
     for (auto status : {checkRange(o.nodes, 1, kMaxNodes, "--nodes"),
                         checkRange(o.gpus_per_node, 1, kMaxGpusPerNode, "--gpus-per-node"),
                         checkRange(o.shard_size, 0, kMaxNodes * kMaxGpusPerNode, "--shard-size"),
-                        checkAtLeast(o.micro_batch, 1, "--micro-batch"),
-                        checkAtLeast(o.seq_len, 1, "--seq-len"),
-                        checkAtLeast(o.grad_accum, 1, "--grad-accum")}) {
+                        checkRange(o.micro_batch, 1, limits::kMaxMicroBatch, "--micro-batch"),
+                        checkRange(o.seq_len, 1, limits::kMaxSeqLen, "--seq-len"),
+                        checkRange(o.grad_accum, 1, limits::kMaxGradAccum, "--grad-accum"),
+                        checkRange(o.prefetch_depth, 1, kMaxPrefetchDepth, "--prefetch-depth")}) {
         if (!status) return status.error();
+    }
+    // File names and patterns end up in plans, traces and the store, which are UTF-8 JSON.
+    struct TextFlag {
+        const std::optional<std::string>& value;
+        const char* flag;
+    };
+    for (const TextFlag& f : {TextFlag{o.model, "--model"}, TextFlag{o.gpu, "--gpu"}, TextFlag{o.wrap, "--wrap"},
+                              TextFlag{o.scale, "--scale"}}) {
+        if (!f.value) continue;
+        if (auto utf8 = checkUtf8(*f.value, f.flag); !utf8) return utf8.error();
     }
 
     std::optional<ScaleSpec> scale;
@@ -148,7 +154,7 @@ Result<Plan> buildPlan(const PlanOverrides& o) {
             return makeError(fmt::format(
                 "--strategy: unknown strategy '{}'; valid: NO_SHARD, SHARD_GRAD_OP, FULL_SHARD, "
                 "HYBRID_SHARD, _HYBRID_SHARD_ZERO2 (aliases ddp, zero2, zero3, hsdp, hsdp-zero2)",
-                *o.strategy));
+                textExcerpt(*o.strategy)));
         }
         s.strategy = *strategy;
     }
@@ -178,11 +184,27 @@ Result<Plan> buildPlan(const PlanOverrides& o) {
             if (digits) k = std::stoi(v);
             if (k < 1) {
                 return makeError(fmt::format(
-                    "--reshard-after-forward: expected true, false or a positive rank count K (got '{}')", v));
+                    "--reshard-after-forward: expected true, false or a positive rank count K (got '{}')", textExcerpt(v)));
             }
             s.reshard_after_forward = ReshardMode::Count;
             s.reshard_after_forward_k = k;
         }
+    }
+
+    if (o.prefetch_depth) s.prefetch_depth = static_cast<int>(*o.prefetch_depth);
+    if (o.forward_prefetch) {
+        if (*o.forward_prefetch != "true" && *o.forward_prefetch != "false") {
+            return makeError(fmt::format("--forward-prefetch: expected true or false (got '{}')", textExcerpt(*o.forward_prefetch)));
+        }
+        s.forward_prefetch = *o.forward_prefetch == "true";
+    }
+    if (o.backward_prefetch) {
+        auto p = parseBackwardPrefetch(*o.backward_prefetch);
+        if (!p) {
+            return makeError(
+                fmt::format("--backward-prefetch: expected pre, post or none (got '{}')", textExcerpt(*o.backward_prefetch)));
+        }
+        s.backward_prefetch = *p;
     }
 
     TrainingSpec& t = plan.training;
@@ -201,14 +223,14 @@ Result<Plan> buildPlan(const PlanOverrides& o) {
                                DTypeFlag{o.master_dtype, "--master-dtype"}}) {
         if (!f.value) continue;
         auto d = parseMixedDType(*f.value);
-        if (!d) return makeError(fmt::format("{}: unknown dtype '{}'; valid: fp32, bf16, fp16", f.flag, *f.value));
+        if (!d) return makeError(fmt::format("{}: unknown dtype '{}'; valid: fp32, bf16, fp16", f.flag, textExcerpt(*f.value)));
         if (f.flag == "--param-dtype") t.param_dtype = *d;
         else if (f.flag == "--reduce-dtype") t.reduce_dtype = *d;
         else t.master_dtype = *d;
     }
     if (o.optimizer) {
         auto v = parseOptimizer(*o.optimizer);
-        if (!v) return makeError(fmt::format("--optimizer: unknown optimizer '{}'; valid: adamw, sgd, sgd-momentum", *o.optimizer));
+        if (!v) return makeError(fmt::format("--optimizer: unknown optimizer '{}'; valid: adamw, sgd, sgd-momentum", textExcerpt(*o.optimizer)));
         t.optimizer = *v;
     }
     if (o.ac) {
@@ -219,35 +241,36 @@ Result<Plan> buildPlan(const PlanOverrides& o) {
     }
     if (o.attention) {
         auto v = parseAttention(*o.attention);
-        if (!v) return makeError(fmt::format("--attention: unknown kernel '{}'; valid: flash, eager", *o.attention));
+        if (!v) return makeError(fmt::format("--attention: unknown kernel '{}'; valid: flash, eager", textExcerpt(*o.attention)));
         t.attention = *v;
     }
     if (o.kernels) {
         auto v = parseKernelImpl(*o.kernels);
-        if (!v) return makeError(fmt::format("--kernels: unknown implementation '{}'; valid: eager, fused", *o.kernels));
+        if (!v) return makeError(fmt::format("--kernels: unknown implementation '{}'; valid: eager, fused, compile", textExcerpt(*o.kernels)));
         t.kernels = *v;
+    }
+    if (o.impl) {
+        auto v = parseModelImpl(*o.impl);
+        if (!v) return makeError(fmt::format("--impl: unknown implementation '{}'; valid: hf, torchtitan", textExcerpt(*o.impl)));
+        t.impl = *v;
     }
     if (o.allocator) {
         auto v = parseAllocatorMode(*o.allocator);
-        if (!v) return makeError(fmt::format("--allocator: unknown mode '{}'; valid: caching, expandable", *o.allocator));
+        if (!v) return makeError(fmt::format("--allocator: unknown mode '{}'; valid: caching, expandable", textExcerpt(*o.allocator)));
         t.allocator = *v;
     }
     if (o.hf_mask) {
         auto v = parseHfMask(*o.hf_mask);
-        if (!v) return makeError(fmt::format("--hf-mask: unknown transformers behaviour '{}'; valid: 5.x, 4.5x", *o.hf_mask));
+        if (!v) return makeError(fmt::format("--hf-mask: unknown transformers behaviour '{}'; valid: 5.x, 4.5x", textExcerpt(*o.hf_mask)));
         t.hf_mask = *v;
     }
     if (o.offload) {
         auto v = parseOffload(*o.offload);
-        if (!v) return makeError(fmt::format("--offload: unknown offload '{}'; valid: none, cpu", *o.offload));
+        if (!v) return makeError(fmt::format("--offload: unknown offload '{}'; valid: none, cpu", textExcerpt(*o.offload)));
         t.offload = *v;
     }
     if (o.frozen) {
-        try {
-            std::regex check(*o.frozen);
-        } catch (const std::regex_error& e) {
-            return makeError(fmt::format("--frozen: invalid regular expression '{}' ({})", *o.frozen, e.what()));
-        }
+        if (auto pattern = limits::checkFrozenPattern(*o.frozen, "--frozen"); !pattern) return pattern.error();
         t.frozen_regex = *o.frozen;
     }
     return plan;

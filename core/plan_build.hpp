@@ -17,8 +17,12 @@ namespace shardcast::core {
 struct PlanOverrides {
     std::string plan_file;  // may be empty
     std::optional<std::string> model, gpu, strategy, wrap, param_dtype, reduce_dtype, master_dtype,
-        optimizer, ac, attention, kernels, offload, hf_mask, reshard_after_forward, frozen;
+        optimizer, ac, attention, kernels, impl, offload, hf_mask, reshard_after_forward, frozen;
     std::optional<std::string> allocator;  // --allocator caching | expandable
+    // Prefetch: FSDP2's units ahead (--prefetch-depth), FSDP1's forward_prefetch ("true"/"false")
+    // and backward_prefetch ("pre", "post", "none").
+    std::optional<int64_t> prefetch_depth;
+    std::optional<std::string> forward_prefetch, backward_prefetch;
     std::optional<std::string> scale;  // "hidden=H,layers=L,seq=S" (core/model_scale.hpp)
     std::optional<int64_t> nodes, gpus_per_node, shard_size, fsdp, micro_batch, seq_len, grad_accum;
     bool no_sync = false;

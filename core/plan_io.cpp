@@ -5,14 +5,18 @@
 #include <charconv>
 #include <fstream>
 #include <regex>
+#include <sstream>
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "core/file_io.hpp"
+#include "core/json_text.hpp"
+#include "core/limits.hpp"
 #include "core/model_io.hpp"
 #include "core/wrap.hpp"
 
@@ -58,23 +62,6 @@ constexpr const char* kStrategyChoices =
     "NO_SHARD, SHARD_GRAD_OP, FULL_SHARD, HYBRID_SHARD, _HYBRID_SHARD_ZERO2 (aliases ddp, zero2, zero3, hsdp, "
     "hsdp-zero2)";
 constexpr const char* kWrapChoices = "whole, block, every:K, min-params:N, modules:FILE";
-
-std::string_view backwardPrefetchName(ShardingSpec::BackwardPrefetch p) {
-    switch (p) {
-        case ShardingSpec::BackwardPrefetch::Pre: return "pre";
-        case ShardingSpec::BackwardPrefetch::Post: return "post";
-        case ShardingSpec::BackwardPrefetch::None: return "none";
-    }
-    return "?";
-}
-
-std::optional<ShardingSpec::BackwardPrefetch> parseBackwardPrefetch(std::string_view s) {
-    const std::string k = lower(s);
-    if (k == "pre" || k == "backward_pre") return ShardingSpec::BackwardPrefetch::Pre;
-    if (k == "post" || k == "backward_post") return ShardingSpec::BackwardPrefetch::Post;
-    if (k == "none") return ShardingSpec::BackwardPrefetch::None;
-    return std::nullopt;
-}
 
 size_t editDistance(std::string_view a, std::string_view b) {
     std::vector<size_t> row(b.size() + 1);
@@ -130,7 +117,7 @@ public:
 
     void checkKeys(std::initializer_list<const char*> allowed) {
         for (const auto& [key, value] : m_j.items()) {
-            const bool known = std::any_of(allowed.begin(), allowed.end(), [&](const char* a) { return key == a; });
+            const bool known = std::any_of(allowed.begin(), allowed.end(), [&k = key](const char* a) { return k == a; });
             if (!known && !m_error) {
                 std::vector<std::string> names(allowed.begin(), allowed.end());
                 m_error = makeError(m_where + ": unknown key '" + field(key) + "'; valid keys in " + m_section + ": " +
@@ -151,24 +138,24 @@ public:
     void integer(std::string_view key, T& out, const char* what) {
         const json* v = find(key);
         if (!v) return;
-        if (!v->is_number_integer()) return fail(key, std::string("must be ") + what + " (got " + v->dump() + ")");
+        if (!v->is_number_integer()) return fail(key, std::string("must be ") + what + " (got " + jsonExcerpt(*v) + ")");
         const bool fits = v->is_number_unsigned() ? std::in_range<T>(v->get<uint64_t>())
                                                   : std::in_range<T>(v->get<int64_t>());
-        if (!fits) return fail(key, "is out of range (got " + v->dump() + ")");
+        if (!fits) return fail(key, "is out of range (got " + jsonExcerpt(*v) + ")");
         out = static_cast<T>(v->get<int64_t>());
     }
 
     void boolean(std::string_view key, bool& out) {
         const json* v = find(key);
         if (!v) return;
-        if (!v->is_boolean()) return fail(key, "must be true or false (got " + v->dump() + ")");
+        if (!v->is_boolean()) return fail(key, "must be true or false (got " + jsonExcerpt(*v) + ")");
         out = v->get<bool>();
     }
 
     void string(std::string_view key, std::string& out) {
         const json* v = find(key);
         if (!v) return;
-        if (!v->is_string()) return fail(key, "must be a string (got " + v->dump() + ")");
+        if (!v->is_string()) return fail(key, "must be a string (got " + jsonExcerpt(*v) + ")");
         out = v->get<std::string>();
     }
 
@@ -176,7 +163,7 @@ public:
     void enumeration(std::string_view key, E& out, Parse parse, const std::string& choices) {
         const json* v = find(key);
         if (!v) return;
-        if (!v->is_string()) return fail(key, "must be one of " + choices + " (got " + v->dump() + ")");
+        if (!v->is_string()) return fail(key, "must be one of " + choices + " (got " + jsonExcerpt(*v) + ")");
         auto parsed = parse(v->get<std::string>());
         if (!parsed) return fail(key, "'" + v->get<std::string>() + "' is not one of " + choices);
         out = *parsed;
@@ -205,7 +192,7 @@ private:
 Status readTraining(const json& j, const std::string& where, TrainingSpec& t) {
     SectionReader r(j, where, "training");
     r.checkKeys({"micro_batch", "seq_len", "grad_accum", "no_sync", "optimizer", "param_dtype", "reduce_dtype",
-                 "master_dtype", "ac", "attention", "kernels", "offload", "hf_mask", "frozen", "allocator"});
+                 "master_dtype", "ac", "attention", "kernels", "impl", "offload", "hf_mask", "frozen", "allocator"});
     r.integer("micro_batch", t.micro_batch, "a positive integer");
     r.integer("seq_len", t.seq_len, "a positive integer");
     r.integer("grad_accum", t.grad_accum, "a positive integer");
@@ -221,7 +208,8 @@ Status readTraining(const json& j, const std::string& where, TrainingSpec& t) {
     t.ac = ac.mode;
     t.ac_every = ac.every;
     r.enumeration("attention", t.attention, parseAttention, "flash, eager");
-    r.enumeration("kernels", t.kernels, parseKernelImpl, "eager, fused");
+    r.enumeration("kernels", t.kernels, parseKernelImpl, "eager, fused, compile");
+    r.enumeration("impl", t.impl, parseModelImpl, "hf, torchtitan");
     r.enumeration("offload", t.offload, parseOffload, "none, cpu");
     r.enumeration("hf_mask", t.hf_mask, parseHfMask, "5.x, 4.5x");
     r.string("frozen", t.frozen_regex);
@@ -252,7 +240,7 @@ Status readSharding(const json& j, const std::string& where, const std::filesyst
             s.reshard_after_forward = ReshardMode::Count;
         } else {
             r.fail("reshard_after_forward",
-                   "must be true, false, \"default\" or a positive integer K (got " + v->dump() + ")");
+                   "must be true, false, \"default\" or a positive integer K (got " + jsonExcerpt(*v) + ")");
         }
     }
 
@@ -275,7 +263,7 @@ Status readSharding(const json& j, const std::string& where, const std::filesyst
             w.kind = WrapKind::Modules;
             for (const auto& item : *v) {
                 if (!item.is_string()) {
-                    r.fail("wrap", "module list entries must be strings (got " + item.dump() + ")");
+                    r.fail("wrap", "module list entries must be strings (got " + jsonExcerpt(item) + ")");
                     break;
                 }
                 w.modules.push_back(item.get<std::string>());
@@ -283,7 +271,7 @@ Status readSharding(const json& j, const std::string& where, const std::filesyst
             s.wrap = std::move(w);
         } else {
             r.fail("wrap", std::string("must be one of ") + kWrapChoices + " or a list of module names (got " +
-                               v->dump() + ")");
+                               jsonExcerpt(*v) + ")");
         }
     }
     return r.status();
@@ -320,7 +308,7 @@ Status readCluster(const json& j, const std::string& where, const std::filesyste
                 }
             }
         } else {
-            r.fail("gpu", "must be a GPU preset name, a GPU JSON file or a GPU object (got " + v->dump() + ")");
+            r.fail("gpu", "must be a GPU preset name, a GPU JSON file or a GPU object (got " + jsonExcerpt(*v) + ")");
         }
     }
     return r.status();
@@ -381,7 +369,7 @@ Result<Model> readEmbeddedModel(const json& m, const std::string& where) {
     const auto name = m.find("name");
     if (name == m.end() || !name->is_string() || name->get<std::string>().empty()) {
         return makeError(field + ".name must be a non-empty string naming the embedded model (got " +
-                         (name == m.end() ? std::string("nothing") : name->dump()) + ")");
+                         (name == m.end() ? std::string("nothing") : jsonExcerpt(*name)) + ")");
     }
     const auto config = m.find("config");
     if (config == m.end() || !config->is_object()) {
@@ -399,7 +387,7 @@ Result<Model> readEmbeddedModel(const json& m, const std::string& where) {
 Status applyScale(const json& j, const std::string& where, Model model, Plan& plan) {
     if (const auto scale_it = j.find("scale"); scale_it != j.end()) {
         if (!scale_it->is_string()) {
-            return makeError(where + ": scale must be a string like \"hidden=512,layers=4\" (got " + scale_it->dump() +
+            return makeError(where + ": scale must be a string like \"hidden=512,layers=4\" (got " + jsonExcerpt(*scale_it) +
                              ")");
         }
         auto spec = parseScale(scale_it->get<std::string>(), where + ": scale");
@@ -431,6 +419,43 @@ std::string validShardSizes(int world) {
 
 }  // namespace
 
+namespace {
+
+// One micro-batch's work on one rank, bounded so that a step's sums stay inside int64: forward,
+// a recomputed forward and the backward FLOPs of every op, and the bytes it saves, holds
+// temporarily and moves.
+Status checkMicroBatchWork(const Model& model, const TrainingSpec& t) {
+    const int64_t tokens = t.micro_batch * t.seq_len;
+    double flops = 0, saved = 0;
+    const uint8_t attn_bit = t.attention == AttentionKernel::Flash ? variant::kFlash : variant::kEagerAttn;
+    const uint8_t kern_bit = t.kernels == KernelImpl::Eager ? variant::kEagerKernels : variant::kFusedKernels;
+    for (const Op& o : model.ops) {
+        if (!o.existsUnder(attn_bit, kern_bit)) continue;  // ops of the other implementation
+        flops += o.flops.at(tokens, t.seq_len) * (2 + o.bwd_flops_factor);
+        // Activation elements counted at 4 bytes (the widest activation dtype).
+        for (const Coef* c : {&o.saved_act, &o.saved_f32, &o.saved_act_hf_mask, &o.temp_act, &o.temp_f32,
+                              &o.bwd_temp_act, &o.bwd_temp_f32, &o.io_act})
+            saved += 4 * c->at(tokens, t.seq_len);
+        saved += o.saved_u8.at(tokens, t.seq_len) + 8 * o.saved_i64.at(tokens, t.seq_len);
+    }
+    if (flops > limits::kMaxFlopsPerMicroBatch) {
+        return makeError(fmt::format(
+            "training.micro_batch x training.seq_len: one micro-batch of {} x {} tokens is {:.3g} FLOPs of forward, "
+            "recompute and backward for model '{}', above the limit of {:.3g} (docs/limits.md); use a smaller "
+            "micro-batch or sequence",
+            t.micro_batch, t.seq_len, flops, model.name, limits::kMaxFlopsPerMicroBatch));
+    }
+    if (saved > limits::kMaxSavedBytesPerMicroBatch) {
+        return makeError(fmt::format(
+            "training.micro_batch x training.seq_len: one micro-batch of {} x {} tokens saves, holds and moves {:.3g} "
+            "bytes in model '{}', above the limit of 2^50 bytes (1 PiB, docs/limits.md)",
+            t.micro_batch, t.seq_len, saved, model.name));
+    }
+    return Ok{};
+}
+
+}  // namespace
+
 Result<Mesh> validatePlan(const Plan& plan) {
     if (!plan.model) return makeError("model: no model loaded");
     const TrainingSpec& t = plan.training;
@@ -447,26 +472,33 @@ Result<Mesh> validatePlan(const Plan& plan) {
     if (auto st = positive("cluster.nodes", c.nodes); !st) return st.error();
     if (auto st = positive("cluster.gpus_per_node", c.gpus_per_node); !st) return st.error();
     // Upper bounds keep every byte count inside int64 and the Program a sane size.
-    if (t.seq_len > (int64_t{1} << 24)) {
+    // Upper bounds (docs/limits.md) keep every figure of the lowering inside int64.
+    if (t.seq_len > limits::kMaxSeqLen) {
         return makeError("training.seq_len must be at most 16,777,216 tokens (got " + std::to_string(t.seq_len) + ")");
     }
-    if (t.micro_batch > (int64_t{1} << 16)) {
+    if (t.micro_batch > limits::kMaxMicroBatch) {
         return makeError("training.micro_batch must be at most 65,536 sequences (got " + std::to_string(t.micro_batch) + ")");
     }
-    if (t.micro_batch * t.seq_len > (int64_t{1} << 28)) {
+    if (t.micro_batch * t.seq_len > limits::kMaxTokensPerMicroBatch) {
         return makeError("training.micro_batch x training.seq_len must be at most 268,435,456 tokens per micro-batch (got " +
                          std::to_string(t.micro_batch * t.seq_len) + ")");
     }
-    if (t.grad_accum > 4096) {
+    if (t.grad_accum > limits::kMaxGradAccum) {
         return makeError("training.grad_accum must be at most 4096 micro-batches per step (got " + std::to_string(t.grad_accum) + ")");
     }
-    if (static_cast<int64_t>(c.nodes) * c.gpus_per_node > (int64_t{1} << 20)) {
+    if (static_cast<int64_t>(c.nodes) * c.gpus_per_node > limits::kMaxWorld) {
         return makeError("cluster.nodes x cluster.gpus_per_node must be at most 1,048,576 GPUs");
     }
+    if (auto work = checkMicroBatchWork(*plan.model, t); !work) return work.error();
     if (c.gpu.memory_bytes <= 0) {
         return makeError("cluster.gpu.memory_bytes must be positive (GPU '" + c.gpu.name + "')");
     }
 
+    if (t.impl == ModelImpl::Torchtitan && plan.model->arch.model_type != "llama") {
+        return makeError("training.impl torchtitan models torchtitan's Llama (torchtitan/models/llama3); model '" +
+                         plan.model->name + "' has model_type '" + plan.model->arch.model_type +
+                         "': use impl hf, or a llama model");
+    }
     if (t.param_dtype && *t.param_dtype == DType::F8) {
         return makeError("training.param_dtype fp8 is not supported as a parameter dtype; use bf16, fp16 or fp32");
     }
@@ -483,12 +515,7 @@ Result<Mesh> validatePlan(const Plan& plan) {
                          "' is not one of fp32, bf16, fp16");
     }
     if (!t.frozen_regex.empty()) {
-        try {
-            std::regex re(t.frozen_regex, std::regex::ECMAScript);
-        } catch (const std::regex_error& e) {
-            return makeError("training.frozen '" + t.frozen_regex + "' is not a valid regular expression (" +
-                             e.what() + ")");
-        }
+        if (auto pattern = limits::checkFrozenPattern(t.frozen_regex, "training.frozen"); !pattern) return pattern.error();
     }
     if (t.offload == Offload::Cpu && s.strategy == Strategy::NoShard) {
         return makeError("training.offload cpu needs a sharded strategy: FSDP CPU offload keeps sharded "
@@ -583,8 +610,9 @@ Result<WrapPolicy> parseWrapPolicy(const std::string& text, const std::string& w
     } else if (key.rfind("modules:", 0) == 0) {
         const std::string file = t.substr(8);
         if (file.empty()) return bad("needs a file name in modules:FILE");
-        std::ifstream in(file);
-        if (!in) return makeError(where + ": cannot open module list '" + file + "'");
+        auto list = readFileBounded(file, kMaxTextFileBytes, "module list");
+        if (!list) return makeError(where + ": " + list.error().message);
+        std::istringstream in(*list);
         w.kind = WrapKind::Modules;
         w.modules_file = file;
         std::string line;
@@ -652,14 +680,14 @@ Result<Plan> planFromJson(const nlohmann::json& j, const std::string& where,
         if (auto st = applyScale(j, where, std::move(*model), plan); !st) return st.error();
     } else {
         return makeError(where + ": model must be a string naming a bundled model or a file, or an embedded "
-                         "model {\"name\": ..., \"config\": {...}} (got " + model_it->dump() + ")");
+                         "model {\"name\": ..., \"config\": {...}} (got " + jsonExcerpt(*model_it) + ")");
     }
 
     auto section = [&](const char* name) -> Result<const json*> {
         auto it = j.find(name);
         if (it == j.end()) return static_cast<const json*>(nullptr);
         if (!it->is_object()) {
-            return makeError(where + ": " + name + " must be a JSON object (got " + it->dump() + ")");
+            return makeError(where + ": " + name + " must be a JSON object (got " + jsonExcerpt(*it) + ")");
         }
         return &*it;
     };
@@ -724,6 +752,7 @@ nlohmann::json planToJson(const Plan& plan) {
     training["ac"] = acString(t.ac, t.ac_every);
     training["attention"] = std::string(attentionName(t.attention));
     training["kernels"] = std::string(kernelImplName(t.kernels));
+    training["impl"] = std::string(modelImplName(t.impl));
     training["offload"] = std::string(offloadName(t.offload));
     training["hf_mask"] = std::string(hfMaskName(t.hf_mask));
     training["frozen"] = t.frozen_regex;

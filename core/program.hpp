@@ -249,8 +249,10 @@ struct Program {
     DType compute_dtype = DType::BF16;
     int micro_batches = 1;
     int64_t tokens_per_micro_batch = 0;
-    int64_t model_flops_per_step = 0;     // torchtitan's convention (core/flops.hpp), per rank
-    int64_t hardware_flops_per_step = 0;  // FLOPs executed: sum of task FLOPs (recompute counted)
+    // Per-step sums are doubles: a real plan exceeds int64 (Llama-3.1-405B at 131072 tokens and
+    // 64 micro-batches does 2e19 FLOPs per rank and step). Each task's FLOPs fit int64 (limits).
+    double model_flops_per_step = 0;     // torchtitan's convention (core/flops.hpp), per rank
+    double hardware_flops_per_step = 0;  // FLOPs executed: sum of task FLOPs (recompute counted)
     // Host (pinned CPU) memory per rank under CPU offload.
     int64_t host_param_bytes = 0, host_grad_bytes = 0, host_optimizer_bytes = 0;
 

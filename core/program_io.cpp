@@ -1,5 +1,6 @@
 #include "core/program_io.hpp"
 
+#include <cmath>
 #include <cstdint>
 #include <initializer_list>
 #include <limits>
@@ -9,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/file_io.hpp"
+#include "core/json_text.hpp"
 #include "core/model_io.hpp"
 #include "core/program_check.hpp"
 
@@ -170,17 +172,28 @@ public:
         const bool too_big = v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(kInt64Max);
         if (!v.is_number_integer() || too_big || v.get<int64_t>() < lo || v.get<int64_t>() > hi) {
             fail(field, "must be an integer from " + std::to_string(lo) + " to " + std::to_string(hi) + ", got " +
-                            v.dump());
+                            jsonExcerpt(v));
             return;
         }
         out = static_cast<T>(v.get<int64_t>());
+    }
+
+    // A finite non-negative number.
+    void number(const json& obj, const std::string& path, const char* key, double& out) {
+        if (failed()) return;
+        const json& v = obj.at(key);
+        if (!v.is_number() || !(v.get<double>() >= 0) || !std::isfinite(v.get<double>())) {
+            fail(join(path, key), "must be a non-negative number, got " + jsonExcerpt(v));
+            return;
+        }
+        out = v.get<double>();
     }
 
     void boolean(const json& obj, const std::string& path, const char* key, bool& out) {
         if (failed()) return;
         const json& v = obj.at(key);
         if (!v.is_boolean()) {
-            fail(join(path, key), "must be true or false, got " + v.dump());
+            fail(join(path, key), "must be true or false, got " + jsonExcerpt(v));
             return;
         }
         out = v.get<bool>();
@@ -190,7 +203,7 @@ public:
         if (failed()) return;
         const json& v = obj.at(key);
         if (!v.is_string()) {
-            fail(join(path, key), "must be a string, got " + v.dump());
+            fail(join(path, key), "must be a string, got " + jsonExcerpt(v));
             return;
         }
         out = v.get<std::string>();
@@ -205,7 +218,7 @@ public:
         std::optional<E> parsed;
         if (v.is_string()) parsed = parse(v.get<std::string>());
         if (!parsed) {
-            fail(join(path, key), "must be " + allowed + ", got " + v.dump());
+            fail(join(path, key), "must be " + allowed + ", got " + jsonExcerpt(v));
             return;
         }
         out = *parsed;
@@ -216,7 +229,7 @@ public:
         const json& v = obj.at(key);
         const std::string field = join(path, key);
         if (!v.is_array() || v.size() != 2) {
-            fail(field, "must be [offset, count], got " + v.dump());
+            fail(field, "must be [offset, count], got " + jsonExcerpt(v));
             return;
         }
         constexpr int64_t kMax = std::numeric_limits<uint32_t>::max();
@@ -391,8 +404,8 @@ Result<Program> programFromJson(const json& j, const std::string& where) {
     r.integer(j, "", "micro_batches", p.micro_batches, 1, std::numeric_limits<int16_t>::max());
     r.integer(j, "", "tokens_per_micro_batch", p.tokens_per_micro_batch, 0, kInt64Max);
     r.name(j, "", "compute_dtype", p.compute_dtype, parseDType, "one of fp32, bf16, fp16, fp8, int64, uint8");
-    r.integer(j, "", "model_flops_per_step", p.model_flops_per_step, 0, kInt64Max);
-    r.integer(j, "", "hardware_flops_per_step", p.hardware_flops_per_step, 0, kInt64Max);
+    r.number(j, "", "model_flops_per_step", p.model_flops_per_step);
+    r.number(j, "", "hardware_flops_per_step", p.hardware_flops_per_step);
     r.integer(j, "", "host_param_bytes", p.host_param_bytes, 0, kInt64Max);
     r.integer(j, "", "host_grad_bytes", p.host_grad_bytes, 0, kInt64Max);
     r.integer(j, "", "host_optimizer_bytes", p.host_optimizer_bytes, 0, kInt64Max);

@@ -47,6 +47,23 @@ std::optional<Strategy> parseStrategy(std::string_view s) {
     return std::nullopt;
 }
 
+std::string_view backwardPrefetchName(ShardingSpec::BackwardPrefetch p) {
+    switch (p) {
+        case ShardingSpec::BackwardPrefetch::Pre: return "pre";
+        case ShardingSpec::BackwardPrefetch::Post: return "post";
+        case ShardingSpec::BackwardPrefetch::None: return "none";
+    }
+    return "?";
+}
+
+std::optional<ShardingSpec::BackwardPrefetch> parseBackwardPrefetch(std::string_view s) {
+    const std::string k = toLower(s);
+    if (k == "pre" || k == "backward_pre") return ShardingSpec::BackwardPrefetch::Pre;
+    if (k == "post" || k == "backward_post") return ShardingSpec::BackwardPrefetch::Post;
+    if (k == "none") return ShardingSpec::BackwardPrefetch::None;
+    return std::nullopt;
+}
+
 std::string wrapPolicyString(const WrapPolicy& w) {
     switch (w.kind) {
         case WrapKind::Whole: return "whole";

@@ -49,4 +49,9 @@ struct ShardingSpec {
 // Count reshards to reshard_after_forward_k ranks. The root never reshards after forward.
 bool reshardsAfterForward(const ShardingSpec& s);
 
+// FSDP1's backward_prefetch: "pre", "post", "none" (BackwardPrefetch.BACKWARD_PRE / BACKWARD_POST
+// are accepted as "backward_pre" / "backward_post", any case).
+std::string_view backwardPrefetchName(ShardingSpec::BackwardPrefetch p);
+std::optional<ShardingSpec::BackwardPrefetch> parseBackwardPrefetch(std::string_view s);
+
 }  // namespace shardcast::core

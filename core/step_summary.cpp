@@ -42,8 +42,8 @@ void summarizeStep(const Program& program, const Timeline& timeline, const Timed
     const double peak = peak_flops;
     out.peak_flops = peak_flops;
     if (step_ns > 0 && peak > 0) {
-        out.mfu = static_cast<double>(program.model_flops_per_step) / (out.step_s * peak);
-        out.hfu = static_cast<double>(program.hardware_flops_per_step) / (out.step_s * peak);
+        out.mfu = program.model_flops_per_step / (out.step_s * peak);
+        out.hfu = program.hardware_flops_per_step / (out.step_s * peak);
     } else {
         out.mfu = out.hfu = 0;
     }

@@ -55,6 +55,11 @@ constexpr std::pair<std::string_view, AttentionKernel> kAttention[] = {
 constexpr std::pair<std::string_view, KernelImpl> kKernels[] = {
     {"eager", KernelImpl::Eager},
     {"fused", KernelImpl::Fused},
+    {"compile", KernelImpl::Compile},
+};
+constexpr std::pair<std::string_view, ModelImpl> kImpls[] = {
+    {"hf", ModelImpl::Hf},
+    {"torchtitan", ModelImpl::Torchtitan},
 };
 constexpr std::pair<std::string_view, HfMask> kHfMask[] = {
     {"5.x", HfMask::V5},
@@ -136,6 +141,8 @@ std::string_view offloadName(Offload o) { return nameOf(kOffload, o); }
 std::optional<Offload> parseOffload(std::string_view s) { return lookup(kOffload, s); }
 std::string_view hfMaskName(HfMask m) { return nameOf(kHfMask, m); }
 std::optional<HfMask> parseHfMask(std::string_view s) { return lookup(kHfMask, s); }
+std::string_view modelImplName(ModelImpl m) { return nameOf(kImpls, m); }
+std::optional<ModelImpl> parseModelImpl(std::string_view s) { return lookup(kImpls, s); }
 
 int optimizerStatesPerParam(Optimizer o) {
     switch (o) {

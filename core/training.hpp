@@ -21,7 +21,14 @@ enum class Optimizer : uint8_t { AdamW, Sgd, SgdMomentum };
 //           is dropped and recomputed; with a flash kernel there is nothing s^2 to drop.
 enum class Checkpointing : uint8_t { None, Full, Layer, Op, AttnCore };
 enum class AttentionKernel : uint8_t { Flash, Eager };
-enum class KernelImpl : uint8_t { Eager, Fused };
+// Eager: each PyTorch op its own kernel(s). Fused: hand-fused kernels (fused RMSNorm, SwiGLU,
+// linear + cross-entropy). Compile: torch.compile, which also keeps what the fused kernels keep and
+// fuses each chain of elementwise ops between two matmuls into one kernel.
+enum class KernelImpl : uint8_t { Eager, Fused, Compile };
+// The modeling code: HuggingFace transformers' modules, or torchtitan's own Llama
+// (torchtitan/models/llama3/model/model.py): nn.RMSNorm (PyTorch's fused CUDA rms_norm: saves
+// its input and one rstd per row), repeat_kv copies of K and V to all heads before SDPA.
+enum class ModelImpl : uint8_t { Hf, Torchtitan };
 enum class Offload : uint8_t { None, Cpu };
 // How HuggingFace transformers hands SDPA the causal mask of an unpacked training batch.
 // V5: transformers 5.x returns no mask (is_causal, native GQA). V4: transformers 4.5x treats
@@ -55,7 +62,9 @@ std::string acDescription(Checkpointing mode, int every, bool flash_attention);
 inline bool layerAcCheckpoints(int64_t block_index, int every) { return (block_index + 1) % every == 0; }
 std::string_view attentionName(AttentionKernel a);   // "flash", "eager"
 std::optional<AttentionKernel> parseAttention(std::string_view s);
-std::string_view kernelImplName(KernelImpl k);       // "eager", "fused"
+std::string_view kernelImplName(KernelImpl k);       // "eager", "fused", "compile"
+std::string_view modelImplName(ModelImpl m);         // "hf", "torchtitan"
+std::optional<ModelImpl> parseModelImpl(std::string_view s);
 std::optional<KernelImpl> parseKernelImpl(std::string_view s);
 std::string_view offloadName(Offload o);             // "none", "cpu"
 std::optional<Offload> parseOffload(std::string_view s);
@@ -78,6 +87,7 @@ struct TrainingSpec {
     int ac_every = 1;           // Layer: checkpoint every ac_every-th block (layerAcCheckpoints)
     AttentionKernel attention = AttentionKernel::Flash;
     KernelImpl kernels = KernelImpl::Eager;
+    ModelImpl impl = ModelImpl::Hf;
     Offload offload = Offload::None;
     AllocatorMode allocator = AllocatorMode::Caching;  // PYTORCH_CUDA_ALLOC_CONF expandable_segments
     // The current transformers release (5.x) by default; 4.5x for runs pinned to transformers 4.

@@ -4,6 +4,8 @@
 
 #include <zlib.h>
 
+#include "core/json_text.hpp"
+
 namespace shardcast::db {
 
 using core::makeError;
@@ -43,11 +45,9 @@ Result<json> decompressDocument(const std::vector<uint8_t>& bytes, int64_t text_
     if (rc != Z_OK || size != static_cast<uLongf>(text_bytes)) {
         return makeError(where + ": stored document is damaged (zlib: " + zError(rc) + ")");
     }
-    try {
-        return json::parse(text);
-    } catch (const json::parse_error& e) {
-        return makeError(where + ": stored document is not valid JSON (" + e.what() + ")");
-    }
+    auto parsed = core::parseJsonText(text, where);
+    if (!parsed) return makeError(where + ": stored document is not valid JSON (" + parsed.error().message + ")");
+    return parsed;
 }
 
 }  // namespace shardcast::db

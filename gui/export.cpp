@@ -1,44 +1,51 @@
 #include "gui/export.hpp"
 
+#include <QBuffer>
+#include <QByteArray>
 #include <QFileInfo>
 #include <QImage>
 #include <QPainter>
-#include <QSaveFile>
 #include <QSvgGenerator>
 #include <QWidget>
 
+#include <string_view>
+
+#include "core/file_io.hpp"
+
 namespace shardcast::gui {
 
+// Rendered into memory, then written as every kept file is (core::writeFileAtomically), so an
+// existing picture is never half-replaced and a write error names the file.
 core::Status saveWidgetImage(QWidget* widget, const QString& path) {
     const QString suffix = QFileInfo(path).suffix().toLower();
+    QByteArray bytes;
+    QBuffer buffer(&bytes);
+    if (!buffer.open(QIODevice::WriteOnly)) return core::makeError(path.toStdString() + ": cannot render the view");
     if (suffix == "svg") {
         QSvgGenerator svg;
-        svg.setFileName(path);
+        svg.setOutputDevice(&buffer);
         svg.setSize(widget->size());
         svg.setViewBox(QRect(QPoint(0, 0), widget->size()));
         svg.setTitle("shardcast");
         QPainter painter;
-        if (!painter.begin(&svg)) return core::makeError(path.toStdString() + ": cannot write the SVG file");
+        if (!painter.begin(&svg)) return core::makeError(path.toStdString() + ": cannot render the SVG");
         widget->render(&painter);
         painter.end();
-        return core::Ok{};
+    } else {
+        QImage image(widget->size(), QImage::Format_ARGB32_Premultiplied);
+        image.fill(Qt::white);
+        {
+            QPainter painter(&image);
+            widget->render(&painter);
+        }
+        if (!image.save(&buffer, suffix.isEmpty() ? "PNG" : suffix.toUtf8().constData())) {
+            return core::makeError(path.toStdString() + ": cannot write the image (unknown format '" +
+                                   suffix.toStdString() + "'; use .png or .svg)");
+        }
     }
-    QImage image(widget->size(), QImage::Format_ARGB32_Premultiplied);
-    image.fill(Qt::white);
-    {
-        QPainter painter(&image);
-        widget->render(&painter);
-    }
-    // Written to a temporary file and renamed, so an existing picture is never half-replaced.
-    QSaveFile file(path);
-    if (!file.open(QIODevice::WriteOnly) || !image.save(&file, suffix.isEmpty() ? "PNG" : suffix.toUtf8().constData()) ||
-        !file.commit()) {
-        return core::makeError(path.toStdString() + ": cannot write the image (" +
-                               (file.errorString().isEmpty() ? std::string("unknown format '") + suffix.toStdString() + "'"
-                                                             : file.errorString().toStdString()) +
-                               ")");
-    }
-    return core::Ok{};
+    buffer.close();
+    return core::writeFileAtomically(path.toStdString(),
+                                      std::string_view(bytes.constData(), static_cast<size_t>(bytes.size())));
 }
 
 }  // namespace shardcast::gui

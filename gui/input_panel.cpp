@@ -25,6 +25,7 @@ namespace shardcast::gui {
 
 namespace {
 
+constexpr const char* kDocumentedFigures = "(documented figures)";
 
 QString reshardText(const core::ShardingSpec& s) {
     switch (s.reshard_after_forward) {
@@ -116,6 +117,32 @@ InputPanel::InputPanel(QWidget* parent) : QWidget(parent) {
              "The GPU preset, or a path to a GPU JSON, whose memory and speed the plan uses "
              "(torch.cuda.get_device_name).",
              gpus, true);
+    {
+        auto* box = new QComboBox;
+        box->setEditable(true);
+        box->addItem(kDocumentedFigures);
+        Knob& k = addKnob(cluster, "profile", "", "hardware profile",
+                          "The figures the plan is timed with: the GPU's documented ones, a profile stored by "
+                          "`shardcast calibrate --save NAME`, or a profile JSON path (shardcast's --profile; "
+                          "PyTorch has no such setting).",
+                          box);
+        k.text = [box] { return box->currentText() == kDocumentedFigures ? QString() : box->currentText(); };
+        k.set = [box](const QString& v) {
+            int i = v.isEmpty() ? 0 : box->findText(v, Qt::MatchFixedString);
+            if (i < 0) {
+                box->addItem(v);
+                i = box->count() - 1;
+            }
+            box->setCurrentIndex(i);
+        };
+        connect(box, &QComboBox::currentIndexChanged, this, &InputPanel::emitChanged);
+        connect(box->lineEdit(), &QLineEdit::editingFinished, this, [this, box] {
+            if (box->findText(box->currentText(), Qt::MatchFixedString) < 0) {
+                box->addItem(box->currentText());
+                box->setCurrentIndex(box->count() - 1);
+            }
+        });
+    }
     addSpin(cluster, "nodes", "cluster.nodes", "nodes", "Machines in the job (torchrun --nnodes).", 1, 131072);
     addSpin(cluster, "gpus-per-node", "cluster.gpus_per_node", "GPUs per node",
             "GPUs used on each machine (torchrun --nproc-per-node).", 1, 64);
@@ -158,7 +185,12 @@ InputPanel::InputPanel(QWidget* parent) : QWidget(parent) {
              "The attention kernel (F.scaled_dot_product_attention with flash, or eager matmul + softmax).",
              {"flash", "eager"}, false);
     addCombo(training, "kernels", "training.kernels", "kernels",
-             "Elementwise kernels unfused (eager) or fused (torch.compile).", {"eager", "fused"}, false);
+             "Elementwise kernels: one per PyTorch op (eager), hand-fused (fused), or each chain between matmuls "
+             "fused by torch.compile (compile).",
+             {"eager", "fused", "compile"}, false);
+    addCombo(training, "impl", "training.impl", "modeling code",
+             "HuggingFace transformers modules (hf) or torchtitan's own Llama (torchtitan).", {"hf", "torchtitan"},
+             false);
     addCombo(training, "offload", "training.offload", "offload",
              "Keep sharded parameters, gradients and optimizer state on the host (CPUOffloadPolicy).",
              {"none", "cpu"}, false);
@@ -181,6 +213,18 @@ InputPanel::InputPanel(QWidget* parent) : QWidget(parent) {
              "Free unsharded parameters after forward (fully_shard(reshard_after_forward=...)); K keeps a slice "
              "on K ranks.",
              {"default", "true", "false"}, true);
+    addSpin(sharding, "prefetch-depth", "sharding.prefetch_depth", "prefetch depth",
+            "FSDP2 units whose all-gather runs ahead: 1 is the implicit prefetch, N > 1 adds N-1 "
+            "(FSDPModule.set_modules_to_forward_prefetch / set_modules_to_backward_prefetch).",
+            1, 1024);
+    addCombo(sharding, "forward-prefetch", "sharding.forward_prefetch", "forward prefetch",
+             "FSDP1: issue the next unit's all-gather before this unit's forward (FullyShardedDataParallel("
+             "forward_prefetch=True)).",
+             {"false", "true"}, false);
+    addCombo(sharding, "backward-prefetch", "sharding.backward_prefetch", "backward prefetch",
+             "FSDP1: when the next unit's all-gather is issued in backward (BackwardPrefetch.BACKWARD_PRE, "
+             "BACKWARD_POST, or None).",
+             {"pre", "post", "none"}, false);
     outer->addStretch(1);
 }
 
@@ -298,6 +342,7 @@ void InputPanel::fillFromPlan(const core::Plan& p) {
     set("ac", toQString(core::acString(t.ac, t.ac_every)));
     set("attention", toQString(core::attentionName(t.attention)));
     set("kernels", toQString(core::kernelImplName(t.kernels)));
+    set("impl", toQString(core::modelImplName(t.impl)));
     set("offload", toQString(core::offloadName(t.offload)));
     set("frozen", toQString(t.frozen_regex));
     set("strategy", toQString(core::strategyName(s.strategy)));
@@ -305,6 +350,9 @@ void InputPanel::fillFromPlan(const core::Plan& p) {
     set("fsdp", QString::number(s.fsdp_version));
     set("wrap", toQString(core::wrapPolicyString(s.wrap)));
     set("reshard-after-forward", reshardText(s));
+    set("prefetch-depth", QString::number(std::max(1, s.prefetch_depth)));
+    set("forward-prefetch", s.forward_prefetch ? "true" : "false");
+    set("backward-prefetch", toQString(core::backwardPrefetchName(s.backward_prefetch)));
 }
 
 core::PlanOverrides InputPanel::overrides() const {
@@ -331,6 +379,7 @@ core::PlanOverrides InputPanel::overrides() const {
         else if (key == "ac") o.ac = s;
         else if (key == "attention") o.attention = s;
         else if (key == "kernels") o.kernels = s;
+        else if (key == "impl") o.impl = s;
         else if (key == "offload") o.offload = s;
         else if (key == "frozen") o.frozen = s;
         else if (key == "strategy") o.strategy = s;
@@ -338,8 +387,24 @@ core::PlanOverrides InputPanel::overrides() const {
         else if (key == "fsdp") o.fsdp = v.toLongLong();
         else if (key == "wrap") o.wrap = s;
         else if (key == "reshard-after-forward" && v != "default") o.reshard_after_forward = s;
+        else if (key == "prefetch-depth") o.prefetch_depth = v.toLongLong();
+        else if (key == "forward-prefetch") o.forward_prefetch = s;
+        else if (key == "backward-prefetch") o.backward_prefetch = s;
     }
     return o;
+}
+
+QString InputPanel::profileArg() const { return knobText("profile"); }
+
+void InputPanel::setStoredProfiles(const QStringList& names) {
+    auto* box = static_cast<QComboBox*>(find("profile")->editor);
+    const QString current = profileArg();
+    ++m_updating;
+    box->clear();
+    box->addItem(kDocumentedFigures);
+    box->addItems(names);
+    find("profile")->set(current);
+    --m_updating;
 }
 
 bool InputPanel::setKnob(const QString& key, const QString& value) {

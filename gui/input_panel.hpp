@@ -30,6 +30,11 @@ public:
     QString basePlanPath() const { return m_base_path; }
 
     core::PlanOverrides overrides() const;
+    // The hardware profile knob: "" (the GPU's documented figures), a profile JSON file, or the
+    // name of a stored profile (gui::computePlan's `profile`).
+    QString profileArg() const;
+    // The stored profiles the profile knob offers (newest first); keeps the current choice.
+    void setStoredProfiles(const QStringList& names);
 
     // Sets a knob by its flag name ("strategy", "micro-batch", ...) as the user would; emits
     // changed(). False when there is no such knob.

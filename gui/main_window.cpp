@@ -6,6 +6,8 @@
 #include <QCloseEvent>
 #include <QCoreApplication>
 #include <QDateTime>
+#include <QDeadlineTimer>
+#include <QEventLoop>
 #include <QDir>
 #include <QDockWidget>
 #include <QFileDialog>
@@ -19,6 +21,7 @@
 #include <QStandardPaths>
 #include <QStatusBar>
 #include <QTabWidget>
+#include <QThread>
 #include <QVBoxLayout>
 
 #include "gui/compare_view.hpp"
@@ -38,6 +41,7 @@
 
 #include "db/store.hpp"
 #include "gui/history_view.hpp"
+#include "planstore/planstore.hpp"
 #endif
 
 namespace shardcast::gui {
@@ -114,7 +118,10 @@ MainWindow::MainWindow(Options options) : m_options(options) {
     m_history = new HistoryView;
     addView(m_history, "History");
     connect(m_tabs, &QTabWidget::currentChanged, this, [this](int i) {
-        if (i == viewNames().indexOf("history")) (void)m_history->refresh();
+        if (i == viewNames().indexOf("history")) {
+            (void)m_history->refresh();
+            refreshStoredProfiles();
+        }
     });
     connect(m_history, &HistoryView::openPlanRequested, this, [this](const QString& id, const nlohmann::json& plan) {
         if (const QString path = writeStoreCopy(id, plan); !path.isEmpty() && openPlan(path).ok()) showView("fit");
@@ -138,11 +145,17 @@ MainWindow::MainWindow(Options options) : m_options(options) {
     });
     connect(m_planner, &Planner::strategiesReady, m_fit, &FitView::setStrategies);
     connect(m_planner, &Planner::wrapReady, m_wrap, &WrapView::setResult);
+    connect(m_planner, &Planner::wrapReady, m_modules, &ModuleTree::setSearch);
     connect(m_fit, &FitView::strategyClicked, this,
             [this](core::Strategy s) { m_inputs->setKnob("strategy", toQString(core::strategyName(s))); });
     connect(m_wrap, &WrapView::candidateChosen, m_inputs, &InputPanel::applyCandidate);
+    connect(m_wrap, &WrapView::optimizeRequested, this, &MainWindow::startOptimize);
+    connect(m_wrap, &WrapView::loadWinnerRequested, this, [this] {
+        if (auto s = loadOptimizeWinner(); !s) m_status->setText(QString::fromStdString(s.error().message));
+    });
 
     buildMenus();
+    refreshStoredProfiles();
     bool restored = false;
     if (m_options.use_settings) {
         QSettings settings("shardcast", "shardcast-gui");
@@ -152,7 +165,73 @@ MainWindow::MainWindow(Options options) : m_options(options) {
     if (!restored) resize(1400, 900);
 }
 
-MainWindow::~MainWindow() = default;
+MainWindow::~MainWindow() {
+    if (m_optimizer) {
+        m_optimize_cancel->cancel();
+        m_optimizer->wait();
+    }
+}
+
+void MainWindow::startOptimize() {
+    if (!m_plan) {
+        m_wrap->setOptimizeError("no plan yet");
+        return;
+    }
+    if (m_optimizer) {
+        m_optimize_cancel->cancel();
+        m_optimizer->wait();
+    }
+    m_optimize_run.reset();
+    m_optimize_cancel = std::make_shared<sim::CancelToken>();
+    m_wrap->setOptimizeRunning();
+    std::shared_ptr<const PlanResult> plan = m_plan;
+    std::shared_ptr<sim::CancelToken> cancel = m_optimize_cancel;
+    QThread* thread = QThread::create([this, plan, cancel] {
+        auto run = computeOptimize(*plan, cancel.get());
+        QMetaObject::invokeMethod(
+            this,
+            [this, cancel, run = std::move(run)]() mutable {
+                if (cancel != m_optimize_cancel) return;  // a newer start replaced this one
+                if (run) {
+                    m_optimize_run = std::move(run).value();
+                    m_wrap->setOptimizeResult(m_optimize_run);
+                } else if (!run.error().cancelled) {
+                    m_wrap->setOptimizeError(QString::fromStdString(run.error().message));
+                }
+            },
+            Qt::QueuedConnection);
+    });
+    m_optimizer = thread;
+    connect(thread, &QThread::finished, this, [this, thread] {
+        if (m_optimizer == thread) m_optimizer = nullptr;
+        thread->deleteLater();
+    });
+    thread->start();
+}
+
+bool MainWindow::waitForOptimize(int timeout_ms) {
+    QDeadlineTimer deadline(timeout_ms);
+    while (!m_optimize_run) {
+        if (deadline.hasExpired()) return false;
+        if (!m_optimizer) {
+            // Finished (or never started): its result was posted before the thread finished.
+            QCoreApplication::sendPostedEvents();
+            return m_optimize_run != nullptr;
+        }
+        QCoreApplication::processEvents(QEventLoop::AllEvents, 20);
+        QCoreApplication::sendPostedEvents();
+    }
+    return true;
+}
+
+core::Status MainWindow::loadOptimizeWinner() {
+    if (!m_optimize_run || !m_optimize_run->result.fits) return core::makeError("no optimizer winner to load");
+    QDir dir(QStandardPaths::writableLocation(QStandardPaths::CacheLocation));
+    dir.mkpath("optimize");
+    const QString path = dir.filePath(QString("optimize/winner-%1.json").arg(QDateTime::currentMSecsSinceEpoch()));
+    if (auto s = core::writePlanFile(m_optimize_run->winner, path.toStdString()); !s) return s;
+    return openPlan(path);
+}
 
 void MainWindow::buildMenus() {
     QMenu* file = menuBar()->addMenu("&File");
@@ -241,7 +320,7 @@ void MainWindow::buildMenus() {
 }
 
 void MainWindow::replan() {
-    m_planner->request(m_inputs->overrides());
+    m_planner->request(m_inputs->overrides(), m_inputs->profileArg().toStdString());
     m_wrap->setPending();
     m_status->setText("Planning...");
 }
@@ -284,6 +363,22 @@ core::Status MainWindow::exportChromeTrace(const QString& path) const {
     return sim::writeChromeTrace(path.toStdString(), e.program, e.timeline, &e.timed);
 }
 
+void MainWindow::refreshStoredProfiles() {
+#ifdef SHARDCAST_GUI_WITH_STORE
+    QStringList names;
+    std::error_code ec;
+    auto path = db::defaultDbPath();
+    if (path && std::filesystem::exists(*path, ec)) {
+        if (auto store = db::Store::open(*path, false)) {
+            if (auto stored = planstore::storedProfileNames(**store)) {
+                for (const std::string& n : *stored) names << toQString(n);
+            }
+        }
+    }
+    m_inputs->setStoredProfiles(names);
+#endif
+}
+
 #ifdef SHARDCAST_GUI_WITH_STORE
 QString MainWindow::writeStoreCopy(const QString& id, const nlohmann::json& document) {
     // The loaders read files: an object opened from the store is written to the cache first.
@@ -321,15 +416,12 @@ core::Result<std::string> MainWindow::saveToStore() {
     if (!path) return path.error();
     auto store = db::Store::open(*path, true);
     if (!store) return store.error();
-    auto doc = core::selfContainedPlanJson(m_plan->plan);
-    if (!doc) return doc.error();
-    const core::Plan& p = m_plan->plan;
-    const std::string summary = p.model->name + ", " + std::to_string(m_plan->eval.mesh.world_size) + "x " +
-                                p.cluster.gpu.name + ", " + std::string(core::strategyName(p.sharding.strategy));
-    auto id = (*store)->savePlan(*doc, "", summary);
-    if (!id) return id.error();
+    // The same prediction `shardcast simulate --save` stores: plan, profile, summary, timeline, curve.
+    auto saved = planstore::savePrediction(**store, m_plan->plan, m_plan->eval, m_plan->profile, "");
+    if (!saved) return core::makeError((*store)->path().string() + ": " + saved.error().message);
     if (m_history) (void)m_history->refresh();
-    return db::formatId(*id);
+    refreshStoredProfiles();
+    return db::formatId(saved->prediction) + " (plan " + db::formatId(saved->plan) + ")";
 #else
     return core::makeError("this shardcast-gui was built without the store (db/)");
 #endif

@@ -13,6 +13,7 @@
 #include "gui/plan_results.hpp"
 
 class QLabel;
+class QThread;
 class QMenu;
 class QTabWidget;
 
@@ -58,9 +59,18 @@ public:
     CompareView* compareView() const { return m_compare; }
     ModuleTree* moduleTree() const { return m_modules; }
     HistoryView* historyView() const { return m_history; }
-    // Saves the current plan in the store (db::defaultDbPath()); returns its id ("plan-3").
+    // Saves the current plan's prediction (with its plan and profile) in the store
+    // (db::defaultDbPath()), as `simulate --save` does; returns "pred-4 (plan plan-3)".
     core::Result<std::string> saveToStore();
     const PlanResult* currentPlan() const { return m_plan.get(); }
+
+    // `shardcast optimize` on the current inputs, on a worker thread (a second start cancels the
+    // first); the wrap view shows the result. waitForOptimize runs the event loop until it is in
+    // (false on timeout); loadOptimizeWinner loads the winner into the knobs (as a plan file).
+    void startOptimize();
+    bool waitForOptimize(int timeout_ms);
+    const OptimizeRun* optimizeRun() const { return m_optimize_run.get(); }
+    core::Status loadOptimizeWinner();
 
     // The bundled first-screen plan (examples/llama-3.1-8b-8xh100.json), installed or in the sources.
     static QString defaultPlanPath();
@@ -71,6 +81,8 @@ protected:
 private:
     void buildMenus();
     void replan();
+    // The profile knob's list: the profiles in the store (db::defaultDbPath()).
+    void refreshStoredProfiles();
     void onPlan(std::shared_ptr<const PlanResult> plan);
     void addRecent(const QString& path);
     void refreshRecentMenu();
@@ -93,6 +105,9 @@ private:
     QLabel* m_status = nullptr;
     QMenu* m_recent = nullptr;
     std::shared_ptr<const PlanResult> m_plan;
+    QThread* m_optimizer = nullptr;                   // the running optimizer, if any
+    std::shared_ptr<sim::CancelToken> m_optimize_cancel;
+    std::shared_ptr<const OptimizeRun> m_optimize_run;  // the last result
 };
 
 }  // namespace shardcast::gui

@@ -13,16 +13,25 @@ constexpr std::array<core::Strategy, 5> kStrategies = {core::Strategy::NoShard, 
 }
 
 core::Result<std::shared_ptr<PlanResult>> computePlan(const core::PlanOverrides& overrides, sim::Evaluator& evaluator,
-                                                      const sim::CancelToken* cancel) {
+                                                      const sim::CancelToken* cancel, const std::string& profile) {
     auto plan = core::buildPlan(overrides);
     if (!plan) return plan.error();
     auto out = std::make_shared<PlanResult>();
     out->overrides = overrides;
     out->plan = std::move(plan).value();
+    std::filesystem::path store;
+    if (!profile.empty()) {
+        auto path = db::defaultDbPath();
+        if (!path) return core::makeError("--profile: " + path.error().message);
+        store = *path;
+    }
+    auto resolved = planstore::resolveProfile(out->plan.cluster, profile, store);
+    if (!resolved) return core::makeError("--profile: " + resolved.error().message);
+    out->profile = std::move(resolved).value();
     sim::EvaluationOptions options;
     options.record_curve = true;
     options.cancel = cancel;
-    if (auto s = evaluator.evaluate(out->plan, nullptr, options, out->eval); !s) return s.error();
+    if (auto s = evaluator.evaluate(out->plan, &out->profile.profile, options, out->eval); !s) return s.error();
     return out;
 }
 
@@ -49,7 +58,7 @@ core::Result<std::shared_ptr<StrategyComparison>> computeStrategies(const PlanRe
         } else {
             core::Plan variant = plan.plan;
             variant.sharding.strategy = s;
-            if (auto status = evaluator.evaluate(variant, nullptr, options, e); !status) {
+            if (auto status = evaluator.evaluate(variant, &plan.profile.profile, options, e); !status) {
                 if (status.error().cancelled) return status.error();
                 fit.error = status.error().message;
             } else {
@@ -71,7 +80,7 @@ core::Result<std::shared_ptr<WrapResult>> computeWrap(const PlanResult& plan, co
     out->base = plan.plan;
     out->capacity_bytes = plan.eval.fit.capacity_bytes;
     out->budget_bytes = plan.eval.fit.budget_bytes;
-    const sim::HardwareProfile profile = sim::HardwareProfile::fromCluster(plan.plan.cluster);
+    const sim::HardwareProfile& profile = plan.profile.profile;
     sim::SweepOptions options;
     options.acs = {core::AcSpec{core::Checkpointing::None, 1}, core::AcSpec{core::Checkpointing::Full, 1}};
     options.cancel = cancel;
@@ -95,6 +104,31 @@ core::Result<std::shared_ptr<WrapResult>> computeWrap(const PlanResult& plan, co
         }
     } else {
         out->search_error = "the model has no transformer blocks to group";
+    }
+    return out;
+}
+
+core::Result<std::shared_ptr<OptimizeRun>> computeOptimize(const PlanResult& plan, const sim::CancelToken* cancel) {
+    auto out = std::make_shared<OptimizeRun>();
+    const core::TrainingSpec& t = plan.plan.training;
+    out->global_batch = t.micro_batch * t.grad_accum * plan.eval.mesh.world_size;
+    sim::OptimizeOptions options;
+    options.global_batch = out->global_batch;
+    options.headroom = plan.eval.fit.headroom;
+    options.cancel = cancel;
+    auto result = sim::optimize(plan.plan, sim::OptimizeSpace{}, plan.profile.profile, options);
+    if (!result) return result.error();
+    out->result = std::move(result).value();
+    out->winner = sim::applyChoice(plan.plan, out->result.best.choice);
+    return out;
+}
+
+std::string describeChoice(const sim::OptimizeChoice& choice) {
+    std::string out;
+    for (int d = 0; d < sim::kOptimizeDimensionCount; ++d) {
+        const auto dim = static_cast<sim::OptimizeDimension>(d);
+        if (!out.empty()) out += ", ";
+        out += std::string(sim::dimensionName(dim)) + " " + sim::choiceValue(choice, dim);
     }
     return out;
 }

@@ -12,7 +12,9 @@
 #include "core/plan.hpp"
 #include "core/plan_build.hpp"
 #include "core/result.hpp"
+#include "planstore/planstore.hpp"
 #include "simulator/evaluation.hpp"
+#include "simulator/optimize.hpp"
 #include "simulator/sweep.hpp"
 #include "simulator/wrap_search.hpp"
 
@@ -22,7 +24,8 @@ struct PlanResult {
     uint64_t generation = 0;
     core::PlanOverrides overrides;
     core::Plan plan;
-    sim::Evaluation eval;  // evaluated with record_curve on
+    planstore::ResolvedProfile profile;  // the hardware figures every stage of this plan used
+    sim::Evaluation eval;                // evaluated with record_curve on
 };
 
 // The fit view's bars: the current plan under each of the five strategies.
@@ -57,10 +60,20 @@ struct WrapResult {
     std::string pytorch_code;             // of the search's grouping
 };
 
-// Builds the plan from `overrides` and evaluates it (record_curve on). Errors: buildPlan's (naming
-// the flag) or the evaluation's (naming the plan field), or cancelled.
+// `shardcast optimize` on the current inputs: the same model, cluster, profile and global batch
+// (micro-batch x accumulation x GPUs), over the whole space (simulator/optimize.hpp).
+struct OptimizeRun {
+    int64_t global_batch = 0;
+    sim::OptimizeResult result;
+    core::Plan winner;  // the base plan with the winner applied (or the closest when nothing fits)
+};
+
+// Builds the plan from `overrides` and evaluates it (record_curve on) with the hardware profile
+// `profile` names (planstore::resolveProfile: "" the GPU's documented figures, a profile file, or a
+// profile stored in the store at db::defaultDbPath()). Errors: buildPlan's (naming the flag), the
+// profile's (prefixed "--profile: "), the evaluation's (naming the plan field), or cancelled.
 core::Result<std::shared_ptr<PlanResult>> computePlan(const core::PlanOverrides& overrides, sim::Evaluator& evaluator,
-                                                      const sim::CancelToken* cancel);
+                                                      const sim::CancelToken* cancel, const std::string& profile = {});
 
 // The five strategies of `plan`, each evaluated without the curve.
 core::Result<std::shared_ptr<StrategyComparison>> computeStrategies(const PlanResult& plan, sim::Evaluator& evaluator,
@@ -68,5 +81,11 @@ core::Result<std::shared_ptr<StrategyComparison>> computeStrategies(const PlanRe
 
 // Every sweep candidate (wrap policy x strategy x AC none/full) and the exact wrap search.
 core::Result<std::shared_ptr<WrapResult>> computeWrap(const PlanResult& plan, const sim::CancelToken* cancel);
+
+// Runs the optimizer for `plan` (on the calling thread; cancellable).
+core::Result<std::shared_ptr<OptimizeRun>> computeOptimize(const PlanResult& plan, const sim::CancelToken* cancel);
+
+// "FULL_SHARD, FSDP2, wrap block, AC op, mb 2 x accum 4, ..." (every dimension of the choice).
+std::string describeChoice(const sim::OptimizeChoice& choice);
 
 }  // namespace shardcast::gui

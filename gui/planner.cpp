@@ -22,12 +22,12 @@ Planner::~Planner() {
     m_worker.join();
 }
 
-uint64_t Planner::request(const core::PlanOverrides& overrides) {
+uint64_t Planner::request(const core::PlanOverrides& overrides, const std::string& profile) {
     const uint64_t generation = ++m_generation;
     {
         std::lock_guard lock(m_mutex);
         if (m_running) m_running->cancel();
-        m_pending = Job{generation, overrides, std::make_shared<sim::CancelToken>()};
+        m_pending = Job{generation, overrides, profile, std::make_shared<sim::CancelToken>()};
     }
     m_wake.notify_one();
     return generation;
@@ -71,7 +71,7 @@ void Planner::runJob(const Job& job) {
         });
     };
     sim::Evaluator evaluator;
-    auto plan = computePlan(job.overrides, evaluator, cancel);
+    auto plan = computePlan(job.overrides, evaluator, cancel, job.profile);
     if (!plan) {
         if (!plan.error().cancelled) {
             const QString message = QString::fromStdString(plan.error().message);

@@ -25,8 +25,8 @@ public:
     explicit Planner(QObject* parent = nullptr);
     ~Planner() override;
 
-    // Returns the request's generation (increasing from 1).
-    uint64_t request(const core::PlanOverrides& overrides);
+    // Returns the request's generation (increasing from 1). `profile`: computePlan's.
+    uint64_t request(const core::PlanOverrides& overrides, const std::string& profile = {});
     uint64_t latestGeneration() const { return m_generation; }
     // Runs the event loop until the latest generation has finished (all stages delivered or an
     // error); false on timeout. For tests and screenshots.
@@ -44,6 +44,7 @@ private:
     struct Job {
         uint64_t generation = 0;
         core::PlanOverrides overrides;
+        std::string profile;
         std::shared_ptr<sim::CancelToken> cancel;
     };
     void workerLoop();

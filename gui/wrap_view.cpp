@@ -214,6 +214,23 @@ WrapView::WrapView(QWidget* parent) : QWidget(parent) {
     auto* bottom = new QWidget;
     auto* bl = new QVBoxLayout(bottom);
     bl->setContentsMargins(0, 0, 0, 0);
+    auto* opt_row = new QHBoxLayout;
+    m_optimize = new QLabel("<b>Optimize</b>: the fastest configuration of this job over the whole space.");
+    m_optimize->setWordWrap(true);
+    m_optimize->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    opt_row->addWidget(m_optimize, 1);
+    m_optimize_button = new QPushButton("Optimize the job");
+    m_optimize_button->setToolTip("Run `shardcast optimize` on these inputs: every strategy, mesh, wrap policy, AC mode, "
+                                  "micro-batch x accumulation split of the same global batch, reshard, prefetch and "
+                                  "offload, exact under the simulator.");
+    opt_row->addWidget(m_optimize_button);
+    m_load_winner = new QPushButton("Load the winner");
+    m_load_winner->setToolTip("Load the optimizer's best configuration into the knobs.");
+    m_load_winner->setEnabled(false);
+    opt_row->addWidget(m_load_winner);
+    bl->addLayout(opt_row);
+    connect(m_optimize_button, &QPushButton::clicked, this, &WrapView::optimizeRequested);
+    connect(m_load_winner, &QPushButton::clicked, this, &WrapView::loadWinnerRequested);
     auto* row = new QHBoxLayout;
     m_search = new QLabel;
     m_search->setWordWrap(true);
@@ -285,5 +302,51 @@ void WrapView::setResult(std::shared_ptr<const WrapResult> result) {
 }
 
 QString WrapView::pytorchCode() const { return m_code->toPlainText(); }
+
+void WrapView::setOptimizeRunning() {
+    m_optimize->setText("<b>Optimize</b>: searching the whole space...");
+    m_optimize_button->setEnabled(false);
+    m_load_winner->setEnabled(false);
+}
+
+void WrapView::setOptimizeError(const QString& message) {
+    m_optimize->setText("<b>Optimize</b>: " + message.toHtmlEscaped());
+    m_optimize_button->setEnabled(true);
+    m_load_winner->setEnabled(false);
+}
+
+void WrapView::setOptimizeResult(std::shared_ptr<const OptimizeRun> run) {
+    const sim::OptimizeResult& r = run->result;
+    const sim::OptimizeEntry& b = r.best;
+    QString text = QString("<b>Optimize</b> (global batch %1 sequences; %2 configurations, %3 evaluated, %4 pruned by "
+                           "proven bounds): ")
+                       .arg(run->global_batch)
+                       .arg(r.space_size)
+                       .arg(r.evaluated)
+                       .arg(r.pruned);
+    const QString choice = QString::fromStdString(describeChoice(b.choice)).toHtmlEscaped();
+    if (r.fits) {
+        text += QString("best %1 &rarr; %2 tokens/s per GPU, step %3, peak %4 of budget %5.")
+                    .arg(choice)
+                    .arg(b.tokens_per_s_per_gpu, 0, 'f', 0)
+                    .arg(formatMs(b.step_s), formatGiB(b.peak_bytes), formatGiB(b.budget_bytes));
+        int shown = 0;
+        for (const sim::DimensionLoss& l : r.losses) {
+            if (!l.fits || shown == 3) continue;
+            text += QString("<br>%1 %2 instead of %3: %4%").arg(QString::fromStdString(std::string(sim::dimensionName(l.dimension))),
+                                                              QString::fromStdString(l.value).toHtmlEscaped(),
+                                                              QString::fromStdString(l.winner_value).toHtmlEscaped())
+                        .arg(l.change * 100, 0, 'f', 1);
+            ++shown;
+        }
+    } else {
+        text += "nothing fits. " + QString::fromStdString(r.no_fit).toHtmlEscaped();
+    }
+    m_optimize->setText(text);
+    m_optimize_button->setEnabled(true);
+    m_load_winner->setEnabled(r.fits);
+}
+
+QString WrapView::optimizeText() const { return m_optimize->text(); }
 
 }  // namespace shardcast::gui

@@ -2,7 +2,9 @@
 // The wrap-granularity view: every sweep candidate (wrap policy x strategy x AC none/full) as a
 // point of step time against peak memory, the Pareto front, the capacity line; a sortable table
 // beside it; a click on a point or a row loads that plan. Below: the exact search's grouping and
-// its PyTorch code with a Copy button.
+// its PyTorch code with a Copy button; and `shardcast optimize` on the current inputs (the whole
+// space: strategy, mesh, wrap, AC, micro-batch x accumulation, reshard, prefetch, offload) with a
+// button that loads its winner.
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -12,6 +14,7 @@
 #include "gui/plan_results.hpp"
 
 class QLabel;
+class QPushButton;
 class QPlainTextEdit;
 class QSortFilterProxyModel;
 class QTableView;
@@ -68,12 +71,19 @@ public:
     void setResult(std::shared_ptr<const WrapResult> result);
     void setPending();  // the plan changed: the sweep shown is being recomputed
     QString pytorchCode() const;
+    // The optimizer's state: running, its result, or why it failed.
+    void setOptimizeRunning();
+    void setOptimizeResult(std::shared_ptr<const OptimizeRun> run);
+    void setOptimizeError(const QString& message);
+    QString optimizeText() const;
     WrapTableModel* model() const { return m_model; }
     QTableView* table() const { return m_table; }
     WrapScatter* scatter() const { return m_scatter; }
 
 signals:
     void candidateChosen(const sim::SweepCandidate& candidate);
+    void optimizeRequested();
+    void loadWinnerRequested();
 
 private:
     void choose(int candidate);
@@ -86,6 +96,9 @@ private:
     QLabel* m_search = nullptr;
     GroupingStrip* m_strip = nullptr;
     QPlainTextEdit* m_code = nullptr;
+    QLabel* m_optimize = nullptr;
+    QPushButton* m_optimize_button = nullptr;
+    QPushButton* m_load_winner = nullptr;
     std::shared_ptr<const WrapResult> m_result;
 };
 

@@ -5,8 +5,10 @@
 #   SHARDCAST_CORE_DEPS_ONLY=1  skip the optional layers (Qt6 GUI, OpenMPI backend, Xvfb).
 set -euo pipefail
 
+# clang (clang-14 on Debian 12, with libFuzzer and its sanitizer runtimes): the second compiler CI
+# builds with, and the fuzzing build (scripts/test.sh, scripts/fuzz.sh).
 core_packages=(
-    build-essential cmake ninja-build pkg-config
+    build-essential clang cmake ninja-build pkg-config
     nlohmann-json3-dev libcli11-dev libfmt-dev
     libgtest-dev libgmock-dev libbenchmark-dev
     libeigen3-dev libsqlite3-dev zlib1g-dev

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 # setup: scripts/validate-memory.py --setup (a venv with torch and transformers==4.57.6)
 # usage: VENV/bin/python scripts/torch_peer.py CONFIG.json --world N
-#            [--micro-batch B] [--seq S] [--reshard true|false] [--ac none|full] [--attn sdpa|eager]
+#            [--micro-batch B] [--seq S] [--reshard true|false] [--ac none|full|op] [--attn sdpa|eager]
 #            [--layers L] [--device auto|cuda|cpu] [--steps K] [--param-dtype bf16|fp32]
 #            [--reduce-dtype fp32|bf16] [--hf-unpacked-mask keep|skip] [--dropout-impl auto|native|default]
+#            [--attn-dropout P]
 #            [--json OUT.json]      (JSON result on stdout, a per-category table on stderr)
 """Peer measurement: real PyTorch FSDP2 (fully_shard) training steps of a HuggingFace causal LM,
 under FakeTensorMode (no real memory) with a fake process group (FakeStore, rank 0 of N), and
@@ -13,7 +14,13 @@ per category in bytes: the categories at the global peak, and each category's ow
 What runs, per step: model(input_ids, labels) (HF computes the loss inside the root forward),
 `del` of the model output (only the loss is kept, as torchtitan/HF Trainer do), loss.backward(),
 AdamW(foreach=True).step(), zero_grad(set_to_none=True). fully_shard on every decoder block (or its
-checkpoint_wrapper with --ac full) and on the root; MixedPrecisionPolicy(param_dtype, reduce_dtype).
+checkpoint_wrapper with --ac full|op) and on the root; MixedPrecisionPolicy(param_dtype, reduce_dtype).
+
+--ac op is torchtitan's per-op selective AC (sac_policy below): each block under checkpoint_wrapper
+with a create_selective_checkpoint_contexts policy that saves the outputs of aten.mm except every
+second one (counted from 1 in each block's forward) and of SDPA's flash / efficient attention.
+On the cpu device SDPA runs _scaled_dot_product_flash_attention_for_cpu, which a CUDA run's save
+list never sees; it is saved here as the flash op it stands for (same outputs: out, logsumexp).
 The model is built on the meta device, sharded, then materialised with to_empty under FakeTensorMode
 (as torchtitan's scripts/estimate/estimation.py does); weights are never loaded.
 
@@ -35,6 +42,11 @@ fake tensors that the tracker counts (tens of GB of phantom OptState in step 0);
 materialises a [B,1,S,S] causal mask in training, so SDPA gets attn_mask (saved per layer as bf16) and
 K/V are repeat_kv'ed to all heads; transformers 5.x returns no mask for unpacked rows (is_causal, native
 GQA). 'skip' reproduces the 5.x behaviour. Default 'keep' = what the installed transformers does.
+
+--attn-dropout P overrides the config's attention dropout (GPT-2 attn_pdrop 0.1): on the cpu device
+SDPA has no fused kernel with dropout and runs the math path, which saves the s x s scores per
+layer; a CUDA flash kernel with dropout saves no s x s tensor (its RNG state only), so with 0 the
+CPU run keeps what a CUDA run keeps (the residual and embedding dropouts are unchanged).
 
 Needs torch >= 2.6 and transformers >= 4.45 (Llama-3.1 rope_scaling); measured with torch 2.15 and
 transformers 4.57.6. A full-size 8B model takes 15-30 s per run on 2 CPU cores and ~10 GB of RAM.
@@ -137,6 +149,39 @@ def patch_dropout_like_cuda():
     F.dropout = dropout
 
 
+# torchtitan's per-op SAC save list (torchtitan/models/llama/parallelize_llama.py, _save_list, and
+# the policy of _apply_ac_to_transformer_block), plus the CPU flash kernel (see the header).
+def sac_save_list():
+    ops = torch.ops
+    save = {ops.aten.mm.default, ops.aten._scaled_dot_product_efficient_attention.default,
+            ops.aten._scaled_dot_product_flash_attention.default,
+            ops._c10d_functional.reduce_scatter_tensor.default, ops.aten.max.default}
+    cpu_flash = getattr(ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+    if cpu_flash is not None:
+        save.add(cpu_flash.default)
+    return save
+
+
+def sac_context_fn():
+    """A fresh per-op SAC context per checkpointed forward: MUST_SAVE for the ops in the save list,
+    except every second aten.mm (torchtitan's "forward_mm_count" % 2 == 0), PREFER_RECOMPUTE for the
+    rest. The recompute replays the forward's decisions (torch.utils.checkpoint._CachedTorchDispatchMode
+    looks them up by op and call index), so only the forward's count matters."""
+    from collections import defaultdict
+    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+    save = sac_save_list()
+    meta = defaultdict(int)
+
+    def policy(ctx, func, *args, **kwargs):
+        mode = "recompute" if ctx.is_recompute else "forward"
+        if func == torch.ops.aten.mm.default:
+            meta[f"{mode}_mm_count"] += 1
+        keep = func in save and not (func == torch.ops.aten.mm.default and meta[f"{mode}_mm_count"] % 2 == 0)
+        return CheckpointPolicy.MUST_SAVE if keep else CheckpointPolicy.PREFER_RECOMPUTE
+
+    return create_selective_checkpoint_contexts(policy)
+
+
 def decoder_layers(model):
     """The ModuleList of decoder blocks (Llama/Qwen/Mistral: model.layers; GPT-2: transformer.h)."""
     for parent_path, attr in (("model", "layers"), ("transformer", "h"), ("gpt_neox", "layers"), ("model.decoder", "layers")):
@@ -159,7 +204,8 @@ def main():
     ap.add_argument("--micro-batch", type=int, default=1)
     ap.add_argument("--seq", type=int, default=2048)
     ap.add_argument("--reshard", default="true", choices=["true", "false"])
-    ap.add_argument("--ac", default="none", choices=["none", "full"])
+    ap.add_argument("--ac", default="none", choices=["none", "full", "op"],
+                    help="full: checkpoint_wrapper per block; op: torchtitan's per-op SAC per block")
     ap.add_argument("--attn", default="sdpa", choices=["sdpa", "eager"])
     ap.add_argument("--layers", type=int, default=0, help="override num_hidden_layers (0: keep)")
     ap.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
@@ -171,6 +217,8 @@ def main():
                          "does), so SDPA runs is_causal without a materialised mask and with native GQA")
     ap.add_argument("--dropout-impl", default="auto", choices=["auto", "native", "default"],
                     help="auto: on the cpu device, run dropout as CUDA does (native_dropout, bool mask)")
+    ap.add_argument("--attn-dropout", type=float, default=None,
+                    help="override the attention dropout probability (attn_pdrop / attention_dropout)")
     ap.add_argument("--no-gc-disable", action="store_true", help="keep Python gc enabled (torchtitan disables it)")
     ap.add_argument("--json", default="", help="also write the result JSON here")
     a = ap.parse_args()
@@ -211,6 +259,12 @@ def main():
     if a.layers:
         cfg.num_hidden_layers = a.layers
     cfg.use_cache = False
+    attn_dropout_fields = [f for f in ("attn_pdrop", "attention_dropout") if hasattr(cfg, f)]
+    if a.attn_dropout is not None:
+        if not attn_dropout_fields:
+            raise SystemExit(f"--attn-dropout: {a.config} has no attn_pdrop or attention_dropout field")
+        for f in attn_dropout_fields:
+            setattr(cfg, f, a.attn_dropout)
     mp = MixedPrecisionPolicy(param_dtype=DT[a.param_dtype], reduce_dtype=DT[a.reduce_dtype])
     reshard = a.reshard == "true"
     timings = {}
@@ -225,6 +279,9 @@ def main():
             blk = layers[i]
             if a.ac == "full":
                 blk = checkpoint_wrapper(blk, preserve_rng_state=False)
+                layers[i] = blk
+            elif a.ac == "op":
+                blk = checkpoint_wrapper(blk, context_fn=sac_context_fn, preserve_rng_state=False)
                 layers[i] = blk
             fully_shard(blk, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard)
         fully_shard(model, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard)
@@ -271,7 +328,8 @@ def main():
         "params": n_params, "world": a.world, "micro_batch": a.micro_batch, "seq": a.seq,
         "reshard_after_forward": reshard, "ac": a.ac, "attn_implementation": a.attn,
         "attention_ops": dict(fmt.attn_ops), "device": device,
-        "fake_cuda_error": cuda_err, "dropout_impl": dropout_impl, "hf_unpacked_mask": a.hf_unpacked_mask, "param_dtype": a.param_dtype, "reduce_dtype": a.reduce_dtype,
+        "fake_cuda_error": cuda_err, "dropout_impl": dropout_impl,
+        "attn_dropout": {f: getattr(cfg, f) for f in attn_dropout_fields}, "hf_unpacked_mask": a.hf_unpacked_mask, "param_dtype": a.param_dtype, "reduce_dtype": a.reduce_dtype,
         "optimizer": "AdamW(foreach=True)", "gc_disabled": not a.no_gc_disable,
         "other_devices_peak_bytes": other_devs,
         "steps": steps_out,

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Compare shardcast's predicted memory with PyTorch's FSDPMemTracker, category by category.
 
-For each row of a matrix (model, sequence length, world size, reshard_after_forward, AC, attention,
-transformers mask behaviour) it runs scripts/torch_peer.py (real FSDP2 training steps under
+For each row of a matrix (model, sequence length, world size, reshard_after_forward, AC none / full /
+torchtitan's per-op SAC, attention, transformers mask behaviour) it runs scripts/torch_peer.py (real FSDP2 training steps under
 FakeTensorMode, the tracker around them; see its header) and `shardcast plan --json` for the same
 plan, and prints, per category at each side's global peak, the bytes and the relative error, and
 whether the category is within 1% or 16 MiB, whichever is larger (issue 11's bar). Runtime
@@ -12,7 +12,7 @@ The PyTorch side is an optional dependency, never part of the test suite:
   scripts/validate-memory.py --setup              create the venv (torch, transformers==4.57.6)
   scripts/validate-memory.py                      run the whole matrix
   scripts/validate-memory.py --rows 8b-2k,gpt2-sdpa --layers 4 --out docs/validation-memory.md
-Each full-size 8B row takes about 20 s and 10 GB of RAM on the CPU; rows run one at a time.
+Each full-size 8B row took 2 to 9 minutes on 2 shared CPU cores; rows run one at a time.
 """
 import argparse
 import datetime
@@ -37,9 +37,21 @@ MATRIX = {
     "8b-4k-acfull": ("llama-3.1-8b", 4096, 8, True, "full", "sdpa"),
     "8b-2k-w16": ("llama-3.1-8b", 2048, 16, True, "none", "sdpa"),
     "8b-4k-w16-noreshard": ("llama-3.1-8b", 4096, 16, False, "none", "sdpa"),
+    "8b-2k-acop": ("llama-3.1-8b", 2048, 8, True, "op", "sdpa"),
+    "8b-4k-acop": ("llama-3.1-8b", 4096, 8, True, "op", "sdpa"),
+    "8b-2k-acop-w16-noreshard": ("llama-3.1-8b", 2048, 16, False, "op", "sdpa"),
     "l2-7b-4k": ("llama-2-7b", 4096, 8, True, "none", "sdpa"),
     "gpt2-sdpa": ("gpt2", 1024, 8, True, "none", "sdpa"),
     "gpt2-eager": ("gpt2", 1024, 8, True, "none", "eager"),
+}
+
+# Extra arguments of the PyTorch side for a row, and why (printed under its table). On the CPU,
+# SDPA with dropout has no fused kernel and runs the math path, which saves the s x s scores; a
+# CUDA flash kernel with dropout saves none, which is what shardcast plans (`--attention flash`).
+PEER_ARGS = {
+    "gpt2-sdpa": (["--attn-dropout", "0"], "peer run with attention dropout 0 (attn_pdrop 0.1 on the CPU runs SDPA's "
+                  "math path, which saves s x s scores a CUDA flash kernel does not); residual and embedding "
+                  "dropout unchanged"),
 }
 
 # FSDPMemTracker's category names (_FSDPRefType values) -> shardcast's (core/units.cpp).
@@ -70,11 +82,12 @@ def find_shardcast(given: str) -> str:
     raise SystemExit("validate-memory: no shardcast binary under build/; build it or pass --shardcast")
 
 
-def run_peer(venv: Path, row, layers: int, hf_mask: str, cache: str) -> dict:
+def run_peer(venv: Path, row, layers: int, hf_mask: str, cache: str, extra: list) -> dict:
     model, seq, world, reshard, ac, attn = row
     cached = None
     if cache:
-        cached = Path(cache) / f"{model}-s{seq}-w{world}-r{int(reshard)}-{ac}-{attn}-l{layers}-{hf_mask}.json"
+        suffix = "".join(x.lstrip("-").replace("-", "") for x in extra)
+        cached = Path(cache) / f"{model}-s{seq}-w{world}-r{int(reshard)}-{ac}-{attn}-l{layers}-{hf_mask}{suffix}.json"
         if cached.exists():
             return json.loads(cached.read_text())
     cmd = [str(venv / "bin" / "python"), str(PEER), str(ROOT / "models" / f"{model}.json"), "--world", str(world),
@@ -82,6 +95,7 @@ def run_peer(venv: Path, row, layers: int, hf_mask: str, cache: str) -> dict:
            "--hf-unpacked-mask", "skip" if hf_mask == "5.x" else "keep"]
     if layers:
         cmd += ["--layers", str(layers)]
+    cmd += extra
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
         raise RuntimeError(f"torch_peer failed ({' '.join(cmd)}):\n{out.stderr[-3000:]}")
@@ -116,7 +130,7 @@ def rel(pred: int, ref: int) -> str:
     return f"{100.0 * (pred - ref) / ref:+.2f}%"
 
 
-def table(name: str, row, layers: int, hf_mask: str, peer: dict, sc: dict) -> list:
+def table(name: str, row, layers: int, hf_mask: str, peer: dict, sc: dict, note: str) -> list:
     mem = sc["memory"]
     overhead = mem.get("runtime_overhead_bytes", 0)
     peer_peak = peer["peak_bytes"]
@@ -126,7 +140,8 @@ def table(name: str, row, layers: int, hf_mask: str, peer: dict, sc: dict) -> li
              f"reshard_after_forward {str(reshard).lower()}, AC {ac}, {attn}, transformers mask {hf_mask}",
              "",
              f"torch {peer['torch']}, transformers {peer['transformers']}, tracker device {peer['device']}; "
-             f"tracker peak at {peer['steps'][-1]['peak_where']}; shardcast peak at {mem['peak_task']}",
+             f"tracker peak at {peer['steps'][-1]['peak_where']}; shardcast peak at {mem['peak_task']}"
+             + (f"; {note}" if note else ""),
              "",
              "| category | FSDPMemTracker (B) | shardcast (B) | error (B) | error | within 1% or 16 MiB |",
              "|---|---:|---:|---:|---:|:---:|"]
@@ -182,14 +197,15 @@ def main() -> int:
         for mask in masks:
             row = MATRIX[name]
             try:
-                peer = run_peer(venv, row, a.layers, mask, a.peer_cache)
+                extra, note = PEER_ARGS.get(name, ([], ""))
+                peer = run_peer(venv, row, a.layers, mask, a.peer_cache, extra)
                 sc = run_shardcast(binary, row, a.layers, mask)
             except RuntimeError as e:
                 failures += 1
                 lines += [f"### {name} ({mask}): not run", "", "```", str(e)[-1500:], "```", ""]
                 print("\n".join(lines[-6:]), flush=True)
                 continue
-            block = table(name, row, a.layers, mask, peer, sc)
+            block = table(name, row, a.layers, mask, peer, sc, note)
             print("\n".join(block), flush=True)
             lines += block
     if a.out:

@@ -270,6 +270,11 @@ HardwareProfile calibratedProfile(const CalibrationFits& fits, const HardwarePro
     p.gemm_half_flops = fits.gemm.half_flops;
     gpu.hbm_bytes_per_s = fits.memory_bytes_per_s;
     p.hbm_efficiency = 1.0;
+    // Measured rates already hold the device's clocks: no clock scaling, no wave quantisation over
+    // a preset's SM count, and the backend launches no eager PyTorch kernels.
+    gpu.sm_count = 0;
+    gpu.boost_clock_mhz = gpu.sustained_clock_mhz = gpu.tdp_w = gpu.power_limit_w = 0;
+    p.kernel_launch_ns = 0;
     // No CUDA context, cuBLAS workspace or NCCL communicator buffers on the CPU backend.
     gpu.cuda_context_bytes = gpu.cublas_workspace_bytes = gpu.nccl_bytes_per_communicator = 0;
     if (fits.collectives) {

@@ -4,6 +4,8 @@
 #include <cassert>
 #include <cmath>
 
+#include <fmt/format.h>
+
 namespace shardcast::sim {
 
 using core::Stream;
@@ -50,7 +52,87 @@ bool CostModel::slowedByOverlap(const core::Task& task) {
            (task.stream == Stream::Compute || task.stream == Stream::AllGatherCopyIn);
 }
 
-double CostModel::computeSeconds(const core::Task& task, core::DType compute) const {
+namespace {
+
+// Output tile of a large bf16 GEMM: cuBLAS and CUTLASS pick 128 x 256 (or 256 x 128) thread-block
+// tiles for large problems on sm80 and sm90 (CUTLASS's default GEMM configurations); the longer
+// side goes along the longer output dimension.
+constexpr int64_t kTileShort = 128;
+constexpr int64_t kTileLong = 256;
+constexpr int64_t kTileMinShort = 16;
+// A tile's fixed cost beyond its k loop: filling and draining the multistage pipeline and writing
+// the tile, about two 64-deep k steps (CUTLASS multistage mainloop, BK = 64): k / (k + 128).
+constexpr double kTileKOverhead = 128;
+// Flash attention per (query, key) pair computed: one exponential (forward; the backward
+// recomputes P = exp(S - lse)) and the FP32 softmax work: forward scale, running max, subtract and
+// sum (4); backward dS = P * (dP - D) and the scale (3). FlashAttention-2, algorithms 1 and 2.
+constexpr double kAttnExpPerPair = 1;
+constexpr double kAttnFwdFp32PerPair = 4;
+constexpr double kAttnBwdFp32PerPair = 3;
+// Special-function units per SM: 16 (4 per SM sub-partition, Ampere and Hopper whitepapers).
+constexpr double kSfuPerSmPerClock = 16;
+
+int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+double CostModel::gemmShapeEfficiency(int64_t m, int64_t n, int64_t k, int64_t batch) const {
+    if (m <= 0 || n <= 0 || k <= 0 || batch <= 0) return 1.0;
+    const int64_t lo = std::min(m, n), hi = std::max(m, n);
+    // A dimension shorter than the tile gets the smallest power-of-two tile that covers it (cuBLAS's
+    // heuristics pick narrow tiles for skinny problems), down to 16 rows.
+    int64_t tile_short = kTileMinShort;
+    while (tile_short < lo && tile_short < kTileShort) tile_short *= 2;
+    const int64_t tiles = ceilDiv(lo, tile_short) * ceilDiv(hi, kTileLong) * batch;
+    int64_t slots = tiles;  // tiles the GPU runs, counting idle SMs of the last wave
+    if (const int64_t sms = m_profile->gpu.sm_count; sms > 0) slots = ceilDiv(tiles, sms) * sms;
+    const double useful = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(batch);
+    const double quant = useful / (static_cast<double>(slots) * static_cast<double>(tile_short * kTileLong));
+    const double kk = static_cast<double>(k);
+    return quant * kk / (kk + kTileKOverhead);
+}
+
+double CostModel::opSeconds(const core::OpShape& op, TaskKind kind) const {
+    const HardwareProfile& p = *m_profile;
+    const double launch = static_cast<double>(p.kernel_launch_ns) * 1e-9;
+    const double hbm = p.gpu.hbm_bytes_per_s * p.hbm_efficiency;
+    const double clock = p.gpu.computeClockScale();
+    const double item = static_cast<double>(core::itemSize(op.dtype));
+    switch (op.kind) {
+        case core::OpShapeKind::Gemm: {
+            const double eff = kind == TaskKind::Backward ? p.backward_efficiency_max : p.forward_efficiency_max;
+            const double flops = static_cast<double>(core::opFlops(op));
+            const double rate = p.peakFlops(op.dtype) * clock * eff * gemmShapeEfficiency(op.m, op.n, op.k, op.batch);
+            const double m = static_cast<double>(op.m), n = static_cast<double>(op.n), k = static_cast<double>(op.k);
+            // Operands read once and the output written once: a GEMM with a small dimension is
+            // bandwidth-bound.
+            const double bytes = (m * k + k * n + m * n) * item * static_cast<double>(op.batch);
+            return std::max(flops / rate, bytes / hbm) + launch;
+        }
+        case core::OpShapeKind::Attention:
+        case core::OpShapeKind::AttentionBackward: {
+            const bool fwd = op.kind == core::OpShapeKind::Attention;
+            const double flops = static_cast<double>(core::opFlops(op));
+            const double s = static_cast<double>(op.seq);
+            const double pairs = static_cast<double>(op.batch) * op.heads * s * s / (op.causal ? 2 : 1);
+            const double eff = fwd ? p.attention_forward_efficiency : p.attention_backward_efficiency;
+            double t = flops / (p.peakFlops(op.dtype) * clock * eff);
+            if (p.gpu.sm_count > 0 && p.gpu.boost_clock_mhz > 0) {
+                const double sfu = static_cast<double>(p.gpu.sm_count) * kSfuPerSmPerClock * p.gpu.boost_clock_mhz * 1e6 * clock;
+                t += pairs * kAttnExpPerPair / sfu;
+            }
+            t += pairs * (fwd ? kAttnFwdFp32PerPair : kAttnBwdFp32PerPair) / (p.gpu.peak_flops_fp32 * clock);
+            return t + launch;
+        }
+        case core::OpShapeKind::Elementwise: {
+            const double flop_s = static_cast<double>(op.flops) / (p.gpu.peakFlops(core::DType::F32) * clock);
+            return std::max(static_cast<double>(op.bytes) / hbm, flop_s) + launch;
+        }
+    }
+    return 0.0;
+}
+
+double CostModel::computeSeconds(const core::Task& task, const core::Program& program) const {
     const HardwareProfile& p = *m_profile;
     const double flops = static_cast<double>(task.flops);
     const double bytes = static_cast<double>(task.hbm_bytes);
@@ -58,22 +140,22 @@ double CostModel::computeSeconds(const core::Task& task, core::DType compute) co
         // CPU optimizer under offload: the bytes it reads and writes at the CPU optimizer's rate.
         return bytes / p.cpu_optimizer_bytes_per_s;
     }
-    double eff = 0;
-    switch (task.kind) {
-        case TaskKind::Forward:
-        case TaskKind::Recompute: eff = p.forward_efficiency_max; break;
-        case TaskKind::Backward: eff = p.backward_efficiency_max; break;
-        default: eff = p.forward_efficiency_max; break;  // a memory-bound op's few FLOPs
+    if (task.ops.count > 0) {
+        const core::OpShape* ops = program.opsBegin(task);
+        double s = 0;
+        for (uint32_t i = 0; i < task.ops.count; ++i) s += opSeconds(ops[i], task.kind);
+        return s;
     }
+    const core::DType compute = program.compute_dtype;
+    double eff = task.kind == TaskKind::Backward ? p.backward_efficiency_max : p.forward_efficiency_max;
     double flop_s = 0;
     if (flops > 0) {
         eff *= flops / (flops + p.gemm_half_flops);
-        flop_s = flops / (p.peakFlops(compute) * eff);
+        flop_s = flops / (p.peakFlops(compute) * p.gpu.computeClockScale() * eff);
     }
     const double mem_s = bytes / (p.gpu.hbm_bytes_per_s * p.hbm_efficiency);
-    // A forward or backward task is a sequence of kernels: GEMMs (compute-bound, their operand
-    // traffic hidden under the math) and norms, activations, residual adds (memory-bound, whose
-    // traffic the lowering counts in hbm_bytes). They run one after another, so their times add.
+    // A forward or backward task is a sequence of kernels: GEMMs (compute-bound) and norms,
+    // activations, residual adds (memory-bound). They run one after another, so their times add.
     // A single kernel (copy, cast, optimizer) is a roofline: the larger of the two.
     if (task.kind == TaskKind::Forward || task.kind == TaskKind::Backward || task.kind == TaskKind::Recompute) {
         return flop_s + mem_s;
@@ -81,7 +163,7 @@ double CostModel::computeSeconds(const core::Task& task, core::DType compute) co
     return std::max(flop_s, mem_s);
 }
 
-int64_t CostModel::durationNs(const core::Task& task, core::DType compute) const {
+double CostModel::durationSeconds(const core::Task& task, const core::Program& program) const {
     double s = 0;
     switch (task.kind) {
         case TaskKind::AllGather:
@@ -94,10 +176,23 @@ int64_t CostModel::durationNs(const core::Task& task, core::DType compute) const
             s = static_cast<double>(task.comm_bytes) /
                 (m_profile->gpu.host_link_bytes_per_s * m_profile->host_link_efficiency);
             break;
-        default: s = computeSeconds(task, compute); break;
+        default: s = computeSeconds(task, program); break;
     }
     assert(s >= 0 && std::isfinite(s));
-    return roundToInt64(s * 1e9);
+    return s;
+}
+
+int64_t CostModel::durationNs(const core::Task& task, const core::Program& program) const {
+    return roundToInt64(durationSeconds(task, program) * 1e9);
+}
+
+core::Status checkStepBound(double bound_s) {
+    if (bound_s <= kMaxStepSeconds) return core::Ok{};
+    return core::makeError(fmt::format(
+        "the step's tasks add up to {:.3g} s on this hardware, beyond the {:g} s (about 31 years) a simulated step may "
+        "last (docs/limits.md): the GPU or profile figures (peak_flops_*, *_bytes_per_s, *_efficiency) are too small "
+        "for this plan, or the plan too large (training.micro_batch, seq_len, grad_accum)",
+        bound_s, kMaxStepSeconds));
 }
 
 }  // namespace shardcast::sim

@@ -4,9 +4,13 @@
 #include <cstdint>
 
 #include "core/program.hpp"
+#include "core/result.hpp"
 #include "simulator/hardware_profile.hpp"
 
 namespace shardcast::sim {
+
+// 1e9 s: 1e18 ns, a factor 9 below INT64_MAX.
+inline constexpr double kMaxStepSeconds = 1e9;
 
 // std::llround (halves away from zero), exact for |x| < 2^63, inlined: the simulator rounds every
 // duration and every rescheduled end, and the libm call showed in profiles.
@@ -24,12 +28,20 @@ class CostModel {
 public:
     explicit CostModel(const HardwareProfile& profile) : m_profile(&profile) {}
 
-    // Duration in ns of `task` running alone; 0 for empty work and groups of one rank. Reads only
-    // the task's kind, stream, flops, hbm_bytes, comm_bytes, group_size and group_nodes: the
-    // Simulator reuses a duration for a task whose fields are the same (keep the two in step).
-    int64_t durationNs(const core::Task& task, core::DType compute) const;
+    // Duration in ns of `task` of `program` running alone; 0 for empty work and groups of one rank.
+    // Reads only the task's kind, stream, flops, hbm_bytes, comm_bytes, group_size, group_nodes
+    // and ops (span and the kernels in it): the Simulator reuses a duration for a task whose fields
+    // are the same (keep the two in step).
+    int64_t durationNs(const core::Task& task, const core::Program& program) const;
+    double durationSeconds(const core::Task& task, const core::Program& program) const;
 
-    double computeSeconds(const core::Task& task, core::DType compute) const;
+    // A compute task: the sum of its kernels' times (opSeconds); a task without kernels as a whole.
+    double computeSeconds(const core::Task& task, const core::Program& program) const;
+    // One kernel of a task of `kind` (Backward GEMMs use backward_efficiency_max), launch included.
+    double opSeconds(const core::OpShape& op, core::TaskKind kind) const;
+    // A GEMM's shape factor (<= 1): tile quantisation on 128 x 256 output tiles, wave quantisation
+    // over the GPU's SMs, and the k ramp k / (k + 128) of a tile's fixed prologue and epilogue.
+    double gemmShapeEfficiency(int64_t m, int64_t n, int64_t k, int64_t batch) const;
     double collectiveSeconds(core::TaskKind kind, int64_t bytes, int group_size, int group_nodes) const;
     double busBandwidthMax(core::TaskKind kind, int group_size, int group_nodes) const;  // bytes/s
     double busBandwidth(core::TaskKind kind, int64_t bytes, int group_size, int group_nodes) const;
@@ -39,5 +51,9 @@ public:
 private:
     const HardwareProfile* m_profile;
 };
+
+// An error when a step's upper bound (Simulator::stepBoundSeconds) is beyond kMaxStepSeconds, so
+// that no simulated time leaves int64 nanoseconds; the message names the figures to check.
+core::Status checkStepBound(double bound_s);
 
 }  // namespace shardcast::sim

@@ -3,6 +3,8 @@
 #include <string>
 #include <utility>
 
+#include "simulator/cost_model.hpp"
+
 namespace shardcast::sim {
 
 std::string_view stageName(EvaluationStage stage) {
@@ -64,6 +66,7 @@ core::Status Evaluator::evaluate(const core::Plan& given, const HardwareProfile*
     if (enter(EvaluationStage::Simulate)) return core::cancelledError();
     if (!(m_simulator.profile() == out.profile)) m_simulator.setProfile(out.profile);
     m_simulator.run(out.program, out.timeline);
+    if (!m_simulator.inRange()) return checkStepBound(m_simulator.stepBoundSeconds()).error();
 
     if (enter(EvaluationStage::TimeMemory)) return core::cancelledError();
     m_timer.compute(out.program, out.timeline, out.timed, options.record_curve);

@@ -20,12 +20,23 @@ namespace shardcast::sim {
 struct HardwareProfile {
     core::GpuSpec gpu;
 
-    // Compute: eff(f) = eff_max * f / (f + half_flops) for GEMM-heavy tasks (forward, backward,
-    // recompute); time = max(flops / (peak * eff), hbm_bytes / (hbm_bytes_per_s * hbm_efficiency)).
+    // Compute, op by op (CostModel::opSeconds): a GEMM runs at peak * gpu.computeClockScale() *
+    // eff_max * its shape factors (tile and wave quantisation, k ramp), an attention kernel at its
+    // matmul FLOPs / (clocked peak * attention efficiency) plus its exponentials and FP32 work, an
+    // elementwise kernel at its bytes / (hbm_bytes_per_s * hbm_efficiency); each kernel also costs
+    // kernel_launch_ns. eff_max: forward_efficiency_max for forward and recompute GEMMs,
+    // backward_efficiency_max for backward ones (1: the clocked peak, whose gap to the data sheet
+    // the GPU's sustained clock carries; a calibrated profile measures them).
+    // A task without ops (hand-built programs) is timed as a whole: eff(f) = eff_max * f /
+    // (f + gemm_half_flops), time = flops / (peak * eff) + hbm_bytes / (hbm bandwidth).
     double forward_efficiency_max = 0;
     double backward_efficiency_max = 0;
-    double gemm_half_flops = 0;   // FLOPs at which a task reaches half of eff_max
+    double gemm_half_flops = 0;   // FLOPs at which a task without ops reaches half of eff_max
     double hbm_efficiency = 0;    // memory-bound kernels (copy-in/out, casts, optimizer) and rooflines
+    // Flash attention's tensor-core work relative to the clocked peak, forward and backward.
+    double attention_forward_efficiency = 0;
+    double attention_backward_efficiency = 0;
+    int64_t kernel_launch_ns = 0;  // per kernel on the GPU's timeline (eager: one per op)
 
     // Collectives: t = latency + S * factor / busbw(S), busbw(S) = busbw_max * S / (S + half_bytes).
     double nvlink_all_gather_efficiency = 0;      // busbw_max / nvlink_bytes_per_s

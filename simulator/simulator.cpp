@@ -26,14 +26,23 @@ Simulator::Simulator(HardwareProfile profile) : m_profile(std::move(profile)), m
 
 // Consecutive tasks of one kind mostly repeat the same work (block after block), so the duration
 // of the last task of each kind is kept and reused when the next one's work is identical.
-int64_t Simulator::durationNs(const core::Task& t, core::DType compute) {
+// Tasks that run the same kernels share one span of Program::ops (the lowering's contract).
+int64_t Simulator::durationNs(const core::Task& t, const core::Program& program) {
     LastDuration& last = m_last_duration[static_cast<int>(t.kind)];
     if (last.valid && last.stream == t.stream && last.flops == t.flops && last.hbm_bytes == t.hbm_bytes &&
-        last.comm_bytes == t.comm_bytes && last.group_size == t.group_size && last.group_nodes == t.group_nodes) {
+        last.comm_bytes == t.comm_bytes && last.group_size == t.group_size && last.group_nodes == t.group_nodes &&
+        last.ops == t.ops) {
         return last.ns;
     }
-    last = LastDuration{true, t.stream, t.flops, t.hbm_bytes, t.comm_bytes, t.group_size, t.group_nodes,
-                        m_cost.durationNs(t, compute)};
+    // Seconds first: a duration beyond the step limit is not converted (it would leave int64 ns).
+    const double s = m_cost.durationSeconds(t, program);
+    int64_t ns = 0;
+    if (s <= kMaxStepSeconds) {
+        ns = roundToInt64(s * 1e9);
+    } else {
+        m_in_range = false;
+    }
+    last = LastDuration{true, t.stream, t.flops, t.hbm_bytes, t.comm_bytes, t.group_size, t.group_nodes, t.ops, ns};
     return last.ns;
 }
 
@@ -57,12 +66,15 @@ void Simulator::prepare(const core::Program& program, core::Timeline& out) {
     // at its first task of each (micro-batch, pass).
     m_unit_pass.assign(program.units.size(), -1);
     m_last_duration.fill(LastDuration{});
+    m_in_range = true;
+    double serial_ns = 0, issue_ns = 0;
     int16_t micro_batch = -1;
     bool backward = false;
     for (int32_t id = 0; id < n; ++id) {
         const core::Task& t = program.tasks[id];
-        const int64_t work = durationNs(t, program.compute_dtype);
+        const int64_t work = durationNs(t, program);
         m_work_ns[id] = work;
+        serial_ns += static_cast<double>(work);
         uint8_t traits = 0;
         if (core::isCollective(t.kind) && work > 0) traits |= kContends;
         if (CostModel::slowedByOverlap(t)) traits |= kSlowed;
@@ -92,7 +104,12 @@ void Simulator::prepare(const core::Program& program, core::Timeline& out) {
             }
         }
         m_issue_cost_ns[id] = cost;
+        issue_ns += static_cast<double>(cost);
     }
+    const double slowdown =
+        std::max({1.0, m_profile.overlap_compute_slowdown, m_profile.overlap_collective_slowdown});
+    m_step_bound_s = m_in_range ? (serial_ns * slowdown + issue_ns) / 1e9 : std::numeric_limits<double>::infinity();
+    if (!(m_step_bound_s <= kMaxStepSeconds)) m_in_range = false;
     // Streams no task uses never run anything: leave them out of the per-event scans.
     m_used_stream_count = 0;
     for (int s = 0; s < core::kStreamCount; ++s) {
@@ -105,6 +122,10 @@ void Simulator::run(const core::Program& program, core::Timeline& out) {
     m_out = &out;
     const int32_t n = program.size();
     prepare(program, out);
+    if (!m_in_range) {
+        out.clear();
+        return;
+    }
 
     m_slot_ns.fill(kNever);
     m_slot_seq.fill(0);

@@ -38,7 +38,13 @@ public:
     void setProfile(const HardwareProfile& profile) { m_profile = profile; }
     const CostModel& costModel() const { return m_cost; }
 
+    // Times `program` into `out`. When the step could last beyond kMaxStepSeconds (every task one
+    // after the other at the worst contention factor, plus every issue cost: an upper bound of the
+    // simulated step), nothing is simulated, `out` is left empty and inRange() is false, so that no
+    // simulated time leaves int64 nanoseconds.
     void run(const core::Program& program, core::Timeline& out);
+    bool inRange() const { return m_in_range; }
+    double stepBoundSeconds() const { return m_step_bound_s; }  // of the last run
 
     // Host time spent issuing each task (launch plus hooks), as charged by the last run.
     const std::vector<int64_t>& issueCostNs() const { return m_issue_cost_ns; }
@@ -65,10 +71,11 @@ private:
         core::Stream stream = core::Stream::Compute;
         int64_t flops = 0, hbm_bytes = 0, comm_bytes = 0;
         int32_t group_size = 0, group_nodes = 0;
+        core::Span ops;
         int64_t ns = 0;
     };
 
-    int64_t durationNs(const core::Task& task, core::DType compute);
+    int64_t durationNs(const core::Task& task, const core::Program& program);
     void prepare(const core::Program& program, core::Timeline& out);
     void schedule(int slot, int64_t time_ns);
     void issueNext(int64_t now);
@@ -90,6 +97,8 @@ private:
     std::vector<uint8_t> m_finished;      // 1 once the task has ended
     std::vector<int32_t> m_unit_pass;     // scratch: last pass each unit was hooked in
     std::array<LastDuration, core::kTaskKindCount> m_last_duration{};
+    bool m_in_range = true;      // every task's duration within kMaxStepSeconds (last run)
+    double m_step_bound_s = 0;   // serial upper bound of the last run's step
 
     std::array<StreamState, core::kStreamCount> m_streams;
     std::array<int8_t, core::kStreamCount> m_used_streams{};  // streams with tasks, ascending

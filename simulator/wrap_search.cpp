@@ -501,7 +501,7 @@ core::Result<WrapCostModel> WrapCostModel::fromPlan(const core::Plan& plan, cons
         }
         BlockFigures& f = b >= 0 ? in.blocks[slot] : (slot == kPre ? in.root_pre : in.root_post);
         Running& r = run[slot];
-        const auto ns = static_cast<double>(cost.durationNs(t, p.compute_dtype));
+        const auto ns = static_cast<double>(cost.durationNs(t, p));
         if (is_compute) {
             if (backward) {
                 f.bwd_ns += ns;

@@ -90,8 +90,7 @@ int writeCalibration(const core::Result<Calibration>& result, const std::string&
         return kExitRuntimeFailure;
     }
     if (auto saved = sim::saveProfile(out, result->profile); !saved) {
-        fmt::print(stderr, "shardcast: error: --out {}: {}\n", out, saved.error().message);
-        return kExitRuntimeFailure;
+        return reportInputError("--out: " + saved.error().message);
     }
     std::string saved_line;
     if (save.requested) {

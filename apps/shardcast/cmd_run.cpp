@@ -157,8 +157,7 @@ int finishRun(const RunOptions& o, const PreparedRun& prepared, const exec::Exec
     }
     if (!o.trace.empty()) {
         if (auto written = sim::writeChromeTrace(o.trace, predicted.program, run.timeline, &run.memory); !written) {
-            fmt::print(stderr, "shardcast: error: {}\n", written.error().message);
-            return kExitRuntimeFailure;
+            return reportInputError("--trace: " + written.error().message);
         }
     }
 

@@ -84,8 +84,7 @@ int runSimulate(const SimulateOptions& o) {
     if (auto s = evaluator.evaluate(*plan, profile, options, e); !s) return reportInputError(s.error().message);
     if (!o.trace.empty()) {
         if (auto written = sim::writeChromeTrace(o.trace, e.program, e.timeline, &e.timed); !written) {
-            fmt::print(stderr, "shardcast: error: {}\n", written.error().message);
-            return kExitRuntimeFailure;
+            return reportInputError("--trace: " + written.error().message);
         }
     }
     SaveOutcome saved;

@@ -52,6 +52,7 @@ void registerGpusCommand(CLI::App& app, int& exit_code);
 void registerSimulateCommand(CLI::App& app, int& exit_code);
 void registerSweepCommand(CLI::App& app, int& exit_code);
 void registerSearchCommand(CLI::App& app, int& exit_code);
+void registerOptimizeCommand(CLI::App& app, int& exit_code);
 void registerCompareCommand(CLI::App& app, int& exit_code);
 void registerRunCommand(CLI::App& app, int& exit_code);
 void registerCalibrateCommand(CLI::App& app, int& exit_code);

@@ -69,6 +69,7 @@ int main(int argc, char** argv) {
         registerSimulateCommand(app, exit_code);
         registerSweepCommand(app, exit_code);
         registerSearchCommand(app, exit_code);
+        registerOptimizeCommand(app, exit_code);
         registerCompareCommand(app, exit_code);
         registerRunCommand(app, exit_code);
         registerCalibrateCommand(app, exit_code);

@@ -30,7 +30,9 @@ void addPlanOptions(CLI::App& cmd, core::PlanOverrides& o) {
            "Bundled model name (see `shardcast models`) or a HuggingFace config.json / module-tree "
            "JSON; required without a plan file",
            "");
-    addOpt(cmd, "--gpu", o.gpu, "NAME|GPU.json", "GPU preset (see `shardcast gpus`, case-insensitive) or a GPU JSON file",
+    addOpt(cmd, "--gpu", o.gpu, "NAME|GPU.json",
+           "GPU preset (see `shardcast gpus`, case-insensitive) or a GPU JSON file ({\"base\": PRESET, any "
+           "field: e.g. \"power_limit_w\": 500 for a power-capped card; docs/plan-format.md)",
            core::kDefaultGpu);
     addOpt(cmd, "--nodes", o.nodes, "N", "Number of nodes", std::to_string(core::kDefaultNodes));
     addOpt(cmd, "--gpus-per-node", o.gpus_per_node, "G", "GPUs per node",
@@ -61,7 +63,13 @@ void addPlanOptions(CLI::App& cmd, core::PlanOverrides& o) {
     addOpt(cmd, "--ac", o.ac, "MODE", "Activation checkpointing: " + std::string(core::kAcChoices), "none");
     addOpt(cmd, "--attention", o.attention, "KERNEL", "Attention kernel: flash | eager", "flash");
     addOpt(cmd, "--kernels", o.kernels, "IMPL",
-           "Kernel implementation: eager (HuggingFace modules) | fused (fused norm, loss)", "eager");
+           "Kernel implementation: eager (one kernel per PyTorch op) | fused (fused norm, SwiGLU, loss) | "
+           "compile (torch.compile: fused kernels' memory, each elementwise chain one kernel)",
+           "eager");
+    addOpt(cmd, "--impl", o.impl, "CODE",
+           "Modeling code: hf (HuggingFace transformers modules) | torchtitan (torchtitan's Llama: fused "
+           "nn.RMSNorm, K/V repeated before SDPA; llama models only)",
+           "hf");
     addOpt(cmd, "--allocator", o.allocator, "MODE",
            "PyTorch's CUDA caching allocator: caching (default) | expandable (PYTORCH_CUDA_ALLOC_CONF="
            "expandable_segments:True); reserved memory is modelled for it",
@@ -73,6 +81,14 @@ void addPlanOptions(CLI::App& cmd, core::PlanOverrides& o) {
     addOpt(cmd, "--offload", o.offload, "MODE", "Parameter/gradient/optimizer offload: none | cpu", "none");
     addOpt(cmd, "--reshard-after-forward", o.reshard_after_forward, "true|false|K",
            "true | false | K (re-shard to K ranks); default: per strategy", "");
+    addOpt(cmd, "--prefetch-depth", o.prefetch_depth, "N",
+           "FSDP2 units prefetched ahead, 1 to 1024 (1: FSDP2's implicit one-unit prefetch; N > 1: N-1 more "
+           "through set_modules_to_forward_prefetch / set_modules_to_backward_prefetch)",
+           "1");
+    addOpt(cmd, "--forward-prefetch", o.forward_prefetch, "true|false",
+           "FSDP1 forward_prefetch: issue the next unit's all-gather before this unit's forward compute", "false");
+    addOpt(cmd, "--backward-prefetch", o.backward_prefetch, "pre|post|none",
+           "FSDP1 backward_prefetch: BACKWARD_PRE, BACKWARD_POST or None", "pre");
     addOpt(cmd, "--scale", o.scale, "hidden=H,layers=L,seq=S",
            "Shrink the model keeping its shape of units (any subset of the keys): hidden size H (a multiple "
            "of the attention head count, of twice it with rotary embeddings; head counts and vocabulary "

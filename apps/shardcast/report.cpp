@@ -139,6 +139,7 @@ nlohmann::ordered_json planResultJson(const core::Plan& plan, const sim::Evaluat
         {"ac", core::acString(t.ac, t.ac_every)},
         {"attention", core::attentionName(t.attention)},
         {"kernels", core::kernelImplName(t.kernels)},
+        {"impl", core::modelImplName(t.impl)},
         {"offload", core::offloadName(t.offload)},
         {"hf_mask", core::hfMaskName(t.hf_mask)},
         {"frozen", t.frozen_regex},
@@ -289,8 +290,11 @@ std::string planReportText(const core::Plan& plan, const sim::Evaluation& e) {
                      model.arch.model_type.empty() ? "" : fmt::format(" ({})", model.arch.model_type),
                      core::formatCount(params), billions(params), core::formatCount(trainable),
                      modelLayers(model)));
-    line(fmt::format("  cluster      {} node(s) x {} GPU(s) = world size {}; {} with {:.2f} GiB", plan.cluster.nodes,
-                     plan.cluster.gpus_per_node, e.mesh.world_size, gpu.name, gib(capacity)));
+    line(fmt::format("  cluster      {} node(s) x {} GPU(s) = world size {}; {} with {:.2f} GiB{}", plan.cluster.nodes,
+                     plan.cluster.gpus_per_node, e.mesh.world_size, gpu.name, gib(capacity),
+                     gpu.power_limit_w > 0 ? fmt::format(", power limit {:.0f} W (compute clock {:.0f}% of boost)",
+                                                         gpu.power_limit_w, 100 * gpu.computeClockScale())
+                                           : ""));
     line(fmt::format("  strategy     {} (FSDP{}), shard {} x replicate {}, reshard after forward: {}",
                      core::strategyName(s.strategy), s.fsdp_version, e.mesh.shard_size, e.mesh.replicate_size,
                      reshardString(s)));
@@ -301,9 +305,10 @@ std::string planReportText(const core::Plan& plan, const sim::Evaluation& e) {
     line(fmt::format("  dtypes       param {}, reduce {}, master {}; optimizer {}", core::dtypeName(t.computeDtype()),
                      core::dtypeName(t.reduceDtype()), core::dtypeName(t.master_dtype),
                      core::optimizerName(t.optimizer)));
-    line(fmt::format("  compute      AC {}, attention {}, kernels {}, offload {}{}{}", core::acString(t.ac, t.ac_every),
-                     core::attentionName(t.attention), core::kernelImplName(t.kernels), core::offloadName(t.offload),
-                     t.hf_mask == core::HfMask::V4 ? ", transformers 4.5x mask" : "",
+    line(fmt::format("  compute      AC {}, attention {}, kernels {}, impl {}, offload {}{}{}", core::acString(t.ac, t.ac_every),
+                     core::attentionName(t.attention), core::kernelImplName(t.kernels), core::modelImplName(t.impl),
+                     core::offloadName(t.offload),
+                     t.hf_mask == core::HfMask::V4 && t.impl == core::ModelImpl::Hf ? ", transformers 4.5x mask" : "",
                      t.frozen_regex.empty() ? "" : fmt::format(", frozen /{}/", t.frozen_regex)));
     line(fmt::format("  AC mode      {}",
                      core::acDescription(t.ac, t.ac_every, t.attention == core::AttentionKernel::Flash)));

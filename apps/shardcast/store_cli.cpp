@@ -74,77 +74,9 @@ void addProfileOption(CLI::App& cmd, std::string& profile) {
 }
 
 core::Result<ResolvedProfile> resolveProfileArg(const core::ClusterSpec& cluster, const std::string& arg) {
-    std::error_code ec;
-    if (arg.empty() || fs::exists(arg, ec)) {
-        auto profile = sim::resolveProfile(cluster, arg);
-        if (!profile) return profile.error();
-        return ResolvedProfile{std::move(*profile), std::nullopt, arg.empty() ? "preset" : "file"};
-    }
-    auto store = openStore(false);
-    if (!store) {
-        return core::makeError(fmt::format("'{}' is neither a file nor a stored profile: no such file, and {}", arg,
-                                           store.error().message));
-    }
-    auto object = (*store)->profileByName(arg);
-    if (!object) {
-        std::vector<std::string> names;
-        if (auto entries = (*store)->list(db::Kind::profile, std::nullopt)) {
-            for (const db::Entry& e : *entries) {
-                if (!e.name.empty() && std::find(names.begin(), names.end(), e.name) == names.end()) names.push_back(e.name);
-            }
-        }
-        return core::makeError(fmt::format("'{}' is neither a file nor a profile stored in {} (stored profiles: {})", arg,
-                                           (*store)->path().string(), names.empty() ? "none" : joinNames(names)));
-    }
-    const std::string where = fmt::format("{}: {}", (*store)->path().string(), db::formatId(object->id));
-    auto profile = sim::profileFromJson(object->body.at("profile"), where, sim::HardwareProfile::fromCluster(cluster));
-    if (!profile) return profile.error();
-    return ResolvedProfile{std::move(*profile), object->id, object->body.value("source", std::string("calibrated"))};
-}
-
-std::string planSummaryLine(const core::Plan& plan) {
-    const auto& t = plan.training;
-    return fmt::format("{}, {}x {}, {}, {}, mb {} x seq {}{}", plan.model ? plan.model->name : plan.model_ref,
-                       plan.cluster.worldSize(), plan.cluster.gpu.name, core::strategyName(plan.sharding.strategy),
-                       core::wrapPolicyString(plan.sharding.wrap), t.micro_batch, t.seq_len,
-                       t.grad_accum > 1 ? fmt::format(" x accum {}", t.grad_accum) : std::string());
-}
-
-core::Result<SavedPrediction> savePrediction(db::Store& store, const core::Plan& plan, const sim::Evaluation& e,
-                                             const ResolvedProfile& profile, const std::string& name) {
-    auto plan_json = core::selfContainedPlanJson(plan);
-    if (!plan_json) return plan_json.error();
-    // The plan first, with its one-line summary: savePrediction finds it again by its hash.
-    auto plan_id = store.savePlan(*plan_json, "", planSummaryLine(plan));
-    if (!plan_id) return plan_id.error();
-    std::optional<db::ObjectId> profile_id = profile.stored;
-    if (!profile_id) {
-        // The figures in effect, stored once per content: a prediction can always be re-made.
-        db::ProfileInput input;
-        input.name = fmt::format("{} {}", profile.profile.gpu.name, profile.source == "preset" ? "defaults" : "file");
-        input.cluster = profile.profile.gpu.name;
-        input.source = profile.source;
-        input.profile = sim::profileToJson(profile.profile);
-        input.summary_line = fmt::format("{}, {} {} peak", core::formatGiB(profile.profile.gpu.memory_bytes),
-                                         core::formatFlopRate(profile.profile.peakFlops(core::DType::BF16)), "bf16");
-        auto saved = store.saveProfile(input);
-        if (!saved) return saved.error();
-        profile_id = *saved;
-    }
-    db::PredictionInput input;
-    input.name = name;
-    input.plan = std::move(*plan_json);
-    input.profile = profile_id;
-    input.headroom = e.fit.headroom;
-    input.summary = core::stepSummaryToJson(e.summary);
-    input.timeline = core::timelineToJson(e.timeline);
-    input.memory = core::timedMemoryToJson(e.timed);
-    input.summary_line = fmt::format("{}: {:.2f} ms/step, peak {} of {} ({})", planSummaryLine(plan), e.summary.step_s * 1e3,
-                                     core::formatGiB(e.summary.peak_bytes), core::formatGiB(e.fit.capacity_bytes),
-                                     e.fit.fits ? "fits" : "does not fit");
-    auto saved = store.savePrediction(input);
-    if (!saved) return saved.error();
-    return SavedPrediction{*saved, *plan_id};
+    auto path = storePath();
+    if (!path) return path.error();
+    return planstore::resolveProfile(cluster, arg, *path);
 }
 
 std::unique_ptr<db::Store> openStoreToSave(SaveOutcome& out) {
@@ -184,27 +116,16 @@ SaveOutcome evaluateAndSaveReported(const std::vector<core::Plan>& plans, const 
     auto store = openStoreToSave(out);
     if (!store) return out;
     const std::string db_path = store->path().string();
-    sim::EvaluationOptions options;
-    options.headroom = headroom;
-    options.record_curve = true;
-    options.issue_order_memory = false;
-    sim::Evaluator evaluator;
-    sim::Evaluation e;
+    auto saved = planstore::evaluateAndSave(*store, plans, profile, headroom, request.name, tag);
+    if (!saved) {
+        reportSaveFailure(out, *store, saved.error().message);
+        return out;
+    }
     nlohmann::ordered_json list = nlohmann::ordered_json::array();
     std::vector<std::string> ids;
-    for (const core::Plan& plan : plans) {
-        core::Status done = evaluator.evaluate(plan, &profile.profile, options, e);
-        core::Result<SavedPrediction> saved = core::makeError("not evaluated");
-        if (done) saved = savePrediction(*store, plan, e, profile, request.name);
-        if (done && saved && !tag.empty()) done = store->addTag(saved->prediction, tag);
-        if (!done || !saved) {
-            reportSaveFailure(out, *store,
-                              fmt::format("{} (saved before it: {})", (!done ? done.error() : saved.error()).message,
-                                          ids.empty() ? "none" : joinNames(ids)));
-            return out;
-        }
-        list.push_back({{"prediction", db::formatId(saved->prediction)}, {"plan", db::formatId(saved->plan)}});
-        ids.push_back(db::formatId(saved->prediction));
+    for (const SavedPrediction& s : *saved) {
+        list.push_back({{"prediction", db::formatId(s.prediction)}, {"plan", db::formatId(s.plan)}});
+        ids.push_back(db::formatId(s.prediction));
     }
     out.saved = {{"db", db_path}, {"predictions", list}};
     out.line = fmt::format("Saved {} in {}", ids.empty() ? "nothing" : joinNames(ids), db_path);
@@ -215,16 +136,11 @@ core::Result<std::string> saveCalibratedProfile(const SaveRequest& request, cons
                                                 const std::string& default_name) {
     auto store = openStore(true);
     if (!store) return store.error();
-    db::ProfileInput input;
-    input.name = request.name.empty() ? default_name : request.name;
-    input.cluster = core::hostName();
-    input.source = "calibrated";
-    input.profile = sim::profileToJson(profile);
-    input.summary_line = fmt::format("calibrated on {}: {}", input.cluster, profile.gpu.name);
-    auto id = (*store)->saveProfile(input);
+    const std::string name = request.name.empty() ? default_name : request.name;
+    auto id = planstore::saveCalibratedProfile(**store, profile, name);
     if (!id) return core::makeError((*store)->path().string() + ": " + id.error().message);
-    return fmt::format("Saved {} as profile '{}' in {}; plan with it: --profile {}", db::formatId(*id), input.name,
-                       (*store)->path().string(), input.name);
+    return fmt::format("Saved {} as profile '{}' in {}; plan with it: --profile {}", db::formatId(*id), name,
+                       (*store)->path().string(), name);
 }
 
 }  // namespace shardcast::cli

@@ -11,6 +11,7 @@
 #include "core/plan.hpp"
 #include "core/result.hpp"
 #include "db/store.hpp"
+#include "planstore/planstore.hpp"
 #include "simulator/evaluation.hpp"
 #include "simulator/hardware_profile.hpp"
 
@@ -39,24 +40,14 @@ void addSaveOption(CLI::App& cmd, SaveRequest& save, const std::string& what);
 
 // `--profile NAME|FILE`: an existing file is a profile JSON (sim::resolveProfile); anything else
 // is the name of a profile stored with `calibrate --save NAME` (the newest of that name).
-struct ResolvedProfile {
-    sim::HardwareProfile profile;
-    std::optional<db::ObjectId> stored;  // the stored profile used
-    std::string source;                  // "preset", "file" or "calibrated"/"file" (from the store)
-};
+using planstore::ResolvedProfile;
 void addProfileOption(CLI::App& cmd, std::string& profile);
+// planstore::resolveProfile with the store in effect (--db).
 core::Result<ResolvedProfile> resolveProfileArg(const core::ClusterSpec& cluster, const std::string& arg);
 
-// "llama-3.1-8b, 8x H100-SXM, FULL_SHARD, block, mb 1 x seq 4096" (the one line `db list` shows).
-std::string planSummaryLine(const core::Plan& plan);
-
-// Saves the plan (found again by its content if already stored), the profile in effect (when not
-// already stored) and the prediction made from `e`. Returns the prediction's id.
-struct SavedPrediction {
-    db::ObjectId prediction, plan;
-};
-core::Result<SavedPrediction> savePrediction(db::Store& store, const core::Plan& plan, const sim::Evaluation& e,
-                                             const ResolvedProfile& profile, const std::string& name);
+using planstore::planSummaryLine;
+using planstore::SavedPrediction;
+using planstore::savePrediction;
 
 // Opens the store (creating it), runs `save` on it; prints the error naming the store and returns
 // kExitRuntimeFailure (or kExitBadInput when the store file itself is unusable) on failure.

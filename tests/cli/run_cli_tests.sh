@@ -163,6 +163,35 @@ else
     fail "--ac selective is refused with the choices" "stderr: $(head -c 400 "$tmp/err")"
 fi
 
+# --- prefetch flags: written into the plan, errors name the flag, and they change the timeline ---------
+expect_bad_input "--prefetch-depth 0 is refused" "--prefetch-depth: must be an integer from 1 to 1024" \
+    "$bin" plan --model llama-3.1-8b --prefetch-depth 0
+expect_bad_input "--backward-prefetch bad is refused" "--backward-prefetch: expected pre, post or none" \
+    "$bin" plan --model llama-3.1-8b --fsdp 1 --backward-prefetch later
+expect_bad_input "--forward-prefetch bad is refused" "--forward-prefetch: expected true or false" \
+    "$bin" plan --model llama-3.1-8b --fsdp 1 --forward-prefetch yes
+if "$bin" plan --model llama-3.1-8b --fsdp 1 --forward-prefetch true --backward-prefetch post --prefetch-depth 2 \
+        --write-plan "$tmp/prefetch.plan.json" >/dev/null 2>"$tmp/err"; then
+    check "prefetch flags are written into the plan" '
+import json, sys
+s = json.load(open(sys.argv[1]))["sharding"]
+assert (s["prefetch_depth"], s["forward_prefetch"], s["backward_prefetch"]) == (2, True, "post"), s' "$tmp/prefetch.plan.json"
+else
+    fail "prefetch flags are written into the plan" "stderr: $(head -c 400 "$tmp/err")"
+fi
+# FSDP1 without backward prefetch waits for each all-gather in backward: a longer step than BACKWARD_PRE.
+if "$bin" simulate --model llama-3.1-8b --fsdp 1 --seq-len 2048 --json >"$tmp/pre.json" 2>"$tmp/err" &&
+    "$bin" simulate --model llama-3.1-8b --fsdp 1 --seq-len 2048 --backward-prefetch none --json \
+        >"$tmp/none.json" 2>>"$tmp/err"; then
+    check "--backward-prefetch none exposes more communication than pre" '
+import json, sys
+pre = json.load(open(sys.argv[1] + "/pre.json")); none = json.load(open(sys.argv[1] + "/none.json"))
+assert none["step_s"] > pre["step_s"], (none["step_s"], pre["step_s"])
+assert none["exposed_comm_s"] > pre["exposed_comm_s"], (none["exposed_comm_s"], pre["exposed_comm_s"])' "$tmp"
+else
+    fail "--backward-prefetch simulate runs" "stderr: $(head -c 400 "$tmp/err")"
+fi
+
 # --- golden plans -------------------------------------------------------------------------
 compare='
 import json, sys

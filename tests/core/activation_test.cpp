@@ -262,7 +262,9 @@ TEST(ActivationTest, Transformers45MaskAddsTheMaskAndRepeatedKv) {
     for (const sc::Op& op : m.ops) {
         if (op.kind != sc::OpKind::Attention || !op.existsUnder(v::kFlash, v::kEagerKernels)) continue;
         ++flash_ops;
-        EXPECT_EQ(2 * op.saved_act_hf_mask.at(2048, 2048), 33'554'432.0);
+        EXPECT_EQ(2 * (op.saved_act_hf_mask.at(2048, 2048) + op.saved_act_repeat_kv.at(2048, 2048)), 33'554'432.0);
+        // The repeated K/V alone (what torchtitan's Llama also keeps): 2 * 2048 * 6144.
+        EXPECT_EQ(2 * op.saved_act_repeat_kv.at(2048, 2048), 25'165'824.0);
     }
     EXPECT_EQ(flash_ops, 32);
     // GPT-2 has as many K/V heads as query heads: only the mask is added.
@@ -270,6 +272,7 @@ TEST(ActivationTest, Transformers45MaskAddsTheMaskAndRepeatedKv) {
     for (const sc::Op& op : g.ops) {
         if (op.kind == sc::OpKind::Attention && op.existsUnder(v::kFlash, v::kEagerKernels)) {
             EXPECT_EQ(op.saved_act_hf_mask.per_token, 0.0);
+            EXPECT_EQ(op.saved_act_repeat_kv.per_token, 0.0);
         }
     }
 }

@@ -167,7 +167,9 @@ TEST(OpShapeTest, RepeatedBlocksShareTheirOps) {
     const Task& rec4 = p.tasks[static_cast<size_t>(findTask(p, TaskKind::Recompute, "model.layers.4"))];
     EXPECT_EQ(fwd3.ops, fwd4.ops);
     EXPECT_EQ(rec4.ops, fwd4.ops);
-    EXPECT_LT(p.ops.size(), 200u);
+    // A block's forward and backward are about 120 kernels (eager elementwise ops launch several:
+    // RMSNorm 8 forward and 15 backward); 32 unshared blocks would need thousands.
+    EXPECT_LT(p.ops.size(), 400u);
 }
 
 // A frozen linear layer needs no weight gradient: its backward keeps only dgrad.

@@ -348,7 +348,7 @@ TEST(PlanIoTest, HybridTwoNodesShardsInsideANode) {
 
 TEST(PlanIoTest, RoundTripThroughJson) {
     json j = examplePlanJson();
-    j["cluster"] = {{"gpu", {{"base", "H100-SXM"}, {"name", "H100-custom"}, {"memory_gib", 94}}},
+    j["cluster"] = {{"gpu", {{"base", "H100-SXM"}, {"name", "H100-custom"}, {"memory_gib", 94}, {"power_limit_w", 500}}},
                     {"nodes", 2},
                     {"gpus_per_node", 8}};
     j["training"]["grad_accum"] = 4;
@@ -356,7 +356,8 @@ TEST(PlanIoTest, RoundTripThroughJson) {
     j["training"]["param_dtype"] = nullptr;
     j["training"]["optimizer"] = "sgd-momentum";
     j["training"]["ac"] = "op";
-    j["training"]["kernels"] = "fused";
+    j["training"]["kernels"] = "compile";
+    j["training"]["impl"] = "torchtitan";
     j["training"]["offload"] = "cpu";
     j["training"]["frozen"] = "embed_tokens";
     j["sharding"] = {{"strategy", "_HYBRID_SHARD_ZERO2"}, {"shard_size", 4}, {"wrap", "every:2"},
@@ -379,7 +380,9 @@ TEST(PlanIoTest, RoundTripThroughJson) {
     EXPECT_EQ(back->training.reduce_dtype, sc::DType::F32);
     EXPECT_EQ(back->training.optimizer, sc::Optimizer::SgdMomentum);
     EXPECT_EQ(back->training.ac, sc::Checkpointing::Op);
-    EXPECT_EQ(back->training.kernels, sc::KernelImpl::Fused);
+    EXPECT_EQ(back->training.kernels, sc::KernelImpl::Compile);
+    EXPECT_EQ(back->training.impl, sc::ModelImpl::Torchtitan);
+    EXPECT_DOUBLE_EQ(back->cluster.gpu.power_limit_w, 500);
     EXPECT_EQ(back->training.offload, sc::Offload::Cpu);
     EXPECT_EQ(back->training.frozen_regex, "embed_tokens");
     EXPECT_EQ(back->sharding.strategy, sc::Strategy::HybridShardZero2);

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <memory>
 
+#include "core/memory.hpp"
 #include "core/model_io.hpp"
 #include "core/plan.hpp"
 #include "core/program.hpp"
@@ -141,4 +142,44 @@ TEST(TrackerCategoriesTest, Transformers45MaskAddsSavedBytesPerLayer) {
         return saved;
     };
     EXPECT_EQ(activation(HfMask::V4) - activation(HfMask::V5), 1'073'741'824);
+}
+
+TEST(TrackerCategoriesTest, GradientsAreUnshardedGradFromTheUnitsPostBackward) {
+    // FSDPMemTracker._fsdp_param_group_post_backward (fsdp2_mem_tracker.py) files each
+    // _unsharded_param.grad as Unsharded Grad before FSDP2's post_backward runs: each block's bf16
+    // weight gradient, 64 * 32 * 2 = 4,096 bytes, is made as Temp and moved to Unsharded Grad at
+    // the end of the block's (only, hence last) backward task.
+    const Program p = lowered(fullShard(toyModel(), 2, kTokens));
+    int backwards = 0;
+    for (const Task& t : p.tasks) {
+        if (t.kind != TaskKind::Backward) continue;
+        ++backwards;
+        EXPECT_EQ(allocated(p, t.mem_end, MemCategory::Temp), kRows * kCols * 2);
+        EXPECT_EQ(allocated(p, t.mem_end, MemCategory::UnshardedGrad), kRows * kCols * 2);
+    }
+    EXPECT_EQ(backwards, 2);
+}
+
+TEST(TrackerCategoriesTest, ReduceScatterInputIsTempUntilTheCollective) {
+    // FSDP2's foreach_reduce allocates the fp32 reduce-scatter input with torch.empty in backward
+    // (TEMP) and copies the gradients into it; only _reduce_scatter_base_ makes it REDUCE_SCATTER
+    // (fsdp2_mem_tracker.py, __torch_dispatch__). Each block: 64 rows on 2 ranks, no padding,
+    // 64 * 32 * 4 = 8,192 bytes, held next to the 4,096-byte bf16 gradient at the copy-in.
+    const Program p = lowered(fullShard(toyModel(), 2, kTokens));
+    MemoryReport report;
+    replayMemory(p, report, /*record_curve=*/true);
+    int copy_ins = 0, reductions = 0;
+    for (size_t i = 0; i < report.curve.size(); ++i) {
+        const MemorySample& s = report.curve[i];
+        if (s.task < 0 || p.tasks[static_cast<size_t>(s.task)].kind != TaskKind::ReduceScatter) continue;
+        const auto& b = s.bytes;
+        if (b[index(MemCategory::Temp)] == 8192 && b[index(MemCategory::UnshardedGrad)] == 4096 &&
+            b[index(MemCategory::ReduceScatter)] == 0)
+            ++copy_ins;
+        if (b[index(MemCategory::ReduceScatter)] >= 8192 && b[index(MemCategory::UnshardedGrad)] == 0 &&
+            b[index(MemCategory::Temp)] == 0)
+            ++reductions;
+    }
+    EXPECT_EQ(copy_ins, 2);
+    EXPECT_GE(reductions, 2);
 }

@@ -4,6 +4,8 @@
 #include <QSignalSpy>
 #include <QtTest>
 
+#include "core/plan_build.hpp"
+#include "core/sharding.hpp"
 #include "gui/input_panel.hpp"
 
 using namespace shardcast;
@@ -11,8 +13,9 @@ using namespace shardcast;
 namespace {
 const QString kExample = SHARDCAST_SOURCE_DIR "/examples/llama-3.1-8b-8xh100.json";
 const QStringList kKnobs = {"model", "gpu", "nodes", "gpus-per-node", "micro-batch", "seq-len", "grad-accum", "no-sync",
-                            "param-dtype", "reduce-dtype", "master-dtype", "optimizer", "ac", "attention", "kernels",
-                            "offload", "frozen", "strategy", "shard-size", "fsdp", "wrap", "reshard-after-forward"};
+                            "param-dtype", "reduce-dtype", "master-dtype", "optimizer", "ac", "attention", "kernels", "impl",
+                            "offload", "frozen", "strategy", "shard-size", "fsdp", "wrap", "reshard-after-forward",
+                            "prefetch-depth", "forward-prefetch", "backward-prefetch", "profile"};
 }  // namespace
 
 class InputPanelTest : public QObject {
@@ -65,6 +68,49 @@ private slots:
             // One sentence that names PyTorch's setting in parentheses.
             QVERIFY2(tip.endsWith('.') && tip.contains('(') && tip.contains(')'), qPrintable(key + ": " + tip));
         }
+    }
+
+    // The prefetch knobs fill from the plan file and become --prefetch-depth / --forward-prefetch /
+    // --backward-prefetch overrides only when changed.
+    void prefetchKnobs() {
+        gui::InputPanel panel;
+        QVERIFY(panel.setBasePlan(kExample).ok());
+        QCOMPARE(panel.knobText("prefetch-depth"), QString("1"));
+        QCOMPARE(panel.knobText("backward-prefetch"), QString("pre"));
+        core::PlanOverrides o = panel.overrides();
+        QVERIFY(!o.prefetch_depth && !o.forward_prefetch && !o.backward_prefetch);
+        QVERIFY(panel.setKnob("prefetch-depth", "3"));
+        QVERIFY(panel.setKnob("forward-prefetch", "true"));
+        QVERIFY(panel.setKnob("backward-prefetch", "post"));
+        o = panel.overrides();
+        QCOMPARE(o.prefetch_depth.value_or(0), int64_t{3});
+        QCOMPARE(QString::fromStdString(o.forward_prefetch.value_or("")), QString("true"));
+        QCOMPARE(QString::fromStdString(o.backward_prefetch.value_or("")), QString("post"));
+        auto plan = core::buildPlan(o);
+        QVERIFY2(plan.ok(), plan.ok() ? "" : plan.error().message.c_str());
+        QCOMPARE(plan->sharding.prefetch_depth, 3);
+        QVERIFY(plan->sharding.forward_prefetch);
+        QCOMPARE(plan->sharding.backward_prefetch, core::ShardingSpec::BackwardPrefetch::Post);
+    }
+
+    // The profile knob: documented figures by default (""), stored names offered, the choice kept
+    // when the list is refreshed, and no plan override (the profile is not a plan field).
+    void profileKnob() {
+        gui::InputPanel panel;
+        QVERIFY(panel.setBasePlan(kExample).ok());
+        QCOMPARE(panel.profileArg(), QString());
+        panel.setStoredProfiles({"slow-h100", "lab"});
+        QSignalSpy changed(&panel, &gui::InputPanel::changed);
+        QVERIFY(panel.setKnob("profile", "lab"));
+        QCOMPARE(changed.count(), 1);
+        QCOMPARE(panel.profileArg(), QString("lab"));
+        panel.setStoredProfiles({"new", "lab", "slow-h100"});
+        QCOMPARE(panel.profileArg(), QString("lab"));
+        QCOMPARE(changed.count(), 1);  // refreshing the list is not a change
+        QVERIFY(panel.setKnob("profile", ""));
+        QCOMPARE(panel.profileArg(), QString());
+        const core::PlanOverrides o = panel.overrides();
+        QVERIFY(!o.gpu);
     }
 
     void applyingACandidateSetsItsKnobsOnce() {

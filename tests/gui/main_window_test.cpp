@@ -15,11 +15,13 @@
 #include "gui/main_window.hpp"
 #include "gui/module_tree.hpp"
 #include "gui/palette.hpp"
+#include "gui/plan_results.hpp"
 #include "gui/planner.hpp"
 #include "gui/timeline_view.hpp"
 #include "gui/wrap_table_model.hpp"
 #include "gui/wrap_view.hpp"
 #include "simulator/evaluation.hpp"
+#include "simulator/optimize.hpp"
 
 using namespace shardcast;
 
@@ -203,6 +205,56 @@ private slots:
         QCOMPARE(tree->checkedModules(), (QStringList{"model.layers.0", "model.layers.5"}));
         const std::string wrap = "modules:" + m_window->inputs()->knobText("wrap").mid(8).toStdString();
         checkShows(reference(exampleWith([&wrap](core::PlanOverrides& o) { o.wrap = wrap; })));
+    }
+
+    // The exact wrap search's grouping drawn on the module tree: every module of a searched unit
+    // shows that unit's number, in the search's order.
+    void searchGroupingOnTheModuleTree() {
+        const gui::PlanResult* shown = m_window->currentPlan();
+        auto wrap = gui::computeWrap(*shown, nullptr);
+        QVERIFY(wrap.ok() && (*wrap)->search_ok);
+        const std::vector<std::string>& units = (*wrap)->search.wrap.modules;
+        QVERIFY(!units.empty());
+        gui::ModuleTree* tree = m_window->moduleTree();
+        int modules_seen = 0;
+        for (size_t i = 0; i < units.size(); ++i) {
+            for (const QString& fqn : QString::fromStdString(units[i]).split('+')) {
+                const QString label = tree->searchUnit(fqn);
+                QVERIFY2(label.startsWith(QString("%1: ").arg(i + 1)), qPrintable(fqn + " -> " + label));
+                ++modules_seen;
+            }
+        }
+        QCOMPARE(modules_seen, 32);  // every decoder layer is in exactly one searched unit
+        QVERIFY(tree->searchUnit("").isEmpty());  // the root is in none
+        // A block's children are drawn in their block's unit.
+        QCOMPARE(tree->searchUnit("model.layers.0.self_attn"), tree->searchUnit("model.layers.0"));
+    }
+
+    // The wrap view runs `shardcast optimize` on the current inputs and loads its winner: the same
+    // winner and score as sim::optimize on the same plan, and the loaded plan is that configuration.
+    void optimizerRunsAndLoadsTheWinner() {
+        const gui::PlanResult* shown = m_window->currentPlan();
+        sim::OptimizeOptions options;
+        options.global_batch = shown->plan.training.micro_batch * shown->plan.training.grad_accum * 8;
+        options.headroom = shown->eval.fit.headroom;
+        auto ref = sim::optimize(shown->plan, sim::OptimizeSpace{}, shown->profile.profile, options);
+        QVERIFY2(ref.ok(), ref.ok() ? "" : ref.error().message.c_str());
+        QVERIFY(ref->fits);
+        m_window->startOptimize();
+        QVERIFY(m_window->waitForOptimize(kWaitMs));
+        const gui::OptimizeRun* run = m_window->optimizeRun();
+        QCOMPARE(run->global_batch, options.global_batch);
+        QCOMPARE(run->result.best.step_s, ref->best.step_s);
+        QCOMPARE(gui::describeChoice(run->result.best.choice), gui::describeChoice(ref->best.choice));
+        const QString text = m_window->wrapView()->optimizeText();
+        QVERIFY2(text.contains(QString::fromStdString(gui::describeChoice(ref->best.choice)).toHtmlEscaped()), qPrintable(text));
+        QVERIFY(m_window->loadOptimizeWinner().ok());
+        QVERIFY(m_window->planner()->waitUntilFinished(kWaitMs));
+        const gui::PlanResult* loaded = m_window->currentPlan();
+        QCOMPARE(loaded->eval.summary.step_s, ref->best.step_s);
+        QCOMPARE(loaded->plan.sharding.strategy, ref->best.choice.strategy);
+        QCOMPARE(loaded->plan.training.micro_batch, ref->best.choice.micro_batch);
+        QCOMPARE(loaded->plan.training.grad_accum, ref->best.choice.grad_accum);
     }
 
     // Window geometry and recent files outlive the window (QSettings, organisation "shardcast").

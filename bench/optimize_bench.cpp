@@ -1,0 +1,65 @@
+// Speed targets of `shardcast optimize` (issue 13), the default space, one core:
+//   Llama-3.1-8B on 8 GPUs: <= 20 ms;  Llama-3.1-70B on 64 GPUs: <= 100 ms;
+//   Llama-3.1-405B on 16,384 H100s, global batch 2,048 x 8,192 tokens: <= 1 s.
+// The issue's 405B job gives each of 16,384 ranks 1/8 of a sequence, which data parallelism alone
+// cannot do: the optimizer refuses it at once (BM_Optimize_Llama405B_IssueBatch measures that). The
+// search itself is measured on the nearest job it can plan, one sequence per rank (global batch 16,384).
+#include <benchmark/benchmark.h>
+
+#include "bench/bench_plan.hpp"
+#include "simulator/hardware_profile.hpp"
+#include "simulator/optimize.hpp"
+
+using namespace shardcast;
+
+namespace {
+
+using shardcast::bench::benchPlan;
+
+void runOptimize(benchmark::State& state, const core::Plan& plan, int64_t global_batch, bool expect_error) {
+    const sim::HardwareProfile profile = sim::HardwareProfile::fromCluster(plan.cluster);
+    sim::OptimizeOptions options;
+    options.global_batch = global_batch;
+    sim::OptimizeResult last;
+    for (auto _ : state) {
+        auto r = sim::optimize(plan, sim::OptimizeSpace{}, profile, options);
+        if (static_cast<bool>(r) == expect_error) {
+            state.SkipWithError(r ? "expected the batch to be refused" : r.error().message.c_str());
+            return;
+        }
+        if (r) last = std::move(*r);
+        benchmark::DoNotOptimize(last.best.step_s);
+    }
+    state.counters["space"] = static_cast<double>(last.space_size);
+    state.counters["evaluated"] = static_cast<double>(last.evaluated);
+    state.counters["pruned"] = static_cast<double>(last.pruned);
+    state.counters["fits"] = last.fits ? 1 : 0;
+}
+
+void BM_Optimize_Llama8B_8GPUs(benchmark::State& state) {
+    static const core::Plan plan = benchPlan("llama-3.1-8b", 1);
+    runOptimize(state, plan, 32, false);  // 4 sequences of 8,192 per rank
+}
+BENCHMARK(BM_Optimize_Llama8B_8GPUs)->Unit(benchmark::kMillisecond);
+
+void BM_Optimize_Llama70B_64GPUs(benchmark::State& state) {
+    static const core::Plan plan = benchPlan("llama-3.1-70b", 8);
+    runOptimize(state, plan, 256, false);  // 4 sequences of 8,192 per rank
+}
+BENCHMARK(BM_Optimize_Llama70B_64GPUs)->Unit(benchmark::kMillisecond);
+
+void BM_Optimize_Llama405B_16384GPUs(benchmark::State& state) {
+    static const core::Plan plan = benchPlan("llama-3.1-405b", 2048);
+    runOptimize(state, plan, 16384, false);
+}
+BENCHMARK(BM_Optimize_Llama405B_16384GPUs)->Unit(benchmark::kMillisecond);
+
+void BM_Optimize_Llama405B_IssueBatch(benchmark::State& state) {
+    static const core::Plan plan = benchPlan("llama-3.1-405b", 2048);
+    runOptimize(state, plan, 2048, true);
+}
+BENCHMARK(BM_Optimize_Llama405B_IssueBatch)->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();

@@ -1,0 +1,165 @@
+#pragma once
+// `shardcast optimize` (issue 13): the fastest configuration of a job over a space of strategies,
+// meshes, wrap units, activation checkpointing, micro-batch x accumulation, reshard_after_forward,
+// prefetch and CPU offload, scored by the evaluation API (simulator/evaluation.hpp) and exact under
+// it: every configuration is either evaluated or pruned by a proven lower bound on its step time.
+//
+// The bounds (configurationBounds). For a fixed micro-batch and checkpointing mode, every
+// configuration's Program holds the same forward, backward and recompute tasks with the same
+// activation allocations and frees (the lowering emits a block's ops and what autograd saves from
+// the training setup alone; sharding adds copy-ins, copy-outs, casts and collectives around them).
+//   Time: the simulator runs the compute stream one task at a time and contention only stretches a
+//   compute task (overlap_compute_slowdown >= 1), so the step lasts at least the sum of those
+//   tasks' uncontended durations.
+//   Memory: those tasks all run on the compute stream in Program order, so the Activation bytes
+//   follow the same sequence whatever the timing, and the peak (all categories, each >= 0; reserved
+//   >= allocated) is at least their maximum.
+// Configurations are evaluated group by group, (micro-batch, checkpointing) in increasing time bound.
+// A group whose memory bound exceeds the budget holds nothing that fits; a group whose time bound
+// exceeds the step time of the T-th fastest fitting configuration found so far holds no top-T
+// configuration; both are skipped. Every evaluated configuration is checked against its group's
+// bounds; a violation (a bug in the premise) turns pruning off and restarts the search, so the
+// answer stays exact.
+//
+// Not in the space (the Plan cannot express them yet): activation checkpointing per unit (one mode
+// for the whole model; layer:K checkpoints every K-th block), arbitrary contiguous groupings of
+// blocks (the wrap choices are a list of policies; `shardcast search` then finds the exact grouping
+// for a chosen configuration), explicit FSDP2 prefetch lists (the implicit prefetch depth is).
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/fit.hpp"
+#include "core/plan.hpp"
+#include "core/result.hpp"
+#include "simulator/hardware_profile.hpp"
+
+namespace shardcast::sim {
+
+class CancelToken;
+
+// What the search may choose; an empty list means every choice listed on the field.
+struct OptimizeSpace {
+    std::vector<core::Strategy> strategies;  // empty: all five
+    std::vector<int> hybrid_shard_sizes;     // empty: every divisor d of the world size, 1 < d < world
+    std::vector<int> fsdp_versions;          // empty: {2, 1}
+    std::vector<core::WrapPolicy> wraps;     // empty: defaultWrapChoices(model)
+    std::vector<core::AcSpec> acs;           // empty: defaultAcChoices(model)
+    std::vector<core::Offload> offloads;     // empty: {none, cpu}
+    int64_t max_micro_batch = 0;             // 0: up to the batch per rank
+    // FSDP2 FULL_SHARD / HYBRID_SHARD whose shard group spans nodes may also re-shard to the GPUs of
+    // one node after forward (reshard_after_forward = GPUs per node).
+    bool partial_reshard = true;
+    // FSDP2: prefetch depth 1 and 2; FSDP1: backward_prefetch PRE and POST, forward_prefetch off and on.
+    // false: the defaults only.
+    bool prefetch = true;
+};
+
+// Whole model, every K blocks for K in {8, 4, 2} below the block count, and one unit per block.
+std::vector<core::WrapPolicy> defaultWrapChoices(const core::Model& model);
+// none, attn-core, op, layer:2 (with at least 2 blocks), full.
+std::vector<core::AcSpec> defaultAcChoices(const core::Model& model);
+
+struct OptimizeOptions {
+    int64_t global_batch = 0;   // sequences per optimizer step over all ranks
+    double headroom = core::kDefaultHeadroom;
+    int top = 5;                // configurations kept in OptimizeResult::top (>= 1)
+    bool prune = true;          // false: evaluate everything (tests compare the two)
+    const CancelToken* cancel = nullptr;
+    std::function<void(size_t done, size_t total)> progress;  // on the calling thread
+};
+
+// One point of the space.
+struct OptimizeChoice {
+    core::Strategy strategy = core::Strategy::FullShard;
+    int shard_size = 0;
+    int fsdp = 2;
+    core::ReshardMode reshard = core::ReshardMode::Default;
+    int reshard_k = 0;
+    int prefetch_depth = 1;
+    bool forward_prefetch = false;
+    core::ShardingSpec::BackwardPrefetch backward_prefetch = core::ShardingSpec::BackwardPrefetch::Pre;
+    core::Offload offload = core::Offload::None;
+    core::WrapPolicy wrap;
+    core::AcSpec ac;
+    int64_t micro_batch = 1;
+    int64_t grad_accum = 1;
+};
+
+// `base` with the choice applied.
+core::Plan applyChoice(const core::Plan& base, const OptimizeChoice& c);
+
+struct OptimizeEntry {
+    OptimizeChoice choice;
+    double step_s = 0;
+    double tokens_per_s_per_gpu = 0;
+    double mfu = 0;
+    int64_t peak_bytes = 0;     // the figure the evaluation's fit verdict judges (judgedPeakBytes)
+    int64_t budget_bytes = 0;   // capacity less the headroom
+    bool fits = false;
+};
+
+// The dimensions a choice is made in, for OptimizeResult::losses.
+enum class OptimizeDimension : uint8_t { Strategy, Fsdp, Reshard, Prefetch, Offload, Wrap, Ac, MicroBatch };
+inline constexpr int kOptimizeDimensionCount = 8;
+std::string_view dimensionName(OptimizeDimension d);  // "strategy", "fsdp", ...
+std::string choiceValue(const OptimizeChoice& c, OptimizeDimension d);  // "HYBRID_SHARD (shard 8)", ...
+
+// The best fitting configuration with `value` in `dimension` instead of the winner's (exact: found
+// by the same bounds, restricted to that choice).
+struct DimensionLoss {
+    OptimizeDimension dimension = OptimizeDimension::Strategy;
+    std::string value;          // the other choice
+    std::string winner_value;   // the winner's choice
+    bool fits = false;          // some configuration with `value` fits
+    double step_s = 0;          // of the best one (fits)
+    double tokens_per_s_per_gpu = 0;
+    double change = 0;          // tokens/s relative to the winner's: -0.07 = 7% fewer
+};
+
+struct OptimizeResult {
+    bool fits = false;            // some configuration fits
+    OptimizeEntry best;           // the winner; when nothing fits, the configuration closest to fitting
+    std::vector<OptimizeEntry> top;    // fastest fitting first, at most OptimizeOptions::top
+    // Pareto front of (peak, step time) over the fitting configurations with a step time below
+    // cutoff_step_s, by increasing peak. Every pruned configuration steps at least the cut-off, so
+    // the front is exact in that window.
+    std::vector<OptimizeEntry> front;
+    double cutoff_step_s = 0;     // 0: nothing pruned (the front covers the whole space)
+    std::vector<DimensionLoss> losses;
+    size_t space_size = 0;        // configurations in the space
+    size_t evaluated = 0;         // of them, scored by the full evaluation
+    size_t invalid = 0;           // of the evaluated, refused by the plan's validation
+    size_t pruned = 0;            // skipped by the bound
+    bool bound_restarted = false; // a bound was violated and the search re-ran without pruning
+    int64_t batch_per_rank = 0;
+    std::string no_fit;           // nothing fits: the closest configuration, by how much, what would help
+    std::vector<std::string> not_searched;  // dimensions of the issue the space leaves out, in words
+};
+
+// The figure an evaluation's fit verdict judges against the budget (the allocator's reserved peak
+// where the evaluation models it, the allocated peak otherwise): marginBytes() is measured from it.
+inline int64_t judgedPeakBytes(const core::FitVerdict& f) {
+    return f.fits ? f.budget_bytes - f.marginBytes() : f.budget_bytes + f.marginBytes();
+}
+
+// The search. `base` supplies the model, cluster and training setup (its sharding and
+// micro-batch are replaced). Errors: a global batch that does not split over the ranks, an empty
+// space, a cancelled search (core::cancelledError()).
+core::Result<OptimizeResult> optimize(const core::Plan& base, const OptimizeSpace& space, const HardwareProfile& profile,
+                                      const OptimizeOptions& options);
+
+// The proven lower bounds on the step time and the peak of every configuration that uses `plan`'s
+// micro-batch, accumulation and checkpointing (see the top of this file), from `plan`'s evaluation.
+struct ConfigurationBounds {
+    int64_t step_ns = 0;
+    int64_t peak_bytes = 0;
+};
+core::Result<ConfigurationBounds> configurationBounds(const core::Plan& plan, const HardwareProfile& profile);
+
+// Every configuration of the space in enumeration order (for tests and exhaustive comparisons).
+core::Result<std::vector<OptimizeChoice>> enumerateSpace(const core::Plan& base, const OptimizeSpace& space,
+                                                         int64_t global_batch);
+
+}  // namespace shardcast::sim

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# End-to-end checks of `shardcast optimize`: the --json shape ({"best": {plan, time, memory}, "top",
+# "front"}), --write-plan read back by `plan`, --pytorch, the no-fit statement and bad input.
+#   usage: run_optimize_cli_tests.sh SHARDCAST_BINARY
+set -uo pipefail
+# shellcheck source=tests/cli/harness.sh
+source "$(dirname "${BASH_SOURCE[0]}")/harness.sh"
+
+bin=${1:?usage: run_optimize_cli_tests.sh SHARDCAST_BINARY}
+bin=$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cd "$tmp"
+
+job=(--model llama-3.1-8b --gpu H100-SXM --nodes 1 --gpus-per-node 8 --seq-len 8192 --global-batch 32)
+small=(--wrap every:8,block --ac none,full --fsdp 2)
+
+# --- --json shape, --write-plan, --pytorch ---------------------------------------------------------
+expect_exit "optimize --json exits 0" 0 "$bin" optimize "${job[@]}" "${small[@]}" --top 3 --json \
+    --write-plan "$tmp/best.json" --pytorch "$tmp/apply.py"
+cp "$tmp/out" "$tmp/opt.json"
+check "optimize --json: best/top/front with plan, time and memory objects as plan --json prints them" '
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert list(d)[:3] == ["best", "top", "front"], list(d)
+assert d["fits"] is True
+for e in [d["best"]] + d["top"] + d["front"]:
+    assert set(e) == {"plan", "time", "memory"}, set(e)
+    assert e["plan"]["format"] == "shardcast-plan", e["plan"]
+    assert e["time"]["step_s"] > 0 and e["time"]["tokens_per_s_per_gpu"] > 0
+    assert e["memory"]["fits"] is True and e["memory"]["peak_bytes"] <= e["memory"]["budget_bytes"]
+assert len(d["top"]) == 3
+steps = [e["time"]["step_s"] for e in d["top"]]
+assert steps == sorted(steps) and steps[0] == d["best"]["time"]["step_s"], steps
+peaks = [e["memory"]["peak_bytes"] for e in d["front"]]
+fsteps = [e["time"]["step_s"] for e in d["front"]]
+assert peaks == sorted(peaks) and fsteps == sorted(fsteps, reverse=True), (peaks, fsteps)
+s = d["search"]
+assert s["evaluated"] + s["pruned"] == s["space_size"] and s["batch_per_rank"] == 4
+assert d["best"]["plan"]["training"]["micro_batch"] * d["best"]["plan"]["training"]["grad_accum"] == 4
+for l in d["losses"]:
+    assert l["change"] <= 0, l
+' "$tmp/opt.json"
+
+expect_exit "plan reads the written winner back" 0 "$bin" plan "$tmp/best.json" --json
+check "the written plan scores as the winner" '
+import json, os, sys
+d = json.load(open(sys.argv[1]))
+o = json.load(open(os.path.join(os.path.dirname(sys.argv[1]), "opt.json")))
+assert d["time"]["step_s"] == o["best"]["time"]["step_s"], (d["time"]["step_s"], o["best"]["time"]["step_s"])
+assert d["memory"]["peak_bytes"] == o["best"]["memory"]["peak_bytes"]
+' "$tmp/out"
+check "optimize --pytorch writes valid Python" '
+import ast, sys
+src = open(sys.argv[1]).read()
+ast.parse(src)
+assert "fully_shard(model, mesh=mesh, mp_policy=mp)" in src and "micro-batch" in src
+' "$tmp/apply.py"
+
+expect_exit "optimize text exits 0" 0 "$bin" optimize "${job[@]}" "${small[@]}"
+if grep -q "^Best: " "$tmp/out" && grep -q "^Pareto front" "$tmp/out" && grep -q "instead of" "$tmp/out" \
+    && grep -q "tokens/s per GPU" "$tmp/out"; then
+    pass "optimize text: best, front and what other choices lose"
+else
+    fail "optimize text: best, front and what other choices lose" "$(head -c 600 "$tmp/out")"
+fi
+
+# --- nothing fits: exit 0, the closest configuration, by how much, what would help ---------------
+expect_exit "optimize: nothing fits is exit 0" 0 "$bin" optimize --model llama-3.1-70b --nodes 1 --global-batch 8 \
+    --strategy FULL_SHARD --fsdp 2 --wrap block --ac full --offload none --json --write-plan "$tmp/none.json"
+check "optimize: nothing fits names the closest configuration, the overshoot and what would help" '
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["fits"] is False and d["top"] == [] and d["front"] == []
+m = d["no_fit"]
+assert "Closest: strategy FULL_SHARD" in m and "over" in m and "more GPUs" in m and "--offload" in m, m
+assert d["best"]["memory"]["fits"] is False
+' "$tmp/out"
+if [ ! -e "$tmp/none.json" ]; then pass "optimize: nothing fits writes no plan"; else fail "optimize: nothing fits writes no plan"; fi
+
+# --- bad input: exit 2, one line naming the flag -----------------------------------------------------
+expect_bad_input "optimize: batch that does not split over the ranks" "--global-batch 12" \
+    "$bin" optimize --model llama-3.1-8b --global-batch 12
+expect_bad_input "optimize: missing --global-batch" "global-batch" "$bin" optimize --model llama-3.1-8b
+expect_bad_input "optimize: bad --strategy" "--strategy: 'zero9'" "$bin" optimize "${job[@]}" --strategy zero3,zero9
+expect_bad_input "optimize: bad --ac" "--ac" "$bin" optimize "${job[@]}" --ac none,selective
+expect_bad_input "optimize: bad --fsdp" "--fsdp: 3" "$bin" optimize "${job[@]}" --fsdp 3
+expect_bad_input "optimize: bad --offload" "--offload: 'gpu'" "$bin" optimize "${job[@]}" --offload gpu
+expect_bad_input "optimize: bad --shard-size" "--shard-size 3" "$bin" optimize "${job[@]}" --shard-size 3
+expect_bad_input "optimize: bad --top" "--top" "$bin" optimize "${job[@]}" --top 0
+expect_bad_input "optimize: bad --headroom" "headroom" "$bin" optimize "${job[@]}" --headroom 1.2
+expect_bad_input "optimize: unknown model" "no-such-model" "$bin" optimize --model no-such-model --global-batch 8
+
+finish optimize

@@ -1,0 +1,257 @@
+// sim::optimize against exhaustive enumeration: every configuration of a space small enough to
+// evaluate one by one (each through its own sim::evaluatePlan, not the optimizer's search loop).
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "core/model_io.hpp"
+#include "simulator/evaluation.hpp"
+#include "simulator/optimize.hpp"
+
+namespace shardcast::sim {
+namespace {
+
+core::Plan basePlan(const char* model_name, int nodes, int64_t seq_len) {
+    auto model = core::resolveModel(model_name);
+    EXPECT_TRUE(model) << model.error().message;
+    core::Plan plan;
+    plan.model = std::make_shared<const core::Model>(std::move(*model));
+    plan.model_ref = model_name;
+    plan.cluster.gpu = *core::findGpuPreset("H100-SXM");
+    plan.cluster.nodes = nodes;
+    plan.cluster.gpus_per_node = 8;
+    plan.training.seq_len = seq_len;
+    return plan;
+}
+
+core::WrapPolicy wrap(const char* text) { return *core::parseWrapPolicy(text, "test"); }
+
+std::string labelOf(const OptimizeChoice& c) {
+    std::string s;
+    for (int d = 0; d < kOptimizeDimensionCount; ++d) s += choiceValue(c, static_cast<OptimizeDimension>(d)) + " | ";
+    return s;
+}
+
+struct Exhaustive {
+    std::vector<OptimizeChoice> choices;
+    std::vector<bool> valid;
+    std::vector<Evaluation> evals;
+};
+
+// Every configuration, evaluated on its own; also checks the step-time bound on each.
+Exhaustive enumerateAll(const core::Plan& base, const OptimizeSpace& space, int64_t global_batch,
+                        const HardwareProfile& profile, double headroom) {
+    Exhaustive ex;
+    auto choices = enumerateSpace(base, space, global_batch);
+    EXPECT_TRUE(choices) << choices.error().message;
+    ex.choices = *choices;
+    EvaluationOptions eo;
+    eo.headroom = headroom;
+    eo.per_unit = false;
+    std::map<std::string, ConfigurationBounds> group_bound;  // (micro-batch, ac) -> the bound of its first valid plan
+    for (const OptimizeChoice& c : ex.choices) {
+        const core::Plan plan = applyChoice(base, c);
+        auto e = evaluatePlan(plan, &profile, eo);
+        ex.valid.push_back(static_cast<bool>(e));
+        ex.evals.push_back(e ? *e : Evaluation{});
+        if (!e) continue;
+        auto bound = configurationBounds(plan, profile);
+        EXPECT_TRUE(bound) << bound.error().message;
+        // The bounds hold for this configuration ...
+        EXPECT_LE(bound->step_ns, e->timeline.step_ns) << labelOf(c);
+        EXPECT_LE(bound->peak_bytes, judgedPeakBytes(e->fit)) << labelOf(c);
+        EXPECT_GT(bound->peak_bytes, 0) << labelOf(c);
+        // ... and are the same for every configuration of its (micro-batch, checkpointing) group: the
+        // premise that lets the search compute them once per group from a reference plan.
+        const std::string key = choiceValue(c, OptimizeDimension::MicroBatch) + choiceValue(c, OptimizeDimension::Ac);
+        auto [it, inserted] = group_bound.try_emplace(key, *bound);
+        if (!inserted) {
+            EXPECT_EQ(it->second.step_ns, bound->step_ns) << labelOf(c);
+            EXPECT_EQ(it->second.peak_bytes, bound->peak_bytes) << labelOf(c);
+        }
+    }
+    return ex;
+}
+
+// Indices of fitting configurations, fastest first; ties by peak then enumeration order.
+std::vector<size_t> ranking(const Exhaustive& ex) {
+    std::vector<size_t> idx;
+    for (size_t i = 0; i < ex.choices.size(); ++i) {
+        if (ex.valid[i] && ex.evals[i].fit.fits) idx.push_back(i);
+    }
+    std::stable_sort(idx.begin(), idx.end(), [&ex](size_t a, size_t b) {
+        const auto& ea = ex.evals[a];
+        const auto& eb = ex.evals[b];
+        if (ea.timeline.step_ns != eb.timeline.step_ns) return ea.timeline.step_ns < eb.timeline.step_ns;
+        return judgedPeakBytes(ea.fit) < judgedPeakBytes(eb.fit);
+    });
+    return idx;
+}
+
+void expectSameAnswer(const core::Plan& base, const OptimizeSpace& space, int64_t global_batch, int top) {
+    const HardwareProfile profile = HardwareProfile::fromCluster(base.cluster);
+    const double headroom = core::kDefaultHeadroom;
+    const Exhaustive ex = enumerateAll(base, space, global_batch, profile, headroom);
+    const std::vector<size_t> rank = ranking(ex);
+    ASSERT_FALSE(rank.empty()) << "the test space should hold fitting configurations";
+    ASSERT_LT(rank.size(), ex.choices.size()) << "the test space should also hold configurations that do not fit";
+
+    OptimizeOptions options;
+    options.global_batch = global_batch;
+    options.headroom = headroom;
+    options.top = top;
+    auto r = optimize(base, space, profile, options);
+    ASSERT_TRUE(r) << r.error().message;
+    EXPECT_EQ(r->space_size, ex.choices.size());
+    EXPECT_FALSE(r->bound_restarted);
+    EXPECT_GT(r->pruned, 0u) << "the bound should prune on this space";
+    EXPECT_EQ(r->evaluated + r->pruned, r->space_size);
+    ASSERT_TRUE(r->fits);
+
+    // Same optimum, same score.
+    const Evaluation& best = ex.evals[rank.front()];
+    EXPECT_EQ(labelOf(r->best.choice), labelOf(ex.choices[rank.front()]));
+    EXPECT_DOUBLE_EQ(r->best.step_s, static_cast<double>(best.timeline.step_ns) * 1e-9);
+    EXPECT_EQ(r->best.peak_bytes, judgedPeakBytes(best.fit));
+    EXPECT_DOUBLE_EQ(r->best.tokens_per_s_per_gpu, best.summary.tokens_per_s_per_gpu);
+    // Same top T.
+    ASSERT_EQ(r->top.size(), std::min<size_t>(static_cast<size_t>(top), rank.size()));
+    for (size_t i = 0; i < r->top.size(); ++i) {
+        EXPECT_EQ(labelOf(r->top[i].choice), labelOf(ex.choices[rank[i]])) << "rank " << i;
+        EXPECT_DOUBLE_EQ(r->top[i].step_s, static_cast<double>(ex.evals[rank[i]].timeline.step_ns) * 1e-9);
+    }
+
+    // The front: exact within the cut-off. Every fitting configuration up to it is dominated by (or
+    // equal to) a front entry, and no fitting configuration strictly dominates a front entry.
+    const int64_t cutoff_ns = r->cutoff_step_s > 0 ? static_cast<int64_t>(r->cutoff_step_s * 1e9 + 0.5) : INT64_MAX;
+    ASSERT_FALSE(r->front.empty());
+    for (size_t i : rank) {
+        const int64_t step = ex.evals[i].timeline.step_ns, peak = judgedPeakBytes(ex.evals[i].fit);
+        bool covered = false;
+        for (const OptimizeEntry& f : r->front) {
+            const auto fstep = static_cast<int64_t>(f.step_s * 1e9 + 0.5);
+            EXPECT_FALSE(peak <= f.peak_bytes && step <= fstep && (peak < f.peak_bytes || step < fstep))
+                << labelOf(ex.choices[i]) << " dominates front entry " << labelOf(f.choice);
+            covered = covered || (f.peak_bytes <= peak && fstep <= step);
+        }
+        if (step < cutoff_ns) {
+            EXPECT_TRUE(covered) << labelOf(ex.choices[i]);
+        }
+    }
+
+    // One loss per other choice of every dimension that has more than one, each exactly the best
+    // fitting configuration with that choice.
+    size_t other_choices = 0;
+    for (int d = 0; d < kOptimizeDimensionCount; ++d) {
+        std::set<std::string> values;
+        for (const OptimizeChoice& c : ex.choices) values.insert(choiceValue(c, static_cast<OptimizeDimension>(d)));
+        if (values.size() > 1) other_choices += values.size() - 1;
+    }
+    EXPECT_EQ(r->losses.size(), other_choices);
+    for (const DimensionLoss& l : r->losses) {
+        double exhaustive_best = 0;
+        for (size_t i : rank) {
+            if (choiceValue(ex.choices[i], l.dimension) == l.value) {
+                exhaustive_best = static_cast<double>(ex.evals[i].timeline.step_ns) * 1e-9;
+                break;
+            }
+        }
+        if (l.fits) {
+            EXPECT_DOUBLE_EQ(l.step_s, exhaustive_best) << dimensionName(l.dimension) << " " << l.value;
+            EXPECT_LE(l.change, 0.0);
+        } else {
+            EXPECT_EQ(exhaustive_best, 0.0) << l.value;
+        }
+    }
+}
+
+// Llama-3.1-8B on 8 H100s, sequences of 8,192, 4 per rank: DDP's 128 GB of model states and
+// micro-batches of 4 without checkpointing do not fit; sharded configurations do.
+TEST(OptimizeTest, MatchesExhaustiveEnumerationLlama8BOn8Gpus) {
+    const core::Plan base = basePlan("llama-3.1-8b", 1, 8192);
+    OptimizeSpace space;
+    space.wraps = {wrap("every:8"), wrap("block")};
+    space.acs = {{core::Checkpointing::None, 1}, {core::Checkpointing::Op, 1}, {core::Checkpointing::Full, 1}};
+    space.fsdp_versions = {2, 1};
+    // Hand count: NO_SHARD 2 flavours x 2 wraps = 4; SHARD_GRAD_OP and FULL_SHARD (FSDP2 2 prefetch
+    // + FSDP1 4 prefetch) x 2 offload x 2 wraps = 24 each; the hybrids 2 shard sizes (2, 4) x 24 = 48
+    // each: 148 shardings; micro-batch 1, 2, 4 x 3 modes = 9 groups.
+    auto all = enumerateSpace(base, space, 32);
+    ASSERT_TRUE(all);
+    EXPECT_EQ(all->size(), 148u * 9u);
+    expectSameAnswer(base, space, 32, 5);
+}
+
+// 16 GPUs on 2 nodes: hybrid shard groups of 2, 4 and 8, and FULL_SHARD's partial reshard to 8.
+TEST(OptimizeTest, MatchesExhaustiveEnumerationLlama8BOn16Gpus) {
+    const core::Plan base = basePlan("llama-3.1-8b", 2, 8192);
+    OptimizeSpace space;
+    space.wraps = {wrap("every:8"), wrap("block")};
+    space.acs = {{core::Checkpointing::None, 1}, {core::Checkpointing::Full, 1}};
+    space.fsdp_versions = {2};
+    space.offloads = {core::Offload::None};
+    // FSDP2 only, no offload, 2 prefetch depths x 2 wraps = 4 per (strategy, shard, reshard):
+    // NO_SHARD 2 (one prefetch), SHARD_GRAD_OP 4, FULL_SHARD 8 (reshard per strategy or to 8),
+    // HYBRID_SHARD 3 shard sizes x 4 = 12, _HYBRID_SHARD_ZERO2 12: 38; micro-batch 1, 2, 4 x 2 modes.
+    auto all = enumerateSpace(base, space, 64);
+    ASSERT_TRUE(all);
+    EXPECT_EQ(all->size(), 38u * 6u);
+    expectSameAnswer(base, space, 64, 3);
+}
+
+// Llama-3.1-70B FULL_SHARD on 8 H100s: model states alone are 70.6e9 x 16 B / 8 = 141 GB per GPU.
+TEST(OptimizeTest, NoFitNamesTheClosestConfigurationAndHowFarItMisses) {
+    const core::Plan base = basePlan("llama-3.1-70b", 1, 4096);
+    OptimizeSpace space;
+    space.strategies = {core::Strategy::FullShard, core::Strategy::ShardGradOp};
+    space.fsdp_versions = {2};
+    space.wraps = {wrap("block")};
+    space.acs = {{core::Checkpointing::Full, 1}};
+    space.offloads = {core::Offload::None};
+    space.prefetch = false;
+    OptimizeOptions options;
+    options.global_batch = 8;
+    const HardwareProfile profile = HardwareProfile::fromCluster(base.cluster);
+    auto r = optimize(base, space, profile, options);
+    ASSERT_TRUE(r) << r.error().message;
+    EXPECT_FALSE(r->fits);
+    EXPECT_TRUE(r->top.empty());
+    EXPECT_TRUE(r->front.empty());
+    // The closest is the one with the smallest overshoot: FULL_SHARD shards more than SHARD_GRAD_OP.
+    EXPECT_EQ(r->best.choice.strategy, core::Strategy::FullShard);
+    EXPECT_GT(r->best.peak_bytes, r->best.budget_bytes);
+    EXPECT_GT(r->best.peak_bytes, 141'000'000'000 - 16 * core::kGiB);  // model states, less slack
+    EXPECT_NE(r->no_fit.find("over"), std::string::npos) << r->no_fit;
+    EXPECT_NE(r->no_fit.find("more GPUs"), std::string::npos) << r->no_fit;
+    EXPECT_NE(r->no_fit.find("CPU offload"), std::string::npos) << r->no_fit;
+}
+
+TEST(OptimizeTest, RefusesABatchThatDoesNotSplitOverTheRanks) {
+    const core::Plan base = basePlan("llama-3.1-8b", 2, 4096);
+    OptimizeOptions options;
+    options.global_batch = 24;  // 16 ranks
+    auto r = optimize(base, OptimizeSpace{}, HardwareProfile::fromCluster(base.cluster), options);
+    ASSERT_FALSE(r);
+    EXPECT_NE(r.error().message.find("--global-batch 24"), std::string::npos) << r.error().message;
+    EXPECT_NE(r.error().message.find("16 ranks"), std::string::npos) << r.error().message;
+}
+
+TEST(OptimizeTest, StopsWhenCancelled) {
+    const core::Plan base = basePlan("llama-3.1-8b", 1, 4096);
+    CancelToken token;
+    token.cancel();
+    OptimizeOptions options;
+    options.global_batch = 8;
+    options.cancel = &token;
+    auto r = optimize(base, OptimizeSpace{}, HardwareProfile::fromCluster(base.cluster), options);
+    ASSERT_FALSE(r);
+    EXPECT_TRUE(r.error().cancelled);
+}
+
+}  // namespace
+}  // namespace shardcast::sim
