@@ -49,6 +49,8 @@ void CachingAllocatorModel::reset(const AllocatorConfig& config, int32_t buffer_
 
 void CachingAllocatorModel::resetPeaks() {
     m_stats.peak_allocated_bytes = m_stats.allocated_bytes;
+    m_stats.reserved_by_stream_at_peak = m_stats.reserved_by_stream;
+    m_stats.allocated_by_stream_at_peak = m_stats.allocated_by_stream;
     m_stats.peak_reserved_bytes = m_stats.reserved_bytes;
     m_stats.fragmentation_at_reserved_peak = m_stats.reserved_bytes - m_stats.allocated_bytes;
     m_stats.max_fragmentation_bytes = m_stats.fragmentation_at_reserved_peak;
@@ -60,7 +62,11 @@ void CachingAllocatorModel::resetPeaks() {
 void CachingAllocatorModel::noteChange() {
     AllocatorStats& s = m_stats;
     const int64_t frag = s.reserved_bytes - s.allocated_bytes;
-    if (s.allocated_bytes > s.peak_allocated_bytes) s.peak_allocated_bytes = s.allocated_bytes;
+    if (s.allocated_bytes > s.peak_allocated_bytes) {
+        s.peak_allocated_bytes = s.allocated_bytes;
+        s.reserved_by_stream_at_peak = s.reserved_by_stream;
+        s.allocated_by_stream_at_peak = s.allocated_by_stream;
+    }
     if (s.reserved_bytes > s.peak_reserved_bytes) {
         s.peak_reserved_bytes = s.reserved_bytes;
         m_allocated_at_reserved_peak = s.allocated_bytes;
@@ -253,7 +259,8 @@ void CachingAllocatorModel::allocate(int32_t buffer, int64_t bytes, Stream strea
     state.requested = bytes;
     state.released_tail = 0;
     state.released_bytes = 0;
-    m_stats.allocated_bytes += bytes;
+    state.stream = stream;
+    countAllocated(stream, bytes);
     if (bytes > 0) {
         const int64_t size = roundSize(bytes);
         const bool small = size <= kAllocSmallSize;
@@ -307,21 +314,21 @@ void CachingAllocatorModel::freeBlock(int32_t block) {
 
 void CachingAllocatorModel::free(int32_t buffer) {
     BufferState& state = m_buffers[static_cast<size_t>(buffer)];
-    m_stats.allocated_bytes -= state.requested;
+    countAllocated(state.stream, -state.requested);
     if (state.block >= 0) freeBlock(state.block);
     state.block = -1;
     state.requested = 0;
     noteChange();
 }
 
-void CachingAllocatorModel::adjustAllocated(int64_t delta) {
-    m_stats.allocated_bytes += delta;
+void CachingAllocatorModel::adjustAllocated(int32_t buffer, int64_t delta) {
+    countAllocated(m_buffers[static_cast<size_t>(buffer)].stream, delta);
     noteChange();
 }
 
 void CachingAllocatorModel::releaseTail(int32_t buffer, int64_t bytes) {
     BufferState& state = m_buffers[static_cast<size_t>(buffer)];
-    m_stats.allocated_bytes -= bytes;
+    countAllocated(state.stream, -bytes);
     if (state.block >= 0) {
         const int32_t id = state.block;
         const Block b = m_blocks[static_cast<size_t>(id)];
@@ -345,7 +352,7 @@ void CachingAllocatorModel::releaseTail(int32_t buffer, int64_t bytes) {
 void CachingAllocatorModel::restoreTail(int32_t buffer) {
     BufferState& state = m_buffers[static_cast<size_t>(buffer)];
     const int64_t tail = state.released_tail;
-    m_stats.allocated_bytes += state.released_bytes;
+    countAllocated(state.stream, state.released_bytes);
     state.released_tail = 0;
     state.released_bytes = 0;
     if (state.block >= 0 && tail > 0) {

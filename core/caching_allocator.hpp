@@ -64,6 +64,11 @@ struct AllocatorStats {
     int64_t fragmentation_at_reserved_peak = 0;
     int64_t max_fragmentation_bytes = 0;         // the largest reserved - allocated seen
     std::array<int64_t, kStreamCount> reserved_by_stream{};  // segments held now, by owning stream
+    std::array<int64_t, kStreamCount> allocated_by_stream{};  // requested bytes live now, by owning stream
+    // Each stream's pool when allocated bytes peak: what it holds, and how much of it is in use
+    // (the rest is cached for that stream only).
+    std::array<int64_t, kStreamCount> reserved_by_stream_at_peak{};
+    std::array<int64_t, kStreamCount> allocated_by_stream_at_peak{};
     int32_t segments = 0;              // segments held now
     int32_t releases = 0;              // times cached segments were released to retry (OOM path)
     bool out_of_memory = false;        // a segment was needed past limit_bytes even after releasing
@@ -82,7 +87,7 @@ public:
     void restoreTail(int32_t buffer);
     // Counts `delta` allocated bytes with no block moving: a replay that frees a buffer's tensors
     // ahead of its bookkeeping keeps allocated equal to the Program's count.
-    void adjustAllocated(int64_t delta);
+    void adjustAllocated(int32_t buffer, int64_t delta);  // counted on `buffer`'s stream
     // Clears the peaks (after a warm-up step), keeping what is cached.
     void resetPeaks();
     const AllocatorStats& stats() const { return m_stats; }
@@ -119,7 +124,12 @@ private:
         int64_t requested = 0;
         int64_t released_tail = 0;   // block bytes given back by releaseTail
         int64_t released_bytes = 0;  // requested bytes given back by releaseTail
+        Stream stream = Stream::Compute;  // of its last allocation
     };
+    void countAllocated(Stream stream, int64_t delta) {
+        m_stats.allocated_bytes += delta;
+        m_stats.allocated_by_stream[static_cast<size_t>(stream)] += delta;
+    }
     std::vector<FreeKey>& freeList(bool small, Stream stream) {
         return m_free[small ? 1 : 0][static_cast<size_t>(stream)];
     }

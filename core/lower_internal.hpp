@@ -76,6 +76,11 @@ struct Segment {
     // The tensors behind its buffers (Program::tensor_bytes), op by op in forward order: what the
     // forward saves unless checkpointed (saved_full), what per-op SAC keeps, the gradients.
     Span saved_tensors, kept_tensors, grad_tensors;
+    // The tensors behind the transient peaks: the forward's saved tensors so far and the peak
+    // op's temporaries (fwd_peak_act, fwd_peak_temp), the checkpointed forward's (ckpt_peak_temp),
+    // the backward's gradients so far and the peak op's temporaries (bwd_peak_grad, bwd_peak_temp).
+    Span fwd_peak_act_tensors, fwd_peak_temp_tensors, ckpt_peak_tensors, bwd_peak_grad_tensors, bwd_peak_temp_tensors;
+    int64_t fwd_peak_op = -1, ckpt_peak_op = -1, bwd_peak_op = -1;  // in LowerScratch::active
 };
 
 // The forward schedule: a unit's pre-forward hook, a segment, a unit's post-forward hook.
@@ -119,6 +124,10 @@ struct UnitState {
 // Costs of one op for this plan's tokens and dtypes (bytes and FLOPs per micro-batch).
 struct OpCost {
     int64_t saved = 0, temp = 0, bwd_temp = 0, flops = 0, bwd_flops = 0, io = 0, io_bwd = 0;
+    // temp and bwd_temp as PyTorch allocates them: an activation-dtype tensor, then `*_f32_tensors`
+    // equal fp32 tensors (Op::temp_f32_tensors).
+    int64_t temp_act = 0, bwd_temp_act = 0;
+    int16_t temp_f32_tensors = 1, bwd_temp_f32_tensors = 1;
     int64_t out = 0;  // output bytes per-op SAC keeps when it saves this op (mm, flash attention)
 };
 
@@ -265,10 +274,16 @@ private:
     // `tensors`: the tensors PyTorch allocates one by one for it (Program::buffer_tensors);
     // empty: one tensor.
     BufferRef alloc(At at, MemCategory c, int64_t bytes, Span tensors = {}) {
+        return allocOn(cur().stream, at, c, bytes, tensors);
+    }
+    // A new buffer owned by `stream`: the current task's, or the compute stream when PyTorch
+    // allocates it before switching to the task's stream (MemEvent's contract).
+    BufferRef allocOn(Stream stream, At at, MemCategory c, int64_t bytes, Span tensors = {}) {
         if (bytes == 0) return {};
         assert(bytes > 0);
+        assert((stream == cur().stream || stream == Stream::Compute) && "an allocation's stream is its task's or the compute stream");
         m_p.buffer_tensors.push_back(tensors);
-        const BufferRef b{m_p.buffer_count++, bytes, c, cur().stream};
+        const BufferRef b{m_p.buffer_count++, bytes, c, stream};
         push(spanAt(at), bytes, c, -1, b.id, b.stream);
         return b;
     }
@@ -279,11 +294,11 @@ private:
         b = {};
     }
     // Transient at the task's peak: a scratch buffer allocated and freed inside the task.
-    void peakScratch(MemCategory c, int64_t bytes) {
+    void peakScratch(MemCategory c, int64_t bytes, Span tensors = {}) {
         if (bytes == 0) return;
         assert(m_phase != Phase::End);
         m_phase = Phase::Peak;
-        m_p.buffer_tensors.push_back(Span{});
+        m_p.buffer_tensors.push_back(tensors);
         push(cur().mem_peak, bytes, c, -1, m_p.buffer_count++, cur().stream);
     }
     // Transient at the task's peak: `bytes` of the live buffer `b` are already released.

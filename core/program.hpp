@@ -59,8 +59,12 @@ inline bool isCollective(TaskKind k) {
 // Buffers. A buffer is a block of bytes of one category that one event allocates and one event
 // frees; tensors allocated and freed together are one buffer (a unit's unsharded parameters, the
 // activations one segment saves in one micro-batch, a micro-batch's input_ids and labels). Ids
-// run 0 .. Program::buffer_count - 1 and each is allocated once per Program. `stream` is the
-// stream that owns the buffer (the one whose task allocates it), the same on its free.
+// run 0 .. Program::buffer_count - 1 and each is allocated once per Program. `stream` owns the
+// buffer, the same on its free: the stream current on the host when PyTorch allocates it, whose
+// pool the caching allocator files the block under (a freed block serves only that stream's
+// later allocations). That is the task's own stream, or the compute stream for a buffer the host
+// allocates before it switches to the task's stream (FSDP2's reduce-scatter input, allocated in
+// foreach_reduce before `with stream(reduce_scatter_stream)`). Scratch (mem_peak) is the task's.
 //  - mem_start / mem_end: +bytes allocates `buffer` (its first event); -bytes frees it, with the
 //    same size, category and stream, in the same task or a later one.
 //  - mem_peak (applied and undone at the task's internal peak): +bytes is a scratch buffer

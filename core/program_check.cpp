@@ -208,9 +208,10 @@ private:
                 if (r.state != BufferState::Unused)
                     return fail(id, at + " allocates " + buf + ", already allocated by task " + std::to_string(r.task) +
                                         " (buffer ids are allocated once)");
-                if (e.stream != t.stream)
+                if (e.stream != t.stream && e.stream != Stream::Compute)
                     return fail(id, at + " allocates " + buf + " owned by the " + std::string(streamName(e.stream)) +
-                                        " stream, but the task runs on the " + std::string(streamName(t.stream)) + " stream");
+                                        " stream, but the task runs on the " + std::string(streamName(t.stream)) +
+                                        " stream (an allocation is owned by its task's stream or the compute stream)");
                 if (auto sp = tensorSpan(e.buffer); sp.count > 0 && tensorSum(sp) != e.bytes)
                     return fail(id, at + " allocates " + buf + " with " + std::to_string(e.bytes) + " B, but its tensors (buffer_tensors) sum to " +
                                         std::to_string(tensorSum(sp)) + " B");

@@ -199,7 +199,7 @@ void MemoryTimer::replayAllocator(const Program& program, const Timeline& timeli
                 freed_bytes -= program.tensor_bytes[ts.offset + k];
                 model.free(base + static_cast<int32_t>(k));
             }
-            if (freed_bytes != 0) model.adjustAllocated(-freed_bytes);
+            if (freed_bytes != 0) model.adjustAllocated(base, -freed_bytes);
         }
     };
     auto applyInOrder = [&](Span span) {
@@ -232,23 +232,36 @@ void MemoryTimer::replayAllocator(const Program& program, const Timeline& timeli
                 if (released + bytes > -e[k].bytes) break;
                 released += bytes;
                 model.free(base + static_cast<int32_t>(i));
-                model.adjustAllocated(bytes);  // still counted until the peak's accounting below
+                model.adjustAllocated(base, bytes);  // still counted until the peak's accounting below
                 ++freed;
             }
-            model.adjustAllocated(e[k].bytes);  // allocated falls by the released bytes, as the curve's
+            model.adjustAllocated(base, e[k].bytes);  // allocated falls by the released bytes, as the curve's
+        }
+        // Scratch: each of its tensors, in order, then freed.
+        for (uint32_t k = 0; k < span.count; ++k) {
+            if (e[k].bytes <= 0) continue;
+            const int32_t base = m_tensor_base[static_cast<size_t>(e[k].buffer)];
+            const Span ts = tensorsOf(e[k].buffer);
+            if (ts.count == 0) {
+                model.allocate(base, e[k].bytes, e[k].stream);
+                continue;
+            }
+            for (uint32_t i = 0; i < ts.count; ++i) {
+                model.allocate(base + static_cast<int32_t>(i), program.tensor_bytes[ts.offset + i], e[k].stream);
+            }
         }
         for (uint32_t k = 0; k < span.count; ++k) {
-            if (e[k].bytes > 0) model.allocate(m_tensor_base[static_cast<size_t>(e[k].buffer)], e[k].bytes, e[k].stream);
-        }
-        for (uint32_t k = 0; k < span.count; ++k) {
-            if (e[k].bytes > 0) model.free(m_tensor_base[static_cast<size_t>(e[k].buffer)]);
+            if (e[k].bytes <= 0) continue;
+            const int32_t base = m_tensor_base[static_cast<size_t>(e[k].buffer)];
+            const uint32_t n = std::max<uint32_t>(1, tensorsOf(e[k].buffer).count);
+            for (uint32_t i = n; i-- > 0;) model.free(base + static_cast<int32_t>(i));
         }
         for (uint32_t k = 0; k < span.count; ++k) {
             if (e[k].bytes >= 0) continue;
             if (tensorsOf(e[k].buffer).count == 0) {
                 model.restoreTail(m_tensor_base[static_cast<size_t>(e[k].buffer)]);
             } else {
-                model.adjustAllocated(-e[k].bytes);  // the bookkeeping undo; the blocks stay free
+                model.adjustAllocated(m_tensor_base[static_cast<size_t>(e[k].buffer)], -e[k].bytes);  // the bookkeeping undo; the blocks stay free
             }
         }
     };

@@ -224,8 +224,14 @@ nlohmann::ordered_json reservedMemoryJson(const core::Plan& plan, const sim::Eva
     const int64_t overhead = e.program.initial[core::index(MemCategory::RuntimeOverhead)];
     if (e.fit.reserved_bytes == 0) return nlohmann::ordered_json(nullptr);
     nlohmann::ordered_json by_stream = nlohmann::ordered_json::object();
+    nlohmann::ordered_json at_peak = nlohmann::ordered_json::object();
     for (int s = 0; s < core::kStreamCount; ++s) {
-        if (a.reserved_by_stream[s] > 0) by_stream[std::string(core::streamName(static_cast<core::Stream>(s)))] = a.reserved_by_stream[s];
+        const std::string name(core::streamName(static_cast<core::Stream>(s)));
+        if (a.reserved_by_stream[s] > 0) by_stream[name] = a.reserved_by_stream[s];
+        if (a.reserved_by_stream_at_peak[s] > 0) {
+            at_peak[name] = {{"allocated_bytes", a.allocated_by_stream_at_peak[s]},
+                             {"reserved_bytes", a.reserved_by_stream_at_peak[s]}};
+        }
     }
     return {
         {"allocator", core::allocatorModeName(plan.training.allocator)},
@@ -234,6 +240,7 @@ nlohmann::ordered_json reservedMemoryJson(const core::Plan& plan, const sim::Eva
         {"fragmentation_at_reserved_peak_bytes", a.fragmentation_at_reserved_peak},
         {"max_fragmentation_bytes", a.max_fragmentation_bytes},
         {"reserved_by_stream", std::move(by_stream)},
+        {"by_stream_at_allocated_peak", std::move(at_peak)},
         {"segments", a.segments},
         {"cache_flushes", a.releases},
         {"out_of_memory", a.out_of_memory},
@@ -362,13 +369,19 @@ std::string planReportText(const core::Plan& plan, const sim::Evaluation& e) {
         line(fmt::format(fmt::runtime("  {:<20} {:>14.2f}   (reserved - allocated at the reserved peak; largest "
                                       "in step {:.2f})"),
                          "fragmentation", gib(a.fragmentation_at_reserved_peak), gib(a.max_fragmentation_bytes)));
-        std::string streams;
+        std::string streams, at_peak;
         for (int st = 0; st < core::kStreamCount; ++st) {
-            if (a.reserved_by_stream[st] <= 0) continue;
-            streams += fmt::format("{}{} {:.2f}", streams.empty() ? "" : ", ",
-                                   core::streamName(static_cast<core::Stream>(st)), gib(a.reserved_by_stream[st]));
+            const auto name = core::streamName(static_cast<core::Stream>(st));
+            if (a.reserved_by_stream[st] > 0) {
+                streams += fmt::format("{}{} {:.2f}", streams.empty() ? "" : ", ", name, gib(a.reserved_by_stream[st]));
+            }
+            if (a.reserved_by_stream_at_peak[st] > 0) {
+                at_peak += fmt::format("{}{} {:.2f}/{:.2f}", at_peak.empty() ? "" : ", ", name,
+                                       gib(a.allocated_by_stream_at_peak[st]), gib(a.reserved_by_stream_at_peak[st]));
+            }
         }
         line(fmt::format("  reserved by stream (GiB, each stream caches its own blocks): {}", streams));
+        line(fmt::format("  at the allocated peak, in use/reserved by stream (GiB): {}", at_peak));
     }
     line(fitVerdictText(e));
     line(fmt::format("  (allocator view in host issue order: peak {}; the timed curve places each "

@@ -302,5 +302,56 @@ TEST(CachingAllocatorReplayTest, SavedTensorsAreAllocatedOneByOne) {
     EXPECT_EQ(b.stats.segments, 1);
 }
 
+// FSDP2's reduce-scatter input as the replay sees it: a reduce-scatter task (its own stream)
+// whose 40 MiB input block the host allocated on the compute stream (MemEvent::stream) and frees
+// at the task's end; then a forward on the compute stream allocates 40 MiB.
+ReservedMemory replayCrossStream(Stream input_owner) {
+    Program p;
+    p.buffer_count = 2;
+    p.mem = {
+        MemEvent{40 * kMiB, MemCategory::ReduceScatter, -1, 0, input_owner},   // RS start: input
+        MemEvent{-40 * kMiB, MemCategory::ReduceScatter, -1, 0, input_owner},  // RS end: freed
+        MemEvent{40 * kMiB, MemCategory::Activation, -1, 1, Stream::Compute},   // FWD start
+        MemEvent{-40 * kMiB, MemCategory::Activation, -1, 1, Stream::Compute},  // FWD end
+    };
+    p.tasks.resize(2);
+    p.tasks[0].kind = TaskKind::ReduceScatter;
+    p.tasks[0].stream = Stream::ReduceScatter;
+    p.tasks[0].mem_start = Span{0, 1};
+    p.tasks[0].mem_end = Span{1, 1};
+    p.tasks[1].kind = TaskKind::Forward;
+    p.tasks[1].mem_start = Span{2, 1};
+    p.tasks[1].mem_end = Span{3, 1};
+    Timeline timeline;
+    timeline.tasks = {TaskTime{0, 10, Stream::ReduceScatter}, TaskTime{10, 20, Stream::Compute}};
+    timeline.step_ns = 20;
+    MemoryTimer timer;
+    TimedMemory timed;
+    timer.compute(p, timeline, timed);
+    CachingAllocatorModel model;
+    ReservedMemory out;
+    timer.replayAllocator(p, timeline, AllocatorConfig{}, model, out);
+    return out;
+}
+
+TEST(CachingAllocatorReplayTest, BlockFreedOnOneStreamIsNotReusedByAnother) {
+    // Owned by the compute stream: the forward's 40 MiB takes the freed 40 MiB block (exact fit),
+    // one 40 MiB segment (a request of 10 MiB or more gets its size rounded to 2 MiB).
+    const ReservedMemory same = replayCrossStream(Stream::Compute);
+    EXPECT_EQ(same.stats.peak_reserved_bytes, 40 * kMiB);
+    EXPECT_EQ(same.stats.segments, 1);
+    EXPECT_EQ(same.stats.reserved_by_stream[static_cast<size_t>(Stream::Compute)], 40 * kMiB);
+    EXPECT_EQ(same.stats.reserved_by_stream[static_cast<size_t>(Stream::ReduceScatter)], 0);
+    // Owned by the reduce-scatter stream (as the task's own stream would have it): the compute
+    // stream cannot take that cached block, so it gets a second 40 MiB segment: 80 MiB reserved
+    // for 40 MiB ever allocated at once, half of it idle in the other stream's pool.
+    const ReservedMemory other = replayCrossStream(Stream::ReduceScatter);
+    EXPECT_EQ(other.stats.peak_reserved_bytes, 80 * kMiB);
+    EXPECT_EQ(other.stats.peak_allocated_bytes, 40 * kMiB);
+    EXPECT_EQ(other.stats.segments, 2);
+    EXPECT_EQ(other.stats.reserved_by_stream[static_cast<size_t>(Stream::Compute)], 40 * kMiB);
+    EXPECT_EQ(other.stats.reserved_by_stream[static_cast<size_t>(Stream::ReduceScatter)], 40 * kMiB);
+}
+
 }  // namespace
 }  // namespace shardcast::core
