@@ -1,7 +1,9 @@
 #include "core/caching_allocator.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cassert>
+#include <functional>
 
 namespace shardcast::core {
 
@@ -39,8 +41,16 @@ void CachingAllocatorModel::reset(const AllocatorConfig& config, int32_t buffer_
     m_segments.clear();
     m_blocks.clear();
     m_spare_blocks.clear();
+    m_spare_segments.clear();
     for (auto& pool : m_free) {
-        for (auto& list : pool) list.clear();
+        for (FreeList& list : pool) {
+            for (size_t w = 0; w < list.nonempty.size(); ++w) {
+                for (uint64_t bits = list.nonempty[w]; bits != 0; bits &= bits - 1) {
+                    list.classes[w * 64 + static_cast<size_t>(std::countr_zero(bits))].clear();
+                }
+                list.nonempty[w] = 0;
+            }
+        }
     }
     m_buffers.assign(static_cast<size_t>(buffer_count), BufferState{});
     m_stats = AllocatorStats{};
@@ -95,23 +105,36 @@ bool keyBefore(const Key& a, int64_t size, int64_t addr) {
 }
 }  // namespace
 
+int CachingAllocatorModel::sizeClass(int64_t size) {
+    assert(size >= kAllocMinBlockSize);
+    const int e = std::bit_width(static_cast<uint64_t>(size)) - 1;  // floor(log2(size)), >= 9
+    const int sub = static_cast<int>((size >> (e - 2)) & 3);
+    return std::min(kSizeClasses - 1, (e - 9) * 4 + sub);
+}
+
 void CachingAllocatorModel::insertFree(int32_t block) {
     const Block& b = m_blocks[static_cast<size_t>(block)];
     const Segment& seg = m_segments[static_cast<size_t>(b.segment)];
-    auto& list = freeList(seg.small, seg.stream);
-    auto it = std::lower_bound(list.begin(), list.end(), b,
+    FreeList& list = freeList(seg.small, seg.stream);
+    const int c = sizeClass(b.size);
+    auto& keys = list.classes[static_cast<size_t>(c)];
+    auto it = std::lower_bound(keys.begin(), keys.end(), b,
                                [](const FreeKey& k, const Block& x) { return keyBefore(k, x.size, x.addr); });
-    list.insert(it, FreeKey{b.size, b.addr, block});
+    keys.insert(it, FreeKey{b.size, b.addr, block});
+    list.nonempty[static_cast<size_t>(c / 64)] |= uint64_t{1} << (c % 64);
 }
 
 void CachingAllocatorModel::eraseFree(int32_t block) {
     const Block& b = m_blocks[static_cast<size_t>(block)];
     const Segment& seg = m_segments[static_cast<size_t>(b.segment)];
-    auto& list = freeList(seg.small, seg.stream);
-    auto it = std::lower_bound(list.begin(), list.end(), b,
+    FreeList& list = freeList(seg.small, seg.stream);
+    const int c = sizeClass(b.size);
+    auto& keys = list.classes[static_cast<size_t>(c)];
+    auto it = std::lower_bound(keys.begin(), keys.end(), b,
                                [](const FreeKey& k, const Block& x) { return keyBefore(k, x.size, x.addr); });
-    assert(it != list.end() && it->block == block && "a free block is in its pool's free list");
-    list.erase(it);
+    assert(it != keys.end() && it->block == block && "a free block is in its pool's free list");
+    keys.erase(it);
+    if (keys.empty()) list.nonempty[static_cast<size_t>(c / 64)] &= ~(uint64_t{1} << (c % 64));
 }
 
 // Takes the free block (already out of its free list) for `buffer`, splitting off the remainder.
@@ -140,17 +163,32 @@ void CachingAllocatorModel::placeInBlock(int32_t block, int64_t size, int32_t bu
 }
 
 bool CachingAllocatorModel::tryCached(int64_t size, bool small, Stream stream, int32_t buffer) {
-    auto& list = freeList(small, stream);
+    FreeList& list = freeList(small, stream);
     // get_free_block: the smallest free block of the stream's pool that fits, lowest address
     // first; an oversize block serves only oversize requests, and only those within kLargeBuffer.
-    auto it = std::lower_bound(list.begin(), list.end(), size,
-                               [](const FreeKey& k, int64_t want) { return k.size < want; });
-    if (it == list.end()) return false;
+    int c = sizeClass(size);
+    auto& own = list.classes[static_cast<size_t>(c)];
+    auto it = std::lower_bound(own.begin(), own.end(), size, [](const FreeKey& k, int64_t want) { return k.size < want; });
+    std::vector<FreeKey>* keys = &own;
+    if (it == own.end()) {
+        // The first non-empty class above: its first key is the smallest block larger than any of c.
+        int next = -1;
+        for (int w = (c + 1) / 64; w < kSizeClasses / 64 && next < 0; ++w) {
+            uint64_t bits = list.nonempty[static_cast<size_t>(w)];
+            if (w == (c + 1) / 64) bits &= ~uint64_t{0} << ((c + 1) % 64);
+            if (bits != 0) next = w * 64 + std::countr_zero(bits);
+        }
+        if (next < 0 || c + 1 >= kSizeClasses) return false;
+        c = next;
+        keys = &list.classes[static_cast<size_t>(c)];
+        it = keys->begin();
+    }
     const int64_t max_split = m_config.max_split_size;
     if (size < max_split && it->size >= max_split) return false;
     if (size >= max_split && it->size >= size + kAllocLargeBuffer) return false;
     const int32_t block = it->block;
-    list.erase(it);
+    keys->erase(it);
+    if (keys->empty()) list.nonempty[static_cast<size_t>(c / 64)] &= ~(uint64_t{1} << (c % 64));
     placeInBlock(block, size, buffer);
     return true;
 }
@@ -158,9 +196,15 @@ bool CachingAllocatorModel::tryCached(int64_t size, bool small, Stream stream, i
 bool CachingAllocatorModel::newSegment(int64_t size, bool small, Stream stream, int32_t buffer) {
     const int64_t seg_size = segmentSize(size);
     if (m_stats.reserved_bytes + seg_size > m_config.limit_bytes) return false;
-    size_t slot = 0;
-    while (slot < m_segments.size() && m_segments[slot].live) ++slot;
-    if (slot == m_segments.size()) m_segments.emplace_back();
+    size_t slot = m_segments.size();
+    if (!m_spare_segments.empty()) {
+        // The lowest released slot, as the scan for the first free slot took it.
+        std::pop_heap(m_spare_segments.begin(), m_spare_segments.end(), std::greater<>{});
+        slot = static_cast<size_t>(m_spare_segments.back());
+        m_spare_segments.pop_back();
+    } else {
+        m_segments.emplace_back();
+    }
     const auto seg_id = static_cast<int32_t>(slot);
     const int32_t block = newBlock(Block{int64_t{seg_id} << kSegmentAddressBits, seg_size, -1, -1, seg_id, -1});
     Segment& seg = m_segments[slot];
@@ -248,6 +292,8 @@ void CachingAllocatorModel::releaseCached() {
             --m_stats.segments;
             seg.live = false;
             seg.first = seg.last = -1;
+            m_spare_segments.push_back(static_cast<int32_t>(si));
+            std::push_heap(m_spare_segments.begin(), m_spare_segments.end(), std::greater<>{});
         }
     }
 }

@@ -97,8 +97,10 @@ public:
 
 private:
     // Blocks are nodes of a per-segment list in address order; free ones are also in their
-    // pool's sorted free list, as the real allocator's BlockPool (a std::set ordered by stream,
-    // size, address), here one sorted vector per pool and stream so that no event allocates.
+    // pool's free list, ordered by (size, address) as the real allocator's BlockPool (a std::set
+    // ordered by stream, size, address). Here each pool and stream splits its list into size
+    // classes (FreeList), each a sorted vector, so that an insertion moves few entries and no
+    // event allocates once the vectors have grown.
     struct Block {
         int64_t addr = 0;    // orders blocks of equal size (get_free_block takes the lowest)
         int64_t size = 0;
@@ -130,9 +132,15 @@ private:
         m_stats.allocated_bytes += delta;
         m_stats.allocated_by_stream[static_cast<size_t>(stream)] += delta;
     }
-    std::vector<FreeKey>& freeList(bool small, Stream stream) {
-        return m_free[small ? 1 : 0][static_cast<size_t>(stream)];
-    }
+    // Size classes: 4 per power of two from 512 B (sizes are multiples of 512), so class order
+    // is size order and the best fit is in the request's class or the first non-empty one above.
+    static constexpr int kSizeClasses = 128;
+    static int sizeClass(int64_t size);
+    struct FreeList {
+        std::array<std::vector<FreeKey>, kSizeClasses> classes;
+        std::array<uint64_t, kSizeClasses / 64> nonempty{};  // bit c: classes[c] has entries
+    };
+    FreeList& freeList(bool small, Stream stream) { return m_free[small ? 1 : 0][static_cast<size_t>(stream)]; }
     int32_t newBlock(const Block& b);
     void insertFree(int32_t block);
     void eraseFree(int32_t block);
@@ -148,7 +156,8 @@ private:
     std::vector<Segment> m_segments;
     std::vector<Block> m_blocks;
     std::vector<int32_t> m_spare_blocks;  // unused slots of m_blocks
-    std::array<std::array<std::vector<FreeKey>, kStreamCount>, 2> m_free;  // [small][stream]
+    std::array<std::array<FreeList, kStreamCount>, 2> m_free;  // [small][stream]
+    std::vector<int32_t> m_spare_segments;  // released segment slots (a min-heap), reused before new ones
     std::vector<BufferState> m_buffers;
     AllocatorStats m_stats;
     int64_t m_allocated_at_reserved_peak = 0;  // the most allocated while reserved is at its peak

@@ -96,6 +96,29 @@ TEST(CachingAllocatorTest, FreedBlockIsReusedOnItsStream) {
     EXPECT_EQ(m.stats().reserved_bytes, 30 * kMiB);
 }
 
+// Best fit across the model's size classes (4 per power of two): free blocks of 48, 40 and
+// 36 MiB (35 MiB rounds to a 36 MiB segment, its 1 MiB remainder not split off). 37 MiB finds
+// nothing in its own class [32, 40) MiB and takes the 40 MiB block from the next (split: 3 MiB
+// > kSmallSize left); 36 MiB takes the 36 MiB block of its own class; 41 MiB skips the empty
+// [40, 48) class for the 48 MiB block; 3 MiB takes the remainder. No new segment.
+TEST(CachingAllocatorTest, BestFitAcrossSizeClasses) {
+    CachingAllocatorModel m = fresh();
+    m.allocate(0, 48 * kMiB, Stream::Compute);
+    m.allocate(1, 40 * kMiB, Stream::Compute);
+    m.allocate(2, 35 * kMiB, Stream::Compute);
+    for (int32_t b = 0; b < 3; ++b) m.free(b);
+    EXPECT_EQ(m.stats().reserved_bytes, 124 * kMiB);
+    m.allocate(3, 37 * kMiB, Stream::Compute);
+    m.allocate(4, 36 * kMiB, Stream::Compute);
+    m.allocate(5, 41 * kMiB, Stream::Compute);
+    m.allocate(6, 3 * kMiB, Stream::Compute);
+    EXPECT_EQ(m.stats().reserved_bytes, 124 * kMiB);
+    EXPECT_EQ(m.stats().segments, 3);
+    // Nothing is left: one more byte needs a new 2 MiB small-pool segment.
+    m.allocate(7, 1, Stream::Compute);
+    EXPECT_EQ(m.stats().reserved_bytes, 126 * kMiB);
+}
+
 TEST(CachingAllocatorTest, FreeBlockOfAnotherStreamIsNotReused) {
     CachingAllocatorModel m = fresh();
     m.allocate(0, 30 * kMiB, Stream::Compute);
