@@ -152,5 +152,54 @@ TEST(ReservedMemoryTest, NinetyNinePercentAllocatedIsAtRisk) {
     EXPECT_FALSE(e.fit.cache_flushed);
 }
 
+// The README example (examples/llama-3.1-8b-8xh100.json: FSDP2 FULL_SHARD per block on 8 H100,
+// sequence 8,192, every second block checkpointed, bf16 params, fp32 reduce and master). Its
+// allocated peak is the loss's backward, before any reduce-scatter. FSDP2's foreach_reduce
+// allocates the reduce-scatter input on the compute stream and the output, which is the fp32
+// sharded gradient, on the reduce-scatter stream; zero_grad frees the gradients, so at that
+// peak the reduce-scatter stream caches the previous step's sharded gradients, idle, and
+// nothing else (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py). The all-gather
+// outputs sit in the copy-in stream's pool (foreach_all_gather). Each stream reuses only its
+// own blocks, so reserved >= compute in use + the sharded gradients + the all-gather outputs at
+// their most, whatever the allocator setting: more than 10% above allocated for this plan.
+// torchtitan runs with expandable_segments:True (run_train.sh, PYTORCH_ALLOC_CONF), where the
+// compute stream's pool holds its in-use bytes to within 1%.
+TEST(ReservedMemoryTest, ReadmeExampleCachesPerStream) {
+    core::Plan plan = planOf("llama-3.1-8b", core::Strategy::FullShard);
+    plan.cluster.nodes = 1;
+    plan.training.seq_len = 8192;
+    plan.training.ac = core::Checkpointing::Layer;
+    plan.training.ac_every = 2;
+    plan.training.reduce_dtype = core::DType::F32;
+    plan.training.master_dtype = core::DType::F32;
+    const auto rs = static_cast<size_t>(core::Stream::ReduceScatter);
+    const auto compute = static_cast<size_t>(core::Stream::Compute);
+    const auto copy_in = static_cast<size_t>(core::Stream::AllGatherCopyIn);
+    Evaluator evaluator;
+    Evaluation e;
+    for (core::AllocatorMode mode : {core::AllocatorMode::Caching, core::AllocatorMode::Expandable}) {
+        plan.training.allocator = mode;
+        const std::string what(allocatorModeName(mode));
+        ASSERT_TRUE(evaluator.evaluate(plan, nullptr, EvaluationOptions{}, e).ok()) << what;
+        const core::AllocatorStats& a = e.reserved.stats;
+        const int64_t sharded_grads = e.timed.max_per_category[core::index(core::MemCategory::ShardedGrad)];
+        const int64_t all_gather = e.timed.max_per_category[core::index(core::MemCategory::AllGather)];
+        // 8,030,261,248 params / 8 ranks (padded per parameter) x 4 B: 3.74 GiB.
+        EXPECT_NEAR(static_cast<double>(sharded_grads) / (1 << 30), 3.74, 0.01) << what;
+        EXPECT_EQ(a.allocated_by_stream_at_peak[rs], 0) << what;
+        EXPECT_GE(a.reserved_by_stream_at_peak[rs], sharded_grads) << what;
+        // Only the gradients (each unit's segment rounded up to 2 MiB or a 20 MiB page): with the
+        // input there too, the root unit's 3.9 GiB fp32 input alone would double it.
+        EXPECT_LT(a.reserved_by_stream_at_peak[rs], sharded_grads + sharded_grads / 20) << what;
+        EXPECT_GE(a.reserved_by_stream_at_peak[copy_in], all_gather) << what;
+        const int64_t floor = a.allocated_by_stream_at_peak[compute] + sharded_grads + all_gather;
+        EXPECT_GE(a.peak_reserved_bytes, floor) << what;
+        EXPECT_GT(static_cast<double>(floor) / static_cast<double>(a.peak_allocated_bytes), 1.10) << what;
+    }
+    const core::AllocatorStats& x = e.reserved.stats;  // expandable
+    EXPECT_LT(static_cast<double>(x.reserved_by_stream_at_peak[compute]),
+              1.01 * static_cast<double>(x.allocated_by_stream_at_peak[compute]));
+}
+
 }  // namespace
 }  // namespace shardcast::sim
