@@ -75,6 +75,17 @@ if [ "$("$bin" plan "${big[@]}" --json | fit_of)" = "False False" ] \
 else
     fail "plan and simulate judge fit on reserved memory against capacity less --headroom (default 5%)"
 fi
+"$bin" plan "$root/examples/llama-3.1-8b-8xh100.json" --json >"$tmp/example.json"
+check "plan --json: each stream's pool at the allocated peak, in use within reserved, in use summing to the peak" '
+import json, sys
+m = json.load(open(sys.argv[1]))["memory"]
+r = m["reserved"]
+at = r["by_stream_at_allocated_peak"]
+assert set(at) >= {"compute", "all-gather copy-in", "reduce-scatter"}, at
+assert all(0 <= s["allocated_bytes"] <= s["reserved_bytes"] for s in at.values()), at
+assert sum(s["allocated_bytes"] for s in at.values()) == r["peak_allocated_bytes"] - m["runtime_overhead_bytes"], at
+assert sum(s["reserved_bytes"] for s in at.values()) <= r["peak_reserved_bytes"] - m["runtime_overhead_bytes"], at
+' "$tmp/example.json"
 at_risk_text=$("$bin" plan "${big[@]}" --headroom 0)
 if grep -Eq "=> AT RISK: allocated 77.1[0-9] GiB fits, but (reserved|the caching allocator reaches the GPU)" <<<"$at_risk_text"; then
     pass "text report says a plan whose reserved peak does not fit is at risk"
