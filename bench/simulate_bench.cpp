@@ -23,9 +23,11 @@ using shardcast::bench::benchPlan;
 
 // The evaluation the sweeps and the search run per candidate (sim::Evaluator without the issue-order
 // replay and the per-unit breakdown).
-void evaluatePlans(benchmark::State& state, const core::Plan& plan) {
+// `reserved_memory`: with the caching allocator model (the default) or without it, to show its cost.
+void evaluatePlans(benchmark::State& state, const core::Plan& plan, bool reserved_memory = true) {
     const sim::HardwareProfile profile = sim::HardwareProfile::fromCluster(plan.cluster);
     sim::EvaluationOptions options;
+    options.reserved_memory = reserved_memory;
     options.issue_order_memory = false;
     options.per_unit = false;
     sim::Evaluator evaluator;
@@ -47,6 +49,12 @@ void BM_Evaluate_Llama8B_8GPUs(benchmark::State& state) {
     evaluatePlans(state, plan);
 }
 BENCHMARK(BM_Evaluate_Llama8B_8GPUs)->Unit(benchmark::kMicrosecond);
+
+void BM_Evaluate_Llama8B_8GPUs_AllocatedOnly(benchmark::State& state) {
+    static const core::Plan plan = benchPlan("llama-3.1-8b", 1);
+    evaluatePlans(state, plan, false);
+}
+BENCHMARK(BM_Evaluate_Llama8B_8GPUs_AllocatedOnly)->Unit(benchmark::kMicrosecond);
 
 void BM_Evaluate_Llama405B_16384GPUs(benchmark::State& state) {
     static const core::Plan plan = benchPlan("llama-3.1-405b", 2048);

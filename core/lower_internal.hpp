@@ -49,6 +49,7 @@ struct UnitSizes {
     int64_t grad_shard_elems = 0;  // reduce-scatter output elements per rank (padded)
     int64_t opt_elems = 0;         // unpadded trainable shard elements (optimizer state)
     int64_t first_op = INT_MAX, last_op = -1;  // forward op range (model op indices)
+    Span param_tensors;            // FSDP2: the unsharded parameters, one tensor each (Program::tensor_bytes)
     int32_t blocks = 0;
     bool reshard_after_forward = true;
 };
@@ -72,6 +73,14 @@ struct Segment {
     int64_t weight_bytes = 0;  // unsharded parameters (param_dtype) the segment's ops read
     int64_t op_begin = 0, op_end = 0;  // range in LowerScratch::active
     Span fwd_ops, rec_ops, bwd_ops;  // kernel shapes in Program::ops (forward; recompute; backward)
+    // The tensors behind its buffers (Program::tensor_bytes), op by op in forward order: what the
+    // forward saves unless checkpointed (saved_full), what per-op SAC keeps, the gradients.
+    Span saved_tensors, kept_tensors, grad_tensors;
+    // The tensors behind the transient peaks: the forward's saved tensors so far and the peak
+    // op's temporaries (fwd_peak_act, fwd_peak_temp), the checkpointed forward's (ckpt_peak_temp),
+    // the backward's gradients so far and the peak op's temporaries (bwd_peak_grad, bwd_peak_temp).
+    Span fwd_peak_act_tensors, fwd_peak_temp_tensors, ckpt_peak_tensors, bwd_peak_grad_tensors, bwd_peak_temp_tensors;
+    int64_t fwd_peak_op = -1, ckpt_peak_op = -1, bwd_peak_op = -1;  // in LowerScratch::active
 };
 
 // The forward schedule: a unit's pre-forward hook, a segment, a unit's post-forward hook.
@@ -115,6 +124,10 @@ struct UnitState {
 // Costs of one op for this plan's tokens and dtypes (bytes and FLOPs per micro-batch).
 struct OpCost {
     int64_t saved = 0, temp = 0, bwd_temp = 0, flops = 0, bwd_flops = 0, io = 0, io_bwd = 0;
+    // temp and bwd_temp as PyTorch allocates them: an activation-dtype tensor, then `*_f32_tensors`
+    // equal fp32 tensors (Op::temp_f32_tensors).
+    int64_t temp_act = 0, bwd_temp_act = 0;
+    int16_t temp_f32_tensors = 1, bwd_temp_f32_tensors = 1;
     int64_t out = 0;  // output bytes per-op SAC keeps when it saves this op (mm, flash attention)
 };
 
@@ -170,6 +183,7 @@ struct LowerScratch {
     std::shared_ptr<const Model> flops_model;
     int64_t flops_seq = -1;
     double flops_per_token = 0;
+    std::vector<uint32_t> unit_tensor_count;  // per program unit: its parameters
     std::vector<detail::OpCost> op_cost;     // per active op (index into active)
     std::vector<detail::OpCost> class_cost;  // per Op::cost_class
     std::vector<uint8_t> class_done;
@@ -198,6 +212,7 @@ private:
     void addParamToFlatParameter(int32_t unit, const Param& prm, bool trainable);
     void fsdp1FlatParameterSizes();
     void unitBufferTable(int32_t u, UnitInfo& info) const;
+    void unshardedParamTensors();
     void reshardAfterForwardPerUnit();
 
     // lower_segments.cpp
@@ -206,6 +221,7 @@ private:
     void opCosts();
     bool sameAsPrevious(size_t si) const;
     void segmentCosts(Segment& seg);
+    void segmentTensors(Segment& seg);
     void segmentOps(Segment& seg);
     int64_t linearRows(const Op& op) const;
     void pushForwardOps(const Op& op, const OpCost& c);
@@ -277,10 +293,19 @@ private:
         return cur().mem_end;
     }
     // A new buffer owned by the current task's stream; nothing for zero bytes.
-    BufferRef alloc(At at, MemCategory c, int64_t bytes) {
+    // `tensors`: the tensors PyTorch allocates one by one for it (Program::buffer_tensors);
+    // empty: one tensor.
+    BufferRef alloc(At at, MemCategory c, int64_t bytes, Span tensors = {}) {
+        return allocOn(cur().stream, at, c, bytes, tensors);
+    }
+    // A new buffer owned by `stream`: the current task's, or the compute stream when PyTorch
+    // allocates it before switching to the task's stream (MemEvent's contract).
+    BufferRef allocOn(Stream stream, At at, MemCategory c, int64_t bytes, Span tensors = {}) {
         if (bytes == 0) return {};
         assert(bytes > 0);
-        const BufferRef b{m_p.buffer_count++, bytes, c, cur().stream};
+        assert((stream == cur().stream || stream == Stream::Compute) && "an allocation's stream is its task's or the compute stream");
+        m_p.buffer_tensors.push_back(tensors);
+        const BufferRef b{m_p.buffer_count++, bytes, c, stream};
         push(spanAt(at), bytes, c, -1, b.id, b.stream);
         return b;
     }
@@ -291,10 +316,11 @@ private:
         b = {};
     }
     // Transient at the task's peak: a scratch buffer allocated and freed inside the task.
-    void peakScratch(MemCategory c, int64_t bytes) {
+    void peakScratch(MemCategory c, int64_t bytes, Span tensors = {}) {
         if (bytes == 0) return;
         assert(m_phase != Phase::End);
         m_phase = Phase::Peak;
+        m_p.buffer_tensors.push_back(tensors);
         push(cur().mem_peak, bytes, c, -1, m_p.buffer_count++, cur().stream);
     }
     // Transient at the task's peak: `bytes` of the live buffer `b` are already released.

@@ -83,12 +83,14 @@ void Lowering::forwardSegment(int32_t si, int mb, bool first) {
     // Forward transients are Activation: PyTorch's MemTracker.__torch_dispatch__ files whatever
     // is allocated outside backward and the optimizer (and inside AC recompute) as ACT.
     if (seg.checkpointed) {
-        peakScratch(MemCategory::Activation, seg.ckpt_peak_temp);
+        peakScratch(MemCategory::Activation, seg.ckpt_peak_temp, seg.ckpt_peak_tensors);
     } else {
-        peakScratch(MemCategory::Activation, seg.fwd_peak_act + seg.fwd_peak_temp);
+        peakScratch(MemCategory::Activation, seg.fwd_peak_act, seg.fwd_peak_act_tensors);
+        peakScratch(MemCategory::Activation, seg.fwd_peak_temp, seg.fwd_peak_temp_tensors);
     }
-    m_s.seg_saved[static_cast<size_t>(si)] = alloc(At::End, MemCategory::Activation, seg.saved);
-    m_s.seg_kept[static_cast<size_t>(si)] = alloc(At::End, MemCategory::Activation, seg.sac_kept);
+    m_s.seg_saved[static_cast<size_t>(si)] =
+        alloc(At::End, MemCategory::Activation, seg.saved, seg.checkpointed ? Span{} : seg.saved_tensors);
+    m_s.seg_kept[static_cast<size_t>(si)] = alloc(At::End, MemCategory::Activation, seg.sac_kept, seg.kept_tensors);
 }
 
 // Post-forward hook, rule 5: reshard unless the unit keeps its parameters until backward.
@@ -191,7 +193,7 @@ void Lowering::waitUnshard(int32_t u, int mb, bool backward) {
             release(At::Start, st.post_fwd_shard_buf);
             st.post_fwd_shard = false;
         }
-        st.unsharded_buf = alloc(At::Start, MemCategory::UnshardedParam, us.unsharded_bytes);
+        st.unsharded_buf = alloc(At::Start, MemCategory::UnshardedParam, us.unsharded_bytes, us.param_tensors);
         if (backward) {
             release(At::End, st.flat_buf);
             m_ag_wait = id;
@@ -287,8 +289,9 @@ void Lowering::backwardSegment(int32_t si, int mb) {
         cur().hbm_bytes = seg.rec_hbm + seg.rec_weight_bytes;
         cur().ops = seg.rec_ops;
         release(At::Start, m_s.seg_kept[static_cast<size_t>(si)]);
-        peakScratch(MemCategory::Activation, seg.fwd_peak_act + seg.fwd_peak_temp);  // ACT under AC too
-        recomputed = alloc(At::End, MemCategory::Activation, seg.saved_full);
+        peakScratch(MemCategory::Activation, seg.fwd_peak_act, seg.fwd_peak_act_tensors);  // ACT under AC too
+        peakScratch(MemCategory::Activation, seg.fwd_peak_temp, seg.fwd_peak_temp_tensors);
+        recomputed = alloc(At::End, MemCategory::Activation, seg.saved_full, seg.saved_tensors);
     }
     computeTask(TaskKind::Backward, seg.unit, mb);
     cur().flops = seg.bwd_flops;
@@ -300,8 +303,8 @@ void Lowering::backwardSegment(int32_t si, int mb) {
     const bool persistent = direct ? !st.sharded_grad : !st.acc_live;
     // Gradients being made are Temp: FSDPMemTracker files unsharded grads as such only when
     // their unit's post-backward starts (_fsdp_param_group_post_backward).
-    peakScratch(direct ? gcat : MemCategory::Temp, seg.bwd_peak_grad);
-    peakScratch(MemCategory::Temp, seg.bwd_peak_temp);
+    peakScratch(direct ? gcat : MemCategory::Temp, seg.bwd_peak_grad, seg.bwd_peak_grad_tensors);
+    peakScratch(MemCategory::Temp, seg.bwd_peak_temp, seg.bwd_peak_temp_tensors);
     peakReleased(seg.checkpointed ? recomputed : saved, seg.bwd_peak_freed);
     release(At::End, recomputed);
     release(At::End, saved);
@@ -309,7 +312,7 @@ void Lowering::backwardSegment(int32_t si, int mb) {
         // Reduced by this micro-batch's post-backward: Temp until then (freed there). Kept for
         // the next micro-batch (no_sync): Unsharded Grad, as the tracker files it from then on.
         const bool reduced_now = m_sharded && (!m_tr.no_sync || mb == m_tr.grad_accum - 1);
-        keepGrad(seg.unit, si, alloc(At::End, reduced_now ? MemCategory::Temp : gcat, seg.grad_bytes));
+        keepGrad(seg.unit, si, alloc(At::End, reduced_now ? MemCategory::Temp : gcat, seg.grad_bytes, seg.grad_tensors));
         if (!direct) st.grads_live += seg.grad_bytes;
     }
     // The unit's first forward segment is its last backward one: its post-backward hook runs next.
@@ -400,12 +403,17 @@ void Lowering::postBackward(int32_t u, int mb) {
     release(At::Start, m_pending_rs);
     // foreach_reduce makes the input with torch.empty in backward, so FSDPMemTracker files it as
     // Temp while the gradients are copied into it, and as Reduce Scatter from the moment
-    // _reduce_scatter_base_ runs on it (fsdp2_mem_tracker.py, __torch_dispatch__).
-    BufferRef copy_in = alloc(At::Start, MemCategory::Temp, rs_in);
+    // _reduce_scatter_base_ runs on it (fsdp2_mem_tracker.py, __torch_dispatch__). FSDP2 allocates
+    // it on the compute (current) stream, before reduce_scatter_stream.wait_stream(current_stream),
+    // so the caching allocator files its block under the compute stream; only the output is
+    // allocated under `with stream(reduce_scatter_stream)` (_fsdp_collectives.py). FSDP1 allocates
+    // both on its post-backward stream.
+    const Stream rs_in_stream = m_fsdp1 ? cur().stream : Stream::Compute;
+    BufferRef copy_in = allocOn(rs_in_stream, At::Start, MemCategory::Temp, rs_in);
     releaseGrads(At::Start, u);
     release(At::Start, st.acc_buf);
     release(At::Start, copy_in);
-    m_pending_rs = alloc(At::Start, MemCategory::ReduceScatter, rs_in);
+    m_pending_rs = allocOn(rs_in_stream, At::Start, MemCategory::ReduceScatter, rs_in);
     st.grads_live = 0;
     st.acc_live = false;
     st.acc_bytes = 0;

@@ -36,6 +36,7 @@ void Lowering::buildSegments() {
             continue;
         }
         segmentCosts(seg);
+        segmentTensors(seg);
         segmentOps(seg);
     }
     const size_t n = m_s.segs.size();
@@ -133,6 +134,10 @@ void Lowering::opCosts() {
         }
         c.temp = elementBytes(op.temp_act, op.temp_f32, none, none);
         c.bwd_temp = elementBytes(op.bwd_temp_act, op.bwd_temp_f32, none, none);
+        c.temp_act = elementBytes(op.temp_act, none, none, none);
+        c.bwd_temp_act = elementBytes(op.bwd_temp_act, none, none, none);
+        c.temp_f32_tensors = op.temp_f32_tensors;
+        c.bwd_temp_f32_tensors = op.bwd_temp_f32_tensors;
         // FLOPs executed: a causal kernel skips the masked half of the s^2 work (flash-attention's
         // benchmarks/benchmark_flash_attention.py, flops(): "// (2 if causal else 1)").
         Coef executed = op.flops;
@@ -228,8 +233,12 @@ void Lowering::segmentCosts(Segment& seg) {
             best = cum + c.temp;
             seg.fwd_peak_act = cum;
             seg.fwd_peak_temp = c.temp;
+            seg.fwd_peak_op = ai;
         }
-        seg.ckpt_peak_temp = std::max(seg.ckpt_peak_temp, c.temp + c.saved);
+        if (c.temp + c.saved > seg.ckpt_peak_temp) {
+            seg.ckpt_peak_temp = c.temp + c.saved;
+            seg.ckpt_peak_op = ai;
+        }
         if (!dropped) seg.saved_full += c.saved;
     }
     if (selective) {
@@ -255,8 +264,80 @@ void Lowering::segmentCosts(Segment& seg) {
             seg.bwd_peak_grad = grads;
             seg.bwd_peak_temp = temp;
             seg.bwd_peak_freed = freed;
+            seg.bwd_peak_op = ai;
         }
         if (!dropped) freed += c.saved;
+    }
+}
+
+// Autograd saves tensors op by op and PyTorch allocates each on its own; so are a backward's
+// gradients (one per parameter; per op here, a module's weight and bias together). The spans
+// list them in forward order: the backward frees saved tensors from the end.
+void Lowering::segmentTensors(Segment& seg) {
+    const bool selective = m_tr.ac == Checkpointing::AttnCore;
+    const int64_t grad_item = itemSize(m_pdt);
+    auto pushEach = [&](Span& span, auto bytesOf) {
+        span = Span{static_cast<uint32_t>(m_p.tensor_bytes.size()), 0};
+        for (int64_t ai = seg.op_begin; ai < seg.op_end; ++ai) {
+            const int64_t bytes = bytesOf(static_cast<size_t>(ai));
+            if (bytes <= 0) continue;
+            m_p.tensor_bytes.push_back(bytes);
+            ++span.count;
+        }
+    };
+    pushEach(seg.saved_tensors, [&](size_t ai) {
+        const bool dropped = selective && m_model.ops[static_cast<size_t>(m_s.active[ai])].selective_recompute;
+        return dropped ? 0 : m_s.op_cost[ai].saved;
+    });
+    pushEach(seg.kept_tensors, [&](size_t ai) { return m_s.sac_keep[ai] ? m_s.op_cost[ai].out : 0; });
+    pushEach(seg.grad_tensors, [&](size_t ai) { return m_s.op_grad_elems[static_cast<size_t>(m_s.active[ai])] * grad_item; });
+
+    // The transient peaks. A list whose bytes do not add up to the peak's figure (attention-core
+    // recompute folds dropped tensors in) stays one tensor.
+    auto listOf = [&](Span& span, int64_t expected, auto fill) {
+        span = Span{static_cast<uint32_t>(m_p.tensor_bytes.size()), 0};
+        int64_t sum = 0;
+        fill([&](int64_t bytes) {
+            if (bytes <= 0) return;
+            m_p.tensor_bytes.push_back(bytes);
+            ++span.count;
+            sum += bytes;
+        });
+        if (sum != expected || span.count < 2) {
+            m_p.tensor_bytes.resize(span.offset);
+            span = Span{};
+        }
+    };
+    auto temps = [&](auto&& push, int64_t act, int64_t total, int16_t f32_tensors) {
+        push(act);
+        const int64_t f32 = total - act;
+        const int64_t n = std::max<int16_t>(1, f32_tensors);
+        for (int64_t k = 0; k < n; ++k) push(f32 / n + (k < f32 % n ? 1 : 0));
+    };
+    if (seg.fwd_peak_op >= 0) {
+        listOf(seg.fwd_peak_act_tensors, seg.fwd_peak_act, [&](auto&& push) {
+            for (int64_t ai = seg.op_begin; ai <= seg.fwd_peak_op; ++ai) push(m_s.op_cost[static_cast<size_t>(ai)].saved);
+        });
+        const OpCost& c = m_s.op_cost[static_cast<size_t>(seg.fwd_peak_op)];
+        listOf(seg.fwd_peak_temp_tensors, seg.fwd_peak_temp,
+               [&](auto&& push) { temps(push, c.temp_act, c.temp, c.temp_f32_tensors); });
+    }
+    if (seg.ckpt_peak_op >= 0) {
+        const OpCost& c = m_s.op_cost[static_cast<size_t>(seg.ckpt_peak_op)];
+        listOf(seg.ckpt_peak_tensors, seg.ckpt_peak_temp, [&](auto&& push) {
+            push(c.saved);
+            temps(push, c.temp_act, c.temp, c.temp_f32_tensors);
+        });
+    }
+    if (seg.bwd_peak_op >= 0) {
+        listOf(seg.bwd_peak_grad_tensors, seg.bwd_peak_grad, [&](auto&& push) {
+            for (int64_t ai = seg.op_end - 1; ai >= seg.bwd_peak_op; --ai) {
+                push(m_s.op_grad_elems[static_cast<size_t>(m_s.active[static_cast<size_t>(ai)])] * grad_item);
+            }
+        });
+        const OpCost& c = m_s.op_cost[static_cast<size_t>(seg.bwd_peak_op)];
+        listOf(seg.bwd_peak_temp_tensors, seg.bwd_peak_temp,
+               [&](auto&& push) { temps(push, c.bwd_temp_act, c.bwd_temp, c.bwd_temp_f32_tensors); });
     }
 }
 

@@ -143,6 +143,7 @@ void Lowering::unitSizes() {
         }
     }
     if (m_sharded && m_fsdp1) fsdp1FlatParameterSizes();
+    unshardedParamTensors();
     m_s.op_frozen.clear();
     if (!m_tr.frozen_regex.empty()) {
         m_s.op_frozen.assign(m_model.ops.size(), 0);
@@ -185,6 +186,31 @@ void Lowering::addParamFsdp2(UnitSizes& us, const Param& prm, bool trainable) {
         us.rs_input_elems += m_W * padded_shard;
         us.grad_shard_elems += padded_shard;
         us.opt_elems += std::min(rows, d0) * row;
+    }
+}
+
+// FSDP2's copy-out allocates each parameter's unsharded tensor on its own
+// (FSDPParam.alloc_all_gather_outputs, then split_with_sizes_copy out of the flat all-gather
+// output: torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py foreach_all_gather_copy_out),
+// so the caching allocator sees one block per parameter, in registration order.
+void Lowering::unshardedParamTensors() {
+    if (!m_sharded || m_fsdp1) return;
+    const auto n_units = m_s.us.size();
+    auto& count = m_s.unit_tensor_count;
+    count.assign(n_units, 0);
+    auto unitOf = [&](const Param& prm) { return static_cast<size_t>(m_s.pidx[m_s.ua.module_unit[prm.module]]); };
+    for (const Param& prm : m_model.params) ++count[unitOf(prm)];
+    auto offset = static_cast<uint32_t>(m_p.tensor_bytes.size());
+    for (size_t u = 0; u < n_units; ++u) {
+        m_s.us[u].param_tensors = Span{offset, 0};
+        offset += count[u];
+    }
+    m_p.tensor_bytes.resize(offset);
+    for (const Param& prm : m_model.params) {
+        const DType pdt = m_tr.param_dtype.value_or(prm.dtype.value_or(m_master));
+        const int64_t bytes = m_W * ceilDiv(prm.dim0(), m_W) * prm.rowNumel() * itemSize(pdt);
+        Span& sp = m_s.us[unitOf(prm)].param_tensors;
+        if (bytes > 0) m_p.tensor_bytes[sp.offset + sp.count++] = bytes;
     }
 }
 

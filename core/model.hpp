@@ -94,6 +94,10 @@ struct Op {
     Coef temp_act, temp_f32;
     // Transient while the backward op runs (gradients of outputs and inputs).
     Coef bwd_temp_act, bwd_temp_f32;
+    // How many equal fp32 tensors temp_f32 and bwd_temp_f32 stand for: PyTorch's caching
+    // allocator places each tensor on its own, so two 1 GiB temporaries fit two cached 1 GiB
+    // blocks where one 2 GiB block would not.
+    int16_t temp_f32_tensors = 1, bwd_temp_f32_tensors = 1;
     // Memory-bound work of an Elementwise kernel op, in activation-dtype elements read + written
     // (an fp32 element counts 2 for bf16 activations), over all the kernels eager PyTorch launches
     // for it: forward (io_act, fwd_kernels) and backward (io_bwd_act, bwd_kernels; unset: twice the

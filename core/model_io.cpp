@@ -158,6 +158,7 @@ void addNorm(Builder& b, int32_t m, int64_t h, NormImpl impl, bool input_shared 
     // pow_backward, `grad * (exp * self.pow(exp - 1))`, whose self.pow(1) copy, its product
     // with 2 and the result are alive together: 5 fp32 tensors of h per token at its peak.
     e.bwd_temp_f32.per_token = 5 * hd;
+    e.bwd_temp_f32_tensors = 5;
     // Kernels and traffic of the eager forward, per element in bf16 units (fp32 = 2): to(fp32)
     // 1 + 2, pow 2 + 2, mean 2, add eps and rsqrt (per row), mul by rsqrt 2 + 2, to(bf16) 2 + 1,
     // mul by weight 1 + 1: 18 units, 8 kernels. Backward (the autograd formulas above): weight mul
@@ -410,6 +411,7 @@ void addHeadAndLoss(Builder& b, int32_t head, int64_t h, int64_t vocab, bool fin
     loss.saved_f32.per_token = V;
     loss.saved_i64.per_token = 1;  // the shifted labels, saved by nll_loss
     loss.bwd_temp_f32.per_token = 2 * V;
+    loss.bwd_temp_f32_tensors = 2;
     // Forward: logits.float() 1 + 2, log_softmax 2 + 2 (fp32), nll_loss's gather: 7 units in 3
     // kernels. Backward: nll_loss_backward's zero-filled fp32 gradient 2 and its scatter,
     // _log_softmax_backward_data 2 + 2 + 2, the cast to bf16 2 + 1: 11 units in 4 kernels.

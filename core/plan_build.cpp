@@ -254,6 +254,11 @@ Result<Plan> buildPlan(const PlanOverrides& o) {
         if (!v) return makeError(fmt::format("--impl: unknown implementation '{}'; valid: hf, torchtitan", textExcerpt(*o.impl)));
         t.impl = *v;
     }
+    if (o.allocator) {
+        auto v = parseAllocatorMode(*o.allocator);
+        if (!v) return makeError(fmt::format("--allocator: unknown mode '{}'; valid: caching, expandable", textExcerpt(*o.allocator)));
+        t.allocator = *v;
+    }
     if (o.hf_mask) {
         auto v = parseHfMask(*o.hf_mask);
         if (!v) return makeError(fmt::format("--hf-mask: unknown transformers behaviour '{}'; valid: 5.x, 4.5x", textExcerpt(*o.hf_mask)));

@@ -18,6 +18,7 @@ struct PlanOverrides {
     std::string plan_file;  // may be empty
     std::optional<std::string> model, gpu, strategy, wrap, param_dtype, reduce_dtype, master_dtype,
         optimizer, ac, attention, kernels, impl, offload, hf_mask, reshard_after_forward, frozen;
+    std::optional<std::string> allocator;  // --allocator caching | expandable
     // Prefetch: FSDP2's units ahead (--prefetch-depth), FSDP1's forward_prefetch ("true"/"false")
     // and backward_prefetch ("pre", "post", "none").
     std::optional<int64_t> prefetch_depth;

@@ -192,7 +192,7 @@ private:
 Status readTraining(const json& j, const std::string& where, TrainingSpec& t) {
     SectionReader r(j, where, "training");
     r.checkKeys({"micro_batch", "seq_len", "grad_accum", "no_sync", "optimizer", "param_dtype", "reduce_dtype",
-                 "master_dtype", "ac", "attention", "kernels", "impl", "offload", "hf_mask", "frozen"});
+                 "master_dtype", "ac", "attention", "kernels", "impl", "offload", "hf_mask", "frozen", "allocator"});
     r.integer("micro_batch", t.micro_batch, "a positive integer");
     r.integer("seq_len", t.seq_len, "a positive integer");
     r.integer("grad_accum", t.grad_accum, "a positive integer");
@@ -213,6 +213,7 @@ Status readTraining(const json& j, const std::string& where, TrainingSpec& t) {
     r.enumeration("offload", t.offload, parseOffload, "none, cpu");
     r.enumeration("hf_mask", t.hf_mask, parseHfMask, "5.x, 4.5x");
     r.string("frozen", t.frozen_regex);
+    r.enumeration("allocator", t.allocator, parseAllocatorMode, "caching, expandable");
     return r.status();
 }
 
@@ -762,6 +763,7 @@ nlohmann::json planToJson(const Plan& plan) {
     training["offload"] = std::string(offloadName(t.offload));
     training["hf_mask"] = std::string(hfMaskName(t.hf_mask));
     training["frozen"] = t.frozen_regex;
+    training["allocator"] = std::string(allocatorModeName(t.allocator));
     j["training"] = std::move(training);
 
     const ShardingSpec& s = plan.sharding;

@@ -97,6 +97,8 @@ void Program::clear() {
     mem.clear();
     ops.clear();
     buffer_count = 0;
+    tensor_bytes.clear();
+    buffer_tensors.clear();
     units.clear();
     groups.clear();
     world_size = 1;

@@ -59,8 +59,12 @@ inline bool isCollective(TaskKind k) {
 // Buffers. A buffer is a block of bytes of one category that one event allocates and one event
 // frees; tensors allocated and freed together are one buffer (a unit's unsharded parameters, the
 // activations one segment saves in one micro-batch, a micro-batch's input_ids and labels). Ids
-// run 0 .. Program::buffer_count - 1 and each is allocated once per Program. `stream` is the
-// stream that owns the buffer (the one whose task allocates it), the same on its free.
+// run 0 .. Program::buffer_count - 1 and each is allocated once per Program. `stream` owns the
+// buffer, the same on its free: the stream current on the host when PyTorch allocates it, whose
+// pool the caching allocator files the block under (a freed block serves only that stream's
+// later allocations). That is the task's own stream, or the compute stream for a buffer the host
+// allocates before it switches to the task's stream (FSDP2's reduce-scatter input, allocated in
+// foreach_reduce before `with stream(reduce_scatter_stream)`). Scratch (mem_peak) is the task's.
 //  - mem_start / mem_end: +bytes allocates `buffer` (its first event); -bytes frees it, with the
 //    same size, category and stream, in the same task or a later one.
 //  - mem_peak (applied and undone at the task's internal peak): +bytes is a scratch buffer
@@ -234,6 +238,14 @@ struct Program {
     std::vector<MemEvent> mem;      // pool for Task::mem_*
     std::vector<OpShape> ops;       // pool for Task::ops
     int32_t buffer_count = 0;       // buffer ids are 0 .. buffer_count - 1
+    // The tensors behind a buffer, as PyTorch's caching allocator sees them: a buffer that stands
+    // for tensors allocated one by one (a segment's saved activations, op by op in forward order;
+    // FSDP2's unsharded parameters, one per parameter; a segment's gradients, op by op) lists their
+    // bytes, summing to the buffer's. `buffer_tensors` is empty (every buffer is one tensor) or has
+    // one span into `tensor_bytes` per buffer id; an empty span is one tensor. Buffers of the same
+    // shape (a repeated block's) share a span.
+    std::vector<int64_t> tensor_bytes;
+    std::vector<Span> buffer_tensors;
     std::vector<UnitInfo> units;    // forward order; units[0] is the root
     std::vector<ProcessGroup> groups;  // the process groups the collectives run on
     int32_t world_size = 1;         // ranks of the mesh

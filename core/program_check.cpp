@@ -54,6 +54,20 @@ private:
                 return makeError("program: initial " + std::string(categoryName(static_cast<MemCategory>(c))) +
                                  " is negative (" + std::to_string(m_p.initial[static_cast<size_t>(c)]) + " B)");
         }
+        if (!m_p.buffer_tensors.empty() && m_p.buffer_tensors.size() != static_cast<size_t>(m_p.buffer_count))
+            return makeError("program: buffer_tensors has " + std::to_string(m_p.buffer_tensors.size()) +
+                             " spans; it must be empty or have one per buffer (" + std::to_string(m_p.buffer_count) + ")");
+        for (size_t b = 0; b < m_p.buffer_tensors.size(); ++b) {
+            const Span sp = m_p.buffer_tensors[b];
+            if (!inPool(sp, m_p.tensor_bytes.size()))
+                return makeError("program: buffer_tensors[" + std::to_string(b) + "] runs past tensor_bytes (" +
+                                 std::to_string(m_p.tensor_bytes.size()) + " entries)");
+            for (uint32_t k = 0; k < sp.count; ++k) {
+                if (m_p.tensor_bytes[sp.offset + k] <= 0)
+                    return makeError("program: tensor_bytes[" + std::to_string(sp.offset + k) + "] (a tensor of buffer " +
+                                     std::to_string(b) + ") must be positive");
+            }
+        }
         for (size_t g = 0; g < m_p.groups.size(); ++g) {
             const ProcessGroup& pg = m_p.groups[g];
             const std::string at = "program: groups[" + std::to_string(g) + "] (" + std::string(groupKindName(pg.kind)) + ")";
@@ -64,6 +78,15 @@ private:
                                  " does not divide the world size " + std::to_string(m_p.world_size));
         }
         return Ok{};
+    }
+
+    Span tensorSpan(int32_t buffer) const {
+        return m_p.buffer_tensors.empty() ? Span{} : m_p.buffer_tensors[static_cast<size_t>(buffer)];
+    }
+    int64_t tensorSum(Span sp) const {
+        int64_t sum = 0;
+        for (uint32_t k = 0; k < sp.count; ++k) sum += m_p.tensor_bytes[sp.offset + k];
+        return sum;
     }
 
     // "task 17 (RS layers.3)"; a task whose unit is out of range is named by its kind only.
@@ -185,9 +208,13 @@ private:
                 if (r.state != BufferState::Unused)
                     return fail(id, at + " allocates " + buf + ", already allocated by task " + std::to_string(r.task) +
                                         " (buffer ids are allocated once)");
-                if (e.stream != t.stream)
+                if (e.stream != t.stream && e.stream != Stream::Compute)
                     return fail(id, at + " allocates " + buf + " owned by the " + std::string(streamName(e.stream)) +
-                                        " stream, but the task runs on the " + std::string(streamName(t.stream)) + " stream");
+                                        " stream, but the task runs on the " + std::string(streamName(t.stream)) +
+                                        " stream (an allocation is owned by its task's stream or the compute stream)");
+                if (auto sp = tensorSpan(e.buffer); sp.count > 0 && tensorSum(sp) != e.bytes)
+                    return fail(id, at + " allocates " + buf + " with " + std::to_string(e.bytes) + " B, but its tensors (buffer_tensors) sum to " +
+                                        std::to_string(tensorSum(sp)) + " B");
                 r = BufferRecord{BufferState::Live, e.bytes, e.category, e.stream, id};
             } else {
                 if (r.state != BufferState::Live)

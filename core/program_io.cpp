@@ -385,6 +385,9 @@ json programToJson(const Program& p) {
     for (const MemEvent& e : p.mem) mem.push_back(memJson(e));
     json& ops = j["ops"] = json::array();
     for (const OpShape& o : p.ops) ops.push_back(opJson(o));
+    j["tensor_bytes"] = p.tensor_bytes;
+    json& spans = j["buffer_tensors"] = json::array();
+    for (const Span& s : p.buffer_tensors) spans.push_back(json::array({s.offset, s.count}));
     return j;
 }
 
@@ -395,7 +398,7 @@ Result<Program> programFromJson(const json& j, const std::string& where) {
     if (!r.object(j, "", {"format", "version", "world_size", "micro_batches", "tokens_per_micro_batch", "compute_dtype",
                           "model_flops_per_step", "hardware_flops_per_step", "host_param_bytes", "host_grad_bytes",
                           "host_optimizer_bytes", "initial", "buffer_count", "units", "groups", "tasks", "deps", "mem",
-                          "ops"}))
+                          "ops", "tensor_bytes", "buffer_tensors"}))
         return r.error();
     r.integer(j, "", "world_size", p.world_size, 1, kInt32Max);
     r.integer(j, "", "micro_batches", p.micro_batches, 1, std::numeric_limits<int16_t>::max());
@@ -432,6 +435,17 @@ Result<Program> programFromJson(const json& j, const std::string& where) {
     });
     readArray(r, j, "mem", p.mem, readMemEvent);
     readArray(r, j, "ops", p.ops, readOp);
+    readArray(r, j, "tensor_bytes", p.tensor_bytes, [](Reader& rr, const json& v, const std::string& at, int64_t& b) {
+        rr.integerValue(v, at, b, 1, kInt64Max);
+    });
+    readArray(r, j, "buffer_tensors", p.buffer_tensors, [](Reader& rr, const json& v, const std::string& at, Span& s) {
+        if (!v.is_array() || v.size() != 2) {
+            rr.fail(at, "must be [offset, count] into tensor_bytes");
+            return;
+        }
+        rr.integerValue(v[0], at + "[0]", s.offset, 0, kInt32Max);
+        rr.integerValue(v[1], at + "[1]", s.count, 0, kInt32Max);
+    });
     if (r.failed()) return r.error();
     if (auto s = validateProgram(p); !s) return makeError(where + ": " + s.error().message);
     return p;

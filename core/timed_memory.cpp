@@ -153,4 +153,139 @@ void MemoryTimer::compute(const Program& program, const Timeline& timeline, Time
     out.max_per_category = max_per_category;
 }
 
+void MemoryTimer::replayAllocator(const Program& program, const Timeline& timeline, const AllocatorConfig& config, CachingAllocatorModel& model,
+                                  ReservedMemory& out) {
+    const bool split = !program.buffer_tensors.empty();
+    auto tensorsOf = [&](int32_t buffer) { return split ? program.buffer_tensors[static_cast<size_t>(buffer)] : Span{}; };
+    // Model ids: each buffer's tensors in a row, then one per category for the steady state.
+    m_tensor_base.resize(static_cast<size_t>(program.buffer_count) + 1);
+    int32_t ids = 0;
+    for (int32_t b = 0; b < program.buffer_count; ++b) {
+        m_tensor_base[static_cast<size_t>(b)] = ids;
+        ids += static_cast<int32_t>(std::max<uint32_t>(1, tensorsOf(b).count));
+    }
+    m_tensor_base[static_cast<size_t>(program.buffer_count)] = ids;
+    m_tensors_freed.assign(static_cast<size_t>(program.buffer_count), 0);
+    model.reset(config, ids + kMemCategoryCount);
+    // The steady state first: one block per category (ids after the buffers' tensors), except
+    // Runtime Overhead, which the allocator does not hold.
+    for (int c = 0; c < kMemCategoryCount; ++c) {
+        if (c == index(MemCategory::RuntimeOverhead) || program.initial[c] <= 0) continue;
+        model.allocate(ids + c, program.initial[c], Stream::Compute);
+    }
+    auto apply = [&](const MemEvent& e) {
+        assert(e.buffer >= 0 && e.buffer < program.buffer_count);
+        const int32_t base = m_tensor_base[static_cast<size_t>(e.buffer)];
+        const Span ts = tensorsOf(e.buffer);
+        if (e.bytes > 0) {
+            if (ts.count == 0) {
+                model.allocate(base, e.bytes, e.stream);
+                return;
+            }
+            m_tensors_freed[static_cast<size_t>(e.buffer)] = 0;
+            for (uint32_t k = 0; k < ts.count; ++k) {
+                model.allocate(base + static_cast<int32_t>(k), program.tensor_bytes[ts.offset + k], e.stream);
+            }
+        } else if (e.bytes < 0) {
+            if (ts.count == 0) {
+                model.free(base);
+                return;
+            }
+            // A backward frees saved tensors from the last; what it has not freed goes now (the
+            // bytes of those it freed stayed counted as allocated until this free).
+            const uint32_t live = ts.count - m_tensors_freed[static_cast<size_t>(e.buffer)];
+            int64_t freed_bytes = -e.bytes;
+            for (uint32_t k = live; k-- > 0;) {
+                freed_bytes -= program.tensor_bytes[ts.offset + k];
+                model.free(base + static_cast<int32_t>(k));
+            }
+            if (freed_bytes != 0) model.adjustAllocated(base, -freed_bytes);
+        }
+    };
+    auto applyInOrder = [&](Span span) {
+        const MemEvent* e = program.memBegin(span);
+        for (uint32_t k = 0; k < span.count; ++k) {
+            if (e[k].timed_after < 0) apply(e[k]);
+        }
+    };
+    // At a backward's peak its saved tensors freed op by op are back in the cache before its
+    // scratch is allocated. A buffer of several tensors frees them for good, from the last, as
+    // many as make up the bytes released (its free later frees the rest); a one-tensor buffer
+    // gives back the tail of its block until the scratch is freed (the bookkeeping undo).
+    auto applyTransient = [&](Span span) {
+        const MemEvent* e = program.memBegin(span);
+        for (uint32_t k = 0; k < span.count; ++k) {
+            if (e[k].bytes >= 0) continue;
+            const Span ts = tensorsOf(e[k].buffer);
+            const int32_t base = m_tensor_base[static_cast<size_t>(e[k].buffer)];
+            if (ts.count == 0) {
+                model.releaseTail(base, -e[k].bytes);
+                continue;
+            }
+            uint32_t& freed = m_tensors_freed[static_cast<size_t>(e[k].buffer)];
+            // The released bytes count from the buffer's end, tensors freed by an earlier peak included.
+            int64_t released = 0;
+            for (uint32_t i = ts.count - freed; i < ts.count; ++i) released += program.tensor_bytes[ts.offset + i];
+            while (freed < ts.count) {
+                const uint32_t i = ts.count - 1 - freed;
+                const int64_t bytes = program.tensor_bytes[ts.offset + i];
+                if (released + bytes > -e[k].bytes) break;
+                released += bytes;
+                model.free(base + static_cast<int32_t>(i));
+                model.adjustAllocated(base, bytes);  // still counted until the peak's accounting below
+                ++freed;
+            }
+            model.adjustAllocated(base, e[k].bytes);  // allocated falls by the released bytes, as the curve's
+        }
+        // Scratch: each of its tensors, in order, then freed.
+        for (uint32_t k = 0; k < span.count; ++k) {
+            if (e[k].bytes <= 0) continue;
+            const int32_t base = m_tensor_base[static_cast<size_t>(e[k].buffer)];
+            const Span ts = tensorsOf(e[k].buffer);
+            if (ts.count == 0) {
+                model.allocate(base, e[k].bytes, e[k].stream);
+                continue;
+            }
+            for (uint32_t i = 0; i < ts.count; ++i) {
+                model.allocate(base + static_cast<int32_t>(i), program.tensor_bytes[ts.offset + i], e[k].stream);
+            }
+        }
+        for (uint32_t k = 0; k < span.count; ++k) {
+            if (e[k].bytes <= 0) continue;
+            const int32_t base = m_tensor_base[static_cast<size_t>(e[k].buffer)];
+            const uint32_t n = std::max<uint32_t>(1, tensorsOf(e[k].buffer).count);
+            for (uint32_t i = n; i-- > 0;) model.free(base + static_cast<int32_t>(i));
+        }
+        for (uint32_t k = 0; k < span.count; ++k) {
+            if (e[k].bytes >= 0) continue;
+            if (tensorsOf(e[k].buffer).count == 0) {
+                model.restoreTail(m_tensor_base[static_cast<size_t>(e[k].buffer)]);
+            } else {
+                model.adjustAllocated(m_tensor_base[static_cast<size_t>(e[k].buffer)], -e[k].bytes);  // the bookkeeping undo; the blocks stay free
+            }
+        }
+    };
+    // Two steps: the first fills the cache as a previous step would; the second is reported.
+    for (int step = 0; step < 2; ++step) {
+        if (step == 1) model.resetPeaks();
+        for (const Point& p : m_points) {
+            const Task& t = program.tasks[p.task];
+            switch (p.phase) {
+                case kDeferred: apply(program.mem[static_cast<size_t>(p.event)]); break;
+                case kEnd: applyInOrder(t.mem_end); break;
+                case kStart:
+                    applyInOrder(t.mem_start);
+                    if (timeline.tasks[p.task].end_ns == timeline.tasks[p.task].start_ns) {
+                        if (t.mem_peak.count > 0) applyTransient(t.mem_peak);
+                        applyInOrder(t.mem_end);
+                    }
+                    break;
+                case kMid: applyTransient(t.mem_peak); break;
+            }
+        }
+    }
+    out.config = config;
+    out.stats = model.stats();
+}
+
 }  // namespace shardcast::core

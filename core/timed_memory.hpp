@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/caching_allocator.hpp"
 #include "core/program.hpp"
 #include "core/units.hpp"
 #include "core/timeline.hpp"
@@ -37,6 +38,12 @@ public:
     void compute(const Program& program, const Timeline& timeline, TimedMemory& out,
                  bool record_curve = false);
 
+    // Replays the same events, in the same order, through a model of PyTorch's caching allocator
+    // (ReservedMemory says how), tensor by tensor (Program::buffer_tensors). Call after compute()
+    // on the same program and timeline.
+    void replayAllocator(const Program& program, const Timeline& timeline, const AllocatorConfig& config, CachingAllocatorModel& model,
+                         ReservedMemory& out);
+
 private:
     // Points in time order; at equal times: deferred frees, ends, starts, midpoints, then by task.
     enum Phase : uint8_t { kDeferred = 0, kEnd = 1, kStart = 2, kMid = 3 };
@@ -54,6 +61,10 @@ private:
     std::vector<Point> m_points;  // all points in time order
     std::vector<Point> m_merged;  // scratch for merging
     std::vector<Point> m_deferred;  // frees placed at their buffer's last use (MemEvent::timed_after)
+    // replayAllocator: a buffer's first tensor id in the allocator model, and how many of its
+    // tensors (from the last) a backward has already freed.
+    std::vector<int32_t> m_tensor_base;
+    std::vector<uint32_t> m_tensors_freed;
 };
 
 }  // namespace shardcast::core

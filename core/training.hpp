@@ -4,6 +4,7 @@
 #include <string>
 #include <string_view>
 
+#include "core/caching_allocator.hpp"
 #include "core/units.hpp"
 
 namespace shardcast::core {
@@ -88,6 +89,7 @@ struct TrainingSpec {
     KernelImpl kernels = KernelImpl::Eager;
     ModelImpl impl = ModelImpl::Hf;
     Offload offload = Offload::None;
+    AllocatorMode allocator = AllocatorMode::Caching;  // PYTORCH_CUDA_ALLOC_CONF expandable_segments
     // The current transformers release (5.x) by default; 4.5x for runs pinned to transformers 4.
     HfMask hf_mask = HfMask::V5;
     std::string frozen_regex;   // parameters whose FQN matches (std::regex_search) are frozen

@@ -80,7 +80,20 @@ core::Status Evaluator::evaluate(const core::Plan& given, const HardwareProfile*
                         out.summary, options.per_unit);
     if (!options.per_unit) out.summary.units.clear();
     out.comm = core::communicationTotals(out.program);
-    out.fit = core::judgeFit(out.summary.peak_bytes, out.profile.gpu.memory_bytes, options.headroom);
+    if (options.reserved_memory) {
+        const int64_t capacity = out.profile.gpu.memory_bytes;
+        const int64_t overhead = out.program.initial[core::index(core::MemCategory::RuntimeOverhead)];
+        core::AllocatorConfig config;
+        config.mode = plan->training.allocator;
+        config.limit_bytes = capacity - overhead;  // cudaMalloc fails past the device's free memory
+        m_timer.replayAllocator(out.program, out.timeline, config, m_allocator, out.reserved);
+        const core::AllocatorStats& a = out.reserved.stats;
+        out.fit = core::judgeFit(out.summary.peak_bytes, a.peak_reserved_bytes + overhead, capacity, options.headroom,
+                                 a.releases > 0 || a.out_of_memory);
+    } else {
+        out.reserved = core::ReservedMemory{};
+        out.fit = core::judgeFit(out.summary.peak_bytes, out.profile.gpu.memory_bytes, options.headroom);
+    }
     return core::Ok{};
 }
 

@@ -41,6 +41,8 @@ struct EvaluationOptions {
     bool issue_order_memory = true;  // also replay in host issue order (model states, the allocator's view)
     bool record_curve = false;       // keep the timed memory curve (traces, memory views)
     bool per_unit = true;            // per-unit time breakdown in the summary
+    bool reserved_memory = true;     // replay the timed events through the caching allocator model;
+                                     // "fits" is then judged on reserved memory
     const CancelToken* cancel = nullptr;
     std::function<void(EvaluationStage)> progress;  // on the evaluating thread, before each stage
 };
@@ -60,7 +62,10 @@ struct Evaluation {
     int64_t issue_order_peak_bytes = 0;  // the allocator's view in host issue order
     core::StepSummary summary;
     core::CommTotals comm;
-    core::FitVerdict fit;           // summary.peak_bytes against profile.gpu.memory_bytes
+    // PyTorch's caching allocator (plan.training.allocator) over the timed events; zero without
+    // EvaluationOptions::reserved_memory. Its figures exclude Runtime Overhead.
+    core::ReservedMemory reserved;
+    core::FitVerdict fit;           // reserved (else allocated) peak against profile.gpu.memory_bytes
 };
 
 class Evaluator {
@@ -80,6 +85,7 @@ private:
     core::Lowerer m_lowerer;
     Simulator m_simulator;
     core::MemoryTimer m_timer;
+    core::CachingAllocatorModel m_allocator;
     core::Plan m_plan_on_profile;  // scratch: the plan with the profile's GPU
     core::PlanCheckMemo m_check_memo;
 };

@@ -8,6 +8,7 @@
 
 #include "apps/shardcast/commands.hpp"
 #include "apps/shardcast/plan_options.hpp"
+#include "apps/shardcast/report.hpp"
 #include "apps/shardcast/store_cli.hpp"
 #include "core/plan_build.hpp"
 #include "simulator/chrome_trace.hpp"
@@ -47,8 +48,15 @@ void printText(const sim::Evaluation& e) {
         if (s.at_peak[c] == 0) continue;
         fmt::print("  {:<18}{:>13}\n", core::categoryName(static_cast<core::MemCategory>(c)), gib(s.at_peak[c]));
     }
-    fmt::print("Fits                {:>13}  (budget {} = capacity less {:g}% headroom)\n", e.fit.fits ? "yes" : "NO",
-               gib(e.fit.budget_bytes), e.fit.headroom * 100);
+    if (e.fit.reserved_bytes > 0) {
+        const core::AllocatorStats& a = e.reserved.stats;
+        fmt::print("Peak reserved       {:>13}  (caching allocator, --allocator {}; Runtime Overhead included)\n",
+                   gib(e.fit.reserved_bytes), core::allocatorModeName(e.reserved.config.mode));
+        fmt::print("  fragmentation     {:>13}  at the reserved peak, largest {}\n", gib(a.fragmentation_at_reserved_peak),
+                   gib(a.max_fragmentation_bytes));
+    }
+    fmt::print("Fits                {:>13}  (budget {} = capacity less {:g}% headroom)\n",
+               e.fit.fits ? "yes" : (e.fit.at_risk ? "AT RISK" : "NO"), gib(e.fit.budget_bytes), e.fit.headroom * 100);
     fmt::print("Stream busy time\n");
     for (int st = 0; st < core::kStreamCount; ++st) {
         if (s.stream_busy_s[st] <= 0) continue;
@@ -91,6 +99,8 @@ int runSimulate(const SimulateOptions& o) {
         j["capacity_bytes"] = e.fit.capacity_bytes;
         j["headroom"] = e.fit.headroom;
         j["budget_bytes"] = e.fit.budget_bytes;
+        j["at_risk"] = e.fit.at_risk;
+        j["reserved"] = reservedMemoryJson(*plan, e);
         if (!o.trace.empty()) j["trace"] = o.trace;
         fmt::print("{}\n", j.dump(2));
     } else {

@@ -70,6 +70,10 @@ void addPlanOptions(CLI::App& cmd, core::PlanOverrides& o) {
            "Modeling code: hf (HuggingFace transformers modules) | torchtitan (torchtitan's Llama: fused "
            "nn.RMSNorm, K/V repeated before SDPA; llama models only)",
            "hf");
+    addOpt(cmd, "--allocator", o.allocator, "MODE",
+           "PyTorch's CUDA caching allocator: caching (default) | expandable (PYTORCH_CUDA_ALLOC_CONF="
+           "expandable_segments:True); reserved memory is modelled for it",
+           "caching");
     addOpt(cmd, "--hf-mask", o.hf_mask, "VERSION",
            "transformers' causal mask under SDPA: 5.x (none: is_causal, native GQA) | 4.5x (a [b,1,s,s] "
            "mask saved per layer, K/V repeated to all heads)",

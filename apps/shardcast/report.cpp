@@ -143,6 +143,7 @@ nlohmann::ordered_json planResultJson(const core::Plan& plan, const sim::Evaluat
         {"offload", core::offloadName(t.offload)},
         {"hf_mask", core::hfMaskName(t.hf_mask)},
         {"frozen", t.frozen_regex},
+        {"allocator", core::allocatorModeName(t.allocator)},
     };
 
     json at_peak = json::object();
@@ -173,6 +174,8 @@ nlohmann::ordered_json planResultJson(const core::Plan& plan, const sim::Evaluat
           {"optimizer", e.program.host_optimizer_bytes}}},
         {"headroom", e.fit.headroom},
         {"budget_bytes", e.fit.budget_bytes},
+        {"at_risk", e.fit.at_risk},
+        {"reserved", reservedMemoryJson(plan, e)},
     };
 
     const core::CommTotals& c = e.comm;
@@ -214,6 +217,61 @@ nlohmann::ordered_json planResultJson(const core::Plan& plan, const sim::Evaluat
         j["time"]["units"] = std::move(per_unit);
     }
     return j;
+}
+
+nlohmann::ordered_json reservedMemoryJson(const core::Plan& plan, const sim::Evaluation& e) {
+    const core::AllocatorStats& a = e.reserved.stats;
+    const int64_t overhead = e.program.initial[core::index(MemCategory::RuntimeOverhead)];
+    if (e.fit.reserved_bytes == 0) return nlohmann::ordered_json(nullptr);
+    nlohmann::ordered_json by_stream = nlohmann::ordered_json::object();
+    nlohmann::ordered_json at_peak = nlohmann::ordered_json::object();
+    for (int s = 0; s < core::kStreamCount; ++s) {
+        const std::string name(core::streamName(static_cast<core::Stream>(s)));
+        if (a.reserved_by_stream[s] > 0) by_stream[name] = a.reserved_by_stream[s];
+        if (a.reserved_by_stream_at_peak[s] > 0) {
+            at_peak[name] = {{"allocated_bytes", a.allocated_by_stream_at_peak[s]},
+                             {"reserved_bytes", a.reserved_by_stream_at_peak[s]}};
+        }
+    }
+    return {
+        {"allocator", core::allocatorModeName(plan.training.allocator)},
+        {"peak_allocated_bytes", a.peak_allocated_bytes + overhead},
+        {"peak_reserved_bytes", a.peak_reserved_bytes + overhead},
+        {"fragmentation_at_reserved_peak_bytes", a.fragmentation_at_reserved_peak},
+        {"max_fragmentation_bytes", a.max_fragmentation_bytes},
+        {"reserved_by_stream", std::move(by_stream)},
+        {"by_stream_at_allocated_peak", std::move(at_peak)},
+        {"segments", a.segments},
+        {"cache_flushes", a.releases},
+        {"out_of_memory", a.out_of_memory},
+        {"spare_bytes", e.fit.capacity_bytes - (a.peak_reserved_bytes + overhead)},
+    };
+}
+
+std::string fitVerdictText(const sim::Evaluation& e) {
+    const core::FitVerdict& f = e.fit;
+    const double capacity = static_cast<double>(f.capacity_bytes);
+    if (f.fits) {
+        if (f.reserved_bytes == 0) {
+            return fmt::format("  => fits with {} to spare under the budget", core::formatGiB(f.marginBytes()));
+        }
+        return fmt::format("  => fits with {} to spare under the budget: reserved {} is {:.1f}% of capacity",
+                           core::formatGiB(f.marginBytes()), core::formatGiB(f.reserved_bytes),
+                           100.0 * static_cast<double>(f.reserved_bytes) / capacity);
+    }
+    if (f.at_risk && f.cache_flushed && f.reserved_bytes <= f.budget_bytes) {
+        return fmt::format("  => AT RISK: allocated {} fits, but the caching allocator reaches the GPU's {} and must "
+                           "free its cache to go on (cudaMalloc retries; try --allocator expandable)",
+                           core::formatGiB(f.peak_bytes), core::formatGiB(f.capacity_bytes));
+    }
+    if (f.at_risk) {
+        return fmt::format("  => AT RISK: allocated {} fits, but reserved {} ({:.1f}% of capacity) is over the "
+                           "budget by {}: the caching allocator's fragmentation can OOM (try --allocator expandable)",
+                           core::formatGiB(f.peak_bytes), core::formatGiB(f.reserved_bytes),
+                           100.0 * static_cast<double>(f.reserved_bytes) / capacity, core::formatGiB(f.marginBytes()));
+    }
+    return fmt::format("  => does NOT fit: over by {} (the budget keeps {:g}% of the GPU free)",
+                       core::formatGiB(f.marginBytes()), f.headroom * 100);
 }
 
 std::string planReportText(const core::Plan& plan, const sim::Evaluation& e) {
@@ -301,12 +359,31 @@ std::string planReportText(const core::Plan& plan, const sim::Evaluation& e) {
     line(fmt::format(fmt::runtime("  {:<20} {:>14.2f}"), "capacity", gib(capacity)));
     line(fmt::format(fmt::runtime("  {:<20} {:>14.2f}   (capacity less {:g}% headroom, --headroom)"), "budget",
                      gib(e.fit.budget_bytes), e.fit.headroom * 100));
-    if (e.fit.fits) {
-        line(fmt::format("  => fits with {} to spare under the budget", core::formatGiB(e.fit.marginBytes())));
-    } else {
-        line(fmt::format("  => does NOT fit: over by {} (the budget keeps {:g}% of the GPU free)",
-                         core::formatGiB(e.fit.marginBytes()), e.fit.headroom * 100));
+    if (e.fit.reserved_bytes > 0) {
+        const core::AllocatorStats& a = e.reserved.stats;
+        const int64_t overhead = e.program.initial[core::index(MemCategory::RuntimeOverhead)];
+        line(fmt::format(fmt::runtime("  {:<20} {:>14.2f}   (PyTorch's caching allocator, --allocator {}; Runtime "
+                                      "Overhead included)"),
+                         "reserved (peak)", gib(a.peak_reserved_bytes + overhead),
+                         core::allocatorModeName(e.reserved.config.mode)));
+        line(fmt::format(fmt::runtime("  {:<20} {:>14.2f}   (reserved - allocated at the reserved peak; largest "
+                                      "in step {:.2f})"),
+                         "fragmentation", gib(a.fragmentation_at_reserved_peak), gib(a.max_fragmentation_bytes)));
+        std::string streams, at_peak;
+        for (int st = 0; st < core::kStreamCount; ++st) {
+            const auto name = core::streamName(static_cast<core::Stream>(st));
+            if (a.reserved_by_stream[st] > 0) {
+                streams += fmt::format("{}{} {:.2f}", streams.empty() ? "" : ", ", name, gib(a.reserved_by_stream[st]));
+            }
+            if (a.reserved_by_stream_at_peak[st] > 0) {
+                at_peak += fmt::format("{}{} {:.2f}/{:.2f}", at_peak.empty() ? "" : ", ", name,
+                                       gib(a.allocated_by_stream_at_peak[st]), gib(a.reserved_by_stream_at_peak[st]));
+            }
+        }
+        line(fmt::format("  reserved by stream (GiB, each stream caches its own blocks): {}", streams));
+        line(fmt::format("  at the allocated peak, in use/reserved by stream (GiB): {}", at_peak));
     }
+    line(fitVerdictText(e));
     line(fmt::format("  (allocator view in host issue order: peak {}; the timed curve places each "
                      "allocation at its simulated time)",
                      core::formatGiB(e.issue_order_peak_bytes)));

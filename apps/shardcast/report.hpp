@@ -12,6 +12,12 @@ namespace shardcast::cli {
 
 // Keys documented in README.md ("shardcast plan --json"); insertion-ordered for reading.
 nlohmann::ordered_json planResultJson(const core::Plan& plan, const sim::Evaluation& e);
+// The caching allocator's figures (plan and simulate --json "reserved"): bytes include Runtime
+// Overhead, as peak_bytes does, so peak_allocated_bytes equals the peak and the reserved peak
+// compares with the capacity.
+nlohmann::ordered_json reservedMemoryJson(const core::Plan& plan, const sim::Evaluation& e);
+// One line: "fits", "AT RISK" or "does NOT fit", with the reserved figures behind it.
+std::string fitVerdictText(const sim::Evaluation& e);
 std::string planReportText(const core::Plan& plan, const sim::Evaluation& e);
 
 }  // namespace shardcast::cli

@@ -278,6 +278,27 @@ TEST_P(UnitBufferTable, MatchesTheTasksOfTheUnit) {
         if (e.category == MemCategory::ReduceScatter && e.bytes > 0) reduce_scatter_input += e.bytes;
     }
     EXPECT_EQ(u.reduce_scatter_input_bytes, reduce_scatter_input);
+    // The stream whose pool each buffer's block is cached in. FSDP2's foreach_reduce allocates
+    // the reduce-scatter input on the current (compute) stream before
+    // reduce_scatter_stream.wait_stream(current_stream), and the output under
+    // `with stream(reduce_scatter_stream)` (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py);
+    // FSDP1 allocates both on its post-backward stream. bf16 params, fp32 reduce and master: the
+    // fp32 output is the sharded gradient (8192 / 8 = 1024 B).
+    const Stream input_stream = fsdp == 2 ? Stream::Compute : Stream::ReduceScatter;
+    int inputs = 0, outputs = 0;
+    for (uint32_t i = 0; i < reduces[0]->mem_start.count; ++i) {
+        const MemEvent& e = r.program.mem[reduces[0]->mem_start.offset + i];
+        if (e.bytes == 8192) {
+            EXPECT_EQ(e.stream, input_stream) << categoryName(e.category) << " event " << i;
+            ++inputs;
+        } else if (e.bytes == 1024) {
+            EXPECT_EQ(e.category, MemCategory::ShardedGrad);
+            EXPECT_EQ(e.stream, Stream::ReduceScatter);
+            ++outputs;
+        }
+    }
+    EXPECT_EQ(inputs, 2);  // allocated as Temp for the copy-in, then as Reduce Scatter
+    EXPECT_EQ(outputs, 1);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fsdp, UnitBufferTable, ::testing::Values(1, 2),

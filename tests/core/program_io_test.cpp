@@ -165,6 +165,11 @@ TEST(ProgramIoTest, BadInputNamesTheField) {
         {"unknown category", [](json& j) { j["mem"][4]["category"] = "Cache"; }, "field 'mem[4].category' must be one of Sharded Param"},
         {"unknown dtype", [](json& j) { j["tasks"][0]["dtype"] = "int4"; }, "field 'tasks[0].dtype' must be one of fp32"},
         {"ops span outside the pool", [](json& j) { j["tasks"][5]["ops"] = json::array({999999, 1}); }, ": task 5 ("},
+        {"tensors that do not sum to their buffer",
+         [](json& j) { j["tensor_bytes"][0] = j["tensor_bytes"][0].get<int64_t>() + 512; },
+         "but its tensors (buffer_tensors) sum to"},
+        {"tensor span outside the pool", [](json& j) { j["buffer_tensors"][0] = json::array({999999, 1}); },
+         "buffer_tensors[0] runs past tensor_bytes"},
         {"not a program", [](json& j) { j["format"] = "shardcast-plan"; }, "field 'format' must be \"shardcast-program\""},
     };
     for (const BadInput& c : cases) {

@@ -1,9 +1,10 @@
 // Guards the evaluation chain's figures while its code is made faster: a matrix of plans (models,
 // strategies, FSDP versions, AC modes, accumulation, offload, GPUs, a power-capped profile) is
 // evaluated with every output on and compared field by field with tests/data/evaluation-fingerprints.json,
-// which the chain wrote before the speed work (commit "Add evaluation fingerprints"). Scalars are
+// which the chain wrote before the speed work (main after the alloc merge, be7ead8). Scalars are
 // compared as numbers; the Program, the timeline, the timed memory curve and the summary (per-unit
-// times included) as FNV-1a digests of their JSON, so a change of any task's time or any byte fails.
+// times included) as FNV-1a digests of their JSON, so a change of any task's time or any byte fails;
+// the caching allocator's peaks and fragmentation and the fit verdict as numbers.
 //
 // A change that moves figures on purpose regenerates the file and says why in its commit:
 //   SHARDCAST_WRITE_FINGERPRINTS=tests/data/evaluation-fingerprints.json build/bin/evaluation_fingerprint_test
@@ -146,6 +147,11 @@ json fingerprint(const Evaluation& e) {
     j["model_states"] = {e.memory.model_states.params, e.memory.model_states.grads, e.memory.model_states.optimizer};
     j["comm_bytes"] = {e.comm.all_gather_bytes, e.comm.reduce_scatter_bytes, e.comm.all_reduce_bytes};
     j["fits"] = e.fit.fits;
+    j["at_risk"] = e.fit.at_risk;
+    j["fit_reserved_bytes"] = e.fit.reserved_bytes;
+    const core::AllocatorStats& a = e.reserved.stats;
+    j["reserved"] = {a.peak_allocated_bytes, a.peak_reserved_bytes, a.fragmentation_at_reserved_peak,
+                     a.max_fragmentation_bytes, a.out_of_memory};
     j["program_fnv"] = fnv1a(core::programToJson(e.program).dump());
     j["timeline_fnv"] = fnv1a(core::timelineToJson(e.timeline).dump());
     j["timed_memory_fnv"] = fnv1a(core::timedMemoryToJson(e.timed).dump());
@@ -211,6 +217,7 @@ TEST(EvaluationFingerprintTest, ReusedEvaluatorMatchesAFreshOne) {
         EXPECT_EQ(a.timeline, b.timeline);
         EXPECT_EQ(a.timed, b.timed);
         EXPECT_EQ(a.summary, b.summary);
+        EXPECT_EQ(a.reserved, b.reserved);
     }
     // Plans of one model in a row: another sequence length, a frozen (LoRA-like) variant whose op
     // costs differ, and the plain plan again, each against a fresh Evaluator.
@@ -226,6 +233,7 @@ TEST(EvaluationFingerprintTest, ReusedEvaluatorMatchesAFreshOne) {
         EXPECT_EQ(a.timeline, b.timeline);
         EXPECT_EQ(a.timed, b.timed);
         EXPECT_EQ(a.summary, b.summary);
+        EXPECT_EQ(a.reserved, b.reserved);
     }
     // The capped profile is slower: the kept durations were not reused across profiles.
     Evaluation c;
