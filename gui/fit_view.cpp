@@ -163,9 +163,11 @@ void FitView::setPlan(std::shared_ptr<const PlanResult> plan) {
     const sim::Evaluation& e = m_plan->eval;
     const core::StepSummary& s = e.summary;
     const core::Plan& p = m_plan->plan;
-    const QString verdict = e.fit.fits ? "Fits" : "Does not fit";
-    m_headline->setText(QString("%1: peak %2 of %3 (budget %4)  |  step %5  |  MFU %6  |  %7 tokens/s per GPU")
-                            .arg(verdict, formatGiB(e.fit.peak_bytes), formatGiB(e.fit.capacity_bytes),
+    // Fit is judged on reserved memory where the caching allocator is modelled (core::FitVerdict).
+    const QString verdict = e.fit.fits ? "Fits" : (e.fit.at_risk ? "At risk" : "Does not fit");
+    const QString reserved = e.fit.reserved_bytes > 0 ? ", reserved " + formatGiB(e.fit.reserved_bytes) : QString();
+    m_headline->setText(QString("%1: peak %2%3 of %4 (budget %5)  |  step %6  |  MFU %7  |  %8 tokens/s per GPU")
+                            .arg(verdict, formatGiB(e.fit.peak_bytes), reserved, formatGiB(e.fit.capacity_bytes),
                                  formatGiB(e.fit.budget_bytes), formatMs(s.step_s))
                             .arg(s.mfu, 0, 'f', 3)
                             .arg(s.tokens_per_s_per_gpu, 0, 'f', 0));

@@ -100,6 +100,7 @@ std::vector<SweepResult> runSweep(const core::Plan& base, const std::vector<Swee
                 r.mfu = e.summary.mfu;
                 r.tokens_per_s_per_gpu = e.summary.tokens_per_s_per_gpu;
                 r.peak_bytes = e.summary.peak_bytes;
+                r.reserved_bytes = e.fit.reserved_bytes;
                 r.fits = e.fit.fits;
             }
             const size_t d = ++done;

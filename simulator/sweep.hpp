@@ -34,8 +34,9 @@ struct SweepResult {
     double exposed_comm_s = 0;
     double mfu = 0;
     double tokens_per_s_per_gpu = 0;
-    int64_t peak_bytes = 0;
-    bool fits = false;          // core::judgeFit with SweepOptions::headroom
+    int64_t peak_bytes = 0;     // allocated, Runtime Overhead included
+    int64_t reserved_bytes = 0; // the caching allocator's peak reserved + Runtime Overhead (0: not modelled)
+    bool fits = false;          // the evaluation's verdict (reserved where modelled) with SweepOptions::headroom
     bool evaluated() const { return ok || !error.empty(); }
 };
 

@@ -118,6 +118,7 @@ int runSweepCommand(const SweepCommandOptions& o) {
                             {"units", r.units},
                             {"step_s", r.step_s},
                             {"peak_bytes", r.peak_bytes},
+                            {"reserved_bytes", r.reserved_bytes},
                             {"fits", r.fits},
                             {"exposed_comm_s", r.exposed_comm_s},
                             {"mfu", r.mfu},
@@ -139,22 +140,22 @@ int runSweepCommand(const SweepCommandOptions& o) {
 
     fmt::print("{} candidates ({} valid), capacity {} with {:.0f}% headroom\n\n", results.size(), order.size(),
                core::formatGiB(profile.gpu.memory_bytes), o.headroom * 100);
-    fmt::print("{:<3} {:<20} {:<18} {:>4} {:<10} {:>5} {:>11} {:>13} {:>4} {:>14} {:>6} {:>12}\n", "", "strategy", "wrap", "mb", "ac",
-               "units", "step (ms)", "peak (GiB)", "fits", "exp. comm (ms)", "MFU", "tok/s/GPU");
+    fmt::print("{:<3} {:<20} {:<18} {:>4} {:<10} {:>5} {:>11} {:>13} {:>14} {:>4} {:>14} {:>6} {:>12}\n", "", "strategy", "wrap", "mb",
+               "ac", "units", "step (ms)", "peak (GiB)", "reserved (GiB)", "fits", "exp. comm (ms)", "MFU", "tok/s/GPU");
     int shown = 0;
     for (size_t i : order) {
         if (o.top > 0 && shown++ >= o.top) break;
         const auto& r = results[i];
-        fmt::print("{:<3} {:<20} {:<18} {:>4} {:<10} {:>5} {:>11.2f} {:>13.2f} {:>4} {:>14.2f} {:>6.3f} {:>12.0f}\n",
+        fmt::print("{:<3} {:<20} {:<18} {:>4} {:<10} {:>5} {:>11.2f} {:>13.2f} {:>14} {:>4} {:>14.2f} {:>6.3f} {:>12.0f}\n",
                    onFront(i) ? "*" : "", core::strategyName(r.candidate.strategy), core::wrapPolicyString(r.candidate.wrap),
                    r.candidate.micro_batch, core::acString(r.candidate.ac.mode, r.candidate.ac.every), r.units, r.step_s * 1e3, toGiB(r.peak_bytes),
-                   r.fits ? "yes" : "no", r.exposed_comm_s * 1e3, r.mfu, r.tokens_per_s_per_gpu);
+                   r.reserved_bytes > 0 ? fmt::format("{:.2f}", toGiB(r.reserved_bytes)) : std::string("-"), r.fits ? "yes" : "no", r.exposed_comm_s * 1e3, r.mfu, r.tokens_per_s_per_gpu);
     }
     fmt::print("\n* on the Pareto front of (peak memory, step time)\n");
     if (best >= 0) {
         const auto& r = results[static_cast<size_t>(best)];
-        fmt::print("Recommendation: {} ({:.2f} ms per step, peak {:.2f} GiB)\n", sim::candidateLabel(r.candidate),
-                   r.step_s * 1e3, toGiB(r.peak_bytes));
+        fmt::print("Recommendation: {} ({:.2f} ms per step, peak {:.2f} GiB, reserved {:.2f} GiB)\n",
+                   sim::candidateLabel(r.candidate), r.step_s * 1e3, toGiB(r.peak_bytes), toGiB(r.reserved_bytes));
     } else {
         fmt::print("Recommendation: none fits; try more GPUs, activation checkpointing or CPU offload\n");
     }

@@ -63,7 +63,10 @@ private:
         QVERIFY2(headline.contains("step " + gui::formatMs(ref.summary.step_s)), qPrintable(headline));
         QVERIFY2(headline.contains("peak " + gui::formatGiB(ref.summary.peak_bytes)), qPrintable(headline));
         QVERIFY2(headline.contains(QString("MFU %1").arg(ref.summary.mfu, 0, 'f', 3)), qPrintable(headline));
-        QVERIFY2(headline.startsWith(ref.fit.fits ? "Fits" : "Does not fit"), qPrintable(headline));
+        QVERIFY2(headline.startsWith(ref.fit.fits ? "Fits" : (ref.fit.at_risk ? "At risk" : "Does not fit")),
+                 qPrintable(headline));
+        QVERIFY(ref.fit.reserved_bytes > ref.summary.peak_bytes);  // the caching allocator is modelled
+        QVERIFY2(headline.contains("reserved " + gui::formatGiB(ref.fit.reserved_bytes)), qPrintable(headline));
         // The timeline view draws that plan's timeline.
         const gui::TimelineView* tv = m_window->timelineView();
         QVERIFY(tv->plan() == shown);
