@@ -265,7 +265,7 @@ int runOptimize(const OptimizeCommandOptions& o) {
         fmt::print("  evaluated: {} ({} only to price the other choices, {} only to complete the Pareto front)\n",
                    r.evaluated, st.loss_evaluations, st.front_evaluations);
         fmt::print("  reserved memory: the caching allocator replayed for {} of them ({} evaluated again for it) in {:.1f} ms; "
-                   "the rest cannot enter the answer or miss the budget on allocated memory already\n",
+                   "the rest cannot enter the answer or are shown not to fit by lower bounds on reserved memory\n",
                    st.reserved_replays, st.reevaluations, st.replay_seconds * 1e3);
         fmt::print("  in evaluations: lower {:.1f} ms, simulate {:.1f} ms, memory {:.1f} ms, validate and summarize {:.1f} ms\n",
                    st.lower_seconds * 1e3, st.simulate_seconds * 1e3, st.memory_seconds * 1e3,
