@@ -44,8 +44,13 @@ struct Group {
 // peak reserved is at least the sum over streams of those maxima. The replay applies the timed
 // curve's events in the curve's order, the steady state (Program::initial) on the compute stream,
 // so a category whose bytes are all allocated on one stream (read off the Program) is that
-// stream's: the stream's maximum is at least the category's maximum over the step, and at least
-// the sum of its categories at the allocated peak. Categories on several streams are left out.
+// stream's: the stream's maximum M_s is at least L_s, the larger of the category's maximum over
+// the step and the sum of the stream's own categories at the allocated peak. Two bounds follow:
+//   sum_s M_s >= sum_s L_s;
+//   sum_s M_s >= A + sum_{s != compute} max(0, L_s - U_s), with A the allocated peak (Runtime
+//     Overhead aside, what the streams hold then) and U_s the bytes of every category allocated on
+//     s at that peak, at least what s holds then: take M_s for the streams where L_s > U_s and
+//     what the others hold at the peak (A less at most U_s for each stream taken).
 int64_t reservedFloorBytes(const Evaluation& e) {
     const int overhead = core::index(core::MemCategory::RuntimeOverhead);
     std::array<uint32_t, core::kMemCategoryCount> streams{};  // bit s: allocated on stream s
@@ -55,16 +60,25 @@ int64_t reservedFloorBytes(const Evaluation& e) {
     for (const core::MemEvent& m : e.program.mem) {
         if (m.bytes > 0) streams[core::index(m.category)] |= 1u << static_cast<int>(m.stream);
     }
-    std::array<int64_t, core::kStreamCount> at_peak{}, largest{};
+    std::array<int64_t, core::kStreamCount> at_peak{}, largest{}, upper{};
     for (int c = 0; c < core::kMemCategoryCount; ++c) {
-        if (c == overhead || std::popcount(streams[c]) != 1) continue;
+        if (c == overhead) continue;
+        for (uint32_t bits = streams[c]; bits != 0; bits &= bits - 1) {
+            upper[static_cast<size_t>(std::countr_zero(bits))] += e.timed.at_peak[c];
+        }
+        if (std::popcount(streams[c]) != 1) continue;
         const auto st = static_cast<size_t>(std::countr_zero(streams[c]));
         at_peak[st] += e.timed.at_peak[c];
         largest[st] = std::max(largest[st], e.timed.max_per_category[c]);
     }
-    int64_t floor = e.program.initial[overhead];
-    for (size_t st = 0; st < at_peak.size(); ++st) floor += std::max(at_peak[st], largest[st]);
-    return floor;
+    int64_t by_stream = e.program.initial[overhead];
+    int64_t from_peak = e.timed.peak_bytes;
+    for (size_t st = 0; st < at_peak.size(); ++st) {
+        const int64_t least = std::max(at_peak[st], largest[st]);
+        by_stream += least;
+        if (st != static_cast<size_t>(core::Stream::Compute)) from_peak += std::max<int64_t>(0, least - upper[st]);
+    }
+    return std::max(by_stream, from_peak);
 }
 
 // An evaluated configuration. Its fit is judged on reserved memory (a replay of the caching
