@@ -375,17 +375,18 @@ TEST(OptimizeTest, TheFastestAllocatedFitIsAtRiskSoTheNextOneWins) {
 // every valid configuration is replayed (the reference).
 TEST(OptimizeTest, ReplaysTheAllocatorOnlyWhereTheAnswerNeedsIt) {
     const core::Plan base = basePlan("llama-3.1-8b", 1, 8192);
-    OptimizeSpace space;
+    OptimizeSpace space;  // no offload: small enough to replay everything in a sanitized build
     space.wraps = {wrap("every:8"), wrap("block")};
     space.acs = {{core::Checkpointing::None, 1}, {core::Checkpointing::Op, 1}, {core::Checkpointing::Full, 1}};
+    space.offloads = {core::Offload::None};
     const HardwareProfile profile = HardwareProfile::fromCluster(base.cluster);
     OptimizeOptions options;
     options.global_batch = 32;
     auto lazy = optimize(base, space, profile, options);
     ASSERT_TRUE(lazy) << lazy.error().message;
     ASSERT_TRUE(lazy->fits);
-    // At least the top and the front were replayed; fewer than half of what was evaluated (140 of
-    // 352 when written).
+    // At least the top and the front were replayed; fewer than half of what was evaluated (69 of
+    // 188 when written, of 684 configurations).
     EXPECT_GE(lazy->stats.reserved_replays, lazy->top.size());
     EXPECT_GE(lazy->stats.reserved_replays, lazy->front.size());
     EXPECT_LT(lazy->stats.reserved_replays * 2, lazy->evaluated);
@@ -404,6 +405,7 @@ TEST(OptimizeTest, ReplaysTheAllocatorOnlyWhereTheAnswerNeedsIt) {
         EXPECT_EQ(labelOf(eager->front[i].choice), labelOf(lazy->front[i].choice)) << i;
         EXPECT_EQ(eager->front[i].peak_bytes, lazy->front[i].peak_bytes) << i;
     }
+    EXPECT_FALSE(lazy->at_risk.empty()) << "the space has faster configurations at risk (6 when written)";
     ASSERT_EQ(eager->at_risk.size(), lazy->at_risk.size());
     for (size_t i = 0; i < lazy->at_risk.size(); ++i) {
         EXPECT_EQ(labelOf(eager->at_risk[i].choice), labelOf(lazy->at_risk[i].choice)) << i;
