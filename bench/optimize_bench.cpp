@@ -34,6 +34,7 @@ void runOptimize(benchmark::State& state, const core::Plan& plan, int64_t global
     state.counters["evaluated"] = static_cast<double>(last.evaluated);
     state.counters["pruned"] = static_cast<double>(last.pruned);
     state.counters["bound_programs"] = static_cast<double>(last.stats.bound_programs);
+    state.counters["replays"] = static_cast<double>(last.stats.reserved_replays);  // caching-allocator replays
     state.counters["fits"] = last.fits ? 1 : 0;
 }
 

@@ -84,6 +84,7 @@ core::Result<std::shared_ptr<WrapResult>> computeWrap(const PlanResult& plan, co
     sim::SweepOptions options;
     options.acs = {core::AcSpec{core::Checkpointing::None, 1}, core::AcSpec{core::Checkpointing::Full, 1}};
     options.cancel = cancel;
+    options.reserved_for_every_candidate = false;  // the view shows each candidate's verdict, not its reserved figure
     const std::vector<sim::SweepCandidate> candidates = sim::sweepCandidates(plan.plan, options);
     out->sweep = sim::runSweep(plan.plan, candidates, profile, options);
     if (cancel && cancel->cancelled()) return core::cancelledError();

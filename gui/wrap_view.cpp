@@ -330,6 +330,15 @@ void WrapView::setOptimizeResult(std::shared_ptr<const OptimizeRun> run) {
                     .arg(choice)
                     .arg(b.tokens_per_s_per_gpu, 0, 'f', 0)
                     .arg(formatMs(b.step_s), formatGiB(b.peak_bytes), formatGiB(b.budget_bytes));
+        if (!r.at_risk.empty()) {
+            const sim::OptimizeEntry& f = r.at_risk.front();
+            text += QString("<br>%1 faster configuration(s) AT RISK on reserved memory (the allocated peak fits, reserved "
+                            "does not), the fastest: %2, step %3, allocated %4, reserved %5%6.")
+                        .arg(r.at_risk.size())
+                        .arg(QString::fromStdString(describeChoice(f.choice)).toHtmlEscaped(), formatMs(f.step_s),
+                             formatGiB(f.allocated_bytes), f.peak_is_bound ? QString("at least ") : QString(),
+                             formatGiB(f.peak_bytes));
+        }
         int shown = 0;
         for (const sim::DimensionLoss& l : r.losses) {
             if (!l.fits || shown == 3) continue;

@@ -1,5 +1,6 @@
 #include "simulator/evaluation.hpp"
 
+#include <cassert>
 #include <string>
 #include <utility>
 
@@ -30,6 +31,7 @@ core::Status Evaluator::evaluate(const core::Plan& given, const HardwareProfile*
         return false;
     };
 
+    m_last = nullptr;
     if (enter(EvaluationStage::Validate)) return core::cancelledError();
     if (!(options.headroom >= 0.0 && options.headroom < 1.0)) {
         return core::makeError("headroom: must be a fraction of GPU memory from 0 (inclusive) to 1 (exclusive), got " +
@@ -80,21 +82,25 @@ core::Status Evaluator::evaluate(const core::Plan& given, const HardwareProfile*
                         out.summary, options.per_unit);
     if (!options.per_unit) out.summary.units.clear();
     out.comm = core::communicationTotals(out.program);
-    if (options.reserved_memory) {
-        const int64_t capacity = out.profile.gpu.memory_bytes;
-        const int64_t overhead = out.program.initial[core::index(core::MemCategory::RuntimeOverhead)];
-        core::AllocatorConfig config;
-        config.mode = plan->training.allocator;
-        config.limit_bytes = capacity - overhead;  // cudaMalloc fails past the device's free memory
-        m_timer.replayAllocator(out.program, out.timeline, config, m_allocator, out.reserved);
-        const core::AllocatorStats& a = out.reserved.stats;
-        out.fit = core::judgeFit(out.summary.peak_bytes, a.peak_reserved_bytes + overhead, capacity, options.headroom,
-                                 a.releases > 0 || a.out_of_memory);
-    } else {
-        out.reserved = core::ReservedMemory{};
-        out.fit = core::judgeFit(out.summary.peak_bytes, out.profile.gpu.memory_bytes, options.headroom);
-    }
+    out.reserved = core::ReservedMemory{};
+    out.fit = core::judgeFit(out.summary.peak_bytes, out.profile.gpu.memory_bytes, options.headroom);
+    m_allocator_mode = plan->training.allocator;
+    m_last = &out;
+    if (options.reserved_memory) judgeReserved(options.headroom, out);
     return core::Ok{};
+}
+
+void Evaluator::judgeReserved(double headroom, Evaluation& out) {
+    assert(m_last == &out && "judgeReserved: `out` must be this Evaluator's last evaluation");
+    const int64_t capacity = out.profile.gpu.memory_bytes;
+    const int64_t overhead = out.program.initial[core::index(core::MemCategory::RuntimeOverhead)];
+    core::AllocatorConfig config;
+    config.mode = m_allocator_mode;
+    config.limit_bytes = capacity - overhead;  // cudaMalloc fails past the device's free memory
+    m_timer.replayAllocator(out.program, out.timeline, config, m_allocator, out.reserved);
+    const core::AllocatorStats& a = out.reserved.stats;
+    out.fit = core::judgeFit(out.summary.peak_bytes, a.peak_reserved_bytes + overhead, capacity, headroom,
+                             a.releases > 0 || a.out_of_memory);
 }
 
 core::Result<Evaluation> evaluatePlan(const core::Plan& plan, const HardwareProfile* profile,

@@ -81,6 +81,12 @@ public:
     core::Status evaluate(const core::Plan& plan, const HardwareProfile* profile, const EvaluationOptions& options,
                           Evaluation& out);
 
+    // Replays the caching allocator over `out`, this Evaluator's last successful evaluation, made
+    // without reserved_memory, and judges fit on reserved memory: `out` then equals what evaluate()
+    // gives with reserved_memory. Lets a search judge on reserved memory only where the allocated
+    // peak cannot decide (reserved >= allocated: an allocated peak over the budget cannot fit).
+    void judgeReserved(double headroom, Evaluation& out);
+
 private:
     core::Lowerer m_lowerer;
     Simulator m_simulator;
@@ -88,6 +94,8 @@ private:
     core::CachingAllocatorModel m_allocator;
     core::Plan m_plan_on_profile;  // scratch: the plan with the profile's GPU
     core::PlanCheckMemo m_check_memo;
+    core::AllocatorMode m_allocator_mode = core::AllocatorMode::Caching;  // of the last evaluated plan
+    const Evaluation* m_last = nullptr;  // the last successful evaluation (judgeReserved's precondition)
 };
 
 // One-shot convenience (allocates a fresh Evaluator and Evaluation).

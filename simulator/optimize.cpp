@@ -1,6 +1,8 @@
 #include "simulator/optimize.hpp"
 
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <cassert>
 #include <chrono>
 #include <cmath>
@@ -21,6 +23,7 @@ namespace {
 
 using BackwardPrefetch = core::ShardingSpec::BackwardPrefetch;
 constexpr int64_t kNoBound = std::numeric_limits<int64_t>::max();
+constexpr size_t kNone = std::numeric_limits<size_t>::max();
 
 // The sharding part of a choice: everything but micro-batch, accumulation and checkpointing, which
 // the groups hold.
@@ -33,12 +36,69 @@ struct Group {
     int ac = 0;  // index into the space's acs
 };
 
+// A lower bound on the judged peak (reserved + Runtime Overhead) of a configuration whose caching
+// allocator does not have to free its cache (one that does cannot fit), from its allocated-only
+// evaluation. The allocator returns nothing to the device during a step unless it frees its cache,
+// and a block serves only the stream that allocated it (core/caching_allocator.hpp), so at the end
+// of the replayed step each stream still reserves at least the most it ever had allocated: the
+// peak reserved is at least the sum over streams of those maxima. The replay applies the timed
+// curve's events in the curve's order, the steady state (Program::initial) on the compute stream,
+// so a category whose bytes are all allocated on one stream (read off the Program) is that
+// stream's: the stream's maximum M_s is at least L_s, the larger of the category's maximum over
+// the step and the sum of the stream's own categories at the allocated peak. Two bounds follow:
+//   sum_s M_s >= sum_s L_s;
+//   sum_s M_s >= A + sum_{s != compute} max(0, L_s - U_s), with A the allocated peak (Runtime
+//     Overhead aside, what the streams hold then) and U_s the bytes of every category allocated on
+//     s at that peak, at least what s holds then: take M_s for the streams where L_s > U_s and
+//     what the others hold at the peak (A less at most U_s for each stream taken).
+int64_t reservedFloorBytes(const Evaluation& e) {
+    const int overhead = core::index(core::MemCategory::RuntimeOverhead);
+    std::array<uint32_t, core::kMemCategoryCount> streams{};  // bit s: allocated on stream s
+    for (int c = 0; c < core::kMemCategoryCount; ++c) {
+        if (c != overhead && e.program.initial[c] > 0) streams[c] |= 1u << static_cast<int>(core::Stream::Compute);
+    }
+    for (const core::MemEvent& m : e.program.mem) {
+        if (m.bytes > 0) streams[core::index(m.category)] |= 1u << static_cast<int>(m.stream);
+    }
+    std::array<int64_t, core::kStreamCount> at_peak{}, largest{}, upper{};
+    for (int c = 0; c < core::kMemCategoryCount; ++c) {
+        if (c == overhead) continue;
+        for (uint32_t bits = streams[c]; bits != 0; bits &= bits - 1) {
+            upper[static_cast<size_t>(std::countr_zero(bits))] += e.timed.at_peak[c];
+        }
+        if (std::popcount(streams[c]) != 1) continue;
+        const auto st = static_cast<size_t>(std::countr_zero(streams[c]));
+        at_peak[st] += e.timed.at_peak[c];
+        largest[st] = std::max(largest[st], e.timed.max_per_category[c]);
+    }
+    int64_t by_stream = e.program.initial[overhead];
+    int64_t from_peak = e.timed.peak_bytes;
+    for (size_t st = 0; st < at_peak.size(); ++st) {
+        const int64_t least = std::max(at_peak[st], largest[st]);
+        by_stream += least;
+        if (st != static_cast<size_t>(core::Stream::Compute)) from_peak += std::max<int64_t>(0, least - upper[st]);
+    }
+    return std::max(by_stream, from_peak);
+}
+
+// An evaluated configuration. Its fit is judged on reserved memory (a replay of the caching
+// allocator, ~85% of an evaluation) only where the allocated-only evaluation cannot decide it: the
+// judged figure is never below the allocated peak (core::FitVerdict::judgedBytes) nor, when it
+// fits, below reservedFloorBytes, so a configuration with either over the budget cannot fit.
+// Until judged, peak_bytes is the larger of the two, a lower bound on the judged peak of a fitting
+// configuration, and the searches order what may fit by it: a configuration ordered first is
+// judged before it is used (its peak then only rises, so nothing judged later moves ahead of it).
 struct Scored {
     int32_t group = 0, sharding = 0;
     int64_t step_ns = 0;
     int64_t peak_bytes = 0, budget_bytes = 0;
+    int64_t allocated_bytes = 0;  // a lower bound on the judged peak, fitting or not
     double tokens_per_s_per_gpu = 0, mfu = 0;
-    bool fits = false;
+    bool judged = false;   // peak_bytes and fits are the verdict on reserved memory
+    bool fits = false;     // judged: the verdict; not judged: false
+    bool may_fit = false;  // not judged, and both lower bounds fit: only judging decides
+    bool mayFit() const { return fits || may_fit; }
+    int64_t peakLowerBound() const { return judged ? peak_bytes : allocated_bytes; }
 };
 
 struct Space {
@@ -371,6 +431,9 @@ public:
         m_budget_bytes = core::judgeFit(0, profile.gpu.memory_bytes, options.headroom).budget_bytes;
         m_eo.headroom = options.headroom;
         m_eo.per_unit = false;
+        // Allocated only: the allocator is replayed by judge(), where the answer needs it (or on
+        // every configuration without pruning, the reference the tests compare with).
+        m_eo.reserved_memory = false;
         // The fit verdict judges the timed curve; the host-issue-order replay only adds report figures.
         m_eo.issue_order_memory = false;
         m_eo.cancel = options.cancel;
@@ -390,11 +453,24 @@ private:
     core::Status computeGroupParts();
     core::Status expand(int32_t g);
     core::Status evaluate(int32_t g, int32_t s);
+    // Judges m_scored[k] on reserved memory (re-evaluating it first unless m_e holds it).
+    core::Status judge(size_t k);
+    // The first configuration in `faster` order that `admit` accepts and that fits or may fit;
+    // npos when none. Once it is judged it is the fastest fitting one `admit` accepts, exactly.
+    template <class Admit>
+    size_t firstMayFit(Admit admit) const;
+    // Judges, first in `faster` order, those that may fit among the first T that fit or may fit,
+    // until the first T are judged: they are then the top T, exactly.
+    core::Status resolveTop();
+    // The T-th fastest step among the configurations that fit or may fit (kNoBound: fewer).
+    int64_t topThreshold();
+    // The configuration closest to fitting (least overshoot, then faster), judged; npos: none scored.
+    core::Result<size_t> closestJudged();
     // Lowers (g, s) into m_program for a bound; false: not a valid plan.
     core::Result<bool> lowerForBound(const Group& g, const Sharding& s);
     void enterStage(int stage);
     void finishStages();
-    void assemble(OptimizeResult& result);
+    core::Status assemble(OptimizeResult& result);
     OptimizeEntry entryOf(const Scored& s) const;
     // The pending node with the smallest key that `admit` accepts; pending.size() when none.
     template <class Admit>
@@ -434,7 +510,11 @@ private:
     std::vector<int64_t> m_step_bound, m_peak_bound;
     std::vector<Node> m_heap;
     std::vector<Scored> m_scored;
-    std::vector<int64_t> m_top_steps;  // fitting step times, ascending, at most options.top
+    // Step times of configurations that fit or may fit, ascending, at most options.top; stale when
+    // a configuration that may fit is judged not to.
+    std::vector<int64_t> m_top_steps;
+    bool m_top_stale = false;
+    size_t m_in_e = kNone;  // the m_scored entry whose evaluation m_e holds
     bool m_violated = false;
     size_t m_evaluated = 0, m_invalid = 0, m_since_report = 0;
     OptimizeStats m_stats;
@@ -569,16 +649,23 @@ core::Status Search::evaluate(int32_t gi, int32_t si) {
         s.group = gi;
         s.sharding = si;
         s.step_ns = m_e.timeline.step_ns;
-        s.peak_bytes = judgedPeakBytes(m_e.fit);
+        s.allocated_bytes = m_e.fit.peak_bytes;
+        s.peak_bytes = std::max(s.allocated_bytes, reservedFloorBytes(m_e));
         s.budget_bytes = m_e.fit.budget_bytes;
         s.tokens_per_s_per_gpu = m_e.summary.tokens_per_s_per_gpu;
         s.mfu = m_e.summary.mfu;
-        s.fits = m_e.fit.fits;
+        s.may_fit = s.peak_bytes <= s.budget_bytes;
         m_scored.push_back(s);
-        // The self-check: a configuration faster or smaller than its bound disproves the bound.
+        m_in_e = m_scored.size() - 1;
+        // The self-check: a configuration faster or smaller than its bound disproves the bound (the
+        // peak bound is one on the allocated peak, and so on the judged one).
         const int64_t step_bound = m_step_bound[i] + m_options.bound_error_ns;
-        if (m_prune && (s.step_ns < step_bound || s.peak_bytes < m_peak_bound[i])) m_violated = true;
-        if (s.fits) {
+        if (m_prune && (s.step_ns < step_bound || s.allocated_bytes < m_peak_bound[i])) m_violated = true;
+        if (!m_prune) {
+            // The reference: every configuration judged as it is evaluated.
+            if (auto judged = judge(m_in_e); !judged) return judged;
+        }
+        if (m_scored.back().mayFit()) {
             m_top_steps.insert(std::upper_bound(m_top_steps.begin(), m_top_steps.end(), s.step_ns), s.step_ns);
             if (static_cast<int>(m_top_steps.size()) > m_options.top) m_top_steps.pop_back();
         }
@@ -588,6 +675,99 @@ core::Status Search::evaluate(int32_t gi, int32_t si) {
         m_options.progress(std::min(m_evaluated, m_groups * m_shardings - 1), m_groups * m_shardings);
     }
     return core::Ok{};
+}
+
+core::Status Search::judge(size_t k) {
+    if (m_in_e != k) {
+        // Evaluated before: the same plan again (an allocated-only evaluation is ~15% of the replay).
+        if (m_options.cancel && m_options.cancel->cancelled()) return core::cancelledError();
+        const Scored& s = m_scored[k];
+        setChoice(m_plan, m_sp, m_sp.groups[static_cast<size_t>(s.group)], m_sp.shardings[static_cast<size_t>(s.sharding)]);
+        auto st = m_evaluator.evaluate(m_plan, &m_profile, m_eo, m_e);
+        finishStages();
+        if (!st) return st;
+        assert(m_e.timeline.step_ns == s.step_ns && "an evaluation is deterministic");
+        m_in_e = k;
+        ++m_stats.reevaluations;
+    }
+    const Clock::time_point t = Clock::now();
+    m_evaluator.judgeReserved(m_options.headroom, m_e);
+    m_stats.replay_seconds += secondsSince(t);
+    ++m_stats.reserved_replays;
+    Scored& s = m_scored[k];
+    const core::AllocatorStats& a = m_e.reserved.stats;
+    // The self-check of reservedFloorBytes: a judged peak below it, where the allocator kept its
+    // cache, disproves the floor (the search then re-runs without pruning).
+    if (m_prune && a.releases == 0 && !a.out_of_memory && judgedPeakBytes(m_e.fit) < s.peak_bytes) m_violated = true;
+    if (s.may_fit && !m_e.fit.fits) m_top_stale = true;
+    s.judged = true;
+    s.may_fit = false;
+    s.fits = m_e.fit.fits;
+    s.peak_bytes = judgedPeakBytes(m_e.fit);
+    return core::Ok{};
+}
+
+template <class Admit>
+size_t Search::firstMayFit(Admit admit) const {
+    size_t first = kNone;
+    for (size_t k = 0; k < m_scored.size(); ++k) {
+        const Scored& s = m_scored[k];
+        if (s.mayFit() && admit(s) && (first == kNone || faster(s, m_scored[first]))) first = k;
+    }
+    return first;
+}
+
+core::Status Search::resolveTop() {
+    const auto top = static_cast<size_t>(m_options.top);
+    std::vector<size_t> order;
+    for (;;) {
+        order.clear();
+        for (size_t k = 0; k < m_scored.size(); ++k) {
+            if (m_scored[k].mayFit()) order.push_back(k);
+        }
+        const size_t n = std::min(top, order.size());
+        std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(n), order.end(),
+                          [this](size_t a, size_t b) { return faster(m_scored[a], m_scored[b]); });
+        size_t open = kNone;
+        for (size_t i = 0; i < n && open == kNone; ++i) {
+            if (!m_scored[order[i]].judged) open = order[i];
+        }
+        if (open == kNone) return core::Ok{};
+        if (auto st = judge(open); !st) return st;
+    }
+}
+
+int64_t Search::topThreshold() {
+    if (m_top_stale) {
+        m_top_stale = false;
+        m_top_steps.clear();
+        for (const Scored& s : m_scored) {
+            if (s.mayFit()) m_top_steps.push_back(s.step_ns);
+        }
+        std::sort(m_top_steps.begin(), m_top_steps.end());
+        if (static_cast<int>(m_top_steps.size()) > m_options.top) m_top_steps.resize(static_cast<size_t>(m_options.top));
+    }
+    return static_cast<int>(m_top_steps.size()) >= m_options.top ? m_top_steps.back() : kNoBound;
+}
+
+core::Result<size_t> Search::closestJudged() {
+    // Ordered by overshoot (from the allocated peak until judged: a bound whether it fits or not),
+    // then step and enumeration order.
+    auto closer = [](const Scored& a, const Scored& b) {
+        const int64_t over_a = a.peakLowerBound() - a.budget_bytes, over_b = b.peakLowerBound() - b.budget_bytes;
+        if (over_a != over_b) return over_a < over_b;
+        if (a.step_ns != b.step_ns) return a.step_ns < b.step_ns;
+        if (a.group != b.group) return a.group < b.group;
+        return a.sharding < b.sharding;
+    };
+    for (;;) {
+        size_t first = kNone;
+        for (size_t k = 0; k < m_scored.size(); ++k) {
+            if (first == kNone || closer(m_scored[k], m_scored[first])) first = k;
+        }
+        if (first == kNone || m_scored[first].judged) return first;
+        if (auto st = judge(first); !st) return st.error();
+    }
 }
 
 // Nothing fits: the closest configuration (least overshoot, then fastest) may be one pruned for
@@ -608,8 +788,10 @@ core::Status Search::findClosest() {
     }
     std::make_heap(items.begin(), items.end(), later);
     while (!items.empty() && !m_violated) {
-        int64_t closest = kNoBound;
-        for (const Scored& s : m_scored) closest = std::min(closest, s.peak_bytes - s.budget_bytes);
+        auto closest_k = closestJudged();
+        if (!closest_k) return closest_k.error();
+        const int64_t closest =
+            *closest_k == kNone ? kNoBound : m_scored[*closest_k].peak_bytes - m_scored[*closest_k].budget_bytes;
         const Node n = items.front();
         if (n.key - m_budget_bytes > closest) break;
         std::pop_heap(items.begin(), items.end(), later);
@@ -657,9 +839,13 @@ core::Status Search::run(OptimizeResult& result) {
         // of the top T, and neither does anything after it.
         while (!m_heap.empty() && !m_violated) {
             const Node n = m_heap.front();
-            const int64_t threshold =
-                static_cast<int>(m_top_steps.size()) >= m_options.top ? m_top_steps.back() : kNoBound;
-            if (n.key > threshold) break;
+            if (n.key > topThreshold()) {
+                // Stop only once the T fastest that may fit are known to fit: judging drops those
+                // whose reserved peak does not, and the threshold then rises.
+                if (auto st = resolveTop(); !st) return st;
+                if (n.key > topThreshold()) break;
+                continue;
+            }
             std::pop_heap(m_heap.begin(), m_heap.end(), later);
             m_heap.pop_back();
             if (n.sharding < 0) {
@@ -670,12 +856,17 @@ core::Status Search::run(OptimizeResult& result) {
                 return st;
             }
         }
-        if (!m_violated && m_top_steps.empty()) {
+        if (!m_violated) {
+            if (auto st = resolveTop(); !st) return st;
+        }
+        if (!m_violated && firstMayFit([](const Scored&) { return true; }) == kNone) {
             if (auto st = findClosest(); !st) return st;
         }
     }
     if (m_violated) return core::Ok{};
-    assemble(result);
+    // findClosest evaluates configurations that may fit when it expands a group pruned whole.
+    if (auto st = resolveTop(); !st) return st;
+    if (auto st = assemble(result); !st) return st;
     const size_t before_losses = m_evaluated;
     if (result.fits) {
         // What is left to look at: nothing without pruning.
@@ -715,12 +906,14 @@ OptimizeEntry Search::entryOf(const Scored& s) const {
     en.tokens_per_s_per_gpu = s.tokens_per_s_per_gpu;
     en.mfu = s.mfu;
     en.peak_bytes = s.peak_bytes;
+    en.peak_is_bound = !s.judged;
+    en.allocated_bytes = s.allocated_bytes;
     en.budget_bytes = s.budget_bytes;
     en.fits = s.fits;
     return en;
 }
 
-void Search::assemble(OptimizeResult& result) {
+core::Status Search::assemble(OptimizeResult& result) {
     std::vector<Scored> fitting;
     for (const Scored& s : m_scored) {
         if (s.fits) fitting.push_back(s);
@@ -731,13 +924,17 @@ void Search::assemble(OptimizeResult& result) {
     if (result.fits) {
         result.best = entryOf(fitting.front());
         for (size_t i = 0; i < fitting.size() && static_cast<int>(i) < m_options.top; ++i) result.top.push_back(entryOf(fitting[i]));
-    } else if (!m_scored.empty()) {
-        const Scored* closest = &m_scored.front();
+        // Every configuration that may fit and is ordered before the winner was judged (resolveTop).
+        std::vector<Scored> at_risk;
         for (const Scored& s : m_scored) {
-            const int64_t over = s.peak_bytes - s.budget_bytes, best_over = closest->peak_bytes - closest->budget_bytes;
-            if (over < best_over || (over == best_over && faster(s, *closest))) closest = &s;
+            if (!s.fits && s.allocated_bytes <= s.budget_bytes && s.step_ns < fitting.front().step_ns) at_risk.push_back(s);
         }
-        result.best = entryOf(*closest);
+        std::sort(at_risk.begin(), at_risk.end(), faster);
+        for (const Scored& s : at_risk) result.at_risk.push_back(entryOf(s));
+    } else if (!m_scored.empty()) {
+        auto closest = closestJudged();
+        if (!closest) return closest.error();
+        result.best = entryOf(m_scored[*closest]);
         const OptimizeChoice& c = result.best.choice;
         std::string help;
         auto add = [&help](const std::string& s) { help += (help.empty() ? "" : "; ") + s; };
@@ -746,6 +943,7 @@ void Search::assemble(OptimizeResult& result) {
         EvaluationOptions with_states = m_eo;
         with_states.progress = nullptr;
         with_states.issue_order_memory = true;
+        m_in_e = kNone;
         if (m_evaluator.evaluate(applyChoice(m_base, c), &m_profile, with_states, m_e)) {
             states = m_e.memory.model_states.params + m_e.memory.model_states.grads + m_e.memory.model_states.optimizer;
         }
@@ -782,7 +980,7 @@ void Search::assemble(OptimizeResult& result) {
     } else {
         result.no_fit = "No configuration of the space is a valid plan (every one was refused by validation).";
     }
-
+    return core::Ok{};
 }
 
 // What the best configuration with another choice in each dimension loses against the winner:
@@ -812,23 +1010,26 @@ core::Status Search::refineLosses(OptimizeResult& result, std::vector<Node>& pen
         };
         for (const std::string& v : values) {
             if (v == wv) continue;
-            auto bestWith = [&]() -> const Scored* {
-                const Scored* best = nullptr;
-                for (const Scored& s : m_scored) {
-                    if (s.fits && valueOf(s.group, s.sharding) == v && (!best || faster(s, *best))) best = &s;
-                }
-                return best;
-            };
-            const Scored* best = bestWith();
+            auto withV = [&](const Scored& s) { return valueOf(s.group, s.sharding) == v; };
+            const Scored* best = nullptr;
             for (;;) {
+                const size_t first = firstMayFit(withV);
                 const size_t pick = nextPending(pending, [&](const Node& n) {
                     if (group_dim) return value_of[static_cast<size_t>(n.group)] == v;
                     return n.sharding < 0 || value_of[static_cast<size_t>(n.sharding)] == v;
                 });
-                if (pick == pending.size() || (best && best->step_ns <= pending[pick].key)) break;
-                if (auto st = consume(pending, pick); !st) return st;
-                if (m_violated) return core::Ok{};
-                best = bestWith();
+                if (pick != pending.size() && (first == kNone || m_scored[first].step_ns > pending[pick].key)) {
+                    if (auto st = consume(pending, pick); !st) return st;
+                    if (m_violated) return core::Ok{};
+                    continue;
+                }
+                // Nothing pending can be faster: the first that may fit is the answer once judged.
+                if (first == kNone) break;
+                if (m_scored[first].judged) {
+                    best = &m_scored[first];
+                    break;
+                }
+                if (auto st = judge(first); !st) return st;
             }
             DimensionLoss loss;
             loss.dimension = dim;
@@ -878,23 +1079,25 @@ core::Status Search::completeFront(OptimizeResult& result, std::vector<Node>& pe
     result.front.clear();
     int64_t below = kNoBound;  // the peak the next entry must stay under
     for (;;) {
-        auto bestBelow = [&]() -> const Scored* {
-            const Scored* best = nullptr;
-            for (const Scored& s : m_scored) {
-                if (s.fits && s.peak_bytes < below && (!best || faster(s, *best))) best = &s;
-            }
-            return best;
-        };
-        const Scored* best = bestBelow();
+        auto isBelow = [&](const Scored& s) { return s.peak_bytes < below; };
+        const Scored* best = nullptr;
         for (;;) {
+            const size_t first = firstMayFit(isBelow);
             const size_t pick = nextPending(pending, [&](const Node& n) {
                 if (n.sharding >= 0) return m_peak_bound[at(n.group, n.sharding)] < below;
                 return m_group_part[static_cast<size_t>(n.group)].activation_peak_bytes < below;
             });
-            if (pick == pending.size() || (best && best->step_ns < pending[pick].key)) break;
-            if (auto st = consume(pending, pick); !st) return st;
-            if (m_violated) return core::Ok{};
-            best = bestBelow();
+            if (pick != pending.size() && (first == kNone || m_scored[first].step_ns >= pending[pick].key)) {
+                if (auto st = consume(pending, pick); !st) return st;
+                if (m_violated) return core::Ok{};
+                continue;
+            }
+            if (first == kNone) break;
+            if (m_scored[first].judged) {
+                best = &m_scored[first];
+                break;
+            }
+            if (auto st = judge(first); !st) return st;
         }
         if (!best) break;
         result.front.push_back(entryOf(*best));

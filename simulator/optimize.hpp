@@ -11,6 +11,11 @@
 // each expanded into its configurations' bounds when reached, configurations in increasing step
 // bound; one whose peak bound exceeds the budget cannot fit, and once the next bound exceeds the
 // step time of the T-th fastest fitting configuration found, nothing left can enter the top T.
+// Configurations are evaluated on allocated memory; fit is judged on reserved memory (the caching
+// allocator's replay, most of an evaluation's cost) only for those that can enter the answer and
+// that may fit: reserved is never below allocated, nor below the sum over streams of what each
+// stream has allocated at most (a cached block serves only its stream), so a configuration with
+// either over the budget cannot fit (OptimizeStats counts the replays).
 // Every evaluated configuration is checked against its bounds; a violation (a bug in a premise)
 // turns pruning off and restarts the search, so the answer stays exact.
 //
@@ -93,6 +98,10 @@ struct OptimizeEntry {
     double tokens_per_s_per_gpu = 0;
     double mfu = 0;
     int64_t peak_bytes = 0;     // the figure the evaluation's fit verdict judges (judgedPeakBytes)
+    int64_t allocated_bytes = 0;  // the allocated peak (Runtime Overhead included): <= peak_bytes
+    // peak_bytes is a lower bound on the judged peak, not the replayed figure: only in
+    // OptimizeResult::at_risk, for a configuration shown not to fit without replaying its allocator.
+    bool peak_is_bound = false;
     int64_t budget_bytes = 0;   // capacity less the headroom
     bool fits = false;
 };
@@ -122,12 +131,19 @@ struct OptimizeStats {
     size_t pruned_by_time = 0;     // configurations whose step bound exceeds the T-th fastest found
     size_t loss_evaluations = 0;   // of the evaluated, those made only to price other choices (losses)
     size_t front_evaluations = 0;  // of the evaluated, those made only to complete the Pareto front
+    // Fit is judged on reserved memory by replaying the caching allocator, but only for the
+    // configurations that can enter the answer (the winner, the top T, the front, the losses, the
+    // closest when nothing fits) and whose lower bounds on reserved memory fit (see optimize.cpp,
+    // reservedFloorBytes). Without pruning, every evaluated configuration is replayed.
+    size_t reserved_replays = 0;   // allocator replays (at most one per evaluated configuration)
+    size_t reevaluations = 0;      // of them, on a configuration evaluated again to replay it
     double seconds = 0;            // the whole search
     double bound_seconds = 0;      // lowering and analysing the bound programs
     double lower_seconds = 0;      // in full evaluations: lowering
     double simulate_seconds = 0;   //   simulation
     double memory_seconds = 0;     //   memory on the timeline
     double other_evaluation_seconds = 0;  // validation and summary
+    double replay_seconds = 0;     // the allocator replays
 };
 
 struct OptimizeResult {
@@ -141,6 +157,11 @@ struct OptimizeResult {
     // always does now; kept for --json readers).
     double cutoff_step_s = 0;
     std::vector<DimensionLoss> losses;
+    // Configurations with a shorter step than the winner's whose allocated peak fits the budget but
+    // whose reserved peak does not (AT RISK: the caching allocator's fragmentation can OOM them),
+    // fastest first: what a search on allocated memory would have answered. Exactly these; empty
+    // when nothing fits.
+    std::vector<OptimizeEntry> at_risk;
     size_t space_size = 0;        // configurations in the space
     size_t evaluated = 0;         // of them, scored by the full evaluation
     size_t invalid = 0;           // of the evaluated, refused by the plan's validation

@@ -78,6 +78,7 @@ std::vector<SweepResult> runSweep(const core::Plan& base, const std::vector<Swee
     eval_options.issue_order_memory = false;
     eval_options.per_unit = false;
     eval_options.cancel = options.cancel;
+    eval_options.reserved_memory = false;  // judged below, where it is needed
 
     auto worker = [&] {
         Evaluator evaluator;
@@ -93,6 +94,7 @@ std::vector<SweepResult> runSweep(const core::Plan& base, const std::vector<Swee
                 if (s.error().cancelled) return;
                 r.error = s.error().message;
             } else {
+                if (options.reserved_for_every_candidate || e.fit.fits) evaluator.judgeReserved(options.headroom, e);
                 r.ok = true;
                 r.units = static_cast<int>(e.program.units.size());
                 r.step_s = e.summary.step_s;

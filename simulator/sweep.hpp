@@ -35,7 +35,8 @@ struct SweepResult {
     double mfu = 0;
     double tokens_per_s_per_gpu = 0;
     int64_t peak_bytes = 0;     // allocated, Runtime Overhead included
-    int64_t reserved_bytes = 0; // the caching allocator's peak reserved + Runtime Overhead (0: not modelled)
+    int64_t reserved_bytes = 0; // the caching allocator's peak reserved + Runtime Overhead (0: not modelled,
+                                // or SweepOptions::reserved_for_every_candidate off and the allocated peak misses)
     bool fits = false;          // the evaluation's verdict (reserved where modelled) with SweepOptions::headroom
     bool evaluated() const { return ok || !error.empty(); }
 };
@@ -50,6 +51,10 @@ struct SweepOptions {
     // Cancelled: the workers stop after their current candidate; results not reached keep ok=false
     // and an empty error (SweepResult::evaluated() is false).
     const CancelToken* cancel = nullptr;
+    // false: the caching allocator is replayed only for candidates whose allocated peak fits the
+    // budget (reserved is never below allocated: the others cannot fit) and reserved_bytes stays 0
+    // for the rest; for views that show the verdict but not every candidate's reserved figure.
+    bool reserved_for_every_candidate = true;
 };
 
 // Wrap policies worth trying for a model of L blocks: whole, every k blocks for each k that gives a

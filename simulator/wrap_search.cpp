@@ -92,6 +92,9 @@ struct FullEvaluator {
         options.headroom = headroom;
         options.issue_order_memory = false;
         options.per_unit = false;
+        // The search's figures are the allocated peak and the step (WrapEvaluation): the caching
+        // allocator's replay would cost most of each evaluation and change neither.
+        options.reserved_memory = false;
     }
     HardwareProfile profile;
     EvaluationOptions options;
@@ -409,6 +412,7 @@ core::Result<WrapCostModel> WrapCostModel::fromPlan(const core::Plan& plan, cons
     EvaluationOptions eval_options;
     eval_options.issue_order_memory = false;
     eval_options.per_unit = false;
+    eval_options.reserved_memory = false;  // the Program and timeline are what is read
     auto evaluated = evaluatePlan(per_block, &profile, eval_options);
     if (!evaluated) return evaluated.error();
     const core::Program& p = evaluated->program;

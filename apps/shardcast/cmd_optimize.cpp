@@ -205,6 +205,13 @@ int runOptimize(const OptimizeCommandOptions& o) {
         j["front"] = nlohmann::ordered_json::array();
         for (const auto& en : r.front) j["front"].push_back(entryJson(en));
         j["fits"] = r.fits;
+        j["at_risk"] = nlohmann::ordered_json::array();
+        for (const auto& en : r.at_risk) {
+            j["at_risk"].push_back({{"plan", nlohmann::ordered_json::parse(core::planToJson(sim::applyChoice(base, en.choice)).dump())},
+                                    {"step_s", en.step_s},
+                                    {"allocated_bytes", en.allocated_bytes},
+                                    {en.peak_is_bound ? "reserved_at_least_bytes" : "reserved_bytes", en.peak_bytes}});
+        }
         if (!r.fits) j["no_fit"] = r.no_fit;
         j["losses"] = nlohmann::ordered_json::array();
         for (const auto& l : r.losses) {
@@ -227,11 +234,14 @@ int runOptimize(const OptimizeCommandOptions& o) {
                                 {"pruned_by_time", st.pruned_by_time},
                                 {"loss_evaluations", st.loss_evaluations},
                                 {"front_evaluations", st.front_evaluations},
+                                {"reserved_replays", st.reserved_replays},
+                                {"reevaluations", st.reevaluations},
                                 {"bound_seconds", st.bound_seconds},
                                 {"lower_seconds", st.lower_seconds},
                                 {"simulate_seconds", st.simulate_seconds},
                                 {"memory_seconds", st.memory_seconds},
-                                {"other_evaluation_seconds", st.other_evaluation_seconds}};
+                                {"other_evaluation_seconds", st.other_evaluation_seconds},
+                                {"replay_seconds", st.replay_seconds}};
         j["not_searched"] = r.not_searched;
         if (!o.write_plan.empty() && r.fits) j["plan_file"] = o.write_plan;
         if (!o.pytorch.empty() && r.fits) j["pytorch_file"] = o.pytorch;
@@ -254,6 +264,9 @@ int runOptimize(const OptimizeCommandOptions& o) {
                    st.pruned_by_time);
         fmt::print("  evaluated: {} ({} only to price the other choices, {} only to complete the Pareto front)\n",
                    r.evaluated, st.loss_evaluations, st.front_evaluations);
+        fmt::print("  reserved memory: the caching allocator replayed for {} of them ({} evaluated again for it) in {:.1f} ms; "
+                   "the rest cannot enter the answer or are shown not to fit by lower bounds on reserved memory\n",
+                   st.reserved_replays, st.reevaluations, st.replay_seconds * 1e3);
         fmt::print("  in evaluations: lower {:.1f} ms, simulate {:.1f} ms, memory {:.1f} ms, validate and summarize {:.1f} ms\n",
                    st.lower_seconds * 1e3, st.simulate_seconds * 1e3, st.memory_seconds * 1e3,
                    st.other_evaluation_seconds * 1e3);
@@ -271,6 +284,21 @@ int runOptimize(const OptimizeCommandOptions& o) {
             const auto& en = r.top[i];
             fmt::print("{:>3} {:>12.2f} {:>14.0f} {:>11.2f}  {}\n", i + 1, en.step_s * 1e3, en.tokens_per_s_per_gpu,
                        toGiB(en.peak_bytes), label(en.choice));
+        }
+        if (!r.at_risk.empty()) {
+            // Shown so that a user who judged by allocated memory sees why they were passed over.
+            constexpr size_t kShownAtRisk = 3;
+            fmt::print("\nFaster, but AT RISK ({} configuration{}: the allocated peak fits, reserved memory does not; "
+                       "the caching allocator's fragmentation can OOM them){}:\n{:>3} {:>12} {:>16} {:>15}  {}\n",
+                       r.at_risk.size(), r.at_risk.size() == 1 ? "" : "s", r.at_risk.size() > kShownAtRisk ? fmt::format(", the {} fastest", kShownAtRisk) : "",
+                       "#", "step (ms)", "allocated (GiB)", "reserved (GiB)", "configuration");
+            for (size_t i = 0; i < r.at_risk.size() && i < kShownAtRisk; ++i) {
+                const auto& en = r.at_risk[i];
+                // A bound where the search showed it cannot fit without replaying its allocator.
+                const std::string reserved = fmt::format("{}{:.2f}", en.peak_is_bound ? ">= " : "", toGiB(en.peak_bytes));
+                fmt::print("{:>3} {:>12.2f} {:>16.2f} {:>15}  {}\n", i + 1, en.step_s * 1e3, toGiB(en.allocated_bytes),
+                           reserved, label(en.choice));
+            }
         }
         fmt::print("\nPareto front, peak memory against step time (fitting configurations{}):\n{:>11} {:>12}  {}\n",
                    r.cutoff_step_s > 0 ? fmt::format(" faster than {:.2f} ms; the bound pruned slower ones", r.cutoff_step_s * 1e3) : "",
@@ -360,7 +388,7 @@ void registerOptimizeCommand(CLI::App& app, int& exit_code) {
                   "Print one JSON object: {\"best\": {plan, time, memory}, \"top\": [...], \"front\": [...], ...}");
     cmd->add_flag("--stats", opts->stats,
                   "Also print where the search spent its work: bound Programs, what each bound pruned, evaluations "
-                  "and time per stage (always in --json under search.stats)");
+                  "and allocator replays, time per stage (always in --json under search.stats)");
     cmd->add_option("--write-plan", opts->write_plan, "Write the winner as a plan file")->type_name("FILE");
     cmd->add_option("--pytorch", opts->pytorch, "Write the PyTorch code that applies the winner to FILE")->type_name("FILE");
     cmd->callback([opts, &exit_code] { exit_code = runOptimize(*opts); });

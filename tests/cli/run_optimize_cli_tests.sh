@@ -78,7 +78,8 @@ fi
 
 expect_exit "optimize --stats exits 0" 0 "$bin" optimize "${job[@]}" "${small[@]}" --stats
 if grep -q "^Search statistics:" "$tmp/out" && grep -q "Programs lowered (not simulated)" "$tmp/out" \
-    && grep -q "by the peak-memory bound" "$tmp/out" && grep -q "simulate [0-9.]* ms" "$tmp/out"; then
+    && grep -q "by the peak-memory bound" "$tmp/out" && grep -q "simulate [0-9.]* ms" "$tmp/out" \
+    && grep -q "reserved memory: the caching allocator replayed for [0-9]* of them" "$tmp/out"; then
     pass "optimize --stats: bound Programs, pruning per bound, time per stage"
 else
     fail "optimize --stats: bound Programs, pruning per bound, time per stage" "$(head -c 600 "$tmp/out")"
@@ -109,5 +110,32 @@ expect_bad_input "optimize: bad --shard-size" "--shard-size 3" "$bin" optimize "
 expect_bad_input "optimize: bad --top" "--top" "$bin" optimize "${job[@]}" --top 0
 expect_bad_input "optimize: bad --headroom" "headroom" "$bin" optimize "${job[@]}" --headroom 1.2
 expect_bad_input "optimize: unknown model" "no-such-model" "$bin" optimize --model no-such-model --global-batch 8
+
+# --- the fastest allocated fit is AT RISK on reserved memory: the next one wins, the other is shown -
+# The README example's plan at 11,264 tokens: layer:2 allocates 65.81 GiB (fits the 75.67 GiB
+# budget) but reserves 77.87 GiB; full checkpointing fits.
+risk=(--model llama-3.1-8b --nodes 1 --seq-len 11264 --global-batch 8 --strategy FULL_SHARD --fsdp 2 --wrap block
+    --ac layer:2,full --offload none --no-prefetch-search)
+expect_exit "optimize: an at-risk configuration exits 0" 0 "$bin" optimize "${risk[@]}"
+if grep -q "^Best: .*ac full" "$tmp/out" && grep -q "^Faster, but AT RISK (1 configuration:" "$tmp/out" \
+    && grep -q "65.81 .*77.87  FULL_SHARD FSDP2, wrap block, ac layer:2" "$tmp/out"; then
+    pass "optimize: the at-risk layer:2 is passed over for full checkpointing and shown with both peaks"
+else
+    fail "optimize: the at-risk layer:2 is passed over for full checkpointing and shown with both peaks" "$(head -c 1500 "$tmp/out")"
+fi
+expect_exit "optimize --json: an at-risk configuration" 0 "$bin" optimize "${risk[@]}" --json
+check "optimize --json: at_risk lists it; replays counted apart from evaluations" '
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["best"]["plan"]["training"]["ac"] == "full", d["best"]["plan"]["training"]
+assert len(d["at_risk"]) == 1, d["at_risk"]
+r = d["at_risk"][0]
+assert r["plan"]["training"]["ac"] == "layer:2", r["plan"]["training"]
+budget = d["best"]["memory"]["budget_bytes"]
+reserved = r.get("reserved_bytes", r.get("reserved_at_least_bytes"))
+assert r["allocated_bytes"] <= budget < reserved, (r, budget)
+st = d["search"]["stats"]
+assert 1 <= st["reserved_replays"] <= d["search"]["evaluated"] and st["reevaluations"] <= st["reserved_replays"], st
+' "$tmp/out"
 
 finish optimize

@@ -251,6 +251,13 @@ private slots:
         QCOMPARE(gui::describeChoice(run->result.best.choice), gui::describeChoice(ref->best.choice));
         const QString text = m_window->wrapView()->optimizeText();
         QVERIFY2(text.contains(QString::fromStdString(gui::describeChoice(ref->best.choice)).toHtmlEscaped()), qPrintable(text));
+        QCOMPARE(run->result.at_risk.size(), ref->at_risk.size());
+        if (!ref->at_risk.empty()) {
+            // Faster configurations whose reserved peak misses are named, the fastest first.
+            QVERIFY2(text.contains(QString("%1 faster configuration(s) AT RISK").arg(ref->at_risk.size())), qPrintable(text));
+            QVERIFY2(text.contains(QString::fromStdString(gui::describeChoice(ref->at_risk.front().choice)).toHtmlEscaped()),
+                     qPrintable(text));
+        }
         QVERIFY(m_window->loadOptimizeWinner().ok());
         QVERIFY(m_window->planner()->waitUntilFinished(kWaitMs));
         const gui::PlanResult* loaded = m_window->currentPlan();

@@ -185,6 +185,33 @@ TEST(EvaluationTest, OneDefinitionOfFits) {
     EXPECT_NE(bad.error().message.find("headroom"), std::string::npos);
 }
 
+// judgeReserved after an allocated-only evaluation is the evaluation with reserved memory: the same
+// replay and verdict (a search evaluates allocated-only and judges only where it must). The README
+// plan at 11,264 tokens is AT RISK: the two verdicts differ, so the test sees the judgement happen.
+TEST(EvaluationTest, JudgingReservedLaterEqualsEvaluatingWithIt) {
+    core::Plan plan = planOf("llama-3.1-8b", 1, 11264);
+    plan.training.ac = core::Checkpointing::Layer;
+    plan.training.ac_every = 2;
+    EvaluationOptions with;
+    auto reference = evaluatePlan(plan, nullptr, with);
+    ASSERT_TRUE(reference.ok()) << reference.error().message;
+    ASSERT_TRUE(reference->fit.at_risk);
+
+    EvaluationOptions without = with;
+    without.reserved_memory = false;
+    Evaluator evaluator;
+    Evaluation e;
+    ASSERT_TRUE(evaluator.evaluate(plan, nullptr, without, e).ok());
+    EXPECT_TRUE(e.fit.fits) << "on allocated memory alone it fits";
+    EXPECT_EQ(e.reserved, core::ReservedMemory{});
+    evaluator.judgeReserved(with.headroom, e);
+    EXPECT_EQ(e.reserved, reference->reserved);
+    EXPECT_EQ(e.fit.reserved_bytes, reference->fit.reserved_bytes);
+    EXPECT_EQ(e.fit.fits, reference->fit.fits);
+    EXPECT_EQ(e.fit.at_risk, reference->fit.at_risk);
+    EXPECT_EQ(e.fit.cache_flushed, reference->fit.cache_flushed);
+}
+
 // The child half of CrossProcessRoundTrip: reads the files the parent wrote and compares them with
 // its own evaluation of the same plan. Skipped unless the parent started it.
 TEST(EvaluationTest, CrossProcessChild) {

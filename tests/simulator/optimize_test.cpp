@@ -298,6 +298,120 @@ TEST(OptimizeTest, AWrongBoundIsCaughtAndTheSearchRestartsWithoutPruning) {
     EXPECT_EQ(restarted->losses.size(), pruned->losses.size());
 }
 
+// The README example's plan (Llama-3.1-8B, FULL_SHARD FSDP2 per block, 8 H100s) at 11,264 tokens
+// per sequence, one per rank: the README shows that with layer:2 checkpointing its allocated peak
+// (65.81 GiB) fits the 75.67 GiB budget but its reserved peak (77.87 GiB) does not (AT RISK), and
+// without checkpointing even the allocated peak does not fit. So the fastest configuration whose
+// allocated peak fits is at risk, and the answer is the next one: full checkpointing. An optimizer
+// that judged fit on the allocated peak alone would pick layer:2.
+TEST(OptimizeTest, TheFastestAllocatedFitIsAtRiskSoTheNextOneWins) {
+    const core::Plan base = basePlan("llama-3.1-8b", 1, 11264);
+    OptimizeSpace space;
+    space.strategies = {core::Strategy::FullShard};
+    space.fsdp_versions = {2};
+    space.wraps = {wrap("block")};
+    space.acs = {{core::Checkpointing::None, 1}, {core::Checkpointing::Layer, 2}, {core::Checkpointing::Full, 1}};
+    space.offloads = {core::Offload::None};
+    space.prefetch = false;
+    const HardwareProfile profile = HardwareProfile::fromCluster(base.cluster);
+    OptimizeOptions options;
+    options.global_batch = 8;
+    options.top = 3;
+    auto r = optimize(base, space, profile, options);
+    ASSERT_TRUE(r) << r.error().message;
+    ASSERT_EQ(r->space_size, 3u);
+    ASSERT_TRUE(r->fits);
+    EXPECT_EQ(r->best.choice.ac.mode, core::Checkpointing::Full);
+    ASSERT_EQ(r->top.size(), 1u) << "only full checkpointing fits";
+
+    // What each configuration is, evaluated on its own (with and without the allocator model).
+    auto evaluate = [&](core::Checkpointing mode, int every, bool reserved) {
+        OptimizeChoice c = r->best.choice;
+        c.ac = {mode, every};
+        EvaluationOptions eo;
+        eo.reserved_memory = reserved;
+        auto e = evaluatePlan(applyChoice(base, c), &profile, eo);
+        EXPECT_TRUE(e) << e.error().message;
+        return *e;
+    };
+    const Evaluation layer2 = evaluate(core::Checkpointing::Layer, 2, true);
+    EXPECT_TRUE(layer2.fit.at_risk) << "allocated " << layer2.fit.peak_bytes << ", reserved " << layer2.fit.reserved_bytes;
+    EXPECT_FALSE(layer2.fit.fits);
+    EXPECT_TRUE(evaluate(core::Checkpointing::Layer, 2, false).fit.fits) << "on allocated memory alone it fits";
+    EXPECT_LT(layer2.timeline.step_ns, static_cast<int64_t>(r->best.step_s * 1e9 + 0.5)) << "and it is faster";
+    const Evaluation none = evaluate(core::Checkpointing::None, 1, false);
+    EXPECT_FALSE(none.fit.fits) << "no checkpointing misses on allocated memory already";
+    const Evaluation full = evaluate(core::Checkpointing::Full, 1, true);
+    EXPECT_TRUE(full.fit.fits);
+    EXPECT_EQ(r->best.peak_bytes, judgedPeakBytes(full.fit));
+
+    // The at-risk configuration is reported: its own loss row says nothing with layer:2 fits.
+    bool layer2_row = false;
+    for (const DimensionLoss& l : r->losses) {
+        if (l.dimension == OptimizeDimension::Ac && l.value == "layer:2") {
+            layer2_row = true;
+            EXPECT_FALSE(l.fits);
+        }
+    }
+    EXPECT_TRUE(layer2_row);
+    // Replayed: full (the winner), and layer:2 unless the per-stream floor already rules it out;
+    // never none, whose allocated peak misses.
+    EXPECT_GE(r->stats.reserved_replays, 1u);
+    EXPECT_LE(r->stats.reserved_replays, 2u);
+    ASSERT_EQ(r->at_risk.size(), 1u);
+    const OptimizeEntry& risk = r->at_risk.front();
+    EXPECT_EQ(risk.choice.ac.mode, core::Checkpointing::Layer);
+    EXPECT_EQ(risk.allocated_bytes, layer2.fit.peak_bytes);
+    EXPECT_GT(risk.peak_bytes, risk.budget_bytes);
+    if (risk.peak_is_bound) {
+        EXPECT_LE(risk.peak_bytes, judgedPeakBytes(layer2.fit));
+    } else {
+        EXPECT_EQ(risk.peak_bytes, judgedPeakBytes(layer2.fit));
+    }
+}
+
+// The allocator is replayed only where the answer needs it: far fewer replays than evaluations,
+// with the same answer as exhaustive enumeration (MatchesExhaustiveEnumeration*); without pruning,
+// every valid configuration is replayed (the reference).
+TEST(OptimizeTest, ReplaysTheAllocatorOnlyWhereTheAnswerNeedsIt) {
+    const core::Plan base = basePlan("llama-3.1-8b", 1, 8192);
+    OptimizeSpace space;  // no offload: small enough to replay everything in a sanitized build
+    space.wraps = {wrap("every:8"), wrap("block")};
+    space.acs = {{core::Checkpointing::None, 1}, {core::Checkpointing::Op, 1}, {core::Checkpointing::Full, 1}};
+    space.offloads = {core::Offload::None};
+    const HardwareProfile profile = HardwareProfile::fromCluster(base.cluster);
+    OptimizeOptions options;
+    options.global_batch = 32;
+    auto lazy = optimize(base, space, profile, options);
+    ASSERT_TRUE(lazy) << lazy.error().message;
+    ASSERT_TRUE(lazy->fits);
+    // At least the top and the front were replayed; fewer than half of what was evaluated (69 of
+    // 188 when written, of 684 configurations).
+    EXPECT_GE(lazy->stats.reserved_replays, lazy->top.size());
+    EXPECT_GE(lazy->stats.reserved_replays, lazy->front.size());
+    EXPECT_LT(lazy->stats.reserved_replays * 2, lazy->evaluated);
+    EXPECT_LE(lazy->stats.reevaluations, lazy->stats.reserved_replays);
+
+    options.prune = false;
+    auto eager = optimize(base, space, profile, options);
+    ASSERT_TRUE(eager) << eager.error().message;
+    EXPECT_EQ(eager->evaluated, eager->space_size);
+    EXPECT_EQ(eager->stats.reserved_replays, eager->evaluated - eager->invalid);
+    EXPECT_EQ(eager->stats.reevaluations, 0u);
+    EXPECT_EQ(labelOf(eager->best.choice), labelOf(lazy->best.choice));
+    EXPECT_EQ(eager->best.peak_bytes, lazy->best.peak_bytes);
+    ASSERT_EQ(eager->front.size(), lazy->front.size());
+    for (size_t i = 0; i < lazy->front.size(); ++i) {
+        EXPECT_EQ(labelOf(eager->front[i].choice), labelOf(lazy->front[i].choice)) << i;
+        EXPECT_EQ(eager->front[i].peak_bytes, lazy->front[i].peak_bytes) << i;
+    }
+    EXPECT_FALSE(lazy->at_risk.empty()) << "the space has faster configurations at risk (6 when written)";
+    ASSERT_EQ(eager->at_risk.size(), lazy->at_risk.size());
+    for (size_t i = 0; i < lazy->at_risk.size(); ++i) {
+        EXPECT_EQ(labelOf(eager->at_risk[i].choice), labelOf(lazy->at_risk[i].choice)) << i;
+    }
+}
+
 TEST(OptimizeTest, RefusesABatchThatDoesNotSplitOverTheRanks) {
     const core::Plan base = basePlan("llama-3.1-8b", 2, 4096);
     OptimizeOptions options;
