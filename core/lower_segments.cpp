@@ -55,13 +55,6 @@ void Lowering::buildSegments() {
 // SDPA's flash / efficient attention; everything else is recomputed.
 void Lowering::splitIntoSegments() {
     const auto n_mod = m_model.modules.size();
-    auto& block_of = m_s.block_of;
-    block_of.assign(n_mod, -1);
-    m_s.block_index.assign(n_mod, 0);
-    for (size_t b = 0; b < m_model.blocks.size(); ++b) m_s.block_index[static_cast<size_t>(m_model.blocks[b])] = static_cast<int32_t>(b);
-    for (size_t m = 1; m < n_mod; ++m) {
-        block_of[m] = m_model.modules[m].is_block ? static_cast<int32_t>(m) : block_of[m_model.modules[m].parent];
-    }
     m_s.segs.clear();
     int32_t cur_unit = -1, cur_block = -2;
     int32_t last_block_seen = -1;
@@ -78,12 +71,13 @@ void Lowering::splitIntoSegments() {
     }
     int mm_count = 0;
     for (size_t ai = 0; ai < m_s.active.size(); ++ai) {
-        const Op& op = m_model.ops[m_s.active[ai]];
-        const int32_t unit = m_s.pidx[m_s.ua.module_unit[op.module]];
-        const int32_t block = block_of[op.module];
+        const int32_t module = m_s.active_module[ai];
+        const int32_t unit = m_s.pidx[m_s.ua.module_unit[module]];
+        const int32_t block = m_s.active_block[ai];
         if (op_sac && block >= 0) {
+            const Op& op = m_model.ops[static_cast<size_t>(m_s.active[ai])];
             if (block != last_block_seen) mm_count = 0;
-            if (op.kernel == KernelShape::Linear && !has_bias[static_cast<size_t>(op.module)])
+            if (op.kernel == KernelShape::Linear && !has_bias[static_cast<size_t>(module)])
                 m_s.sac_keep[ai] = ++mm_count % 2 == 1;
             if (op.kernel == KernelShape::FlashAttention) m_s.sac_keep[ai] = 1;
         }
@@ -97,6 +91,7 @@ void Lowering::splitIntoSegments() {
                                    (m_tr.ac == Checkpointing::Layer && layerAcCheckpoints(index, m_tr.ac_every));
             }
             if (seg.checkpointed && block != last_block_seen) {
+                const Op& op = m_model.ops[static_cast<size_t>(m_s.active[ai])];
                 seg.saved = m_model.arch.hidden > 0 ? m_tokens * m_model.arch.hidden * itemSize(m_pdt)
                                                     : elementBytes(op.saved_act, op.saved_f32, op.saved_u8, op.saved_i64);
             }
@@ -187,11 +182,12 @@ bool Lowering::sameAsPrevious(size_t si) const {
     const Segment& b = m_s.segs[si];
     if (a.op_end - a.op_begin != b.op_end - b.op_begin || a.checkpointed != b.checkpointed) return false;
     for (int64_t k = 0; k < a.op_end - a.op_begin; ++k) {
-        if (m_s.sac_keep[static_cast<size_t>(a.op_begin + k)] != m_s.sac_keep[static_cast<size_t>(b.op_begin + k)]) return false;
-        const auto oa = static_cast<size_t>(m_s.active[static_cast<size_t>(a.op_begin + k)]);
-        const auto ob = static_cast<size_t>(m_s.active[static_cast<size_t>(b.op_begin + k)]);
-        const int32_t ca = m_model.ops[oa].cost_class;
-        if (ca < 0 || ca != m_model.ops[ob].cost_class) return false;
+        const auto ia = static_cast<size_t>(a.op_begin + k), ib = static_cast<size_t>(b.op_begin + k);
+        if (m_s.sac_keep[ia] != m_s.sac_keep[ib]) return false;
+        const int32_t ca = m_s.active_class[ia];
+        if (ca < 0 || ca != m_s.active_class[ib]) return false;
+        const auto oa = static_cast<size_t>(m_s.active[ia]);
+        const auto ob = static_cast<size_t>(m_s.active[ib]);
         if (m_s.op_grad_elems[oa] != m_s.op_grad_elems[ob] || m_s.op_weight_elems[oa] != m_s.op_weight_elems[ob]) return false;
         if (!m_s.op_frozen.empty() && m_s.op_frozen[oa] != m_s.op_frozen[ob]) return false;
     }

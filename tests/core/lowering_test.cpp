@@ -437,6 +437,33 @@ TEST(LoweringTest, FrozenParametersAreGatheredButNotReduced) {
     EXPECT_LT(half.program.hardware_flops_per_step, all.program.hardware_flops_per_step);
 }
 
+// A Lowerer keeps tables between plans of one model (active ops, parameter shapes, each op's
+// weight and gradient elements): plans that freeze parameters, then do not, then change the
+// FSDP version, lowered by one Lowerer in a row, give what a fresh lowering gives.
+TEST(LoweringTest, ReusedLowererMatchesAFreshOneAcrossFrozenAndFsdpVersions) {
+    auto model = toyModel(4, 8192, 1024);
+    const int64_t P = model->numParams();
+    auto plain = makePlan(model, Strategy::FullShard, 1, 8);
+    auto frozen = plain;
+    frozen.training.frozen_regex = "layers\\.[01]\\.";
+    auto fsdp1 = plain;
+    fsdp1.sharding.fsdp_version = 1;
+    Lowerer lowerer;
+    Program reused;
+    int i = 0;
+    for (const Plan* plan : {&plain, &frozen, &plain, &fsdp1, &frozen, &plain}) {
+        SCOPED_TRACE("plan " + std::to_string(i++));
+        auto mesh = validatePlan(*plan);
+        ASSERT_TRUE(mesh.ok()) << mesh.error().message;
+        Program fresh;
+        ASSERT_TRUE(lower(*plan, *mesh, fresh).ok());
+        ASSERT_TRUE(lowerer.lower(*plan, *mesh, reused).ok());
+        EXPECT_TRUE(reused == fresh);
+        // Freezing half the blocks halves the reduce-scatter input (fp32: 4 bytes per element).
+        EXPECT_EQ(commBytes(reused, TaskKind::ReduceScatter), plan == &frozen ? P / 2 * 4 : P * 4);
+    }
+}
+
 // Llama-3.1-8B, FULL_SHARD per block on 8 GPUs, one sequence of 8192 tokens.
 Plan llama8BAt8192(Checkpointing ac) {
     auto plan = makePlan(bundled("llama-3.1-8b"), Strategy::FullShard, 1, 8);
