@@ -186,6 +186,9 @@ struct LowerScratch {
     // its gradient (-1: none); op_weight_elems.
     std::vector<int32_t> block_of, block_index;
     std::vector<int32_t> active_module, active_block, active_class;
+    // Per active op, equal for two ops exactly when their cost class (not -1) and weight elements
+    // are: with no parameter frozen, ops of equal signature cost the same (sameAsPrevious).
+    std::vector<int32_t> active_signature;
     std::vector<detail::ParamShape> param_shapes;
     std::vector<int32_t> param_grad_op;
     // op_cost's inputs besides the frozen flags: it is kept while they repeat and no op is frozen.

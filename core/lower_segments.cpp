@@ -181,6 +181,15 @@ bool Lowering::sameAsPrevious(size_t si) const {
     const Segment& a = m_s.segs[si - 1];
     const Segment& b = m_s.segs[si];
     if (a.op_end - a.op_begin != b.op_end - b.op_begin || a.checkpointed != b.checkpointed) return false;
+    const auto n = static_cast<size_t>(a.op_end - a.op_begin);
+    if (m_s.op_frozen.empty()) {
+        // Every parameter trainable: each op's gradient elements are its weight elements, which
+        // the signatures cover with the cost classes.
+        const auto ia = static_cast<size_t>(a.op_begin), ib = static_cast<size_t>(b.op_begin);
+        return std::equal(m_s.sac_keep.begin() + ia, m_s.sac_keep.begin() + ia + n, m_s.sac_keep.begin() + ib) &&
+               std::equal(m_s.active_signature.begin() + ia, m_s.active_signature.begin() + ia + n,
+                          m_s.active_signature.begin() + ib);
+    }
     for (int64_t k = 0; k < a.op_end - a.op_begin; ++k) {
         const auto ia = static_cast<size_t>(a.op_begin + k), ib = static_cast<size_t>(b.op_begin + k);
         if (m_s.sac_keep[ia] != m_s.sac_keep[ib]) return false;

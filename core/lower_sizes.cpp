@@ -2,7 +2,9 @@
 // are frozen, and per unit what every rank stores and gathers (rules 1-3), the gradient and
 // optimizer-state sizes (rule 9), FSDP1's FlatParameter, and reshard_after_forward (rule 5).
 #include <algorithm>
+#include <map>
 #include <regex>
+#include <utility>
 
 #include "core/lower_internal.hpp"
 
@@ -127,6 +129,14 @@ void Lowering::activeOpTables() {
         m_s.param_grad_op[i] = grad_op;
         if (grad_op >= 0) m_s.op_weight_elems[static_cast<size_t>(grad_op)] += ps.numel;
     }
+    m_s.active_signature.resize(m_s.active.size());
+    std::map<std::pair<int32_t, int64_t>, int32_t> signatures;
+    for (size_t ai = 0; ai < m_s.active.size(); ++ai) {
+        const int32_t cls = m_s.active_class[ai];
+        const int64_t weights = m_s.op_weight_elems[static_cast<size_t>(m_s.active[ai])];
+        m_s.active_signature[ai] = cls < 0 ? -1 - static_cast<int32_t>(ai)  // unique: equal to no other op
+                                           : signatures.try_emplace({cls, weights}, static_cast<int32_t>(signatures.size())).first->second;
+    }
     m_s.grads_all_trainable = false;
 }
 
@@ -170,11 +180,33 @@ void Lowering::unitSizes() {
         m_s.op_grad_elems = m_s.op_weight_elems;
         m_s.grads_all_trainable = true;
     }
+    // A unit's parameters mostly come one after another: their sizes are summed in `us` (held in
+    // registers, not re-read from memory at every parameter) and added to the unit's when the unit changes.
+    UnitSizes us;
+    int32_t run_unit = -1;
+    auto flushRun = [&] {
+        if (run_unit < 0) return;
+        UnitSizes& to = m_s.us[static_cast<size_t>(run_unit)];
+        to.params += us.params;
+        to.trainable += us.trainable;
+        to.grad_elems += us.grad_elems;
+        to.sharded_bytes += us.sharded_bytes;
+        to.unsharded_bytes += us.unsharded_bytes;
+        to.flat_bytes += us.flat_bytes;
+        to.cast_bytes += us.cast_bytes;
+        to.rs_input_elems += us.rs_input_elems;
+        to.grad_shard_elems += us.grad_shard_elems;
+        to.opt_elems += us.opt_elems;
+        us = UnitSizes{};
+    };
     for (size_t i = 0; i < n_params; ++i) {
         const ParamShape& prm = m_s.param_shapes[i];
         const int32_t pu = m_s.pidx[m_s.ua.module_unit[prm.module]];
         m_s.param_unit[i] = pu;
-        UnitSizes& us = m_s.us[pu];
+        if (pu != run_unit) {
+            flushRun();
+            run_unit = pu;
+        }
         const int64_t numel = prm.numel;
         const int32_t grad_op = m_s.param_grad_op[i];
         const bool trainable = grad_op >= 0 && !(any_frozen && m_s.frozen[i]);
@@ -198,6 +230,7 @@ void Lowering::unitSizes() {
             addParamToFlatParameter(pu, prm, trainable);
         }
     }
+    flushRun();
     if (m_sharded && m_fsdp1) fsdp1FlatParameterSizes();
     unshardedParamTensors();
     m_s.op_frozen.clear();
@@ -255,19 +288,33 @@ int64_t Lowering::addParamFsdp2(UnitSizes& us, const ParamShape& prm, bool train
 void Lowering::unshardedParamTensors() {
     if (!m_sharded || m_fsdp1) return;
     const auto n_units = m_s.us.size();
+    const auto n_params = m_s.param_unit.size();
     auto& count = m_s.unit_tensor_count;
     count.assign(n_units, 0);
-    for (int32_t u : m_s.param_unit) ++count[static_cast<size_t>(u)];
+    // Counted and filled run by run of parameters of one unit (see unitSizes).
+    for (size_t i = 0; i < n_params;) {
+        const int32_t u = m_s.param_unit[i];
+        size_t j = i + 1;
+        while (j < n_params && m_s.param_unit[j] == u) ++j;
+        count[static_cast<size_t>(u)] += static_cast<uint32_t>(j - i);
+        i = j;
+    }
     auto offset = static_cast<uint32_t>(m_p.tensor_bytes.size());
     for (size_t u = 0; u < n_units; ++u) {
         m_s.us[u].param_tensors = Span{offset, 0};
         offset += count[u];
     }
     m_p.tensor_bytes.resize(offset);
-    for (size_t i = 0; i < m_s.param_unit.size(); ++i) {
-        const int64_t bytes = m_s.param_unsharded_bytes[i];  // addParamFsdp2
-        Span& sp = m_s.us[static_cast<size_t>(m_s.param_unit[i])].param_tensors;
-        if (bytes > 0) m_p.tensor_bytes[sp.offset + sp.count++] = bytes;
+    for (size_t i = 0; i < n_params;) {
+        const int32_t u = m_s.param_unit[i];
+        Span& sp = m_s.us[static_cast<size_t>(u)].param_tensors;
+        int64_t* out = m_p.tensor_bytes.data() + sp.offset + sp.count;
+        int64_t* const first = out;
+        for (; i < n_params && m_s.param_unit[i] == u; ++i) {
+            const int64_t bytes = m_s.param_unsharded_bytes[i];  // addParamFsdp2
+            if (bytes > 0) *out++ = bytes;
+        }
+        sp.count += static_cast<uint32_t>(out - first);
     }
 }
 
