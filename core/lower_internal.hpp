@@ -189,6 +189,8 @@ struct LowerScratch {
     // Per active op, equal for two ops exactly when their cost class (not -1) and weight elements
     // are: with no parameter frozen, ops of equal signature cost the same (sameAsPrevious).
     std::vector<int32_t> active_signature;
+    // Where each run of consecutive active ops of one module starts, then active.size().
+    std::vector<int32_t> module_runs;
     std::vector<detail::ParamShape> param_shapes;
     std::vector<int32_t> param_grad_op;
     // op_cost's inputs besides the frozen flags: it is kept while they repeat and no op is frozen.

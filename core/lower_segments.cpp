@@ -70,37 +70,41 @@ void Lowering::splitIntoSegments() {
         }
     }
     int mm_count = 0;
-    for (size_t ai = 0; ai < m_s.active.size(); ++ai) {
-        const int32_t module = m_s.active_module[ai];
+    // Ops of one module share its unit and block: the walk goes run by run (activeOpTables).
+    const std::vector<int32_t>& runs = m_s.module_runs;
+    for (size_t r = 0; r + 1 < runs.size(); ++r) {
+        const auto begin = static_cast<size_t>(runs[r]), end = static_cast<size_t>(runs[r + 1]);
+        const int32_t module = m_s.active_module[begin];
         const int32_t unit = m_s.pidx[m_s.ua.module_unit[module]];
-        const int32_t block = m_s.active_block[ai];
+        const int32_t block = m_s.active_block[begin];
         if (op_sac && block >= 0) {
-            const Op& op = m_model.ops[static_cast<size_t>(m_s.active[ai])];
             if (block != last_block_seen) mm_count = 0;
-            if (op.kernel == KernelShape::Linear && !has_bias[static_cast<size_t>(module)])
-                m_s.sac_keep[ai] = ++mm_count % 2 == 1;
-            if (op.kernel == KernelShape::FlashAttention) m_s.sac_keep[ai] = 1;
+            for (size_t ai = begin; ai < end; ++ai) {
+                const Op& op = m_model.ops[static_cast<size_t>(m_s.active[ai])];
+                if (op.kernel == KernelShape::Linear && !has_bias[static_cast<size_t>(module)])
+                    m_s.sac_keep[ai] = ++mm_count % 2 == 1;
+                if (op.kernel == KernelShape::FlashAttention) m_s.sac_keep[ai] = 1;
+            }
         }
         if (unit != cur_unit || block != cur_block) {
-            Segment seg;
+            Segment& seg = m_s.segs.emplace_back();
             seg.unit = unit;
-            seg.op_begin = static_cast<int64_t>(ai);
+            seg.op_begin = static_cast<int64_t>(begin);
             if (block >= 0) {
                 const int64_t index = m_s.block_index[static_cast<size_t>(block)];
                 seg.checkpointed = m_tr.ac == Checkpointing::Full || op_sac ||
                                    (m_tr.ac == Checkpointing::Layer && layerAcCheckpoints(index, m_tr.ac_every));
             }
             if (seg.checkpointed && block != last_block_seen) {
-                const Op& op = m_model.ops[static_cast<size_t>(m_s.active[ai])];
+                const Op& op = m_model.ops[static_cast<size_t>(m_s.active[begin])];
                 seg.saved = m_model.arch.hidden > 0 ? m_tokens * m_model.arch.hidden * itemSize(m_pdt)
                                                     : elementBytes(op.saved_act, op.saved_f32, op.saved_u8, op.saved_i64);
             }
             if (block >= 0) last_block_seen = block;
-            m_s.segs.push_back(seg);
             cur_unit = unit;
             cur_block = block;
         }
-        m_s.segs.back().op_end = static_cast<int64_t>(ai) + 1;
+        m_s.segs.back().op_end = static_cast<int64_t>(end);
     }
 }
 
