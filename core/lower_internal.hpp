@@ -193,6 +193,9 @@ struct LowerScratch {
     std::vector<int32_t> module_runs;
     std::vector<detail::ParamShape> param_shapes;
     std::vector<int32_t> param_grad_op;
+    // Per parameter, equal for two parameters exactly when their dim-0, row size and dtype are
+    // and both get a gradient or neither does (unitSizes copies the sums of a repeated run).
+    std::vector<int32_t> param_signature;
     // op_cost's inputs besides the frozen flags: it is kept while they repeat and no op is frozen.
     struct OpCostKey {
         std::shared_ptr<const Model> model;

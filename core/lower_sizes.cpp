@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <map>
 #include <regex>
+#include <tuple>
 #include <utility>
 
 #include "core/lower_internal.hpp"
@@ -132,6 +133,15 @@ void Lowering::activeOpTables() {
         m_s.param_grad_op[i] = grad_op;
         if (grad_op >= 0) m_s.op_weight_elems[static_cast<size_t>(grad_op)] += ps.numel;
     }
+    m_s.param_signature.resize(n_params);
+    std::map<std::tuple<int64_t, int64_t, int, bool>, int32_t> shapes;
+    for (size_t i = 0; i < n_params; ++i) {
+        const ParamShape& ps = m_s.param_shapes[i];
+        const int dtype = ps.dtype ? static_cast<int>(*ps.dtype) : -1;
+        m_s.param_signature[i] =
+            shapes.try_emplace({ps.dim0, ps.row, dtype, m_s.param_grad_op[i] >= 0}, static_cast<int32_t>(shapes.size()))
+                .first->second;
+    }
     m_s.active_signature.resize(m_s.active.size());
     std::map<std::pair<int32_t, int64_t>, int32_t> signatures;
     for (size_t ai = 0; ai < m_s.active.size(); ++ai) {
@@ -183,13 +193,58 @@ void Lowering::unitSizes() {
         m_s.op_grad_elems = m_s.op_weight_elems;
         m_s.grads_all_trainable = true;
     }
-    // A unit's parameters mostly come one after another: their sizes are summed in `us` (held in
-    // registers, not re-read from memory at every parameter) and added to the unit's when the unit changes.
-    UnitSizes us;
-    int32_t run_unit = -1;
-    auto flushRun = [&] {
-        if (run_unit < 0) return;
-        UnitSizes& to = m_s.us[static_cast<size_t>(run_unit)];
+    // A unit's parameters mostly come one after another: each run of them is summed in a local
+    // (held in registers, not re-read from memory at every parameter) and added to the unit. A
+    // run of the same parameter shapes as the run before (the next identical block) has the same
+    // sizes, unless parameters are frozen (by name) or FSDP1 packs them into one FlatParameter.
+    const bool copy_runs = !any_frozen && !(m_sharded && m_fsdp1);
+    UnitSizes prev;  // the previous run's sums
+    size_t prev_begin = 0, prev_len = 0;
+    for (size_t i = 0; i < n_params;) {
+        const int32_t pu = m_s.pidx[m_s.ua.module_unit[m_s.param_shapes[i].module]];
+        size_t end = i;
+        do {
+            m_s.param_unit[end++] = pu;
+        } while (end < n_params && m_s.pidx[m_s.ua.module_unit[m_s.param_shapes[end].module]] == pu);
+        UnitSizes us;
+        const bool same = copy_runs && end - i == prev_len &&
+                          std::equal(m_s.param_signature.begin() + static_cast<std::ptrdiff_t>(i),
+                                     m_s.param_signature.begin() + static_cast<std::ptrdiff_t>(end),
+                                     m_s.param_signature.begin() + static_cast<std::ptrdiff_t>(prev_begin));
+        if (same) {
+            us = prev;
+            if (fsdp2) {
+                std::copy_n(m_s.param_unsharded_bytes.begin() + static_cast<std::ptrdiff_t>(prev_begin), end - i,
+                            m_s.param_unsharded_bytes.begin() + static_cast<std::ptrdiff_t>(i));
+            }
+        } else {
+            for (size_t k = i; k < end; ++k) {
+                const ParamShape& prm = m_s.param_shapes[k];
+                const int64_t numel = prm.numel;
+                const int32_t grad_op = m_s.param_grad_op[k];
+                const bool trainable = grad_op >= 0 && !(any_frozen && m_s.frozen[k]);
+                us.params += numel;
+                if (trainable) {
+                    us.trainable += numel;
+                    us.grad_elems += numel;
+                }
+                if (any_frozen) {
+                    m_s.module_params[prm.module] += numel;
+                    if (trainable) {
+                        m_s.module_trainable[prm.module] += numel;
+                        m_s.op_grad_elems[static_cast<size_t>(grad_op)] += numel;
+                    }
+                }
+                if (!m_sharded) {
+                    addParamNoShard(us, prm, trainable);
+                } else if (fsdp2) {
+                    m_s.param_unsharded_bytes[k] = addParamFsdp2(us, prm, trainable);
+                } else {
+                    addParamToFlatParameter(pu, prm, trainable);
+                }
+            }
+        }
+        UnitSizes& to = m_s.us[static_cast<size_t>(pu)];
         to.params += us.params;
         to.trainable += us.trainable;
         to.grad_elems += us.grad_elems;
@@ -200,40 +255,11 @@ void Lowering::unitSizes() {
         to.rs_input_elems += us.rs_input_elems;
         to.grad_shard_elems += us.grad_shard_elems;
         to.opt_elems += us.opt_elems;
-        us = UnitSizes{};
-    };
-    for (size_t i = 0; i < n_params; ++i) {
-        const ParamShape& prm = m_s.param_shapes[i];
-        const int32_t pu = m_s.pidx[m_s.ua.module_unit[prm.module]];
-        m_s.param_unit[i] = pu;
-        if (pu != run_unit) {
-            flushRun();
-            run_unit = pu;
-        }
-        const int64_t numel = prm.numel;
-        const int32_t grad_op = m_s.param_grad_op[i];
-        const bool trainable = grad_op >= 0 && !(any_frozen && m_s.frozen[i]);
-        us.params += numel;
-        if (trainable) {
-            us.trainable += numel;
-            us.grad_elems += numel;
-        }
-        if (any_frozen) {
-            m_s.module_params[prm.module] += numel;
-            if (trainable) {
-                m_s.module_trainable[prm.module] += numel;
-                m_s.op_grad_elems[static_cast<size_t>(grad_op)] += numel;
-            }
-        }
-        if (!m_sharded) {
-            addParamNoShard(us, prm, trainable);
-        } else if (fsdp2) {
-            m_s.param_unsharded_bytes[i] = addParamFsdp2(us, prm, trainable);
-        } else {
-            addParamToFlatParameter(pu, prm, trainable);
-        }
+        prev = us;
+        prev_begin = i;
+        prev_len = end - i;
+        i = end;
     }
-    flushRun();
     if (m_sharded && m_fsdp1) fsdp1FlatParameterSizes();
     unshardedParamTensors();
     m_s.op_frozen.clear();

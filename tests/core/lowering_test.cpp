@@ -464,6 +464,22 @@ TEST(LoweringTest, ReusedLowererMatchesAFreshOneAcrossFrozenAndFsdpVersions) {
     }
 }
 
+// Blocks of the same parameter shapes share their sizes (the lowering copies them run by run),
+// but a parameter kept in another dtype is a different parameter: block 1's weight in bf16
+// shards to half block 0's fp32 bytes. [8192, 1024] over 8 ranks: 1024 x 1024 elements each.
+TEST(LoweringTest, RepeatedBlockOfAnotherDtypeGetsItsOwnSizes) {
+    auto model = toyModel(3, 8192, 1024);
+    model->params[1].dtype = DType::BF16;
+    auto r = lowerAndReplay(makePlan(model, Strategy::FullShard, 1, 8));
+    ASSERT_EQ(r.program.units.size(), 4u);
+    EXPECT_EQ(r.program.units[1].name, "layers.0");
+    EXPECT_EQ(r.program.units[1].sharded_bytes, 1024 * 1024 * 4);
+    EXPECT_EQ(r.program.units[2].sharded_bytes, 1024 * 1024 * 2);
+    EXPECT_EQ(r.program.units[3].sharded_bytes, 1024 * 1024 * 4);
+    // Gathered in param_dtype (bf16) alike.
+    EXPECT_EQ(r.program.units[2].unsharded_bytes, r.program.units[1].unsharded_bytes);
+}
+
 // Llama-3.1-8B, FULL_SHARD per block on 8 GPUs, one sequence of 8192 tokens.
 Plan llama8BAt8192(Checkpointing ac) {
     auto plan = makePlan(bundled("llama-3.1-8b"), Strategy::FullShard, 1, 8);
