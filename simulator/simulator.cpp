@@ -1,6 +1,7 @@
 #include "simulator/simulator.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cassert>
 #include <cstring>
 #include <limits>
@@ -162,6 +163,7 @@ void Simulator::run(const core::Program& program, core::Timeline& out) {
     m_host_resumes_now = false;
     m_active_collectives = 0;
     m_active_compute = 0;
+    m_rescaled_streams = 0;
     m_done = 0;
     if (n == 0) return;
 
@@ -171,12 +173,12 @@ void Simulator::run(const core::Program& program, core::Timeline& out) {
         int64_t time_ns = m_slot_ns[kHostSlot];
         uint64_t seq = m_slot_seq[kHostSlot];
         for (int k = 0; k < m_used_stream_count; ++k) {
+            // Without branches: which slot fires next is data, not a pattern to predict.
             const int s = m_used_streams[k];
-            if (m_slot_ns[s] < time_ns || (m_slot_ns[s] == time_ns && m_slot_seq[s] < seq)) {
-                slot = s;
-                time_ns = m_slot_ns[s];
-                seq = m_slot_seq[s];
-            }
+            const bool earlier = (m_slot_ns[s] < time_ns) | ((m_slot_ns[s] == time_ns) & (m_slot_seq[s] < seq));
+            slot = earlier ? s : slot;
+            time_ns = earlier ? m_slot_ns[s] : time_ns;
+            seq = earlier ? m_slot_seq[s] : seq;
         }
         if (time_ns == kNever) break;
         assert(time_ns >= m_now_ns && "simulated time went backwards");
@@ -254,6 +256,7 @@ void Simulator::startTask(int32_t id, int64_t now) {
     st.head_deps_done = 0;
     st.waits_for = kNoTask;
     st.running = id;
+    if (traits & (kSlowed | kContends)) m_rescaled_streams |= 1u << s;
     m_out->tasks[id].start_ns = now;
     int64_t end = now + work;
     if (traits & (kSlowed | kContends)) {
@@ -271,6 +274,7 @@ void Simulator::finishTask(int stream, int64_t now) {
     m_finished[id] = 1;
     ++m_done;
     st.running = kNoTask;
+    m_rescaled_streams &= ~(1u << stream);
     core::TaskTime& tt = m_out->tasks[id];
     tt.end_ns = now;
     m_out->stream_busy_ns[stream] += now - tt.start_ns;
@@ -301,10 +305,10 @@ double Simulator::factorFor(uint8_t traits) const {
 // Every running task whose speed the contention state sets: the work done since its last update at
 // its old speed is taken off, and its end rescheduled at its new speed.
 void Simulator::rescale(int64_t now) {
-    for (int k = 0; k < m_used_stream_count; ++k) {
-        const int s = m_used_streams[k];
+    // Ascending stream order, as the streams are scanned elsewhere (rescheduling orders ties).
+    for (uint32_t streams = m_rescaled_streams; streams != 0; streams &= streams - 1) {
+        const int s = std::countr_zero(streams);
         StreamState& st = m_streams[s];
-        if (st.running == kNoTask || !(m_traits[st.running] & (kSlowed | kContends))) continue;
         const double factor = factorFor(m_traits[st.running]);
         if (factor == st.factor) continue;
         const double done = static_cast<double>(now - st.last_update_ns) / st.factor;
