@@ -91,11 +91,18 @@ void BM_Stage_Lower_Llama8B_8GPUs(benchmark::State& state) {
 }
 BENCHMARK(BM_Stage_Lower_Llama8B_8GPUs)->Unit(benchmark::kMicrosecond);
 
-void BM_Stage_Simulate_Llama8B_8GPUs(benchmark::State& state) {
-    static const core::Plan plan = benchPlan("llama-3.1-8b", 1);
+// The 8B bench plan lowered, and a simulator on its cluster's profile.
+struct Lowered8B {
+    core::Plan plan = benchPlan("llama-3.1-8b", 1);
     core::Program program;
-    (void)core::lower(plan, *core::validatePlan(plan), program);
-    sim::Simulator simulator(sim::HardwareProfile::fromCluster(plan.cluster));
+    sim::Simulator simulator{sim::HardwareProfile::fromCluster(plan.cluster)};
+    Lowered8B() { (void)core::lower(plan, *core::validatePlan(plan), program); }
+};
+
+void BM_Stage_Simulate_Llama8B_8GPUs(benchmark::State& state) {
+    Lowered8B l;
+    sim::Simulator& simulator = l.simulator;
+    const core::Program& program = l.program;
     core::Timeline timeline;
     for (auto _ : state) {
         simulator.run(program, timeline);
@@ -105,12 +112,10 @@ void BM_Stage_Simulate_Llama8B_8GPUs(benchmark::State& state) {
 BENCHMARK(BM_Stage_Simulate_Llama8B_8GPUs)->Unit(benchmark::kMicrosecond);
 
 void BM_Stage_TimeMemory_Llama8B_8GPUs(benchmark::State& state) {
-    static const core::Plan plan = benchPlan("llama-3.1-8b", 1);
-    core::Program program;
-    (void)core::lower(plan, *core::validatePlan(plan), program);
-    sim::Simulator simulator(sim::HardwareProfile::fromCluster(plan.cluster));
+    Lowered8B l;
+    const core::Program& program = l.program;
     core::Timeline timeline;
-    simulator.run(program, timeline);
+    l.simulator.run(program, timeline);
     core::MemoryTimer timer;
     core::TimedMemory timed;
     for (auto _ : state) {
