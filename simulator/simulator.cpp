@@ -173,12 +173,12 @@ void Simulator::run(const core::Program& program, core::Timeline& out) {
         int64_t time_ns = m_slot_ns[kHostSlot];
         uint64_t seq = m_slot_seq[kHostSlot];
         for (int k = 0; k < m_used_stream_count; ++k) {
-            // Without branches: which slot fires next is data, not a pattern to predict.
             const int s = m_used_streams[k];
-            const bool earlier = (m_slot_ns[s] < time_ns) | ((m_slot_ns[s] == time_ns) & (m_slot_seq[s] < seq));
-            slot = earlier ? s : slot;
-            time_ns = earlier ? m_slot_ns[s] : time_ns;
-            seq = earlier ? m_slot_seq[s] : seq;
+            if (m_slot_ns[s] < time_ns || (m_slot_ns[s] == time_ns && m_slot_seq[s] < seq)) {
+                slot = s;
+                time_ns = m_slot_ns[s];
+                seq = m_slot_seq[s];
+            }
         }
         if (time_ns == kNever) break;
         assert(time_ns >= m_now_ns && "simulated time went backwards");
