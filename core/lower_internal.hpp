@@ -170,6 +170,7 @@ struct LowerScratch {
     std::vector<int64_t> first_op_of_module, unit_first_op, module_params, module_trainable, fsdp1_flat,
         fsdp1_trainable;
     std::vector<uint8_t> frozen;         // per parameter
+    std::vector<uint8_t> block_split;    // per block (Model::blocks): the root of another unit lies inside it
     std::vector<int32_t> param_unit;     // per parameter: its program unit
     std::vector<int64_t> param_unsharded_bytes;  // FSDP2, per parameter: its unsharded tensor
     // `active`, first_op_of_module and last_op_of_module depend only on the model and the op
@@ -189,8 +190,9 @@ struct LowerScratch {
     // Per active op, equal for two ops exactly when their cost class (not -1) and weight elements
     // are: with no parameter frozen, ops of equal signature cost the same (sameAsPrevious).
     std::vector<int32_t> active_signature;
-    // Where each run of consecutive active ops of one module starts, then active.size().
-    std::vector<int32_t> module_runs;
+    // Where each run of consecutive active ops of one block (outside every block: of one module)
+    // starts, then active.size().
+    std::vector<int32_t> block_runs;
     std::vector<detail::ParamShape> param_shapes;
     std::vector<int32_t> param_grad_op;
     // Per parameter, equal for two parameters exactly when their dim-0, row size and dtype are

@@ -70,18 +70,13 @@ void Lowering::splitIntoSegments() {
         }
     }
     int mm_count = 0;
-    // Ops of one module share its unit and block: the walk goes run by run (activeOpTables).
-    const std::vector<int32_t>& runs = m_s.module_runs;
-    for (size_t r = 0; r + 1 < runs.size(); ++r) {
-        const auto begin = static_cast<size_t>(runs[r]), end = static_cast<size_t>(runs[r + 1]);
-        const int32_t module = m_s.active_module[begin];
-        const int32_t unit = m_s.pidx[m_s.ua.module_unit[module]];
-        const int32_t block = m_s.active_block[begin];
+    // Ops [begin, end) of one unit inside one block (or outside every block).
+    auto visit = [&](size_t begin, size_t end, int32_t unit, int32_t block) {
         if (op_sac && block >= 0) {
             if (block != last_block_seen) mm_count = 0;
             for (size_t ai = begin; ai < end; ++ai) {
                 const Op& op = m_model.ops[static_cast<size_t>(m_s.active[ai])];
-                if (op.kernel == KernelShape::Linear && !has_bias[static_cast<size_t>(module)])
+                if (op.kernel == KernelShape::Linear && !has_bias[static_cast<size_t>(op.module)])
                     m_s.sac_keep[ai] = ++mm_count % 2 == 1;
                 if (op.kernel == KernelShape::FlashAttention) m_s.sac_keep[ai] = 1;
             }
@@ -105,6 +100,33 @@ void Lowering::splitIntoSegments() {
             cur_block = block;
         }
         m_s.segs.back().op_end = static_cast<int64_t>(end);
+    };
+    // A module without a unit of its own is in its parent's (resolveUnits), so a block holds one
+    // unit unless the root of another lies inside it: only such a block, and the ops outside
+    // every block, are walked module by module.
+    auto& split = m_s.block_split;
+    split.assign(m_model.blocks.size(), 0);
+    for (const UnitSpec& unit : m_s.ua.units) {
+        for (int32_t root : unit.modules) {
+            const int32_t block = m_s.block_of[static_cast<size_t>(root)];
+            if (block >= 0 && block != root) split[static_cast<size_t>(m_s.block_index[static_cast<size_t>(block)])] = 1;
+        }
+    }
+    const std::vector<int32_t>& runs = m_s.block_runs;
+    for (size_t r = 0; r + 1 < runs.size(); ++r) {
+        const auto begin = static_cast<size_t>(runs[r]), end = static_cast<size_t>(runs[r + 1]);
+        const int32_t block = m_s.active_block[begin];
+        if (block >= 0 && !split[static_cast<size_t>(m_s.block_index[static_cast<size_t>(block)])]) {
+            visit(begin, end, m_s.pidx[m_s.ua.module_unit[block]], block);
+            continue;
+        }
+        for (size_t ai = begin; ai < end;) {
+            const int32_t module = m_s.active_module[ai];
+            size_t next = ai + 1;
+            while (next < end && m_s.active_module[next] == module) ++next;
+            visit(ai, next, m_s.pidx[m_s.ua.module_unit[module]], block);
+            ai = next;
+        }
     }
 }
 

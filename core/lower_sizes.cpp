@@ -98,7 +98,7 @@ void Lowering::activeOpTables() {
     for (size_t m = 1; m < n_mod; ++m) {
         block_of[m] = m_model.modules[m].is_block ? static_cast<int32_t>(m) : block_of[m_model.modules[m].parent];
     }
-    m_s.module_runs.clear();
+    m_s.block_runs.clear();
     m_s.active_module.resize(m_s.active.size());
     m_s.active_block.resize(m_s.active.size());
     m_s.active_class.resize(m_s.active.size());
@@ -107,9 +107,12 @@ void Lowering::activeOpTables() {
         m_s.active_module[ai] = op.module;
         m_s.active_block[ai] = block_of[static_cast<size_t>(op.module)];
         m_s.active_class[ai] = op.cost_class;
-        if (ai == 0 || op.module != m_s.active_module[ai - 1]) m_s.module_runs.push_back(static_cast<int32_t>(ai));
+        const int32_t block = m_s.active_block[ai];
+        if (ai == 0 || block != m_s.active_block[ai - 1] || (block < 0 && op.module != m_s.active_module[ai - 1])) {
+            m_s.block_runs.push_back(static_cast<int32_t>(ai));
+        }
     }
-    m_s.module_runs.push_back(static_cast<int32_t>(m_s.active.size()));
+    m_s.block_runs.push_back(static_cast<int32_t>(m_s.active.size()));
     // A parameter gets a gradient when some op runs inside its module (or, for a parameter owned
     // by a module without ops, inside the nearest ancestor that has one): the last such op's
     // backward makes it.

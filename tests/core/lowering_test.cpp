@@ -488,6 +488,28 @@ Plan llama8BAt8192(Checkpointing ac) {
     return plan;
 }
 
+// A unit whose root lies inside a block (here block 0's MLP, the rest in the root unit) runs its
+// own ops in its own forward task: its segment is cut out of the block's, and its forward FLOPs
+// are the MLP's three matmuls (gate, up, down: 2 * T * hidden * intermediate each, Llama-3.1-8B's
+// config.json: hidden 4096, intermediate 14336) plus the SwiGLU's elementwise work.
+TEST(LoweringTest, UnitInsideABlockRunsItsOwnOps) {
+    auto plan = llama8BAt8192(Checkpointing::None);
+    plan.sharding.wrap.kind = WrapKind::Modules;
+    plan.sharding.wrap.modules = {"model.layers.0.mlp"};
+    auto r = lowerAndReplay(plan);
+    int32_t mlp = -1;
+    for (size_t u = 0; u < r.program.units.size(); ++u) {
+        if (r.program.units[u].name == "model.layers.0.mlp") mlp = static_cast<int32_t>(u);
+    }
+    ASSERT_GE(mlp, 0);
+    const int64_t matmuls = 3 * 2 * int64_t{8192} * 4096 * 14336;
+    EXPECT_GE(r.program.units[static_cast<size_t>(mlp)].fwd_flops, matmuls);
+    EXPECT_LT(r.program.units[static_cast<size_t>(mlp)].fwd_flops, matmuls + matmuls / 100);
+    int forwards = 0;
+    for (const Task& t : r.program.tasks) forwards += t.kind == TaskKind::Forward && t.unit == mlp;
+    EXPECT_EQ(forwards, 1);
+}
+
 // Full checkpointing keeps only each block's input: b*s*h bf16 elements per block.
 TEST(LoweringTest, FullCheckpointingKeepsBlockInputs) {
     auto plan = llama8BAt8192(Checkpointing::Full);
