@@ -71,10 +71,15 @@ void Lowering::orderUnits() {
         m_s.order[u] = static_cast<int32_t>(u);
         for (int32_t a = m_s.ua.parent_unit[u]; a >= 0; a = m_s.ua.parent_unit[a]) ++m_s.depth[u];
     }
-    std::stable_sort(m_s.order.begin(), m_s.order.end(), [&](int32_t a, int32_t b) {
+    auto before = [&](int32_t a, int32_t b) {
         if (unit_first[a] != unit_first[b]) return unit_first[a] < unit_first[b];
         return m_s.depth[a] < m_s.depth[b];
-    });
+    };
+    // Units are usually created in forward order (the root, then blocks in order): then there is
+    // nothing to sort, and std::stable_sort would still allocate its buffer.
+    if (!std::is_sorted(m_s.order.begin(), m_s.order.end(), before)) {
+        std::stable_sort(m_s.order.begin(), m_s.order.end(), before);
+    }
     m_s.pidx.assign(n_units, 0);
     for (size_t i = 0; i < n_units; ++i) m_s.pidx[m_s.order[i]] = static_cast<int32_t>(i);
     m_s.parent.assign(n_units, -1);
