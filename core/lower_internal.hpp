@@ -165,7 +165,7 @@ struct LowerScratch {
     std::vector<detail::BufferRef> seg_saved, seg_recomputed, seg_grad, seg_kept;
     std::vector<int32_t> seg_grad_next;
     std::vector<int32_t> free_queue;     // FSDP1 rate limiter: tasks whose end frees a unit
-    // Temporaries of orderUnits() and unitSizes().
+    // Temporaries of orderUnits(), unitSizes() and splitIntoSegments().
     std::vector<int32_t> last_op_of_module, depth, chain, unit_last_op;
     std::vector<int64_t> first_op_of_module, unit_first_op, module_params, module_trainable, fsdp1_flat,
         fsdp1_trainable;
