@@ -11,7 +11,10 @@
 #include "bench/bench_plan.hpp"
 #include "core/model_io.hpp"
 #include "core/plan.hpp"
+#include "core/lower.hpp"
+#include "core/timed_memory.hpp"
 #include "simulator/evaluation.hpp"
+#include "simulator/simulator.hpp"
 #include "simulator/sweep.hpp"
 #include "simulator/wrap_search.hpp"
 
@@ -61,6 +64,66 @@ void BM_Evaluate_Llama405B_16384GPUs(benchmark::State& state) {
     evaluatePlans(state, plan);
 }
 BENCHMARK(BM_Evaluate_Llama405B_16384GPUs)->Unit(benchmark::kMicrosecond);
+
+void BM_Evaluate_Llama405B_16384GPUs_AllocatedOnly(benchmark::State& state) {
+    static const core::Plan plan = benchPlan("llama-3.1-405b", 2048);
+    evaluatePlans(state, plan, false);
+}
+BENCHMARK(BM_Evaluate_Llama405B_16384GPUs_AllocatedOnly)->Unit(benchmark::kMicrosecond);
+
+// The evaluation's main stages on their own, each repeated on the output of the one before, to
+// show where BM_Evaluate_Llama8B_8GPUs_AllocatedOnly's time goes.
+void BM_Stage_Lower_Llama8B_8GPUs(benchmark::State& state) {
+    static const core::Plan plan = benchPlan("llama-3.1-8b", 1);
+    const core::Mesh mesh = *core::validatePlan(plan);
+    core::Lowerer lowerer;
+    core::Program program;
+    for (auto _ : state) {
+        if (auto s = lowerer.lower(plan, mesh, program); !s) {
+            state.SkipWithError(s.error().message.c_str());
+            return;
+        }
+        benchmark::DoNotOptimize(program.tasks.data());
+    }
+    state.counters["tasks"] = static_cast<double>(program.size());
+    state.counters["ops"] = static_cast<double>(program.ops.size());
+    state.counters["events"] = static_cast<double>(program.mem.size());
+}
+BENCHMARK(BM_Stage_Lower_Llama8B_8GPUs)->Unit(benchmark::kMicrosecond);
+
+// The 8B bench plan lowered, and a simulator on its cluster's profile.
+struct Lowered8B {
+    core::Plan plan = benchPlan("llama-3.1-8b", 1);
+    core::Program program;
+    sim::Simulator simulator{sim::HardwareProfile::fromCluster(plan.cluster)};
+    Lowered8B() { (void)core::lower(plan, *core::validatePlan(plan), program); }
+};
+
+void BM_Stage_Simulate_Llama8B_8GPUs(benchmark::State& state) {
+    Lowered8B l;
+    sim::Simulator& simulator = l.simulator;
+    const core::Program& program = l.program;
+    core::Timeline timeline;
+    for (auto _ : state) {
+        simulator.run(program, timeline);
+        benchmark::DoNotOptimize(timeline.step_ns);
+    }
+}
+BENCHMARK(BM_Stage_Simulate_Llama8B_8GPUs)->Unit(benchmark::kMicrosecond);
+
+void BM_Stage_TimeMemory_Llama8B_8GPUs(benchmark::State& state) {
+    Lowered8B l;
+    const core::Program& program = l.program;
+    core::Timeline timeline;
+    l.simulator.run(program, timeline);
+    core::MemoryTimer timer;
+    core::TimedMemory timed;
+    for (auto _ : state) {
+        timer.compute(program, timeline, timed);
+        benchmark::DoNotOptimize(timed.peak_bytes);
+    }
+}
+BENCHMARK(BM_Stage_TimeMemory_Llama8B_8GPUs)->Unit(benchmark::kMicrosecond);
 
 void wrapSearch(benchmark::State& state, const core::Plan& plan) {
     const sim::HardwareProfile profile = sim::HardwareProfile::fromCluster(plan.cluster);

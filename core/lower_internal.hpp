@@ -29,6 +29,7 @@
 #include <cassert>
 #include <climits>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "core/lower.hpp"
@@ -121,6 +122,13 @@ struct UnitState {
     int32_t grads_head = -1;    // segment whose gradient buffer was kept last (list by Segment index)
 };
 
+// What the unit sizes read of a parameter, taken once per model (Param keeps its shape on the heap).
+struct ParamShape {
+    int32_t module = 0;
+    std::optional<DType> dtype;  // unset: the training's master dtype
+    int64_t numel = 0, dim0 = 1, row = 1;  // Param::numel(), dim0(), rowNumel()
+};
+
 // Costs of one op for this plan's tokens and dtypes (bytes and FLOPs per micro-batch).
 struct OpCost {
     int64_t saved = 0, temp = 0, bwd_temp = 0, flops = 0, bwd_flops = 0, io = 0, io_bwd = 0;
@@ -147,6 +155,7 @@ struct LowerScratch {
     std::vector<int32_t> active;         // active op indices, forward order
     std::vector<int64_t> op_grad_elems;  // per model op: gradient elements produced in its backward
     std::vector<int64_t> op_weight_elems;  // per model op: parameter elements its module reads
+    bool grads_all_trainable = false;    // op_grad_elems holds op_weight_elems (no parameter frozen)
     std::vector<uint8_t> op_frozen;      // per model op: its module's parameters are all frozen
     std::vector<uint8_t> sac_keep;       // per active op: per-op SAC keeps its output (no recompute)
     std::vector<MemEvent> host_pending;  // host-side frees applied at the next task's start
@@ -156,11 +165,14 @@ struct LowerScratch {
     std::vector<detail::BufferRef> seg_saved, seg_recomputed, seg_grad, seg_kept;
     std::vector<int32_t> seg_grad_next;
     std::vector<int32_t> free_queue;     // FSDP1 rate limiter: tasks whose end frees a unit
-    // Temporaries of orderUnits() and unitSizes().
-    std::vector<int32_t> last_op_of_module, depth, block_of, block_index, chain, unit_last_op;
+    // Temporaries of orderUnits(), unitSizes() and splitIntoSegments().
+    std::vector<int32_t> last_op_of_module, depth, chain, unit_last_op;
     std::vector<int64_t> first_op_of_module, unit_first_op, module_params, module_trainable, fsdp1_flat,
         fsdp1_trainable;
     std::vector<uint8_t> frozen;         // per parameter
+    std::vector<uint8_t> block_split;    // per block (Model::blocks): the root of another unit lies inside it
+    std::vector<int32_t> param_unit;     // per parameter: its program unit
+    std::vector<int64_t> param_unsharded_bytes;  // FSDP2, per parameter: its unsharded tensor
     // `active`, first_op_of_module and last_op_of_module depend only on the model and the op
     // variants the plan selects; they are kept while the next plan has the same model object and
     // variant bits (plans of one search or sweep), skipping the walk over every op. Holding the
@@ -168,6 +180,24 @@ struct LowerScratch {
     // (shared_ptr<const Model>). Likewise the model FLOPs per token for one sequence length.
     std::shared_ptr<const Model> active_model;
     std::array<uint8_t, 3> active_bits{};  // attention, kernel and norm variant bits
+    // Kept with `active` too, as they depend only on the model and the active ops: per module its
+    // enclosing block (-1: none) and per block module its index in Model::blocks; per active op
+    // its module, block and cost class (Op is large: reading them here keeps the walks over
+    // the active ops in cache); per parameter its shape and the model op whose backward makes
+    // its gradient (-1: none); op_weight_elems.
+    std::vector<int32_t> block_of, block_index;
+    std::vector<int32_t> active_module, active_block, active_class;
+    // Per active op, equal for two ops exactly when their cost class (not -1) and weight elements
+    // are: with no parameter frozen, ops of equal signature cost the same (sameAsPrevious).
+    std::vector<int32_t> active_signature;
+    // Where each run of consecutive active ops of one block (outside every block: of one module)
+    // starts, then active.size().
+    std::vector<int32_t> block_runs;
+    std::vector<detail::ParamShape> param_shapes;
+    std::vector<int32_t> param_grad_op;
+    // Per parameter, equal for two parameters exactly when their dim-0, row size and dtype are
+    // and both get a gradient or neither does (unitSizes copies the sums of a repeated run).
+    std::vector<int32_t> param_signature;
     // op_cost's inputs besides the frozen flags: it is kept while they repeat and no op is frozen.
     struct OpCostKey {
         std::shared_ptr<const Model> model;
@@ -207,9 +237,10 @@ private:
     void orderUnits();
     Status findFrozenParams();
     void unitSizes();
-    void addParamNoShard(UnitSizes& us, const Param& prm, bool trainable);
-    void addParamFsdp2(UnitSizes& us, const Param& prm, bool trainable);
-    void addParamToFlatParameter(int32_t unit, const Param& prm, bool trainable);
+    void activeOpTables();
+    void addParamNoShard(UnitSizes& us, const ParamShape& prm, bool trainable);
+    int64_t addParamFsdp2(UnitSizes& us, const ParamShape& prm, bool trainable);
+    void addParamToFlatParameter(int32_t unit, const ParamShape& prm, bool trainable);
     void fsdp1FlatParameterSizes();
     void unitBufferTable(int32_t u, UnitInfo& info) const;
     void unshardedParamTensors();

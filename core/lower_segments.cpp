@@ -55,13 +55,6 @@ void Lowering::buildSegments() {
 // SDPA's flash / efficient attention; everything else is recomputed.
 void Lowering::splitIntoSegments() {
     const auto n_mod = m_model.modules.size();
-    auto& block_of = m_s.block_of;
-    block_of.assign(n_mod, -1);
-    m_s.block_index.assign(n_mod, 0);
-    for (size_t b = 0; b < m_model.blocks.size(); ++b) m_s.block_index[static_cast<size_t>(m_model.blocks[b])] = static_cast<int32_t>(b);
-    for (size_t m = 1; m < n_mod; ++m) {
-        block_of[m] = m_model.modules[m].is_block ? static_cast<int32_t>(m) : block_of[m_model.modules[m].parent];
-    }
     m_s.segs.clear();
     int32_t cur_unit = -1, cur_block = -2;
     int32_t last_block_seen = -1;
@@ -77,35 +70,63 @@ void Lowering::splitIntoSegments() {
         }
     }
     int mm_count = 0;
-    for (size_t ai = 0; ai < m_s.active.size(); ++ai) {
-        const Op& op = m_model.ops[m_s.active[ai]];
-        const int32_t unit = m_s.pidx[m_s.ua.module_unit[op.module]];
-        const int32_t block = block_of[op.module];
+    // Ops [begin, end) of one unit inside one block (or outside every block).
+    auto visit = [&](size_t begin, size_t end, int32_t unit, int32_t block) {
         if (op_sac && block >= 0) {
             if (block != last_block_seen) mm_count = 0;
-            if (op.kernel == KernelShape::Linear && !has_bias[static_cast<size_t>(op.module)])
-                m_s.sac_keep[ai] = ++mm_count % 2 == 1;
-            if (op.kernel == KernelShape::FlashAttention) m_s.sac_keep[ai] = 1;
+            for (size_t ai = begin; ai < end; ++ai) {
+                const Op& op = m_model.ops[static_cast<size_t>(m_s.active[ai])];
+                if (op.kernel == KernelShape::Linear && !has_bias[static_cast<size_t>(op.module)])
+                    m_s.sac_keep[ai] = ++mm_count % 2 == 1;
+                if (op.kernel == KernelShape::FlashAttention) m_s.sac_keep[ai] = 1;
+            }
         }
         if (unit != cur_unit || block != cur_block) {
-            Segment seg;
+            Segment& seg = m_s.segs.emplace_back();
             seg.unit = unit;
-            seg.op_begin = static_cast<int64_t>(ai);
+            seg.op_begin = static_cast<int64_t>(begin);
             if (block >= 0) {
                 const int64_t index = m_s.block_index[static_cast<size_t>(block)];
                 seg.checkpointed = m_tr.ac == Checkpointing::Full || op_sac ||
                                    (m_tr.ac == Checkpointing::Layer && layerAcCheckpoints(index, m_tr.ac_every));
             }
             if (seg.checkpointed && block != last_block_seen) {
+                const Op& op = m_model.ops[static_cast<size_t>(m_s.active[begin])];
                 seg.saved = m_model.arch.hidden > 0 ? m_tokens * m_model.arch.hidden * itemSize(m_pdt)
                                                     : elementBytes(op.saved_act, op.saved_f32, op.saved_u8, op.saved_i64);
             }
             if (block >= 0) last_block_seen = block;
-            m_s.segs.push_back(seg);
             cur_unit = unit;
             cur_block = block;
         }
-        m_s.segs.back().op_end = static_cast<int64_t>(ai) + 1;
+        m_s.segs.back().op_end = static_cast<int64_t>(end);
+    };
+    // A module without a unit of its own is in its parent's (resolveUnits), so a block holds one
+    // unit unless the root of another lies inside it: only such a block, and the ops outside
+    // every block, are walked module by module.
+    auto& split = m_s.block_split;
+    split.assign(m_model.blocks.size(), 0);
+    for (const UnitSpec& unit : m_s.ua.units) {
+        for (int32_t root : unit.modules) {
+            const int32_t block = m_s.block_of[static_cast<size_t>(root)];
+            if (block >= 0 && block != root) split[static_cast<size_t>(m_s.block_index[static_cast<size_t>(block)])] = 1;
+        }
+    }
+    const std::vector<int32_t>& runs = m_s.block_runs;
+    for (size_t r = 0; r + 1 < runs.size(); ++r) {
+        const auto begin = static_cast<size_t>(runs[r]), end = static_cast<size_t>(runs[r + 1]);
+        const int32_t block = m_s.active_block[begin];
+        if (block >= 0 && !split[static_cast<size_t>(m_s.block_index[static_cast<size_t>(block)])]) {
+            visit(begin, end, m_s.pidx[m_s.ua.module_unit[block]], block);
+            continue;
+        }
+        for (size_t ai = begin; ai < end;) {
+            const int32_t module = m_s.active_module[ai];
+            size_t next = ai + 1;
+            while (next < end && m_s.active_module[next] == module) ++next;
+            visit(ai, next, m_s.pidx[m_s.ua.module_unit[module]], block);
+            ai = next;
+        }
     }
 }
 
@@ -186,12 +207,22 @@ bool Lowering::sameAsPrevious(size_t si) const {
     const Segment& a = m_s.segs[si - 1];
     const Segment& b = m_s.segs[si];
     if (a.op_end - a.op_begin != b.op_end - b.op_begin || a.checkpointed != b.checkpointed) return false;
+    const auto n = static_cast<size_t>(a.op_end - a.op_begin);
+    if (m_s.op_frozen.empty()) {
+        // Every parameter trainable: each op's gradient elements are its weight elements, which
+        // the signatures cover with the cost classes.
+        const auto ia = static_cast<size_t>(a.op_begin), ib = static_cast<size_t>(b.op_begin);
+        return std::equal(m_s.sac_keep.begin() + ia, m_s.sac_keep.begin() + ia + n, m_s.sac_keep.begin() + ib) &&
+               std::equal(m_s.active_signature.begin() + ia, m_s.active_signature.begin() + ia + n,
+                          m_s.active_signature.begin() + ib);
+    }
     for (int64_t k = 0; k < a.op_end - a.op_begin; ++k) {
-        if (m_s.sac_keep[static_cast<size_t>(a.op_begin + k)] != m_s.sac_keep[static_cast<size_t>(b.op_begin + k)]) return false;
-        const auto oa = static_cast<size_t>(m_s.active[static_cast<size_t>(a.op_begin + k)]);
-        const auto ob = static_cast<size_t>(m_s.active[static_cast<size_t>(b.op_begin + k)]);
-        const int32_t ca = m_model.ops[oa].cost_class;
-        if (ca < 0 || ca != m_model.ops[ob].cost_class) return false;
+        const auto ia = static_cast<size_t>(a.op_begin + k), ib = static_cast<size_t>(b.op_begin + k);
+        if (m_s.sac_keep[ia] != m_s.sac_keep[ib]) return false;
+        const int32_t ca = m_s.active_class[ia];
+        if (ca < 0 || ca != m_s.active_class[ib]) return false;
+        const auto oa = static_cast<size_t>(m_s.active[ia]);
+        const auto ob = static_cast<size_t>(m_s.active[ib]);
         if (m_s.op_grad_elems[oa] != m_s.op_grad_elems[ob] || m_s.op_weight_elems[oa] != m_s.op_weight_elems[ob]) return false;
         if (!m_s.op_frozen.empty() && m_s.op_frozen[oa] != m_s.op_frozen[ob]) return false;
     }

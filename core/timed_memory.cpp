@@ -1,8 +1,9 @@
 #include "core/timed_memory.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cassert>
-
+#include <cstdint>
 
 namespace shardcast::core {
 namespace {
@@ -27,12 +28,20 @@ void MemoryTimer::orderPoints(const Program& program, const Timeline& timeline) 
             m_deferred.push_back({at, id, kDeferred, static_cast<int32_t>(span.offset + k)});
         }
     };
+    // A stream's points, in Program order, are in time order when none of its tasks starts
+    // before the one before it ended (a task's own points are: start, mid, end).
+    std::array<int64_t, kStreamCount> stream_end;
+    stream_end.fill(INT64_MIN);
+    bool in_order = true;
     for (int32_t id = 0; id < n; ++id) {
         const Task& t = program.tasks[id];
         const TaskTime& tt = timeline.tasks[id];
-        std::vector<Point>& points = m_stream_points[static_cast<int>(t.stream)];
+        const auto s = static_cast<size_t>(t.stream);
+        std::vector<Point>& points = m_stream_points[s];
         deferFrees(t.mem_start, id);
         deferFrees(t.mem_end, id);
+        in_order = in_order && tt.start_ns >= stream_end[s] && tt.end_ns >= tt.start_ns;
+        stream_end[s] = tt.end_ns;
         if (tt.end_ns == tt.start_ns) {
             if (t.mem_start.count + t.mem_peak.count + t.mem_end.count > 0) points.push_back({tt.start_ns, id, kStart});
             continue;
@@ -42,19 +51,15 @@ void MemoryTimer::orderPoints(const Program& program, const Timeline& timeline) 
         if (t.mem_end.count > 0) points.push_back({tt.end_ns, id, kEnd});
     }
 
-    // (time, phase, task, event) is a total order.
+    // (time, phase, task, event) is a total order. Evaluated without branches: which run a merge
+    // takes from next is data, not a pattern a branch predictor learns.
     auto before = [](const Point& a, const Point& b) {
-        if (a.time_ns != b.time_ns) return a.time_ns < b.time_ns;
-        if (a.phase != b.phase) return a.phase < b.phase;
-        if (a.task != b.task) return a.task < b.task;
-        return a.event < b.event;
+        return (a.time_ns < b.time_ns) |
+               ((a.time_ns == b.time_ns) &
+                ((a.phase < b.phase) | ((a.phase == b.phase) & ((a.task < b.task) | ((a.task == b.task) & (a.event < b.event))))));
     };
     std::sort(m_deferred.begin(), m_deferred.end(), before);
     m_points.clear();
-    bool in_order = true;
-    for (const auto& points : m_stream_points) {
-        in_order = in_order && std::is_sorted(points.begin(), points.end(), before);
-    }
     if (!in_order) {
         // A stream's tasks overlap (a measured timeline may): fall back to sorting everything.
         for (const auto& points : m_stream_points) m_points.insert(m_points.end(), points.begin(), points.end());
@@ -63,12 +68,31 @@ void MemoryTimer::orderPoints(const Program& program, const Timeline& timeline) 
         return;
     }
     // Merge the time-ordered runs into the result one at a time, the compute stream (which holds
-    // most points) last so that its points are copied once.
+    // most points) last so that its points are copied once. Equal points do not occur (the order
+    // is total), so which run wins a tie does not matter. Both buffers are sized once (no
+    // element is initialised twice): the first `merged` points of m_points are the result so far.
+    size_t total = m_deferred.size();
+    for (const auto& points : m_stream_points) total += points.size();
+    m_points.resize(total);
+    m_merged.resize(total);
+    size_t merged = 0;
     auto mergeRun = [&](const std::vector<Point>& run) {
         if (run.empty()) return;
-        m_merged.resize(m_points.size() + run.size());
-        std::merge(m_points.begin(), m_points.end(), run.begin(), run.end(), m_merged.begin(), before);
+        const Point* a = m_points.data();
+        const Point* const a_end = a + merged;
+        const Point* b = run.data();
+        const Point* const b_end = b + run.size();
+        Point* out = m_merged.data();
+        while (a != a_end && b != b_end) {
+            const bool take_b = before(*b, *a);
+            *out++ = take_b ? *b : *a;
+            b += take_b;
+            a += !take_b;
+        }
+        out = std::copy(a, a_end, out);
+        std::copy(b, b_end, out);
         m_points.swap(m_merged);
+        merged += run.size();
     };
     mergeRun(m_deferred);
     for (int s = kStreamCount - 1; s >= 0; --s) mergeRun(m_stream_points[s]);
@@ -89,20 +113,30 @@ void MemoryTimer::compute(const Program& program, const Timeline& timeline, Time
     out.curve.clear();
     if (record_curve) out.curve.push_back({0, -1, bytes});
 
+    // The categories at the peak are copied when the bytes next change, not at every new peak:
+    // while they only grow, each allocation is a new peak and would copy them again.
+    bool peak_pending = false;  // out.at_peak is still to be taken from `bytes`
+    auto takePeak = [&] {
+        if (peak_pending) out.at_peak = bytes;
+        peak_pending = false;
+    };
     auto notePeak = [&](int64_t time_ns, int32_t task) {
         if (total > out.peak_bytes) {
             out.peak_bytes = total;
             out.peak_time_ns = time_ns;
             out.peak_task = task;
-            out.at_peak = bytes;
+            peak_pending = true;
         }
     };
+    // A free takes the pending peak first; an allocation need not, as it makes a new peak (while
+    // one is pending, total is the peak).
     auto change = [&](const MemEvent& e, int64_t delta) {
         const int c = index(e.category);
+        if (delta < 0) takePeak();
         bytes[c] += delta;
         total += delta;
         assert(bytes[c] >= 0 && "a free matches an earlier allocation");
-        if (bytes[c] > max_per_category[c]) max_per_category[c] = bytes[c];
+        if (delta > 0) max_per_category[c] = std::max(max_per_category[c], bytes[c]);
     };
     // A task's start or end events apply in their order, each allocation a possible peak (as in
     // replayMemory); frees deferred to their buffer's last use are skipped here.
@@ -115,12 +149,15 @@ void MemoryTimer::compute(const Program& program, const Timeline& timeline, Time
         }
         if (record_curve) out.curve.push_back({time_ns, task, bytes});
     };
-    // A task's transient events hold at one instant: noted as a whole, then undone.
+    // A task's transient events hold at one instant: noted as a whole, then undone. Its
+    // allocations are not each a peak, so the pending one is taken before them.
     auto applyTransient = [&](Span span, int64_t time_ns, int32_t task) {
         const MemEvent* e = program.memBegin(span);
+        takePeak();
         for (uint32_t k = 0; k < span.count; ++k) change(e[k], e[k].bytes);
         notePeak(time_ns, task);
         if (record_curve) out.curve.push_back({time_ns, task, bytes});
+        takePeak();
         for (uint32_t k = 0; k < span.count; ++k) change(e[k], -e[k].bytes);
         if (record_curve) out.curve.push_back({time_ns, task, bytes});
     };
@@ -150,6 +187,7 @@ void MemoryTimer::compute(const Program& program, const Timeline& timeline, Time
                 break;
         }
     }
+    takePeak();
     out.max_per_category = max_per_category;
 }
 

@@ -1,8 +1,11 @@
 #include "simulator/simulator.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cassert>
+#include <cstring>
 #include <limits>
+#include <type_traits>
 
 namespace shardcast::sim {
 namespace {
@@ -19,6 +22,13 @@ enum TaskTrait : uint8_t {
 };
 
 int streamIndex(core::Stream s) { return static_cast<int>(s); }
+
+// Kernels byte for byte: equal bytes are equal kernels (OpShape holds integers only). Equal
+// kernels whose padding bytes differ compare unequal, which only costs timing them again.
+static_assert(std::is_trivially_copyable_v<core::OpShape>);
+bool sameBytes(const std::vector<core::OpShape>& a, const std::vector<core::OpShape>& b) {
+    return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(core::OpShape)) == 0);
+}
 
 }  // namespace
 
@@ -79,7 +89,7 @@ void Simulator::prepare(const core::Program& program, core::Timeline& out) {
     // at its first task of each (micro-batch, pass).
     m_unit_pass.assign(program.units.size(), -1);
     m_last_duration.fill(LastDuration{});
-    if (program.ops != m_span_ops) {
+    if (!sameBytes(program.ops, m_span_ops)) {
         m_span_ops = program.ops;
         m_span_ns.assign(2 * program.ops.size(), SpanDuration{});
     }
@@ -153,6 +163,7 @@ void Simulator::run(const core::Program& program, core::Timeline& out) {
     m_host_resumes_now = false;
     m_active_collectives = 0;
     m_active_compute = 0;
+    m_rescaled_streams = 0;
     m_done = 0;
     if (n == 0) return;
 
@@ -245,6 +256,7 @@ void Simulator::startTask(int32_t id, int64_t now) {
     st.head_deps_done = 0;
     st.waits_for = kNoTask;
     st.running = id;
+    if (traits & (kSlowed | kContends)) m_rescaled_streams |= 1u << s;
     m_out->tasks[id].start_ns = now;
     int64_t end = now + work;
     if (traits & (kSlowed | kContends)) {
@@ -262,6 +274,7 @@ void Simulator::finishTask(int stream, int64_t now) {
     m_finished[id] = 1;
     ++m_done;
     st.running = kNoTask;
+    m_rescaled_streams &= ~(1u << stream);
     core::TaskTime& tt = m_out->tasks[id];
     tt.end_ns = now;
     m_out->stream_busy_ns[stream] += now - tt.start_ns;
@@ -292,10 +305,10 @@ double Simulator::factorFor(uint8_t traits) const {
 // Every running task whose speed the contention state sets: the work done since its last update at
 // its old speed is taken off, and its end rescheduled at its new speed.
 void Simulator::rescale(int64_t now) {
-    for (int k = 0; k < m_used_stream_count; ++k) {
-        const int s = m_used_streams[k];
+    // Ascending stream order, as the streams are scanned elsewhere (rescheduling orders ties).
+    for (uint32_t streams = m_rescaled_streams; streams != 0; streams &= streams - 1) {
+        const int s = std::countr_zero(streams);
         StreamState& st = m_streams[s];
-        if (st.running == kNoTask || !(m_traits[st.running] & (kSlowed | kContends))) continue;
         const double factor = factorFor(m_traits[st.running]);
         if (factor == st.factor) continue;
         const double done = static_cast<double>(now - st.last_update_ns) / st.factor;

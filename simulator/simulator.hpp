@@ -131,6 +131,7 @@ private:
     bool m_host_resumes_now = false;  // the host blocked before issuing (Task::host_wait)
     int m_active_collectives = 0;  // running collectives with work (they slow compute)
     int m_active_compute = 0;      // running compute tasks slowed by overlap (they slow collectives)
+    uint32_t m_rescaled_streams = 0;  // bit per stream whose running task's speed contention sets
     int32_t m_done = 0;
 };
 

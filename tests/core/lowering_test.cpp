@@ -437,12 +437,77 @@ TEST(LoweringTest, FrozenParametersAreGatheredButNotReduced) {
     EXPECT_LT(half.program.hardware_flops_per_step, all.program.hardware_flops_per_step);
 }
 
+// A Lowerer keeps tables between plans of one model (active ops, parameter shapes, each op's
+// weight and gradient elements): plans that freeze parameters, then do not, then change the
+// FSDP version, lowered by one Lowerer in a row, give what a fresh lowering gives.
+TEST(LoweringTest, ReusedLowererMatchesAFreshOneAcrossFrozenAndFsdpVersions) {
+    auto model = toyModel(4, 8192, 1024);
+    const int64_t P = model->numParams();
+    auto plain = makePlan(model, Strategy::FullShard, 1, 8);
+    auto frozen = plain;
+    frozen.training.frozen_regex = "layers\\.[01]\\.";
+    auto fsdp1 = plain;
+    fsdp1.sharding.fsdp_version = 1;
+    Lowerer lowerer;
+    Program reused;
+    int i = 0;
+    for (const Plan* plan : {&plain, &frozen, &plain, &fsdp1, &frozen, &plain}) {
+        SCOPED_TRACE("plan " + std::to_string(i++));
+        auto mesh = validatePlan(*plan);
+        ASSERT_TRUE(mesh.ok()) << mesh.error().message;
+        Program fresh;
+        ASSERT_TRUE(lower(*plan, *mesh, fresh).ok());
+        ASSERT_TRUE(lowerer.lower(*plan, *mesh, reused).ok());
+        EXPECT_TRUE(reused == fresh);
+        // Freezing half the blocks halves the reduce-scatter input (fp32: 4 bytes per element).
+        EXPECT_EQ(commBytes(reused, TaskKind::ReduceScatter), plan == &frozen ? P / 2 * 4 : P * 4);
+    }
+}
+
+// Blocks of the same parameter shapes share their sizes (the lowering copies them run by run),
+// but a parameter kept in another dtype is a different parameter: block 1's weight in bf16
+// shards to half block 0's fp32 bytes. [8192, 1024] over 8 ranks: 1024 x 1024 elements each.
+TEST(LoweringTest, RepeatedBlockOfAnotherDtypeGetsItsOwnSizes) {
+    auto model = toyModel(3, 8192, 1024);
+    model->params[1].dtype = DType::BF16;
+    auto r = lowerAndReplay(makePlan(model, Strategy::FullShard, 1, 8));
+    ASSERT_EQ(r.program.units.size(), 4u);
+    EXPECT_EQ(r.program.units[1].name, "layers.0");
+    EXPECT_EQ(r.program.units[1].sharded_bytes, 1024 * 1024 * 4);
+    EXPECT_EQ(r.program.units[2].sharded_bytes, 1024 * 1024 * 2);
+    EXPECT_EQ(r.program.units[3].sharded_bytes, 1024 * 1024 * 4);
+    // Gathered in param_dtype (bf16) alike.
+    EXPECT_EQ(r.program.units[2].unsharded_bytes, r.program.units[1].unsharded_bytes);
+}
+
 // Llama-3.1-8B, FULL_SHARD per block on 8 GPUs, one sequence of 8192 tokens.
 Plan llama8BAt8192(Checkpointing ac) {
     auto plan = makePlan(bundled("llama-3.1-8b"), Strategy::FullShard, 1, 8);
     plan.training.seq_len = 8192;
     plan.training.ac = ac;
     return plan;
+}
+
+// A unit whose root lies inside a block (here block 0's MLP, the rest in the root unit) runs its
+// own ops in its own forward task: its segment is cut out of the block's, and its forward FLOPs
+// are the MLP's three matmuls (gate, up, down: 2 * T * hidden * intermediate each, Llama-3.1-8B's
+// config.json: hidden 4096, intermediate 14336) plus the SwiGLU's elementwise work.
+TEST(LoweringTest, UnitInsideABlockRunsItsOwnOps) {
+    auto plan = llama8BAt8192(Checkpointing::None);
+    plan.sharding.wrap.kind = WrapKind::Modules;
+    plan.sharding.wrap.modules = {"model.layers.0.mlp"};
+    auto r = lowerAndReplay(plan);
+    int32_t mlp = -1;
+    for (size_t u = 0; u < r.program.units.size(); ++u) {
+        if (r.program.units[u].name == "model.layers.0.mlp") mlp = static_cast<int32_t>(u);
+    }
+    ASSERT_GE(mlp, 0);
+    const int64_t matmuls = 3 * 2 * int64_t{8192} * 4096 * 14336;
+    EXPECT_GE(r.program.units[static_cast<size_t>(mlp)].fwd_flops, matmuls);
+    EXPECT_LT(r.program.units[static_cast<size_t>(mlp)].fwd_flops, matmuls + matmuls / 100);
+    int forwards = 0;
+    for (const Task& t : r.program.tasks) forwards += t.kind == TaskKind::Forward && t.unit == mlp;
+    EXPECT_EQ(forwards, 1);
 }
 
 // Full checkpointing keeps only each block's input: b*s*h bf16 elements per block.

@@ -38,6 +38,17 @@ ProgramBuilder twoStreams(bool after_forward) {
     return b;
 }
 
+// The timed memory of the builder's program, simulated on roundProfile().
+core::TimedMemory timedMemory(ProgramBuilder& b) {
+    Simulator sim(roundProfile());
+    core::Timeline t;
+    sim.run(b.program(), t);
+    core::MemoryTimer timer;
+    core::TimedMemory m;
+    timer.compute(b.program(), t, m);
+    return m;
+}
+
 HardwareProfile noLatency() {
     HardwareProfile p = roundProfile();
     p.gpu.intra_node_latency_s = 0;
@@ -87,18 +98,45 @@ TEST(MemoryCurveTest, TransientPeakAppliesAtTheMidpointOnly) {
     EXPECT_EQ(m.curve.back().bytes[core::index(MemCategory::Temp)], 0);
 }
 
+// The categories at the peak are those of the instant the total peaked, whatever changes after:
+// a free that follows it (the forward's end), and a transient that moves bytes between categories
+// without reaching it (3 GiB of Temp made while 5 GiB of Activation is already released).
+TEST(MemoryCurveTest, CategoriesAtThePeakAreThoseOfThePeakInstant) {
+    const int temp = core::index(MemCategory::Temp), act = core::index(MemCategory::Activation);
+    {
+        ProgramBuilder b;
+        const int32_t f = b.compute(TaskKind::Forward, 1, kTwoMsFlops);
+        b.memStart(f, {{4 * kGiB, MemCategory::Temp}, {6 * kGiB, MemCategory::Activation}});
+        b.memEnd(f, {{-4 * kGiB, MemCategory::Temp}, {4 * kGiB, MemCategory::Activation}});
+        const core::TimedMemory m = timedMemory(b);
+        EXPECT_EQ(m.peak_bytes, 10 * kGiB);  // at the start; the end frees 4 and makes 4: no new peak
+        EXPECT_EQ(m.peak_time_ns, 0);
+        EXPECT_EQ(m.at_peak[temp], 4 * kGiB);
+        EXPECT_EQ(m.at_peak[act], 6 * kGiB);
+        EXPECT_EQ(m.max_per_category[act], 10 * kGiB);
+    }
+    {
+        ProgramBuilder b;
+        const int32_t f = b.compute(TaskKind::Forward, 1, kTwoMsFlops);
+        b.memStart(f, {{10 * kGiB, MemCategory::Activation}});
+        const int32_t g = b.compute(TaskKind::Backward, 1, kTwoMsFlops);
+        b.memPeak(g, {{3 * kGiB, MemCategory::Temp}, {-5 * kGiB, MemCategory::Activation}});
+        b.memEnd(g, {{-10 * kGiB, MemCategory::Activation}});
+        const core::TimedMemory m = timedMemory(b);
+        EXPECT_EQ(m.peak_bytes, 10 * kGiB);  // the transient holds 10 + 3 - 5 = 8
+        EXPECT_EQ(m.peak_task, f);
+        EXPECT_EQ(m.at_peak[temp], 0);
+        EXPECT_EQ(m.at_peak[act], 10 * kGiB);
+        EXPECT_EQ(m.max_per_category[temp], 3 * kGiB);
+    }
+}
+
 TEST(MemoryCurveTest, ZeroDurationTaskAppliesStartBeforeEnd) {
     ProgramBuilder b;
     const int32_t c = b.add(TaskKind::Cast, Stream::Compute, 1);
     b.memStart(c, {{4 * kGiB, MemCategory::Temp}});
     b.memEnd(c, {{-4 * kGiB, MemCategory::Temp}});
-    Simulator sim(roundProfile());
-    core::Timeline t;
-    sim.run(b.program(), t);
-    core::MemoryTimer timer;
-    core::TimedMemory m;
-    timer.compute(b.program(), t, m);
-    EXPECT_EQ(m.peak_bytes, 4 * kGiB);
+    EXPECT_EQ(timedMemory(b).peak_bytes, 4 * kGiB);
 }
 
 TEST(ChromeTraceTest, ParsesWithOneNamedTrackPerStreamUsed) {
