@@ -35,10 +35,11 @@ verify() {
     fi
     if ! grep -q "Verify              OK" "$log"; then fail "np $np $*: no verify line"; cat "$log"; return; fi
     if ! "$check" "$out" "$np" 2 >>"$log" 2>&1; then fail "np $np $*: RUN.json check"; cat "$log"; return; fi
-    # A category whose counted maximum is not the predicted one says by how much, and why.
+    # A category whose counted maximum is not the predicted one says by how much, and why (a
+    # difference under the printed precision also gets its delta, so only one direction is checked).
     if ! awk '/ max   predicted / { split($0, f, / max   predicted /); m = f[1]; sub(/^ *[A-Za-z ]*[a-z] +/, "", m);
             p = f[2]; sub(/   \(.*$/, "", p); d = (f[2] ~ /from timing\)$/);
-            if ((m != p) != d) { print "category line wrong: " $0; bad = 1 } } END { exit bad }' "$log"; then
+            if (m != p && !d) { print "category line wrong: " $0; bad = 1 } } END { exit bad }' "$log"; then
         fail "np $np $*: per-category lines"; cat "$log"; return
     fi
     echo "ok   np $np $(basename "$model") $* ($((SECONDS - start)) s): $(grep -o 'OK: [0-9]* collectives' "$log")"
