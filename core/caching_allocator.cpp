@@ -112,33 +112,72 @@ int CachingAllocatorModel::sizeClass(int64_t size) {
     return std::min(kSizeClasses - 1, (e - 9) * 4 + sub);
 }
 
+// The position of `b`'s key in its pool's free list (where it is, or where it goes).
+std::vector<CachingAllocatorModel::FreeKey>::iterator CachingAllocatorModel::freeKeyOf(const Block& b, FreeList*& list, int& c) {
+    const Segment& seg = m_segments[static_cast<size_t>(b.segment)];
+    list = &freeList(seg.small, seg.stream);
+    c = sizeClass(b.size);
+    auto& keys = list->classes[static_cast<size_t>(c)];
+    return std::lower_bound(keys.begin(), keys.end(), b,
+                            [](const FreeKey& k, const Block& x) { return keyBefore(k, x.size, x.addr); });
+}
+
 void CachingAllocatorModel::insertFree(int32_t block) {
     const Block& b = m_blocks[static_cast<size_t>(block)];
-    const Segment& seg = m_segments[static_cast<size_t>(b.segment)];
-    FreeList& list = freeList(seg.small, seg.stream);
-    const int c = sizeClass(b.size);
-    auto& keys = list.classes[static_cast<size_t>(c)];
-    auto it = std::lower_bound(keys.begin(), keys.end(), b,
-                               [](const FreeKey& k, const Block& x) { return keyBefore(k, x.size, x.addr); });
-    keys.insert(it, FreeKey{b.size, b.addr, block});
-    list.nonempty[static_cast<size_t>(c / 64)] |= uint64_t{1} << (c % 64);
+    FreeList* list = nullptr;
+    int c = 0;
+    const auto it = freeKeyOf(b, list, c);
+    list->classes[static_cast<size_t>(c)].insert(it, FreeKey{b.size, b.addr, block});
+    list->nonempty[static_cast<size_t>(c / 64)] |= uint64_t{1} << (c % 64);
 }
 
 void CachingAllocatorModel::eraseFree(int32_t block) {
     const Block& b = m_blocks[static_cast<size_t>(block)];
-    const Segment& seg = m_segments[static_cast<size_t>(b.segment)];
-    FreeList& list = freeList(seg.small, seg.stream);
-    const int c = sizeClass(b.size);
-    auto& keys = list.classes[static_cast<size_t>(c)];
-    auto it = std::lower_bound(keys.begin(), keys.end(), b,
-                               [](const FreeKey& k, const Block& x) { return keyBefore(k, x.size, x.addr); });
+    FreeList* list = nullptr;
+    int c = 0;
+    const auto it = freeKeyOf(b, list, c);
+    auto& keys = list->classes[static_cast<size_t>(c)];
     assert(it != keys.end() && it->block == block && "a free block is in its pool's free list");
     keys.erase(it);
-    if (keys.empty()) list.nonempty[static_cast<size_t>(c / 64)] &= ~(uint64_t{1} << (c % 64));
+    if (keys.empty()) list->nonempty[static_cast<size_t>(c / 64)] &= ~(uint64_t{1} << (c % 64));
+}
+
+void CachingAllocatorModel::attachJournal(AllocatorJournal* journal) {
+    m_journal = journal;
+    if (journal == nullptr) return;
+    journal->segment_base = static_cast<int32_t>(m_segments.size());
+    journal->irregular = false;
+    journal->picks.clear();
+    journal->new_segments.clear();
+    journal->touched.clear();
+    journal->saved_at.assign(1, 0);
+    journal->saved.clear();
+    if (journal->touch_mark.size() < m_segments.size()) {
+        journal->touch_mark.resize(m_segments.size(), 0);
+        journal->new_mark.resize(m_segments.size(), 0);
+    }
+    if (++journal->epoch == 0) {  // wrapped: old marks could read as this epoch
+        std::fill(journal->touch_mark.begin(), journal->touch_mark.end(), 0);
+        std::fill(journal->new_mark.begin(), journal->new_mark.end(), 0);
+        journal->epoch = 1;
+    }
+}
+
+void CachingAllocatorModel::noteTouch(int32_t segment) {
+    AllocatorJournal& j = *m_journal;
+    if (segment >= j.segment_base || j.touch_mark[static_cast<size_t>(segment)] == j.epoch) return;
+    j.touch_mark[static_cast<size_t>(segment)] = j.epoch;
+    j.touched.push_back(segment);
+    for (int32_t id = m_segments[static_cast<size_t>(segment)].first; id >= 0; id = m_blocks[static_cast<size_t>(id)].next) {
+        const Block& b = m_blocks[static_cast<size_t>(id)];
+        j.saved.push_back({b.addr, b.size, b.buffer});
+    }
+    j.saved_at.push_back(static_cast<uint32_t>(j.saved.size()));
 }
 
 // Takes the free block (already out of its free list) for `buffer`, splitting off the remainder.
 void CachingAllocatorModel::placeInBlock(int32_t block, int64_t size, int32_t buffer) {
+    if (m_journal != nullptr) noteTouch(m_blocks[static_cast<size_t>(block)].segment);
     Block& b = m_blocks[static_cast<size_t>(block)];
     const Segment& seg = m_segments[static_cast<size_t>(b.segment)];
     assert(b.buffer < 0 && b.size >= size);
@@ -178,10 +217,23 @@ bool CachingAllocatorModel::tryCached(int64_t size, bool small, Stream stream, i
             if (w == (c + 1) / 64) bits &= ~uint64_t{0} << ((c + 1) % 64);
             if (bits != 0) next = w * 64 + std::countr_zero(bits);
         }
-        if (next < 0 || c + 1 >= kSizeClasses) return false;
+        if (next < 0 || c + 1 >= kSizeClasses) {
+            if (m_journal != nullptr) m_journal->picks.push_back({size, 0, 0, -1, false, false, small, stream});
+            return false;
+        }
         c = next;
         keys = &list.classes[static_cast<size_t>(c)];
         it = keys->begin();
+    }
+    if (m_journal != nullptr) {
+        const int32_t seg = m_blocks[static_cast<size_t>(it->block)].segment;
+        const AllocatorJournal& j = *m_journal;
+        auto isNew = [&](int32_t slot) { return slot >= j.segment_base || j.new_mark[static_cast<size_t>(slot)] == j.epoch; };
+        bool mixed = false;
+        for (auto t = it + 1; t != keys->end() && t->size == it->size && !mixed; ++t) {
+            mixed = isNew(m_blocks[static_cast<size_t>(t->block)].segment) != isNew(seg);
+        }
+        m_journal->picks.push_back({size, it->size, it->addr, seg, true, mixed, small, stream});
     }
     const int64_t max_split = m_config.max_split_size;
     if (size < max_split && it->size >= max_split) return false;
@@ -193,22 +245,33 @@ bool CachingAllocatorModel::tryCached(int64_t size, bool small, Stream stream, i
     return true;
 }
 
+int32_t CachingAllocatorModel::takeSegmentSlot() {
+    if (m_spare_segments.empty()) {
+        m_segments.emplace_back();
+        return static_cast<int32_t>(m_segments.size() - 1);
+    }
+    // The lowest released slot, as the scan for the first free slot took it.
+    std::pop_heap(m_spare_segments.begin(), m_spare_segments.end(), std::greater<>{});
+    const int32_t slot = m_spare_segments.back();
+    m_spare_segments.pop_back();
+    return slot;
+}
+
 bool CachingAllocatorModel::newSegment(int64_t size, bool small, Stream stream, int32_t buffer) {
     const int64_t seg_size = segmentSize(size);
     if (m_stats.reserved_bytes + seg_size > m_config.limit_bytes) return false;
-    size_t slot = m_segments.size();
-    if (!m_spare_segments.empty()) {
-        // The lowest released slot, as the scan for the first free slot took it.
-        std::pop_heap(m_spare_segments.begin(), m_spare_segments.end(), std::greater<>{});
-        slot = static_cast<size_t>(m_spare_segments.back());
-        m_spare_segments.pop_back();
-    } else {
-        m_segments.emplace_back();
-    }
-    const auto seg_id = static_cast<int32_t>(slot);
+    const int32_t seg_id = takeSegmentSlot();
+    const auto slot = static_cast<size_t>(seg_id);
     const int32_t block = newBlock(Block{int64_t{seg_id} << kSegmentAddressBits, seg_size, -1, -1, seg_id, -1});
     Segment& seg = m_segments[slot];
     seg = Segment{stream, small, false, true, seg_size, block, block};
+    if (m_journal != nullptr) {
+        m_journal->new_segments.push_back({seg_id, seg_size, m_stats.reserved_bytes});
+        if (seg_id < m_journal->segment_base) {  // a released slot: new, not an old segment changed
+            m_journal->touch_mark[slot] = m_journal->epoch;
+            m_journal->new_mark[slot] = m_journal->epoch;
+        }
+    }
     m_stats.reserved_bytes += seg_size;
     m_stats.reserved_by_stream[static_cast<size_t>(stream)] += seg_size;
     ++m_stats.segments;
@@ -229,6 +292,7 @@ bool CachingAllocatorModel::growExpandable(int64_t size, bool small, Stream stre
     const bool tail_free = tail >= 0 && m_blocks[static_cast<size_t>(tail)].buffer < 0;
     const int64_t tail_bytes = tail_free ? m_blocks[static_cast<size_t>(tail)].size : 0;
     const int64_t grow = page * ((size - tail_bytes + page - 1) / page);
+    if (m_journal != nullptr) m_journal->irregular = true;
     if (m_stats.reserved_bytes + grow > m_config.limit_bytes) return false;
     if (created) {
         m_segments.emplace_back();
@@ -258,6 +322,7 @@ void CachingAllocatorModel::releaseCached() {
     // release_cached_blocks: every segment with no allocated block goes back to CUDA; an expandable
     // segment unmaps the free pages at its end.
     ++m_stats.releases;
+    if (m_journal != nullptr) m_journal->irregular = true;
     for (size_t si = 0; si < m_segments.size(); ++si) {
         Segment& seg = m_segments[si];
         if (!seg.live || seg.last < 0) continue;
@@ -320,6 +385,7 @@ void CachingAllocatorModel::allocate(int32_t buffer, int64_t bytes, Stream strea
                 // Past the device: PyTorch raises OutOfMemoryError here. Go on without the limit so
                 // the figures say how far past it the step goes.
                 m_stats.out_of_memory = true;
+                if (m_journal != nullptr) m_journal->irregular = true;
                 const int64_t limit = m_config.limit_bytes;
                 m_config.limit_bytes = INT64_MAX;
                 fresh();
@@ -332,6 +398,7 @@ void CachingAllocatorModel::allocate(int32_t buffer, int64_t bytes, Stream strea
 
 // free_block: the block merges with its free neighbours (try_merge_blocks) and joins its pool.
 void CachingAllocatorModel::freeBlock(int32_t block) {
+    if (m_journal != nullptr) noteTouch(m_blocks[static_cast<size_t>(block)].segment);
     // `id` takes in its next block, free and out of its pool's list.
     auto absorbNext = [&](int32_t id) {
         Block& b = m_blocks[static_cast<size_t>(id)];
@@ -367,12 +434,23 @@ void CachingAllocatorModel::free(int32_t buffer) {
     noteChange();
 }
 
+void CachingAllocatorModel::apply(const AllocOp& op) {
+    switch (op.kind) {
+        case AllocOpKind::Allocate: allocate(op.id, op.bytes, op.stream); return;
+        case AllocOpKind::Free: free(op.id); return;
+        case AllocOpKind::ReleaseTail: releaseTail(op.id, op.bytes); return;
+        case AllocOpKind::RestoreTail: restoreTail(op.id); return;
+        case AllocOpKind::Adjust: adjustAllocated(op.id, op.bytes); return;
+    }
+}
+
 void CachingAllocatorModel::adjustAllocated(int32_t buffer, int64_t delta) {
     countAllocated(m_buffers[static_cast<size_t>(buffer)].stream, delta);
     noteChange();
 }
 
 void CachingAllocatorModel::releaseTail(int32_t buffer, int64_t bytes) {
+    if (m_journal != nullptr) m_journal->irregular = true;
     BufferState& state = m_buffers[static_cast<size_t>(buffer)];
     countAllocated(state.stream, -bytes);
     if (state.block >= 0) {
@@ -396,6 +474,7 @@ void CachingAllocatorModel::releaseTail(int32_t buffer, int64_t bytes) {
 }
 
 void CachingAllocatorModel::restoreTail(int32_t buffer) {
+    if (m_journal != nullptr) m_journal->irregular = true;
     BufferState& state = m_buffers[static_cast<size_t>(buffer)];
     const int64_t tail = state.released_tail;
     countAllocated(state.stream, state.released_bytes);

@@ -1,0 +1,81 @@
+#pragma once
+// Replaying a step's allocator calls (AllocOp) through CachingAllocatorModel, with the repeats of
+// identical transformer blocks skipped where the result is provably the one replaying them gives.
+//
+// A run is a stretch of the tape made of R periods: op m of period j is op m of period 0 with its
+// id shifted by j * D_m (same kind, bytes and stream). PeriodicReplay replays a period (the
+// reference, k) concretely with a journal attached, and skips the next J periods when it can
+// prove they would act as the reference did, shifted:
+//  1. nothing irregular happened in the reference (no release of cached segments, no out of
+//     memory, no growth of an expandable segment, no released tail) and no released segment slot
+//     was waiting to be reused (new segments take the next slots, in order);
+//  2. every free (and allocated-bytes adjustment) names a buffer allocated in the reference or in
+//     the period before it, at a position with the same shift;
+//  3. every segment that existed before the reference and that the reference changed is, at its
+//     end, as it was at its start with each buffer of the previous period replaced by the same
+//     position's buffer of the reference: the reference left the old segments as it found them
+//     (up to the names of the buffers it carries into the next period);
+//  4. the segments the reference created (its layer) hold only buffers it allocated, and none of
+//     their free blocks could have changed a best-fit search of the reference: each is smaller
+//     than the request, or larger than the block found, or as large but above it in address
+//     (every layer lies above every older segment and below the next periods' own);
+//  5. each new segment of period k + j stays within limit_bytes (reserved grows by the
+//     reference's growth per period; J is cut where it would not).
+// By induction, period k + j then starts from the reference's start state with the carried
+// buffers renamed and j more layers, makes the same decisions, and ends the same way; so the J
+// periods are applied at once: J copies of the layer, the carried buffers renamed, the stats
+// moved by J times the reference's change. Allocated and reserved at each moment of period k + j
+// are the reference's plus j times its change, so the peaks and fragmentation figures over the
+// skipped periods are reached in period k + 1 or k + J: both are run through the stats update.
+// Otherwise the period runs concretely and the next one is tried as a reference, with periods of
+// 1 to 4 blocks (a pair of all-gather buffers alternating between two blocks repeats every two).
+#include <cstdint>
+#include <vector>
+
+#include "core/caching_allocator.hpp"
+
+namespace shardcast::core {
+
+enum class AllocatorReplay : uint8_t { Fast, Full };
+
+// Every call in order: the reference.
+void replayTapeFull(CachingAllocatorModel& model, const std::vector<AllocOp>& tape);
+
+// Reusable: keeps its buffers between calls.
+class PeriodicReplay {
+public:
+    // Finds the runs of `tape`. `hints`: tape positions where a period may start (where a block's
+    // forward or backward begins), in increasing order; any may be wrong, the runs are checked.
+    void prepare(const std::vector<AllocOp>& tape, const std::vector<uint32_t>& hints);
+    // Leaves `model` with the stats and cached blocks replayTapeFull would (buffer names of the
+    // skipped periods that are freed by then are not written back: nothing reads them again).
+    void replay(CachingAllocatorModel& model, const std::vector<AllocOp>& tape);
+    // Since prepare(): model calls made one by one, and periods skipped.
+    int64_t lastCalls() const { return m_calls; }
+    int64_t lastSkippedPeriods() const { return m_skipped; }
+
+    struct Run {
+        uint32_t start = 0;
+        uint32_t length = 0;  // ops per period
+        uint32_t count = 0;   // periods
+    };
+    const std::vector<Run>& runs() const { return m_runs; }
+
+private:
+    void runOps(CachingAllocatorModel& model, const std::vector<AllocOp>& tape, uint32_t from, uint32_t to);
+    // Replays the period at `at` (length `len`) and returns how many of the next (at most
+    // `max_skip`) it proved and applied.
+    int64_t reference(CachingAllocatorModel& model, const std::vector<AllocOp>& tape, uint32_t at, uint32_t len, int64_t max_skip);
+    void applyStats(CachingAllocatorModel& model, const AllocatorStats& start, int64_t periods);
+
+    std::vector<Run> m_runs;
+    AllocatorJournal m_journal;
+    std::vector<AllocatorStats> m_curve;  // stats after each op of the reference
+    std::vector<int64_t> m_shift;         // D_m of the reference
+    std::vector<uint32_t> m_alloc_pos;    // by buffer: 1 + position of its allocation in the reference, 0: none
+    std::vector<uint32_t> m_prev_pos;     // by buffer: 1 + position of its allocation in the period before
+    int64_t m_calls = 0;
+    int64_t m_skipped = 0;
+};
+
+}  // namespace shardcast::core
