@@ -11,6 +11,7 @@
 #include "bench/bench_plan.hpp"
 #include "core/model_io.hpp"
 #include "core/plan.hpp"
+#include "core/timed_memory.hpp"
 #include "simulator/evaluation.hpp"
 #include "simulator/sweep.hpp"
 #include "simulator/wrap_search.hpp"
@@ -61,6 +62,54 @@ void BM_Evaluate_Llama405B_16384GPUs(benchmark::State& state) {
     evaluatePlans(state, plan);
 }
 BENCHMARK(BM_Evaluate_Llama405B_16384GPUs)->Unit(benchmark::kMicrosecond);
+
+// The allocator replay alone (both steps) on the plan's evaluated program: the fast replay (what
+// the evaluation runs) or every call (AllocatorReplay::Full). "calls": model calls per replay.
+void replayAllocator(benchmark::State& state, const core::Plan& plan, core::AllocatorReplay mode) {
+    const sim::HardwareProfile profile = sim::HardwareProfile::fromCluster(plan.cluster);
+    sim::Evaluator evaluator;
+    sim::Evaluation e;
+    if (auto st = evaluator.evaluate(plan, &profile, sim::EvaluationOptions{}, e); !st) {
+        state.SkipWithError(st.error().message.c_str());
+        return;
+    }
+    core::MemoryTimer timer;
+    core::TimedMemory timed;
+    timer.compute(e.program, e.timeline, timed);
+    core::CachingAllocatorModel model;
+    core::ReservedMemory out;
+    for (auto _ : state) {
+        timer.replayAllocator(e.program, e.timeline, e.reserved.config, model, out, mode);
+        benchmark::DoNotOptimize(out.stats.peak_reserved_bytes);
+    }
+    const bool fast = mode == core::AllocatorReplay::Fast;
+    state.counters["calls"] = static_cast<double>(fast ? timer.allocatorReplay().lastCalls() : timer.fullReplayCalls());
+    state.counters["skipped_periods"] = static_cast<double>(fast ? timer.allocatorReplay().lastSkippedPeriods() : 0);
+}
+
+void BM_ReplayAllocator_Llama8B_8GPUs(benchmark::State& state) {
+    static const core::Plan plan = benchPlan("llama-3.1-8b", 1);
+    replayAllocator(state, plan, core::AllocatorReplay::Fast);
+}
+BENCHMARK(BM_ReplayAllocator_Llama8B_8GPUs)->Unit(benchmark::kMicrosecond);
+
+void BM_ReplayAllocator_Llama8B_8GPUs_Full(benchmark::State& state) {
+    static const core::Plan plan = benchPlan("llama-3.1-8b", 1);
+    replayAllocator(state, plan, core::AllocatorReplay::Full);
+}
+BENCHMARK(BM_ReplayAllocator_Llama8B_8GPUs_Full)->Unit(benchmark::kMicrosecond);
+
+void BM_ReplayAllocator_Llama405B_16384GPUs(benchmark::State& state) {
+    static const core::Plan plan = benchPlan("llama-3.1-405b", 2048);
+    replayAllocator(state, plan, core::AllocatorReplay::Fast);
+}
+BENCHMARK(BM_ReplayAllocator_Llama405B_16384GPUs)->Unit(benchmark::kMicrosecond);
+
+void BM_ReplayAllocator_Llama405B_16384GPUs_Full(benchmark::State& state) {
+    static const core::Plan plan = benchPlan("llama-3.1-405b", 2048);
+    replayAllocator(state, plan, core::AllocatorReplay::Full);
+}
+BENCHMARK(BM_ReplayAllocator_Llama405B_16384GPUs_Full)->Unit(benchmark::kMicrosecond);
 
 void wrapSearch(benchmark::State& state, const core::Plan& plan) {
     const sim::HardwareProfile profile = sim::HardwareProfile::fromCluster(plan.cluster);

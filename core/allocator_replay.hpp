@@ -70,10 +70,31 @@ private:
 
     std::vector<Run> m_runs;
     AllocatorJournal m_journal;
-    std::vector<AllocatorStats> m_curve;  // stats after each op of the reference
+    struct Moment {  // the figures after one op of the reference; an op moves one stream's
+        int64_t allocated = 0, reserved = 0;
+        int64_t stream_allocated = 0, stream_reserved = 0;
+        size_t stream = 0;
+    };
+    std::vector<Moment> m_curve;
     std::vector<int64_t> m_shift;         // D_m of the reference
     std::vector<uint32_t> m_alloc_pos;    // by buffer: 1 + position of its allocation in the reference, 0: none
     std::vector<uint32_t> m_prev_pos;     // by buffer: 1 + position of its allocation in the period before
+    std::vector<uint32_t> m_family_pos;   // by buffer: 1 + position of its free, for a family buffer
+    std::vector<int32_t> m_family;        // the family buffers the reference frees
+    std::vector<uint8_t> m_is_family;     // by touched segment of the journal
+    std::vector<uint32_t> m_family_slots; // the family segments: indices into the journal's touched
+    std::vector<int32_t> m_targets;       // [j - 1][family]: the slot of that family in period k + j
+    std::vector<int32_t> m_chain;         // each family's chain members (touched indices) by role 0, -1, ...
+    std::vector<uint32_t> m_chain_at;     // family f's are m_chain[m_chain_at[f] .. m_chain_at[f + 1])
+    struct PostBlock {  // a block the reference left, offset from its segment's start
+        int64_t offset = 0, size = 0;
+        int32_t buffer = -1;
+        int64_t requested = 0;
+        Stream stream = Stream::Compute;
+    };
+    std::vector<PostBlock> m_posts;  // what the layer and chains held after the reference
+    std::vector<uint32_t> m_posts_at;
+    std::vector<uint8_t> m_role;          // by slot, for the touched ones: see reference()
     int64_t m_calls = 0;
     int64_t m_skipped = 0;
 };

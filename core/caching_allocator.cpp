@@ -148,6 +148,7 @@ void CachingAllocatorModel::attachJournal(AllocatorJournal* journal) {
     journal->segment_base = static_cast<int32_t>(m_segments.size());
     journal->irregular = false;
     journal->picks.clear();
+    journal->tie_segments.clear();
     journal->new_segments.clear();
     journal->touched.clear();
     journal->saved_at.assign(1, 0);
@@ -218,7 +219,7 @@ bool CachingAllocatorModel::tryCached(int64_t size, bool small, Stream stream, i
             if (bits != 0) next = w * 64 + std::countr_zero(bits);
         }
         if (next < 0 || c + 1 >= kSizeClasses) {
-            if (m_journal != nullptr) m_journal->picks.push_back({size, 0, 0, -1, false, false, small, stream});
+            if (m_journal != nullptr) m_journal->picks.push_back({size, 0, 0, -1, false, 0, 0, small, stream});
             return false;
         }
         c = next;
@@ -227,13 +228,13 @@ bool CachingAllocatorModel::tryCached(int64_t size, bool small, Stream stream, i
     }
     if (m_journal != nullptr) {
         const int32_t seg = m_blocks[static_cast<size_t>(it->block)].segment;
-        const AllocatorJournal& j = *m_journal;
-        auto isNew = [&](int32_t slot) { return slot >= j.segment_base || j.new_mark[static_cast<size_t>(slot)] == j.epoch; };
-        bool mixed = false;
-        for (auto t = it + 1; t != keys->end() && t->size == it->size && !mixed; ++t) {
-            mixed = isNew(m_blocks[static_cast<size_t>(t->block)].segment) != isNew(seg);
+        AllocatorJournal& j = *m_journal;
+        const auto tie_at = static_cast<uint32_t>(j.tie_segments.size());
+        uint32_t ties = 0;
+        for (auto t = it + 1; t != keys->end() && t->size == it->size && ties <= AllocatorJournal::kMaxTies; ++t, ++ties) {
+            j.tie_segments.push_back(m_blocks[static_cast<size_t>(t->block)].segment);
         }
-        m_journal->picks.push_back({size, it->size, it->addr, seg, true, mixed, small, stream});
+        j.picks.push_back({size, it->size, it->addr, seg, true, tie_at, ties, small, stream});
     }
     const int64_t max_split = m_config.max_split_size;
     if (size < max_split && it->size >= max_split) return false;

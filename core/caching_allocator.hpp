@@ -95,9 +95,10 @@ struct AllocatorJournal {
         int64_t size = 0, addr = 0;  // the best fit, when found (taken, or refused by max_split_size)
         int32_t segment = -1;
         bool found = false;
-        // Other free blocks of the pool have the best fit's size (the address decided), some in
-        // segments created since recording began and some in older ones.
-        bool mixed_tie = false;
+        // The other free blocks of the pool with the best fit's size (the address decided):
+        // their segments are tie_segments[tie_at .. tie_at + ties), or more than kMaxTies.
+        uint32_t tie_at = 0;
+        uint32_t ties = 0;
         bool small = false;
         Stream stream = Stream::Compute;
     };
@@ -110,9 +111,11 @@ struct AllocatorJournal {
         int64_t addr = 0, size = 0;
         int32_t buffer = -1;
     };
+    static constexpr uint32_t kMaxTies = 64;
     int32_t segment_base = 0;  // segments below existed when recording began
     bool irregular = false;    // released cached segments, ran out of memory, grew an expandable segment or split a tail
     std::vector<Pick> picks;
+    std::vector<int32_t> tie_segments;
     std::vector<NewSegment> new_segments;
     // Each segment below segment_base as it was before its first change: touched[i] is its slot,
     // its blocks (in address order) are saved[saved_at[i] .. saved_at[i + 1]).

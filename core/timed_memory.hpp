@@ -48,6 +48,8 @@ public:
                          ReservedMemory& out, AllocatorReplay mode = AllocatorReplay::Fast);
     // The last fast replay (both steps): its runs, calls made and periods skipped.
     const PeriodicReplay& allocatorReplay() const { return m_fast; }
+    // Model calls the full replay of the last program makes (two steps).
+    int64_t fullReplayCalls() const { return 2 * static_cast<int64_t>(m_tape.size()); }
 
 private:
     // Points in time order; at equal times: deferred frees, ends, starts, midpoints, then by task.

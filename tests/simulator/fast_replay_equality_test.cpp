@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <sstream>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -35,6 +36,19 @@ std::string describe(const std::string& model, const Variant& v) {
            core::acString(v.ac, v.ac_every) + " mb=" + std::to_string(v.micro_batch) + " accum=" + std::to_string(v.grad_accum) +
            " seq=" + std::to_string(v.seq) + " reshard=" + std::to_string(static_cast<int>(v.reshard)) + " " +
            std::string(core::allocatorModeName(v.allocator)) + " nodes=" + std::to_string(v.nodes);
+}
+
+std::string fields(const core::AllocatorStats& s) {
+    std::ostringstream out;
+    out << "allocated " << s.allocated_bytes << " reserved " << s.reserved_bytes << " peak_allocated " << s.peak_allocated_bytes
+        << " peak_reserved " << s.peak_reserved_bytes << " frag_at_peak " << s.fragmentation_at_reserved_peak << " max_frag "
+        << s.max_fragmentation_bytes << " segments " << s.segments << " releases " << s.releases << " oom " << s.out_of_memory
+        << " by stream, reserved/allocated (at the allocated peak):";
+    for (size_t i = 0; i < s.reserved_by_stream.size(); ++i) {
+        out << " " << s.reserved_by_stream[i] << "/" << s.allocated_by_stream[i] << " (" << s.reserved_by_stream_at_peak[i] << "/"
+            << s.allocated_by_stream_at_peak[i] << ")";
+    }
+    return out.str();
 }
 
 struct Outcome {
@@ -79,7 +93,7 @@ Outcome check(const std::string& model_name, const Variant& v) {
     timer.replayAllocator(e.program, e.timeline, e.reserved.config, allocator, full, core::AllocatorReplay::Full);
     timer.replayAllocator(e.program, e.timeline, e.reserved.config, allocator, fast, core::AllocatorReplay::Fast);
     const std::string what = describe(model_name, v);
-    EXPECT_EQ(fast, full) << what;
+    EXPECT_EQ(fast, full) << what << "\n fast: " << fields(fast.stats) << "\n full: " << fields(full.stats);
     EXPECT_EQ(e.reserved, full) << what << " (the evaluation's own replay)";
     outcome.evaluated = true;
     outcome.skipped_periods = timer.allocatorReplay().lastSkippedPeriods();
