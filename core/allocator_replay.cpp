@@ -367,11 +367,30 @@ int64_t PeriodicReplay::reference(CachingAllocatorModel& model, const std::vecto
                      (walksDown(pick.segment) && (!strict || other != 1));
         }
     }
+    // A release that found nothing to give back (reserved only grows, so a new segment that did
+    // not fit still does not) finds nothing in period k + j either if nothing left behind is a
+    // wholly free segment.
+    auto whollyFree = [&](int32_t slot) {
+        const Segment& seg = model.m_segments[static_cast<size_t>(slot)];
+        return seg.first >= 0 && seg.first == seg.last && model.m_blocks[static_cast<size_t>(seg.first)].buffer < 0;
+    };
+    if (jn.empty_releases > 0) {
+        for (const AllocatorJournal::NewSegment& ns : jn.new_segments) proven = proven && !whollyFree(ns.slot);
+        for (size_t f = 0; f < families && proven; ++f) {
+            proven = !whollyFree(jn.touched[static_cast<size_t>(m_chain[m_chain_at[f + 1] - 1])]);
+        }
+    }
+    // A buffer of the reference still giving back a tail at its end would be copied without it.
+    for (uint32_t m = 0; m < len && proven; ++m) {
+        if (ops[m].kind != AllocOpKind::Allocate) continue;
+        const CachingAllocatorModel::BufferState& state = model.m_buffers[static_cast<size_t>(ops[m].id)];
+        proven = state.block < 0 || (state.released_tail == 0 && state.released_bytes == 0);
+    }
     // 5: reserved grows by the reference's growth per period; each new segment stays in the limit.
     const int64_t grow = m_curve[len - 1].reserved - start.reserved_bytes;
     if (proven && grow > 0) {
         for (const AllocatorJournal::NewSegment& ns : jn.new_segments) {
-            skip = std::min(skip, (model.m_config.limit_bytes - ns.size - ns.reserved_before) / grow);
+            if (ns.limited) skip = std::min(skip, (model.m_config.limit_bytes - ns.size - ns.reserved_before) / grow);
         }
     }
     if (!proven || skip < 1) {
@@ -434,23 +453,44 @@ int64_t PeriodicReplay::reference(CachingAllocatorModel& model, const std::vecto
     m_posts_at.assign(1, 0);
     for (const AllocatorJournal::NewSegment& ns : jn.new_segments) snapshot(ns.slot);
     for (int32_t t : m_chain) snapshot(jn.touched[static_cast<size_t>(t)]);
+    // Whether segment `slot` already holds `blocks` shifted j periods.
+    auto holds = [&](int32_t slot, const PostBlock* blocks, size_t count, int64_t j) {
+        const int64_t origin = int64_t{slot} * (int64_t{1} << kSegmentAddressBits);
+        size_t i = 0;
+        for (int32_t id = model.m_segments[static_cast<size_t>(slot)].first; id >= 0; id = model.m_blocks[static_cast<size_t>(id)].next, ++i) {
+            const Block& b = model.m_blocks[static_cast<size_t>(id)];
+            if (i >= count || b.addr - origin != blocks[i].offset || b.size != blocks[i].size) return false;
+            if (blocks[i].buffer < 0 || b.buffer < 0) {
+                if (blocks[i].buffer != b.buffer) return false;
+                continue;
+            }
+            const int64_t name = blocks[i].buffer + j * m_shift[m_alloc_pos[static_cast<size_t>(blocks[i].buffer)] - 1];
+            const CachingAllocatorModel::BufferState& state = model.m_buffers[static_cast<size_t>(b.buffer)];
+            if (b.buffer != name || state.requested != blocks[i].requested || state.stream != blocks[i].stream) return false;
+        }
+        return i == count;
+    };
     // Apply `skip` periods: period k + j adds a copy of the layer, each segment in the slot the
-    // allocator would give it, and leaves family f's segment of period k + j + r as the reference
-    // left its role r member (later periods overwrite earlier ones' members, as they would).
+    // allocator would give it, and leaves family f's segment of period k + j - r as the reference
+    // left its role -r member. A segment is written once, as the last period to touch it leaves it.
     for (int64_t j = 1; j <= skip; ++j) {
         for (size_t i = 0; i < jn.new_segments.size(); ++i) {
             const Segment like = model.m_segments[static_cast<size_t>(jn.new_segments[i].slot)];
             rebuild(model.takeSegmentSlot(), like, m_posts.data() + m_posts_at[i], m_posts_at[i + 1] - m_posts_at[i], j);
         }
-        for (size_t f = 0; f < families; ++f) {
-            for (int64_t r = 0; r < chainLength(f); ++r) {
-                const size_t member = m_chain_at[f] + static_cast<size_t>(r);
-                const size_t post = jn.new_segments.size() + member;
-                const int32_t target = chainSlot(f, j - r);
-                const Segment like = model.m_segments[static_cast<size_t>(target)];
-                clearSegment(target);
-                rebuild(target, like, m_posts.data() + m_posts_at[post], m_posts_at[post + 1] - m_posts_at[post], j);
-            }
+    }
+    for (size_t f = 0; f < families; ++f) {
+        const int64_t c = chainLength(f);
+        for (int64_t i = 2 - c; i <= skip; ++i) {
+            const int64_t j = std::min(skip, i + c - 1);  // the last period to touch it, as role -(j - i)
+            const size_t post = jn.new_segments.size() + m_chain_at[f] + static_cast<size_t>(j - i);
+            const PostBlock* blocks = m_posts.data() + m_posts_at[post];
+            const size_t count = m_posts_at[post + 1] - m_posts_at[post];
+            const int32_t target = chainSlot(f, i);
+            if (holds(target, blocks, count, j)) continue;
+            const Segment like = model.m_segments[static_cast<size_t>(target)];
+            clearSegment(target);
+            rebuild(target, like, blocks, count, j);
         }
     }
     // The buffers the reference carries in old segments take the names of period k + skip's.
@@ -499,5 +539,6 @@ void PeriodicReplay::applyStats(CachingAllocatorModel& model, const AllocatorSta
         s.allocated_by_stream[i] = shifted(&AllocatorStats::allocated_by_stream, i, end.allocated_by_stream[i], periods);
     }
     s.segments = static_cast<int32_t>(end.segments + periods * (end.segments - start.segments));
+    s.releases = static_cast<int32_t>(end.releases + periods * (end.releases - start.releases));
 }
 }  // namespace shardcast::core

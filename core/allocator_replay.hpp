@@ -6,29 +6,42 @@
 // id shifted by j * D_m (same kind, bytes and stream). PeriodicReplay replays a period (the
 // reference, k) concretely with a journal attached, and skips the next J periods when it can
 // prove they would act as the reference did, shifted:
-//  1. nothing irregular happened in the reference (no release of cached segments, no out of
-//     memory, no growth of an expandable segment, no released tail) and no released segment slot
-//     was waiting to be reused (new segments take the next slots, in order);
-//  2. every free (and allocated-bytes adjustment) names a buffer allocated in the reference or in
-//     the period before it, at a position with the same shift;
-//  3. every segment that existed before the reference and that the reference changed is, at its
-//     end, as it was at its start with each buffer of the previous period replaced by the same
-//     position's buffer of the reference: the reference left the old segments as it found them
-//     (up to the names of the buffers it carries into the next period);
-//  4. the segments the reference created (its layer) hold only buffers it allocated, and none of
-//     their free blocks could have changed a best-fit search of the reference: each is smaller
-//     than the request, or larger than the block found, or as large but above it in address
-//     (every layer lies above every older segment and below the next periods' own);
-//  5. each new segment of period k + j stays within limit_bytes (reserved grows by the
-//     reference's growth per period; J is cut where it would not).
-// By induction, period k + j then starts from the reference's start state with the carried
-// buffers renamed and j more layers, makes the same decisions, and ends the same way; so the J
-// periods are applied at once: J copies of the layer, the carried buffers renamed, the stats
-// moved by J times the reference's change. Allocated and reserved at each moment of period k + j
-// are the reference's plus j times its change, so the peaks and fragmentation figures over the
-// skipped periods are reached in period k + 1 or k + J: both are run through the stats update.
-// Otherwise the period runs concretely and the next one is tried as a reference, with periods of
-// 1 to 4 blocks (a pair of all-gather buffers alternating between two blocks repeats every two).
+//  1. the reference released no cached memory (a release that found nothing counts: it finds
+//     nothing later either, checked below) and grew no expandable segment; none of its buffers
+//     still gives back a tail at its end;
+//  2. every free (and adjustment) names a buffer allocated in the reference or in the period
+//     before it, at a position of the same shift, or a family buffer: one allocated earlier that
+//     the reference frees (a block's saved activations freed by its backward);
+//  3. every old segment it changed is either stationary (at its end as at its start, each buffer
+//     of the previous period replaced by the same position's of the reference), or a member of a
+//     family's chain: the family segment (role 0: held family buffers, nothing else allocated),
+//     then the segment left by the period before (role -1: found as role 0 is left now, names
+//     shifted back one period), and so on. Period k + j finds its family segment where the family
+//     buffers shifted j times are (checked for every j: same layout, bytes and streams, not
+//     changed by the reference, in the same address order) and its role r member where period
+//     k + j - 1 left role r + 1;
+//  4. what the reference leaves for good (its new segments, its layer; the last chain members)
+//     holds only its own buffers, none freed by the next period, and none of its free blocks
+//     could have changed a best fit of the reference: each is smaller than the request, larger
+//     than the block found, or as large but above it in every later period (a layer lies above
+//     all old segments and below the next periods' own unless released slots are waiting; what
+//     a chain leaves lies above the next periods' chains when they walk down);
+//  5. ties of best fits keep their outcome: the tied blocks keep their address order in every
+//     period (old segments stay, new ones lie above them unless released slots are waiting,
+//     chains walking down keep their order with everything they were preferred to);
+//  6. each new segment of period k + j stays within limit_bytes (reserved grows by the
+//     reference's growth per period; J is cut where it would not); one that did not fit still
+//     does not, and a release that found nothing still finds nothing if nothing left for good is
+//     a wholly free segment.
+// By induction, period k + j then makes the reference's decisions, shifted, and ends the same way;
+// so the J periods are applied at once: J copies of the layer in the slots the allocator would
+// give them, the chains' segments laid out as the last period to touch each leaves it, the
+// carried buffers renamed, the stats moved by J times the reference's change. Allocated and
+// reserved at each moment of period k + j are the reference's plus j times its change, so the
+// peaks and fragmentation figures over the skipped periods are reached in period k + 1 or k + J:
+// both are run through the stats update. Otherwise the period runs concretely and the next one is
+// tried as a reference, with periods of 1 to 4 blocks (a pair of all-gather buffers alternating
+// between two blocks repeats every two).
 #include <cstdint>
 #include <vector>
 

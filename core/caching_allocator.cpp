@@ -147,6 +147,7 @@ void CachingAllocatorModel::attachJournal(AllocatorJournal* journal) {
     if (journal == nullptr) return;
     journal->segment_base = static_cast<int32_t>(m_segments.size());
     journal->irregular = false;
+    journal->empty_releases = 0;
     journal->picks.clear();
     journal->tie_segments.clear();
     journal->new_segments.clear();
@@ -267,7 +268,7 @@ bool CachingAllocatorModel::newSegment(int64_t size, bool small, Stream stream, 
     Segment& seg = m_segments[slot];
     seg = Segment{stream, small, false, true, seg_size, block, block};
     if (m_journal != nullptr) {
-        m_journal->new_segments.push_back({seg_id, seg_size, m_stats.reserved_bytes});
+        m_journal->new_segments.push_back({seg_id, seg_size, m_stats.reserved_bytes, m_config.limit_bytes != INT64_MAX});
         if (seg_id < m_journal->segment_base) {  // a released slot: new, not an old segment changed
             m_journal->touch_mark[slot] = m_journal->epoch;
             m_journal->new_mark[slot] = m_journal->epoch;
@@ -323,7 +324,7 @@ void CachingAllocatorModel::releaseCached() {
     // release_cached_blocks: every segment with no allocated block goes back to CUDA; an expandable
     // segment unmaps the free pages at its end.
     ++m_stats.releases;
-    if (m_journal != nullptr) m_journal->irregular = true;
+    const int64_t reserved_before = m_stats.reserved_bytes;
     for (size_t si = 0; si < m_segments.size(); ++si) {
         Segment& seg = m_segments[si];
         if (!seg.live || seg.last < 0) continue;
@@ -362,6 +363,11 @@ void CachingAllocatorModel::releaseCached() {
             std::push_heap(m_spare_segments.begin(), m_spare_segments.end(), std::greater<>{});
         }
     }
+    // The journal accepts a release that found nothing to give back (its only effect is the count).
+    if (m_journal != nullptr) {
+        if (m_stats.reserved_bytes != reserved_before) m_journal->irregular = true;
+        else ++m_journal->empty_releases;
+    }
 }
 
 void CachingAllocatorModel::allocate(int32_t buffer, int64_t bytes, Stream stream) {
@@ -386,7 +392,6 @@ void CachingAllocatorModel::allocate(int32_t buffer, int64_t bytes, Stream strea
                 // Past the device: PyTorch raises OutOfMemoryError here. Go on without the limit so
                 // the figures say how far past it the step goes.
                 m_stats.out_of_memory = true;
-                if (m_journal != nullptr) m_journal->irregular = true;
                 const int64_t limit = m_config.limit_bytes;
                 m_config.limit_bytes = INT64_MAX;
                 fresh();
@@ -451,8 +456,8 @@ void CachingAllocatorModel::adjustAllocated(int32_t buffer, int64_t delta) {
 }
 
 void CachingAllocatorModel::releaseTail(int32_t buffer, int64_t bytes) {
-    if (m_journal != nullptr) m_journal->irregular = true;
     BufferState& state = m_buffers[static_cast<size_t>(buffer)];
+    if (m_journal != nullptr && state.block >= 0) noteTouch(m_blocks[static_cast<size_t>(state.block)].segment);
     countAllocated(state.stream, -bytes);
     if (state.block >= 0) {
         const int32_t id = state.block;
@@ -475,8 +480,8 @@ void CachingAllocatorModel::releaseTail(int32_t buffer, int64_t bytes) {
 }
 
 void CachingAllocatorModel::restoreTail(int32_t buffer) {
-    if (m_journal != nullptr) m_journal->irregular = true;
     BufferState& state = m_buffers[static_cast<size_t>(buffer)];
+    if (m_journal != nullptr && state.block >= 0) noteTouch(m_blocks[static_cast<size_t>(state.block)].segment);
     const int64_t tail = state.released_tail;
     countAllocated(state.stream, state.released_bytes);
     state.released_tail = 0;

@@ -106,6 +106,7 @@ struct AllocatorJournal {
         int32_t slot = -1;
         int64_t size = 0;
         int64_t reserved_before = 0;
+        bool limited = true;  // false: made past the limit (out of memory), which no longer applies
     };
     struct SavedBlock {
         int64_t addr = 0, size = 0;
@@ -113,7 +114,8 @@ struct AllocatorJournal {
     };
     static constexpr uint32_t kMaxTies = 64;
     int32_t segment_base = 0;  // segments below existed when recording began
-    bool irregular = false;    // released cached segments, ran out of memory, grew an expandable segment or split a tail
+    bool irregular = false;    // released cached memory or grew an expandable segment
+    int32_t empty_releases = 0;  // releases that found nothing to give back (near or past the limit)
     std::vector<Pick> picks;
     std::vector<int32_t> tie_segments;
     std::vector<NewSegment> new_segments;

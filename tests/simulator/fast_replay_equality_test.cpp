@@ -3,7 +3,6 @@
 // strategies, FSDP versions, activation checkpointing, micro-batches, sequence lengths,
 // reshard_after_forward and allocator modes, and plans near and past the device's memory.
 #include <cstdint>
-#include <cstdio>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -139,7 +138,6 @@ TEST(FastReplayEqualityTest, EveryModelAndDimensionMatchesTheFullReplay) {
             skipped += o.skipped_periods;
         }
     }
-    std::printf("evaluated %d skipped %lld\n", evaluated, static_cast<long long>(skipped));
     EXPECT_GE(evaluated, 40);  // most of the matrix is accepted by the planner
     EXPECT_GT(skipped, 0);     // and the fast path did skip somewhere
 }
