@@ -65,7 +65,8 @@ BENCHMARK(BM_Evaluate_Llama405B_16384GPUs)->Unit(benchmark::kMicrosecond);
 
 // The allocator replay alone (both steps) on the plan's evaluated program: the fast replay (what
 // the evaluation runs) or every call (AllocatorReplay::Full). "calls": model calls per replay.
-void replayAllocator(benchmark::State& state, const core::Plan& plan, core::AllocatorReplay mode) {
+void BM_ReplayAllocator(benchmark::State& state, const char* model_name, int nodes, core::AllocatorReplay mode) {
+    const core::Plan plan = benchPlan(model_name, nodes);
     const sim::HardwareProfile profile = sim::HardwareProfile::fromCluster(plan.cluster);
     sim::Evaluator evaluator;
     sim::Evaluation e;
@@ -87,29 +88,12 @@ void replayAllocator(benchmark::State& state, const core::Plan& plan, core::Allo
     state.counters["skipped_periods"] = static_cast<double>(fast ? timer.allocatorReplay().lastSkippedPeriods() : 0);
 }
 
-void BM_ReplayAllocator_Llama8B_8GPUs(benchmark::State& state) {
-    static const core::Plan plan = benchPlan("llama-3.1-8b", 1);
-    replayAllocator(state, plan, core::AllocatorReplay::Fast);
-}
-BENCHMARK(BM_ReplayAllocator_Llama8B_8GPUs)->Unit(benchmark::kMicrosecond);
-
-void BM_ReplayAllocator_Llama8B_8GPUs_Full(benchmark::State& state) {
-    static const core::Plan plan = benchPlan("llama-3.1-8b", 1);
-    replayAllocator(state, plan, core::AllocatorReplay::Full);
-}
-BENCHMARK(BM_ReplayAllocator_Llama8B_8GPUs_Full)->Unit(benchmark::kMicrosecond);
-
-void BM_ReplayAllocator_Llama405B_16384GPUs(benchmark::State& state) {
-    static const core::Plan plan = benchPlan("llama-3.1-405b", 2048);
-    replayAllocator(state, plan, core::AllocatorReplay::Fast);
-}
-BENCHMARK(BM_ReplayAllocator_Llama405B_16384GPUs)->Unit(benchmark::kMicrosecond);
-
-void BM_ReplayAllocator_Llama405B_16384GPUs_Full(benchmark::State& state) {
-    static const core::Plan plan = benchPlan("llama-3.1-405b", 2048);
-    replayAllocator(state, plan, core::AllocatorReplay::Full);
-}
-BENCHMARK(BM_ReplayAllocator_Llama405B_16384GPUs_Full)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_ReplayAllocator, Llama8B_8GPUs, "llama-3.1-8b", 1, core::AllocatorReplay::Fast)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_ReplayAllocator, Llama8B_8GPUs_Full, "llama-3.1-8b", 1, core::AllocatorReplay::Full)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_ReplayAllocator, Llama405B_16384GPUs, "llama-3.1-405b", 2048, core::AllocatorReplay::Fast)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_ReplayAllocator, Llama405B_16384GPUs_Full, "llama-3.1-405b", 2048, core::AllocatorReplay::Full)
+    ->Unit(benchmark::kMicrosecond);
 
 void wrapSearch(benchmark::State& state, const core::Plan& plan) {
     const sim::HardwareProfile profile = sim::HardwareProfile::fromCluster(plan.cluster);

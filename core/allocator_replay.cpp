@@ -72,21 +72,28 @@ void PeriodicReplay::replay(CachingAllocatorModel& model, const std::vector<Allo
     for (const Run& run : m_runs) {
         runOps(model, tape, pos, run.start);
         const uint32_t L = run.length;
-        uint32_t p = 0;  // periods of the run done
-        uint32_t q = 1;  // base periods per reference
+        uint32_t p = 0;     // periods of the run done
+        uint32_t q = 1;     // base periods per reference
+        uint32_t rest = 0;  // periods to run before the next try
+        uint32_t failed_rounds = 0;
         while (p < run.count) {
             const uint32_t at = run.start + p * L;
             // A reference needs the period before it and at least one after it in the run.
-            if (p < q || p + 2 * q > run.count) {
+            if (p < q || p + 2 * q > run.count || rest > 0) {
                 runOps(model, tape, at, at + L);
                 ++p;
+                rest -= rest > 0 ? 1 : 0;
                 continue;
             }
             const int64_t after = (run.count - p - q) / q;
             const int64_t skipped = reference(model, tape, at, q * L, after);
             p += q + static_cast<uint32_t>(skipped) * q;
             m_skipped += skipped * q;
-            if (skipped == 0) q = q % kMaxBlocksPerPeriod + 1;
+            if (skipped > 0) continue;
+            // Each length failed: the journal's cost is not paid every period of a run that
+            // does not repeat provably (out of memory, say); try again later, less and less often.
+            if (q == kMaxBlocksPerPeriod) rest = 1u << std::min<uint32_t>(++failed_rounds, 4);
+            q = q % kMaxBlocksPerPeriod + 1;
         }
         pos = run.start + run.count * L;
     }
