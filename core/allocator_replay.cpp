@@ -87,13 +87,16 @@ void PeriodicReplay::replay(CachingAllocatorModel& model, const std::vector<Allo
             }
             const int64_t after = (run.count - p - q) / q;
             const int64_t skipped = reference(model, tape, at, q * L, after);
-            p += q + static_cast<uint32_t>(skipped) * q;
-            m_skipped += skipped * q;
-            if (skipped > 0) continue;
-            // Each length failed: the journal's cost is not paid every period of a run that
-            // does not repeat provably (out of memory, say); try again later, less and less often.
-            if (q == kMaxBlocksPerPeriod) rest = 1u << std::min<uint32_t>(++failed_rounds, 4);
-            q = q % kMaxBlocksPerPeriod + 1;
+            p += q + static_cast<uint32_t>(std::max<int64_t>(skipped, 0)) * q;
+            if (skipped > 0) {
+                m_skipped += skipped * q;
+                continue;
+            }
+            // A release (irregular, whatever the length) or each length failed: the journal's cost
+            // is not paid every period of a run that does not repeat provably (near or past the
+            // limit, say); try again later, less and less often.
+            if (skipped < 0 || q == kMaxBlocksPerPeriod) rest = 1u << std::min<uint32_t>(++failed_rounds, 4);
+            if (skipped == 0) q = q % kMaxBlocksPerPeriod + 1;
         }
         pos = run.start + run.count * L;
     }
@@ -121,7 +124,8 @@ int64_t PeriodicReplay::reference(CachingAllocatorModel& model, const std::vecto
     model.attachJournal(nullptr);
     m_calls += len;
     const AllocatorJournal& jn = m_journal;
-    if (jn.irregular || max_skip < 1) return 0;
+    if (jn.irregular) return -1;
+    if (max_skip < 1) return 0;
 
     // Buffers by the position that allocated them, in the reference and in the period before.
     m_shift.resize(len);
@@ -409,6 +413,7 @@ int64_t PeriodicReplay::reference(CachingAllocatorModel& model, const std::vecto
     // shifted j periods.
     auto rebuild = [&](int32_t slot, const Segment& like, const PostBlock* blocks, size_t count, int64_t j) {
         model.m_segments[static_cast<size_t>(slot)] = Segment{like.stream, like.small, false, true, like.size, -1, -1};
+        if (count == 1 && blocks[0].buffer < 0) ++model.m_wholly_free;
         const int64_t origin = int64_t{slot} * (int64_t{1} << kSegmentAddressBits);
         int32_t last = -1;
         for (size_t i = 0; i < count; ++i) {
@@ -442,6 +447,8 @@ int64_t PeriodicReplay::reference(CachingAllocatorModel& model, const std::vecto
     };
     // Empties segment `slot` (its free blocks out of the free lists, its buffers freed).
     auto clearSegment = [&](int32_t slot) {
+        const Segment& seg = model.m_segments[static_cast<size_t>(slot)];
+        if (seg.first >= 0 && seg.first == seg.last && model.m_blocks[static_cast<size_t>(seg.first)].buffer < 0) --model.m_wholly_free;
         for (int32_t id = model.m_segments[static_cast<size_t>(slot)].first; id >= 0;) {
             const Block b = model.m_blocks[static_cast<size_t>(id)];
             if (b.buffer < 0) {

@@ -77,7 +77,7 @@ public:
 private:
     void runOps(CachingAllocatorModel& model, const std::vector<AllocOp>& tape, uint32_t from, uint32_t to);
     // Replays the period at `at` (length `len`) and returns how many of the next (at most
-    // `max_skip`) it proved and applied.
+    // `max_skip`) it proved and applied; -1 when it released cached memory (no length would do).
     int64_t reference(CachingAllocatorModel& model, const std::vector<AllocOp>& tape, uint32_t at, uint32_t len, int64_t max_skip);
     void applyStats(CachingAllocatorModel& model, const AllocatorStats& start, int64_t periods);
 

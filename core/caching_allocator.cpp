@@ -55,6 +55,7 @@ void CachingAllocatorModel::reset(const AllocatorConfig& config, int32_t buffer_
     m_buffers.assign(static_cast<size_t>(buffer_count), BufferState{});
     m_stats = AllocatorStats{};
     m_allocated_at_reserved_peak = 0;
+    m_wholly_free = 0;
 }
 
 void CachingAllocatorModel::resetPeaks() {
@@ -189,6 +190,7 @@ void CachingAllocatorModel::placeInBlock(int32_t block, int64_t size, int32_t bu
     // max_split_size or more.
     const bool split = (seg.small || seg.expandable) ? remaining >= kAllocMinBlockSize
                                                      : size < m_config.max_split_size && remaining > kAllocSmallSize;
+    if (b.prev < 0 && b.next < 0 && !seg.expandable) --m_wholly_free;
     b.buffer = buffer;
     if (split) {
         b.size = size;
@@ -277,6 +279,7 @@ bool CachingAllocatorModel::newSegment(int64_t size, bool small, Stream stream, 
     m_stats.reserved_bytes += seg_size;
     m_stats.reserved_by_stream[static_cast<size_t>(stream)] += seg_size;
     ++m_stats.segments;
+    ++m_wholly_free;  // until placeInBlock takes its block
     placeInBlock(block, size, buffer);
     return true;
 }
@@ -325,7 +328,16 @@ void CachingAllocatorModel::releaseCached() {
     // segment unmaps the free pages at its end.
     ++m_stats.releases;
     const int64_t reserved_before = m_stats.reserved_bytes;
-    for (size_t si = 0; si < m_segments.size(); ++si) {
+#ifndef NDEBUG
+    int32_t wholly_free = 0;
+    for (const Segment& g : m_segments) {
+        wholly_free += g.live && !g.expandable && g.first >= 0 && g.first == g.last && m_blocks[static_cast<size_t>(g.first)].buffer < 0;
+    }
+    assert(wholly_free == m_wholly_free && "the count of wholly free segments is kept up to date");
+#endif
+    // Only expandable segments give back part of themselves; otherwise nothing to scan for.
+    const bool scan = m_config.mode == AllocatorMode::Expandable || m_wholly_free > 0;
+    for (size_t si = 0; scan && si < m_segments.size(); ++si) {
         Segment& seg = m_segments[si];
         if (!seg.live || seg.last < 0) continue;
         Block& tail = m_blocks[static_cast<size_t>(seg.last)];
@@ -352,6 +364,7 @@ void CachingAllocatorModel::releaseCached() {
             continue;
         }
         if (seg.first == seg.last) {
+            --m_wholly_free;
             eraseFree(seg.first);
             m_spare_blocks.push_back(seg.first);
             m_stats.reserved_bytes -= seg.size;
@@ -429,6 +442,8 @@ void CachingAllocatorModel::freeBlock(int32_t block) {
         block = prev;
     }
     insertFree(block);
+    const Block& b = m_blocks[static_cast<size_t>(block)];
+    if (b.prev < 0 && b.next < 0 && !m_segments[static_cast<size_t>(b.segment)].expandable) ++m_wholly_free;
 }
 
 void CachingAllocatorModel::free(int32_t buffer) {

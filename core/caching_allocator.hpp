@@ -224,6 +224,9 @@ private:
     std::vector<BufferState> m_buffers;
     AllocatorStats m_stats;
     int64_t m_allocated_at_reserved_peak = 0;  // the most allocated while reserved is at its peak
+    // Segments (not expandable) that are one free block: what a release would give back. Near the
+    // limit every allocation tries a release; with none, it need not scan the segments.
+    int32_t m_wholly_free = 0;
 };
 
 // Replays a Program's events in the order the timed memory curve applies them (see
