@@ -125,6 +125,38 @@ void BM_Stage_TimeMemory_Llama8B_8GPUs(benchmark::State& state) {
 }
 BENCHMARK(BM_Stage_TimeMemory_Llama8B_8GPUs)->Unit(benchmark::kMicrosecond);
 
+// The allocator replay alone (both steps) on the plan's evaluated program: the fast replay (what
+// the evaluation runs) or every call (AllocatorReplay::Full). "calls": model calls per replay.
+void BM_ReplayAllocator(benchmark::State& state, const char* model_name, int nodes, core::AllocatorReplay mode) {
+    const core::Plan plan = benchPlan(model_name, nodes);
+    const sim::HardwareProfile profile = sim::HardwareProfile::fromCluster(plan.cluster);
+    sim::Evaluator evaluator;
+    sim::Evaluation e;
+    if (auto st = evaluator.evaluate(plan, &profile, sim::EvaluationOptions{}, e); !st) {
+        state.SkipWithError(st.error().message.c_str());
+        return;
+    }
+    core::MemoryTimer timer;
+    core::TimedMemory timed;
+    timer.compute(e.program, e.timeline, timed);
+    core::CachingAllocatorModel model;
+    core::ReservedMemory out;
+    for (auto _ : state) {
+        timer.replayAllocator(e.program, e.timeline, e.reserved.config, model, out, mode);
+        benchmark::DoNotOptimize(out.stats.peak_reserved_bytes);
+    }
+    const bool fast = mode == core::AllocatorReplay::Fast;
+    state.counters["calls"] = static_cast<double>(fast ? timer.allocatorReplay().lastCalls() : timer.fullReplayCalls());
+    state.counters["skipped_periods"] = static_cast<double>(fast ? timer.allocatorReplay().lastSkippedPeriods() : 0);
+}
+
+BENCHMARK_CAPTURE(BM_ReplayAllocator, Llama8B_8GPUs, "llama-3.1-8b", 1, core::AllocatorReplay::Fast)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_ReplayAllocator, Llama8B_8GPUs_Full, "llama-3.1-8b", 1, core::AllocatorReplay::Full)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_ReplayAllocator, Llama405B_16384GPUs, "llama-3.1-405b", 2048, core::AllocatorReplay::Fast)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_ReplayAllocator, Llama405B_16384GPUs_Full, "llama-3.1-405b", 2048, core::AllocatorReplay::Full)
+    ->Unit(benchmark::kMicrosecond);
+
 void wrapSearch(benchmark::State& state, const core::Plan& plan) {
     const sim::HardwareProfile profile = sim::HardwareProfile::fromCluster(plan.cluster);
     for (auto _ : state) {

@@ -55,6 +55,7 @@ void CachingAllocatorModel::reset(const AllocatorConfig& config, int32_t buffer_
     m_buffers.assign(static_cast<size_t>(buffer_count), BufferState{});
     m_stats = AllocatorStats{};
     m_allocated_at_reserved_peak = 0;
+    m_wholly_free = 0;
 }
 
 void CachingAllocatorModel::resetPeaks() {
@@ -112,33 +113,74 @@ int CachingAllocatorModel::sizeClass(int64_t size) {
     return std::min(kSizeClasses - 1, (e - 9) * 4 + sub);
 }
 
+// The position of `b`'s key in its pool's free list (where it is, or where it goes).
+std::vector<CachingAllocatorModel::FreeKey>::iterator CachingAllocatorModel::freeKeyOf(const Block& b, FreeList*& list, int& c) {
+    const Segment& seg = m_segments[static_cast<size_t>(b.segment)];
+    list = &freeList(seg.small, seg.stream);
+    c = sizeClass(b.size);
+    auto& keys = list->classes[static_cast<size_t>(c)];
+    return std::lower_bound(keys.begin(), keys.end(), b,
+                            [](const FreeKey& k, const Block& x) { return keyBefore(k, x.size, x.addr); });
+}
+
 void CachingAllocatorModel::insertFree(int32_t block) {
     const Block& b = m_blocks[static_cast<size_t>(block)];
-    const Segment& seg = m_segments[static_cast<size_t>(b.segment)];
-    FreeList& list = freeList(seg.small, seg.stream);
-    const int c = sizeClass(b.size);
-    auto& keys = list.classes[static_cast<size_t>(c)];
-    auto it = std::lower_bound(keys.begin(), keys.end(), b,
-                               [](const FreeKey& k, const Block& x) { return keyBefore(k, x.size, x.addr); });
-    keys.insert(it, FreeKey{b.size, b.addr, block});
-    list.nonempty[static_cast<size_t>(c / 64)] |= uint64_t{1} << (c % 64);
+    FreeList* list = nullptr;
+    int c = 0;
+    const auto it = freeKeyOf(b, list, c);
+    list->classes[static_cast<size_t>(c)].insert(it, FreeKey{b.size, b.addr, block});
+    list->nonempty[static_cast<size_t>(c / 64)] |= uint64_t{1} << (c % 64);
 }
 
 void CachingAllocatorModel::eraseFree(int32_t block) {
     const Block& b = m_blocks[static_cast<size_t>(block)];
-    const Segment& seg = m_segments[static_cast<size_t>(b.segment)];
-    FreeList& list = freeList(seg.small, seg.stream);
-    const int c = sizeClass(b.size);
-    auto& keys = list.classes[static_cast<size_t>(c)];
-    auto it = std::lower_bound(keys.begin(), keys.end(), b,
-                               [](const FreeKey& k, const Block& x) { return keyBefore(k, x.size, x.addr); });
+    FreeList* list = nullptr;
+    int c = 0;
+    const auto it = freeKeyOf(b, list, c);
+    auto& keys = list->classes[static_cast<size_t>(c)];
     assert(it != keys.end() && it->block == block && "a free block is in its pool's free list");
     keys.erase(it);
-    if (keys.empty()) list.nonempty[static_cast<size_t>(c / 64)] &= ~(uint64_t{1} << (c % 64));
+    if (keys.empty()) list->nonempty[static_cast<size_t>(c / 64)] &= ~(uint64_t{1} << (c % 64));
+}
+
+void CachingAllocatorModel::attachJournal(AllocatorJournal* journal) {
+    m_journal = journal;
+    if (journal == nullptr) return;
+    journal->segment_base = static_cast<int32_t>(m_segments.size());
+    journal->irregular = false;
+    journal->empty_releases = 0;
+    journal->picks.clear();
+    journal->tie_segments.clear();
+    journal->new_segments.clear();
+    journal->touched.clear();
+    journal->saved_at.assign(1, 0);
+    journal->saved.clear();
+    if (journal->touch_mark.size() < m_segments.size()) {
+        journal->touch_mark.resize(m_segments.size(), 0);
+        journal->new_mark.resize(m_segments.size(), 0);
+    }
+    if (++journal->epoch == 0) {  // wrapped: old marks could read as this epoch
+        std::fill(journal->touch_mark.begin(), journal->touch_mark.end(), 0);
+        std::fill(journal->new_mark.begin(), journal->new_mark.end(), 0);
+        journal->epoch = 1;
+    }
+}
+
+void CachingAllocatorModel::noteTouch(int32_t segment) {
+    AllocatorJournal& j = *m_journal;
+    if (segment >= j.segment_base || j.touch_mark[static_cast<size_t>(segment)] == j.epoch) return;
+    j.touch_mark[static_cast<size_t>(segment)] = j.epoch;
+    j.touched.push_back(segment);
+    for (int32_t id = m_segments[static_cast<size_t>(segment)].first; id >= 0; id = m_blocks[static_cast<size_t>(id)].next) {
+        const Block& b = m_blocks[static_cast<size_t>(id)];
+        j.saved.push_back({b.addr, b.size, b.buffer});
+    }
+    j.saved_at.push_back(static_cast<uint32_t>(j.saved.size()));
 }
 
 // Takes the free block (already out of its free list) for `buffer`, splitting off the remainder.
 void CachingAllocatorModel::placeInBlock(int32_t block, int64_t size, int32_t buffer) {
+    if (m_journal != nullptr) noteTouch(m_blocks[static_cast<size_t>(block)].segment);
     Block& b = m_blocks[static_cast<size_t>(block)];
     const Segment& seg = m_segments[static_cast<size_t>(b.segment)];
     assert(b.buffer < 0 && b.size >= size);
@@ -148,6 +190,7 @@ void CachingAllocatorModel::placeInBlock(int32_t block, int64_t size, int32_t bu
     // max_split_size or more.
     const bool split = (seg.small || seg.expandable) ? remaining >= kAllocMinBlockSize
                                                      : size < m_config.max_split_size && remaining > kAllocSmallSize;
+    if (b.prev < 0 && b.next < 0 && !seg.expandable) --m_wholly_free;
     b.buffer = buffer;
     if (split) {
         b.size = size;
@@ -178,10 +221,23 @@ bool CachingAllocatorModel::tryCached(int64_t size, bool small, Stream stream, i
             if (w == (c + 1) / 64) bits &= ~uint64_t{0} << ((c + 1) % 64);
             if (bits != 0) next = w * 64 + std::countr_zero(bits);
         }
-        if (next < 0 || c + 1 >= kSizeClasses) return false;
+        if (next < 0 || c + 1 >= kSizeClasses) {
+            if (m_journal != nullptr) m_journal->picks.push_back({size, 0, 0, -1, false, 0, 0, small, stream});
+            return false;
+        }
         c = next;
         keys = &list.classes[static_cast<size_t>(c)];
         it = keys->begin();
+    }
+    if (m_journal != nullptr) {
+        const int32_t seg = m_blocks[static_cast<size_t>(it->block)].segment;
+        AllocatorJournal& j = *m_journal;
+        const auto tie_at = static_cast<uint32_t>(j.tie_segments.size());
+        uint32_t ties = 0;
+        for (auto t = it + 1; t != keys->end() && t->size == it->size && ties <= AllocatorJournal::kMaxTies; ++t, ++ties) {
+            j.tie_segments.push_back(m_blocks[static_cast<size_t>(t->block)].segment);
+        }
+        j.picks.push_back({size, it->size, it->addr, seg, true, tie_at, ties, small, stream});
     }
     const int64_t max_split = m_config.max_split_size;
     if (size < max_split && it->size >= max_split) return false;
@@ -193,25 +249,37 @@ bool CachingAllocatorModel::tryCached(int64_t size, bool small, Stream stream, i
     return true;
 }
 
+int32_t CachingAllocatorModel::takeSegmentSlot() {
+    if (m_spare_segments.empty()) {
+        m_segments.emplace_back();
+        return static_cast<int32_t>(m_segments.size() - 1);
+    }
+    // The lowest released slot, as the scan for the first free slot took it.
+    std::pop_heap(m_spare_segments.begin(), m_spare_segments.end(), std::greater<>{});
+    const int32_t slot = m_spare_segments.back();
+    m_spare_segments.pop_back();
+    return slot;
+}
+
 bool CachingAllocatorModel::newSegment(int64_t size, bool small, Stream stream, int32_t buffer) {
     const int64_t seg_size = segmentSize(size);
     if (m_stats.reserved_bytes + seg_size > m_config.limit_bytes) return false;
-    size_t slot = m_segments.size();
-    if (!m_spare_segments.empty()) {
-        // The lowest released slot, as the scan for the first free slot took it.
-        std::pop_heap(m_spare_segments.begin(), m_spare_segments.end(), std::greater<>{});
-        slot = static_cast<size_t>(m_spare_segments.back());
-        m_spare_segments.pop_back();
-    } else {
-        m_segments.emplace_back();
-    }
-    const auto seg_id = static_cast<int32_t>(slot);
+    const int32_t seg_id = takeSegmentSlot();
+    const auto slot = static_cast<size_t>(seg_id);
     const int32_t block = newBlock(Block{int64_t{seg_id} << kSegmentAddressBits, seg_size, -1, -1, seg_id, -1});
     Segment& seg = m_segments[slot];
     seg = Segment{stream, small, false, true, seg_size, block, block};
+    if (m_journal != nullptr) {
+        m_journal->new_segments.push_back({seg_id, seg_size, m_stats.reserved_bytes, m_config.limit_bytes != INT64_MAX});
+        if (seg_id < m_journal->segment_base) {  // a released slot: new, not an old segment changed
+            m_journal->touch_mark[slot] = m_journal->epoch;
+            m_journal->new_mark[slot] = m_journal->epoch;
+        }
+    }
     m_stats.reserved_bytes += seg_size;
     m_stats.reserved_by_stream[static_cast<size_t>(stream)] += seg_size;
     ++m_stats.segments;
+    ++m_wholly_free;  // until placeInBlock takes its block
     placeInBlock(block, size, buffer);
     return true;
 }
@@ -229,6 +297,7 @@ bool CachingAllocatorModel::growExpandable(int64_t size, bool small, Stream stre
     const bool tail_free = tail >= 0 && m_blocks[static_cast<size_t>(tail)].buffer < 0;
     const int64_t tail_bytes = tail_free ? m_blocks[static_cast<size_t>(tail)].size : 0;
     const int64_t grow = page * ((size - tail_bytes + page - 1) / page);
+    if (m_journal != nullptr) m_journal->irregular = true;
     if (m_stats.reserved_bytes + grow > m_config.limit_bytes) return false;
     if (created) {
         m_segments.emplace_back();
@@ -258,7 +327,17 @@ void CachingAllocatorModel::releaseCached() {
     // release_cached_blocks: every segment with no allocated block goes back to CUDA; an expandable
     // segment unmaps the free pages at its end.
     ++m_stats.releases;
-    for (size_t si = 0; si < m_segments.size(); ++si) {
+    const int64_t reserved_before = m_stats.reserved_bytes;
+#ifndef NDEBUG
+    int32_t wholly_free = 0;
+    for (const Segment& g : m_segments) {
+        wholly_free += g.live && !g.expandable && g.first >= 0 && g.first == g.last && m_blocks[static_cast<size_t>(g.first)].buffer < 0;
+    }
+    assert(wholly_free == m_wholly_free && "the count of wholly free segments is kept up to date");
+#endif
+    // Only expandable segments give back part of themselves; otherwise nothing to scan for.
+    const bool scan = m_config.mode == AllocatorMode::Expandable || m_wholly_free > 0;
+    for (size_t si = 0; scan && si < m_segments.size(); ++si) {
         Segment& seg = m_segments[si];
         if (!seg.live || seg.last < 0) continue;
         Block& tail = m_blocks[static_cast<size_t>(seg.last)];
@@ -285,6 +364,7 @@ void CachingAllocatorModel::releaseCached() {
             continue;
         }
         if (seg.first == seg.last) {
+            --m_wholly_free;
             eraseFree(seg.first);
             m_spare_blocks.push_back(seg.first);
             m_stats.reserved_bytes -= seg.size;
@@ -295,6 +375,11 @@ void CachingAllocatorModel::releaseCached() {
             m_spare_segments.push_back(static_cast<int32_t>(si));
             std::push_heap(m_spare_segments.begin(), m_spare_segments.end(), std::greater<>{});
         }
+    }
+    // The journal accepts a release that found nothing to give back (its only effect is the count).
+    if (m_journal != nullptr) {
+        if (m_stats.reserved_bytes != reserved_before) m_journal->irregular = true;
+        else ++m_journal->empty_releases;
     }
 }
 
@@ -332,6 +417,7 @@ void CachingAllocatorModel::allocate(int32_t buffer, int64_t bytes, Stream strea
 
 // free_block: the block merges with its free neighbours (try_merge_blocks) and joins its pool.
 void CachingAllocatorModel::freeBlock(int32_t block) {
+    if (m_journal != nullptr) noteTouch(m_blocks[static_cast<size_t>(block)].segment);
     // `id` takes in its next block, free and out of its pool's list.
     auto absorbNext = [&](int32_t id) {
         Block& b = m_blocks[static_cast<size_t>(id)];
@@ -356,6 +442,8 @@ void CachingAllocatorModel::freeBlock(int32_t block) {
         block = prev;
     }
     insertFree(block);
+    const Block& b = m_blocks[static_cast<size_t>(block)];
+    if (b.prev < 0 && b.next < 0 && !m_segments[static_cast<size_t>(b.segment)].expandable) ++m_wholly_free;
 }
 
 void CachingAllocatorModel::free(int32_t buffer) {
@@ -367,6 +455,16 @@ void CachingAllocatorModel::free(int32_t buffer) {
     noteChange();
 }
 
+void CachingAllocatorModel::apply(const AllocOp& op) {
+    switch (op.kind) {
+        case AllocOpKind::Allocate: allocate(op.id, op.bytes, op.stream); return;
+        case AllocOpKind::Free: free(op.id); return;
+        case AllocOpKind::ReleaseTail: releaseTail(op.id, op.bytes); return;
+        case AllocOpKind::RestoreTail: restoreTail(op.id); return;
+        case AllocOpKind::Adjust: adjustAllocated(op.id, op.bytes); return;
+    }
+}
+
 void CachingAllocatorModel::adjustAllocated(int32_t buffer, int64_t delta) {
     countAllocated(m_buffers[static_cast<size_t>(buffer)].stream, delta);
     noteChange();
@@ -374,6 +472,7 @@ void CachingAllocatorModel::adjustAllocated(int32_t buffer, int64_t delta) {
 
 void CachingAllocatorModel::releaseTail(int32_t buffer, int64_t bytes) {
     BufferState& state = m_buffers[static_cast<size_t>(buffer)];
+    if (m_journal != nullptr && state.block >= 0) noteTouch(m_blocks[static_cast<size_t>(state.block)].segment);
     countAllocated(state.stream, -bytes);
     if (state.block >= 0) {
         const int32_t id = state.block;
@@ -397,6 +496,7 @@ void CachingAllocatorModel::releaseTail(int32_t buffer, int64_t bytes) {
 
 void CachingAllocatorModel::restoreTail(int32_t buffer) {
     BufferState& state = m_buffers[static_cast<size_t>(buffer)];
+    if (m_journal != nullptr && state.block >= 0) noteTouch(m_blocks[static_cast<size_t>(state.block)].segment);
     const int64_t tail = state.released_tail;
     countAllocated(state.stream, state.released_bytes);
     state.released_tail = 0;

@@ -75,6 +75,60 @@ struct AllocatorStats {
     bool operator==(const AllocatorStats&) const = default;
 };
 
+// One call of the model, as a replay records it (MemoryTimer::replayAllocator builds a step's
+// calls once and runs them twice). `bytes`: Allocate's request, ReleaseTail's bytes, Adjust's
+// delta; `stream`: Allocate's.
+enum class AllocOpKind : uint8_t { Allocate, Free, ReleaseTail, RestoreTail, Adjust };
+struct AllocOp {
+    int64_t bytes = 0;
+    int32_t id = -1;
+    AllocOpKind kind = AllocOpKind::Allocate;
+    Stream stream = Stream::Compute;
+    bool operator==(const AllocOp&) const = default;
+};
+
+// What one stretch of calls did, recorded for PeriodicReplay's proof that later identical
+// stretches would do the same (core/allocator_replay.hpp). Filled only while attached.
+struct AllocatorJournal {
+    struct Pick {  // one best-fit search (get_free_block)
+        int64_t request = 0;
+        int64_t size = 0, addr = 0;  // the best fit, when found (taken, or refused by max_split_size)
+        int32_t segment = -1;
+        bool found = false;
+        // The other free blocks of the pool with the best fit's size (the address decided):
+        // their segments are tie_segments[tie_at .. tie_at + ties), or more than kMaxTies.
+        uint32_t tie_at = 0;
+        uint32_t ties = 0;
+        bool small = false;
+        Stream stream = Stream::Compute;
+    };
+    struct NewSegment {
+        int32_t slot = -1;
+        int64_t size = 0;
+        int64_t reserved_before = 0;
+        bool limited = true;  // false: made past the limit (out of memory), which no longer applies
+    };
+    struct SavedBlock {
+        int64_t addr = 0, size = 0;
+        int32_t buffer = -1;
+    };
+    static constexpr uint32_t kMaxTies = 64;
+    int32_t segment_base = 0;  // segments below existed when recording began
+    bool irregular = false;    // released cached memory or grew an expandable segment
+    int32_t empty_releases = 0;  // releases that found nothing to give back (near or past the limit)
+    std::vector<Pick> picks;
+    std::vector<int32_t> tie_segments;
+    std::vector<NewSegment> new_segments;
+    // Each segment below segment_base as it was before its first change: touched[i] is its slot,
+    // its blocks (in address order) are saved[saved_at[i] .. saved_at[i + 1]).
+    std::vector<int32_t> touched;
+    std::vector<uint32_t> saved_at;
+    std::vector<SavedBlock> saved;
+    std::vector<uint32_t> touch_mark;  // by slot: the epoch of its last touch
+    std::vector<uint32_t> new_mark;    // by slot: the epoch in which it was created
+    uint32_t epoch = 0;
+};
+
 // Reusable: keeps its buffers between resets. Buffers are named by id (0 .. reset's buffer_count-1).
 class CachingAllocatorModel {
 public:
@@ -88,6 +142,7 @@ public:
     // Counts `delta` allocated bytes with no block moving: a replay that frees a buffer's tensors
     // ahead of its bookkeeping keeps allocated equal to the Program's count.
     void adjustAllocated(int32_t buffer, int64_t delta);  // counted on `buffer`'s stream
+    void apply(const AllocOp& op);
     // Clears the peaks (after a warm-up step), keeping what is cached.
     void resetPeaks();
     const AllocatorStats& stats() const { return m_stats; }
@@ -95,7 +150,11 @@ public:
     static int64_t roundSize(int64_t bytes);       // round_size
     static int64_t segmentSize(int64_t rounded);   // get_allocation_size
 
+    // Records into `journal` until detached (nullptr); the model's figures are unaffected.
+    void attachJournal(AllocatorJournal* journal);
+
 private:
+    friend class PeriodicReplay;  // reads and extends the state when it skips proven repeats
     // Blocks are nodes of a per-segment list in address order; free ones are also in their
     // pool's free list, ordered by (size, address) as the real allocator's BlockPool (a std::set
     // ordered by stream, size, address). Here each pool and stream splits its list into size
@@ -142,17 +201,21 @@ private:
     };
     FreeList& freeList(bool small, Stream stream) { return m_free[small ? 1 : 0][static_cast<size_t>(stream)]; }
     int32_t newBlock(const Block& b);
+    std::vector<FreeKey>::iterator freeKeyOf(const Block& b, FreeList*& list, int& c);
     void insertFree(int32_t block);
     void eraseFree(int32_t block);
     void placeInBlock(int32_t block, int64_t size, int32_t buffer);
     bool tryCached(int64_t size, bool small, Stream stream, int32_t buffer);
+    int32_t takeSegmentSlot();  // the slot a new segment gets: the lowest released one, else a new one
     bool newSegment(int64_t size, bool small, Stream stream, int32_t buffer);
     bool growExpandable(int64_t size, bool small, Stream stream, int32_t buffer);
     void releaseCached();
     void freeBlock(int32_t block);
     void noteChange();
+    void noteTouch(int32_t segment);  // journal: a segment is about to change
 
     AllocatorConfig m_config;
+    AllocatorJournal* m_journal = nullptr;
     std::vector<Segment> m_segments;
     std::vector<Block> m_blocks;
     std::vector<int32_t> m_spare_blocks;  // unused slots of m_blocks
@@ -161,6 +224,9 @@ private:
     std::vector<BufferState> m_buffers;
     AllocatorStats m_stats;
     int64_t m_allocated_at_reserved_peak = 0;  // the most allocated while reserved is at its peak
+    // Segments (not expandable) that are one free block: what a release would give back. Near the
+    // limit every allocation tries a release; with none, it need not scan the segments.
+    int32_t m_wholly_free = 0;
 };
 
 // Replays a Program's events in the order the timed memory curve applies them (see

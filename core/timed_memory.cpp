@@ -192,7 +192,7 @@ void MemoryTimer::compute(const Program& program, const Timeline& timeline, Time
 }
 
 void MemoryTimer::replayAllocator(const Program& program, const Timeline& timeline, const AllocatorConfig& config, CachingAllocatorModel& model,
-                                  ReservedMemory& out) {
+                                  ReservedMemory& out, AllocatorReplay mode) {
     const bool split = !program.buffer_tensors.empty();
     auto tensorsOf = [&](int32_t buffer) { return split ? program.buffer_tensors[static_cast<size_t>(buffer)] : Span{}; };
     // Model ids: each buffer's tensors in a row, then one per category for the steady state.
@@ -211,22 +211,29 @@ void MemoryTimer::replayAllocator(const Program& program, const Timeline& timeli
         if (c == index(MemCategory::RuntimeOverhead) || program.initial[c] <= 0) continue;
         model.allocate(ids + c, program.initial[c], Stream::Compute);
     }
+    // One step's allocator calls, in order: both steps replay the same tape.
+    m_tape.clear();
+    auto emit = [&](AllocOpKind kind, int32_t id, int64_t bytes, Stream stream = Stream::Compute) {
+        m_tape.push_back(AllocOp{bytes, id, kind, stream});
+    };
+    auto emitFree = [&](int32_t id) { emit(AllocOpKind::Free, id, 0); };
+    auto emitId = [&](AllocOpKind kind, int32_t id) { emit(kind, id, 0); };
     auto apply = [&](const MemEvent& e) {
         assert(e.buffer >= 0 && e.buffer < program.buffer_count);
         const int32_t base = m_tensor_base[static_cast<size_t>(e.buffer)];
         const Span ts = tensorsOf(e.buffer);
         if (e.bytes > 0) {
             if (ts.count == 0) {
-                model.allocate(base, e.bytes, e.stream);
+                emit(AllocOpKind::Allocate, base, e.bytes, e.stream);
                 return;
             }
             m_tensors_freed[static_cast<size_t>(e.buffer)] = 0;
             for (uint32_t k = 0; k < ts.count; ++k) {
-                model.allocate(base + static_cast<int32_t>(k), program.tensor_bytes[ts.offset + k], e.stream);
+                emit(AllocOpKind::Allocate, base + static_cast<int32_t>(k), program.tensor_bytes[ts.offset + k], e.stream);
             }
         } else if (e.bytes < 0) {
             if (ts.count == 0) {
-                model.free(base);
+                emitFree(base);
                 return;
             }
             // A backward frees saved tensors from the last; what it has not freed goes now (the
@@ -235,9 +242,9 @@ void MemoryTimer::replayAllocator(const Program& program, const Timeline& timeli
             int64_t freed_bytes = -e.bytes;
             for (uint32_t k = live; k-- > 0;) {
                 freed_bytes -= program.tensor_bytes[ts.offset + k];
-                model.free(base + static_cast<int32_t>(k));
+                emitFree(base + static_cast<int32_t>(k));
             }
-            if (freed_bytes != 0) model.adjustAllocated(base, -freed_bytes);
+            if (freed_bytes != 0) emit(AllocOpKind::Adjust, base, -freed_bytes);
         }
     };
     auto applyInOrder = [&](Span span) {
@@ -257,7 +264,7 @@ void MemoryTimer::replayAllocator(const Program& program, const Timeline& timeli
             const Span ts = tensorsOf(e[k].buffer);
             const int32_t base = m_tensor_base[static_cast<size_t>(e[k].buffer)];
             if (ts.count == 0) {
-                model.releaseTail(base, -e[k].bytes);
+                emit(AllocOpKind::ReleaseTail, base, -e[k].bytes);
                 continue;
             }
             uint32_t& freed = m_tensors_freed[static_cast<size_t>(e[k].buffer)];
@@ -269,11 +276,11 @@ void MemoryTimer::replayAllocator(const Program& program, const Timeline& timeli
                 const int64_t bytes = program.tensor_bytes[ts.offset + i];
                 if (released + bytes > -e[k].bytes) break;
                 released += bytes;
-                model.free(base + static_cast<int32_t>(i));
-                model.adjustAllocated(base, bytes);  // still counted until the peak's accounting below
+                emitFree(base + static_cast<int32_t>(i));
+                emit(AllocOpKind::Adjust, base, bytes);  // still counted until the peak's accounting below
                 ++freed;
             }
-            model.adjustAllocated(base, e[k].bytes);  // allocated falls by the released bytes, as the curve's
+            emit(AllocOpKind::Adjust, base, e[k].bytes);  // allocated falls by the released bytes, as the curve's
         }
         // Scratch: each of its tensors, in order, then freed.
         for (uint32_t k = 0; k < span.count; ++k) {
@@ -281,46 +288,59 @@ void MemoryTimer::replayAllocator(const Program& program, const Timeline& timeli
             const int32_t base = m_tensor_base[static_cast<size_t>(e[k].buffer)];
             const Span ts = tensorsOf(e[k].buffer);
             if (ts.count == 0) {
-                model.allocate(base, e[k].bytes, e[k].stream);
+                emit(AllocOpKind::Allocate, base, e[k].bytes, e[k].stream);
                 continue;
             }
             for (uint32_t i = 0; i < ts.count; ++i) {
-                model.allocate(base + static_cast<int32_t>(i), program.tensor_bytes[ts.offset + i], e[k].stream);
+                emit(AllocOpKind::Allocate, base + static_cast<int32_t>(i), program.tensor_bytes[ts.offset + i], e[k].stream);
             }
         }
         for (uint32_t k = 0; k < span.count; ++k) {
             if (e[k].bytes <= 0) continue;
             const int32_t base = m_tensor_base[static_cast<size_t>(e[k].buffer)];
             const uint32_t n = std::max<uint32_t>(1, tensorsOf(e[k].buffer).count);
-            for (uint32_t i = n; i-- > 0;) model.free(base + static_cast<int32_t>(i));
+            for (uint32_t i = n; i-- > 0;) emitFree(base + static_cast<int32_t>(i));
         }
         for (uint32_t k = 0; k < span.count; ++k) {
             if (e[k].bytes >= 0) continue;
             if (tensorsOf(e[k].buffer).count == 0) {
-                model.restoreTail(m_tensor_base[static_cast<size_t>(e[k].buffer)]);
+                emitId(AllocOpKind::RestoreTail, m_tensor_base[static_cast<size_t>(e[k].buffer)]);
             } else {
-                model.adjustAllocated(m_tensor_base[static_cast<size_t>(e[k].buffer)], -e[k].bytes);  // the bookkeeping undo; the blocks stay free
+                emit(AllocOpKind::Adjust, m_tensor_base[static_cast<size_t>(e[k].buffer)], -e[k].bytes);  // the bookkeeping undo; the blocks stay free
             }
         }
     };
-    // Two steps: the first fills the cache as a previous step would; the second is reported.
-    for (int step = 0; step < 2; ++step) {
-        if (step == 1) model.resetPeaks();
-        for (const Point& p : m_points) {
-            const Task& t = program.tasks[p.task];
-            switch (p.phase) {
-                case kDeferred: apply(program.mem[static_cast<size_t>(p.event)]); break;
-                case kEnd: applyInOrder(t.mem_end); break;
-                case kStart:
-                    applyInOrder(t.mem_start);
-                    if (timeline.tasks[p.task].end_ns == timeline.tasks[p.task].start_ns) {
-                        if (t.mem_peak.count > 0) applyTransient(t.mem_peak);
-                        applyInOrder(t.mem_end);
-                    }
-                    break;
-                case kMid: applyTransient(t.mem_peak); break;
-            }
+    // Where a block's forward or backward begins, a period of the tape may begin.
+    m_hints.clear();
+    for (const Point& p : m_points) {
+        const Task& t = program.tasks[p.task];
+        if (t.unit >= 0 && (t.kind == TaskKind::Forward || t.kind == TaskKind::Backward) && p.phase != kDeferred &&
+            (m_hints.empty() || m_hints.back() != m_tape.size())) {
+            m_hints.push_back(static_cast<uint32_t>(m_tape.size()));
         }
+        switch (p.phase) {
+            case kDeferred: apply(program.mem[static_cast<size_t>(p.event)]); break;
+            case kEnd: applyInOrder(t.mem_end); break;
+            case kStart:
+                applyInOrder(t.mem_start);
+                if (timeline.tasks[p.task].end_ns == timeline.tasks[p.task].start_ns) {
+                    if (t.mem_peak.count > 0) applyTransient(t.mem_peak);
+                    applyInOrder(t.mem_end);
+                }
+                break;
+            case kMid: applyTransient(t.mem_peak); break;
+        }
+    }
+    // Two steps: the first fills the cache as a previous step would; the second is reported.
+    if (mode == AllocatorReplay::Full) {
+        replayTapeFull(model, m_tape);
+        model.resetPeaks();
+        replayTapeFull(model, m_tape);
+    } else {
+        m_fast.prepare(m_tape, m_hints);
+        m_fast.replay(model, m_tape);
+        model.resetPeaks();
+        m_fast.replay(model, m_tape);
     }
     out.config = config;
     out.stats = model.stats();

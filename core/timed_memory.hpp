@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/allocator_replay.hpp"
 #include "core/caching_allocator.hpp"
 #include "core/program.hpp"
 #include "core/units.hpp"
@@ -41,8 +42,14 @@ public:
     // Replays the same events, in the same order, through a model of PyTorch's caching allocator
     // (ReservedMemory says how), tensor by tensor (Program::buffer_tensors). Call after compute()
     // on the same program and timeline.
+    // Fast skips the repeats of identical blocks where it proves the result unchanged
+    // (PeriodicReplay); Full replays every call (the reference the tests compare with).
     void replayAllocator(const Program& program, const Timeline& timeline, const AllocatorConfig& config, CachingAllocatorModel& model,
-                         ReservedMemory& out);
+                         ReservedMemory& out, AllocatorReplay mode = AllocatorReplay::Fast);
+    // The last fast replay (both steps): its runs, calls made and periods skipped.
+    const PeriodicReplay& allocatorReplay() const { return m_fast; }
+    // Model calls the full replay of the last program makes (two steps).
+    int64_t fullReplayCalls() const { return 2 * static_cast<int64_t>(m_tape.size()); }
 
 private:
     // Points in time order; at equal times: deferred frees, ends, starts, midpoints, then by task.
@@ -65,6 +72,9 @@ private:
     // tensors (from the last) a backward has already freed.
     std::vector<int32_t> m_tensor_base;
     std::vector<uint32_t> m_tensors_freed;
+    std::vector<AllocOp> m_tape;  // one step's allocator calls
+    std::vector<uint32_t> m_hints;  // tape positions where a block's forward or backward begins
+    PeriodicReplay m_fast;
 };
 
 }  // namespace shardcast::core
