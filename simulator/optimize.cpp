@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <array>
-#include <bit>
 #include <cassert>
 #include <chrono>
 #include <cmath>
@@ -13,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "core/lower.hpp"
+#include "core/reserved_floor.hpp"
 #include "core/units.hpp"
 #include "simulator/cost_model.hpp"
 #include "simulator/evaluation.hpp"
@@ -36,55 +36,10 @@ struct Group {
     int ac = 0;  // index into the space's acs
 };
 
-// A lower bound on the judged peak (reserved + Runtime Overhead) of a configuration whose caching
-// allocator does not have to free its cache (one that does cannot fit), from its allocated-only
-// evaluation. The allocator returns nothing to the device during a step unless it frees its cache,
-// and a block serves only the stream that allocated it (core/caching_allocator.hpp), so at the end
-// of the replayed step each stream still reserves at least the most it ever had allocated: the
-// peak reserved is at least the sum over streams of those maxima. The replay applies the timed
-// curve's events in the curve's order, the steady state (Program::initial) on the compute stream,
-// so a category whose bytes are all allocated on one stream (read off the Program) is that
-// stream's: the stream's maximum M_s is at least L_s, the larger of the category's maximum over
-// the step and the sum of the stream's own categories at the allocated peak. Two bounds follow:
-//   sum_s M_s >= sum_s L_s;
-//   sum_s M_s >= A + sum_{s != compute} max(0, L_s - U_s), with A the allocated peak (Runtime
-//     Overhead aside, what the streams hold then) and U_s the bytes of every category allocated on
-//     s at that peak, at least what s holds then: take M_s for the streams where L_s > U_s and
-//     what the others hold at the peak (A less at most U_s for each stream taken).
-int64_t reservedFloorBytes(const Evaluation& e) {
-    const int overhead = core::index(core::MemCategory::RuntimeOverhead);
-    std::array<uint32_t, core::kMemCategoryCount> streams{};  // bit s: allocated on stream s
-    for (int c = 0; c < core::kMemCategoryCount; ++c) {
-        if (c != overhead && e.program.initial[c] > 0) streams[c] |= 1u << static_cast<int>(core::Stream::Compute);
-    }
-    for (const core::MemEvent& m : e.program.mem) {
-        if (m.bytes > 0) streams[core::index(m.category)] |= 1u << static_cast<int>(m.stream);
-    }
-    std::array<int64_t, core::kStreamCount> at_peak{}, largest{}, upper{};
-    for (int c = 0; c < core::kMemCategoryCount; ++c) {
-        if (c == overhead) continue;
-        for (uint32_t bits = streams[c]; bits != 0; bits &= bits - 1) {
-            upper[static_cast<size_t>(std::countr_zero(bits))] += e.timed.at_peak[c];
-        }
-        if (std::popcount(streams[c]) != 1) continue;
-        const auto st = static_cast<size_t>(std::countr_zero(streams[c]));
-        at_peak[st] += e.timed.at_peak[c];
-        largest[st] = std::max(largest[st], e.timed.max_per_category[c]);
-    }
-    int64_t by_stream = e.program.initial[overhead];
-    int64_t from_peak = e.timed.peak_bytes;
-    for (size_t st = 0; st < at_peak.size(); ++st) {
-        const int64_t least = std::max(at_peak[st], largest[st]);
-        by_stream += least;
-        if (st != static_cast<size_t>(core::Stream::Compute)) from_peak += std::max<int64_t>(0, least - upper[st]);
-    }
-    return std::max(by_stream, from_peak);
-}
-
 // An evaluated configuration. Its fit is judged on reserved memory (a replay of the caching
 // allocator, ~85% of an evaluation) only where the allocated-only evaluation cannot decide it: the
 // judged figure is never below the allocated peak (core::FitVerdict::judgedBytes) nor, when it
-// fits, below reservedFloorBytes, so a configuration with either over the budget cannot fit.
+// fits, below core::reservedFloorBytes, so a configuration with either over the budget cannot fit.
 // Until judged, peak_bytes is the larger of the two, a lower bound on the judged peak of a fitting
 // configuration, and the searches order what may fit by it: a configuration ordered first is
 // judged before it is used (its peak then only rises, so nothing judged later moves ahead of it).
@@ -650,7 +605,7 @@ core::Status Search::evaluate(int32_t gi, int32_t si) {
         s.sharding = si;
         s.step_ns = m_e.timeline.step_ns;
         s.allocated_bytes = m_e.fit.peak_bytes;
-        s.peak_bytes = std::max(s.allocated_bytes, reservedFloorBytes(m_e));
+        s.peak_bytes = std::max(s.allocated_bytes, core::reservedFloorBytes(m_e.program, m_e.timed));
         s.budget_bytes = m_e.fit.budget_bytes;
         s.tokens_per_s_per_gpu = m_e.summary.tokens_per_s_per_gpu;
         s.mfu = m_e.summary.mfu;
@@ -696,7 +651,7 @@ core::Status Search::judge(size_t k) {
     ++m_stats.reserved_replays;
     Scored& s = m_scored[k];
     const core::AllocatorStats& a = m_e.reserved.stats;
-    // The self-check of reservedFloorBytes: a judged peak below it, where the allocator kept its
+    // The self-check of core::reservedFloorBytes: a judged peak below it, where the allocator kept its
     // cache, disproves the floor (the search then re-runs without pruning).
     if (m_prune && a.releases == 0 && !a.out_of_memory && judgedPeakBytes(m_e.fit) < s.peak_bytes) m_violated = true;
     if (s.may_fit && !m_e.fit.fits) m_top_stale = true;
