@@ -170,11 +170,13 @@ int runOptimize(const OptimizeCommandOptions& o) {
     sim::Evaluator evaluator;
     sim::EvaluationOptions eo;
     eo.headroom = o.headroom;
+    // A plan object as plan files hold it.
+    auto planJson = [](const core::Plan& plan) { return nlohmann::ordered_json(core::planToJson(plan)); };
     auto entryJson = [&](const sim::OptimizeEntry& en) -> nlohmann::ordered_json {
         const core::Plan plan = sim::applyChoice(base, en.choice);
         sim::Evaluation e;
         nlohmann::ordered_json j;
-        j["plan"] = nlohmann::ordered_json::parse(core::planToJson(plan).dump());
+        j["plan"] = planJson(plan);
         if (evaluator.evaluate(plan, &profile, eo, e)) {
             nlohmann::ordered_json full = planResultJson(plan, e);
             j["time"] = std::move(full["time"]);
@@ -207,7 +209,7 @@ int runOptimize(const OptimizeCommandOptions& o) {
         j["fits"] = r.fits;
         j["at_risk"] = nlohmann::ordered_json::array();
         for (const auto& en : r.at_risk) {
-            j["at_risk"].push_back({{"plan", nlohmann::ordered_json::parse(core::planToJson(sim::applyChoice(base, en.choice)).dump())},
+            j["at_risk"].push_back({{"plan", planJson(sim::applyChoice(base, en.choice))},
                                     {"step_s", en.step_s},
                                     {"allocated_bytes", en.allocated_bytes},
                                     {en.peak_is_bound ? "reserved_at_least_bytes" : "reserved_bytes", en.peak_bytes}});
