@@ -103,8 +103,21 @@ struct FullEvaluator {
 
     core::Result<WrapEvaluation> run(const core::Plan& plan) {
         if (auto s = evaluator.evaluate(plan, &profile, options, e); !s) return s.error();
-        return WrapEvaluation{e.summary.step_s, e.summary.peak_bytes, e.summary.mfu, e.summary.exposed_comm_s,
-                              e.summary.tokens_per_s_per_gpu};
+        WrapEvaluation w;
+        w.step_s = e.summary.step_s;
+        w.peak_bytes = e.summary.peak_bytes;
+        w.mfu = e.summary.mfu;
+        w.exposed_comm_s = e.summary.exposed_comm_s;
+        w.tokens_per_s_per_gpu = e.summary.tokens_per_s_per_gpu;
+        return w;
+    }
+    // Replays the caching allocator over the last run's plan: the verdict on reserved memory.
+    bool judgeReserved(WrapEvaluation& w) {
+        evaluator.judgeReserved(options.headroom, e);
+        w.reserved_bytes = e.fit.reserved_bytes;
+        w.at_risk = !e.fit.fits;
+        w.cache_flushed = e.fit.cache_flushed;
+        return e.fit.fits;
     }
 };
 
@@ -646,17 +659,49 @@ core::Result<WrapSearchResult> searchWrap(const core::Plan& plan, const Hardware
     if (!per_block) return per_block.error();
     r.per_block = *per_block;
 
+    // Judged on reserved memory too: the answer when every grouping the model prefers is at risk.
+    const bool per_block_fits =
+        r.per_block.peak_bytes <= r.cap_bytes && (!options.reserved_memory || evaluator.judgeReserved(r.per_block));
+
     const double gib = static_cast<double>(core::kGiB);
     int64_t dp_cap = r.cap_bytes;
     for (int round = 0;; ++round) {
         const WrapChoice choice = model->best(dp_cap);
-        if (!choice.found) {
+        if (!choice.found && round == 0) {
             r.fits = false;
             r.message = fmt::format(
                 "no grouping of the {} blocks fits under {:.2f} GiB (capacity {:.2f} GiB less {:.0f}% headroom; per block "
                 "the peak is {:.2f} GiB): try --ac full, a smaller --micro-batch, or more GPUs (--nodes)",
                 model->blockCount(), static_cast<double>(r.cap_bytes) / gib, static_cast<double>(r.capacity_bytes) / gib,
                 options.headroom * 100, static_cast<double>(r.per_block.peak_bytes) / gib);
+            break;
+        }
+        if (!choice.found || round > options.max_tightenings) {
+            // The groupings tried were over the cap in the full evaluation (allocated or reserved).
+            if (per_block_fits) {
+                const Grouping ends = perBlock(model->blockCount());
+                r.notes.push_back(fmt::format("none of the {} groupings the model preferred fits in the full evaluation; "
+                                              "one unit per block does: keeping it",
+                                              round));
+                r.ends = ends;
+                r.units = static_cast<int>(ends.size());
+                r.wrap = groupingPolicy(*plan.model, ends);
+                r.predicted_step_s = model->stepNs(ends) / 1e9;
+                r.predicted_peak_bytes = model->peakBytes(ends);
+                r.full = r.per_block;
+                r.fits = true;
+                break;
+            }
+            r.fits = false;
+            r.message = fmt::format(
+                "no grouping of the {} blocks fits under {:.2f} GiB (capacity {:.2f} GiB less {:.0f}% headroom): the {} "
+                "grouping(s) the model preferred were over it in the full evaluation (the last, {}, {} {:.2f} GiB), and one unit per block "
+                "{} {:.2f} GiB; try --ac full, a smaller --micro-batch, or more GPUs (--nodes)",
+                model->blockCount(), static_cast<double>(r.cap_bytes) / gib, static_cast<double>(r.capacity_bytes) / gib,
+                options.headroom * 100, round, groupingString(r.ends), r.full.reserved_bytes > 0 ? "reserves" : "allocates",
+                static_cast<double>(r.full.reserved_bytes > 0 ? r.full.reserved_bytes : r.full.peak_bytes) / gib,
+                r.per_block.reserved_bytes > 0 ? "reserves" : "allocates",
+                static_cast<double>(r.per_block.reserved_bytes > 0 ? r.per_block.reserved_bytes : r.per_block.peak_bytes) / gib);
             break;
         }
         r.ends = choice.ends;
@@ -668,29 +713,41 @@ core::Result<WrapSearchResult> searchWrap(const core::Plan& plan, const Hardware
         auto full = evaluator.run(candidate);
         if (!full) return full.error();
         r.full = *full;
-        if (r.full.peak_bytes <= r.cap_bytes) {
+        // Allocated first (cheap); a grouping whose allocated peak fits is judged on reserved memory.
+        const bool allocated_fits = r.full.peak_bytes <= r.cap_bytes;
+        if (allocated_fits && (!options.reserved_memory || evaluator.judgeReserved(r.full))) {
             r.fits = true;
             break;
         }
-        if (round >= options.max_tightenings) {
-            r.fits = false;
-            r.message = fmt::format("the full evaluation still exceeds {:.2f} GiB after {} tightenings of the model's cap; "
-                                    "try --ac full, a smaller --micro-batch, or more GPUs (--nodes)",
-                                    static_cast<double>(r.cap_bytes) / gib, r.tightenings);
-            break;
-        }
-        const int64_t over = r.full.peak_bytes - r.cap_bytes;
         const int64_t margin = std::max<int64_t>(core::kMiB, r.cap_bytes / 500);
-        // Lower the model's cap by the overshoot, and at least below what the model said of this
-        // grouping, so that the next round cannot pick it again.
+        // Lower the model's cap by the overshoot (of reserved memory over the cap, or of the
+        // allocated peak), and at least below what the model said of this grouping, so that the
+        // next round cannot pick it again. A cache flushed at the device limit is at risk even
+        // where reserved ends under the cap: the overshoot is then the margin.
+        const int64_t over = allocated_fits ? std::max<int64_t>(0, r.full.reserved_bytes - r.cap_bytes)
+                                            : r.full.peak_bytes - r.cap_bytes;
         const int64_t new_cap = std::min(dp_cap - over - margin, choice.peak_bytes - margin);
-        r.notes.push_back(fmt::format("{} ({} units): full evaluation peak {:.2f} GiB exceeds the cap {:.2f} GiB "
-                                      "(model said {:.2f} GiB); lowering the model's cap to {:.2f} GiB",
-                                      groupingString(r.ends), r.units, static_cast<double>(r.full.peak_bytes) / gib,
-                                      static_cast<double>(r.cap_bytes) / gib, static_cast<double>(choice.peak_bytes) / gib,
-                                      static_cast<double>(new_cap) / gib));
-        dp_cap = new_cap;
-        ++r.tightenings;
+        std::string why;
+        if (!allocated_fits) {
+            why = fmt::format("the peak {:.2f} GiB exceeds the cap {:.2f} GiB", static_cast<double>(r.full.peak_bytes) / gib,
+                              static_cast<double>(r.cap_bytes) / gib);
+        } else if (r.full.cache_flushed) {
+            why = fmt::format("the caching allocator reaches the device limit and frees its cache (reserved {:.2f} GiB): at risk",
+                              static_cast<double>(r.full.reserved_bytes) / gib);
+        } else {
+            why = fmt::format("reserved memory {:.2f} GiB exceeds the cap {:.2f} GiB", static_cast<double>(r.full.reserved_bytes) / gib,
+                              static_cast<double>(r.cap_bytes) / gib);
+        }
+        if (round < options.max_tightenings) {
+            r.notes.push_back(fmt::format("{} ({} units): in the full evaluation {} (model said {:.2f} GiB allocated); lowering the "
+                                          "model's cap to {:.2f} GiB",
+                                          groupingString(r.ends), r.units, why, static_cast<double>(choice.peak_bytes) / gib,
+                                          static_cast<double>(new_cap) / gib));
+            dp_cap = new_cap;
+            ++r.tightenings;
+        } else {
+            r.notes.push_back(fmt::format("{} ({} units): in the full evaluation {}; no tightening left", groupingString(r.ends), r.units, why));
+        }
     }
     return r;
 }

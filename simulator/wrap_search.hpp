@@ -52,7 +52,8 @@
 // the model's step time subject to its peak staying under a cap: exact for this model (the tests
 // check it against brute force). searchWrap then validates the model's choice with the full
 // lowering, simulation and timed memory curve, tightening the cap when the full evaluation does
-// not fit.
+// not fit: first on its allocated peak, then, for a grouping whose allocated peak fits, on the
+// caching allocator's reserved memory (core/caching_allocator.hpp), which is what runs out.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -183,11 +184,17 @@ private:
 struct WrapSearchOptions {
     double headroom = core::kDefaultHeadroom;  // fraction of GPU memory kept free (core::judgeFit)
     int max_tightenings = 8;   // re-runs of the DP with a lower cap when the full evaluation overflows
+    // Judge the full evaluation's fit on the caching allocator's reserved memory (what runs out);
+    // false: on the allocated peak alone (the cost model's own figure, for tests of it).
+    bool reserved_memory = true;
 };
 
 struct WrapEvaluation {
     double step_s = 0;
-    int64_t peak_bytes = 0;
+    int64_t peak_bytes = 0;      // allocated, Runtime Overhead included
+    int64_t reserved_bytes = 0;  // the caching allocator's peak reserved + Runtime Overhead (0: not replayed)
+    bool at_risk = false;        // replayed, and reserved memory does not fit the cap
+    bool cache_flushed = false;  // replayed, and the allocator freed its cache at the device limit
     double mfu = 0;
     double exposed_comm_s = 0;
     double tokens_per_s_per_gpu = 0;
@@ -202,7 +209,8 @@ struct WrapSearchResult {
     double predicted_step_s = 0;
     int64_t predicted_peak_bytes = 0;
     WrapEvaluation full;         // lowering + simulator + timed memory curve of `wrap`
-    WrapEvaluation per_block;    // the same for wrap=block, the model's calibration point
+    WrapEvaluation per_block;    // the same for wrap=block, the model's calibration point (and
+                                 // the answer when every grouping the model prefers is at risk)
     int64_t capacity_bytes = 0;
     int64_t cap_bytes = 0;       // capacity * (1 - headroom)
     int tightenings = 0;

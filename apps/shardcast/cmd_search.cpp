@@ -79,6 +79,8 @@ int runSearch(const SearchOptions& o) {
         j["predicted"] = {{"step_s", r.predicted_step_s}, {"peak_bytes", r.predicted_peak_bytes}};
         j["full"] = {{"step_s", r.full.step_s},
                      {"peak_bytes", r.full.peak_bytes},
+                     {"reserved_bytes", r.full.reserved_bytes},
+                     {"at_risk", r.full.at_risk},
                      {"mfu", r.full.mfu},
                      {"exposed_comm_s", r.full.exposed_comm_s},
                      {"tokens_per_s_per_gpu", r.full.tokens_per_s_per_gpu}};
@@ -104,6 +106,10 @@ int runSearch(const SearchOptions& o) {
         fmt::print("{:<20}{:>14.2f} {:>14.2f}\n", "Step time (ms)", r.predicted_step_s * 1e3, r.full.step_s * 1e3);
         fmt::print("{:<20}{:>14.2f} {:>14.2f}   cap {:.2f} of {:.2f} GiB\n", "Peak (GiB)", toGiB(r.predicted_peak_bytes),
                    toGiB(r.full.peak_bytes), toGiB(r.cap_bytes), toGiB(r.capacity_bytes));
+        if (r.full.reserved_bytes > 0) {
+            fmt::print("{:<20}{:>14} {:>14.2f}   caching allocator's peak reserved + runtime overhead{}\n", "Reserved (GiB)", "",
+                       toGiB(r.full.reserved_bytes), r.full.at_risk ? ": AT RISK, over the cap or the cache flushed" : "");
+        }
         fmt::print("MFU                 {:14.3f}\n", r.full.mfu);
         fmt::print("Per block           {:14.2f} ms, peak {:.2f} GiB\n", r.per_block.step_s * 1e3, toGiB(r.per_block.peak_bytes));
     }

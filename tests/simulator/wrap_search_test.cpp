@@ -177,7 +177,9 @@ TEST(WrapSearchTest, NoSyncGradientsAreInTheMemoryModel) {
     plan.training.no_sync = true;
     plan.training.ac = core::Checkpointing::Full;
     const HardwareProfile profile = HardwareProfile::fromCluster(plan.cluster);
-    auto result = searchWrap(plan, profile, WrapSearchOptions{});
+    WrapSearchOptions allocated_only;  // the cost model's figure is the allocated peak
+    allocated_only.reserved_memory = false;
+    auto result = searchWrap(plan, profile, allocated_only);
     ASSERT_TRUE(result.ok()) << result.error().message;
     EXPECT_TRUE(result->fits);
     EXPECT_EQ(result->tightenings, 0);
@@ -285,7 +287,9 @@ TEST(WrapSearchTest, PerBlockPeakMatchesTheSimulationAcrossStrategies) {
 TEST(WrapSearchTest, Fsdp1SearchPredictsTheSimulatedPeak) {
     const core::Plan plan = llama8bOnEightH100(1);
     const HardwareProfile profile = HardwareProfile::fromCluster(plan.cluster);
-    auto result = searchWrap(plan, profile, WrapSearchOptions{});
+    WrapSearchOptions allocated_only;  // the cost model's figure is the allocated peak
+    allocated_only.reserved_memory = false;
+    auto result = searchWrap(plan, profile, allocated_only);
     ASSERT_TRUE(result.ok()) << result.error().message;
     EXPECT_TRUE(result->fits);
     EXPECT_EQ(result->tightenings, 0);
@@ -301,6 +305,52 @@ TEST(WrapSearchTest, Fsdp1SearchPredictsTheSimulatedPeak) {
     }
     EXPECT_LE(result->predicted_peak_bytes, result->full.peak_bytes);
     EXPECT_LE(result->full.peak_bytes, result->predicted_peak_bytes + largest_unit / 8);
+}
+
+// What runs out is the caching allocator's reserved memory. Llama-3.1-8B on 8 H100 at 4,096
+// tokens: the grouping the cost model prefers on allocated bytes allocates ~54 GiB, but its large
+// units' all-gather and reduce-scatter buffers sit in per-stream pools, and replayed through the
+// allocator it is at risk; the search judges on reserved memory and returns a grouping that fits
+// there. At 8,192 tokens even one unit per block reserves more than the cap: nothing fits, where
+// the allocated peak alone (75.41 GiB under a 75.67 GiB cap) said it did.
+TEST(WrapSearchTest, JudgesTheChoiceOnReservedMemory) {
+    core::Plan plan = llama8bOnEightH100(2);
+    plan.training.seq_len = 4096;
+    const HardwareProfile profile = HardwareProfile::fromCluster(plan.cluster);
+    WrapSearchOptions allocated_only;
+    allocated_only.reserved_memory = false;
+    auto on_allocated = searchWrap(plan, profile, allocated_only);
+    ASSERT_TRUE(on_allocated.ok()) << on_allocated.error().message;
+    ASSERT_TRUE(on_allocated->fits);
+    EXPECT_EQ(on_allocated->full.reserved_bytes, 0);  // not replayed
+    core::Plan chosen = plan;
+    chosen.sharding.wrap = on_allocated->wrap;
+    auto e = evaluatePlan(chosen, &profile);
+    ASSERT_TRUE(e.ok());
+    EXPECT_FALSE(e->fit.fits) << "the allocated-only choice is no longer at risk: pick a plan where it is";
+
+    auto on_reserved = searchWrap(plan, profile, WrapSearchOptions{});
+    ASSERT_TRUE(on_reserved.ok()) << on_reserved.error().message;
+    ASSERT_TRUE(on_reserved->fits);
+    EXPECT_GT(on_reserved->full.reserved_bytes, on_reserved->full.peak_bytes);
+    EXPECT_LE(on_reserved->full.reserved_bytes, on_reserved->cap_bytes);
+    EXPECT_FALSE(on_reserved->full.at_risk);
+    EXPECT_GT(on_reserved->tightenings, 0);
+    chosen.sharding.wrap = on_reserved->wrap;
+    auto again = evaluatePlan(chosen, &profile);
+    ASSERT_TRUE(again.ok());
+    EXPECT_TRUE(again->fit.fits);
+    EXPECT_EQ(again->fit.reserved_bytes, on_reserved->full.reserved_bytes);
+
+    plan.training.seq_len = 8192;
+    auto long_allocated = searchWrap(plan, profile, allocated_only);
+    ASSERT_TRUE(long_allocated.ok());
+    EXPECT_TRUE(long_allocated->fits);
+    auto long_reserved = searchWrap(plan, profile, WrapSearchOptions{});
+    ASSERT_TRUE(long_reserved.ok());
+    EXPECT_FALSE(long_reserved->fits);
+    EXPECT_GT(long_reserved->per_block.reserved_bytes, long_reserved->cap_bytes);
+    EXPECT_NE(long_reserved->message.find("reserves"), std::string::npos) << long_reserved->message;
 }
 
 TEST(PytorchCodeTest, PythonAttributeAccess) {
