@@ -108,6 +108,7 @@ void BM_Stage_Simulate_Llama8B_8GPUs(benchmark::State& state) {
         simulator.run(program, timeline);
         benchmark::DoNotOptimize(timeline.step_ns);
     }
+    state.counters["skipped_periods"] = static_cast<double>(simulator.lastSkippedPeriods());
 }
 BENCHMARK(BM_Stage_Simulate_Llama8B_8GPUs)->Unit(benchmark::kMicrosecond);
 
