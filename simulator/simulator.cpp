@@ -39,22 +39,20 @@ Simulator::Simulator(HardwareProfile profile) : m_profile(std::move(profile)), m
 // Tasks that run the same kernels share one span of Program::ops (the lowering's contract), so
 // the other tasks timed by their kernels find their duration in m_span_ns.
 int64_t Simulator::durationNs(const core::Task& t, const core::Program& program) {
+    SpanDuration* span = nullptr;
+    // The tasks CostModel::computeSeconds times kernel by kernel (not CPU work on Stream::Host):
+    // their duration kept per span is one load away, so it is looked up before the last task's.
+    const bool by_kernels = t.ops.count > 0 && t.stream != core::Stream::Host && !core::isCollective(t.kind) &&
+                            t.kind != core::TaskKind::HostToDevice && t.kind != core::TaskKind::DeviceToHost;
+    if (by_kernels) {
+        span = &m_span_ns[2 * static_cast<size_t>(t.ops.offset) + (t.kind == core::TaskKind::Backward ? 1 : 0)];
+        if (span->count == t.ops.count) return span->ns;
+    }
     LastDuration& last = m_last_duration[static_cast<int>(t.kind)];
     if (last.valid && last.stream == t.stream && last.flops == t.flops && last.hbm_bytes == t.hbm_bytes &&
         last.comm_bytes == t.comm_bytes && last.group_size == t.group_size && last.group_nodes == t.group_nodes &&
         last.ops == t.ops) {
         return last.ns;
-    }
-    SpanDuration* span = nullptr;
-    // The tasks CostModel::computeSeconds times kernel by kernel (not CPU work on Stream::Host).
-    const bool by_kernels = t.ops.count > 0 && t.stream != core::Stream::Host && !core::isCollective(t.kind) &&
-                            t.kind != core::TaskKind::HostToDevice && t.kind != core::TaskKind::DeviceToHost;
-    if (by_kernels) {
-        span = &m_span_ns[2 * static_cast<size_t>(t.ops.offset) + (t.kind == core::TaskKind::Backward ? 1 : 0)];
-        if (span->count == t.ops.count) {
-            last = LastDuration{true, t.stream, t.flops, t.hbm_bytes, t.comm_bytes, t.group_size, t.group_nodes, t.ops, span->ns};
-            return span->ns;
-        }
     }
     // Seconds first: a duration beyond the step limit is not converted (it would leave int64 ns).
     const double s = m_cost.durationSeconds(t, program);
