@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <memory>
+#include <vector>
 
 #include "bench/bench_plan.hpp"
 #include "core/model_io.hpp"
@@ -59,6 +60,42 @@ void BM_Evaluate_Llama8B_8GPUs_AllocatedOnly(benchmark::State& state) {
 }
 BENCHMARK(BM_Evaluate_Llama8B_8GPUs_AllocatedOnly)->Unit(benchmark::kMicrosecond);
 
+// The same evaluation cycling over four 8B plans (sequence 8,192 and 4,096, AC none and full), so
+// that no stage finds the plan it evaluated last: what a sweep or a search pays per candidate.
+void BM_Evaluate_Llama8B_8GPUs_AllocatedOnly_Cycle4(benchmark::State& state) {
+    static const std::vector<core::Plan> plans = [] {
+        std::vector<core::Plan> out;
+        for (int64_t seq : {8192, 4096}) {
+            for (core::Checkpointing ac : {core::Checkpointing::None, core::Checkpointing::Full}) {
+                core::Plan p = benchPlan("llama-3.1-8b", 1);
+                p.training.seq_len = seq;
+                p.training.ac = ac;
+                out.push_back(p);
+            }
+        }
+        return out;
+    }();
+    const sim::HardwareProfile profile = sim::HardwareProfile::fromCluster(plans[0].cluster);
+    sim::EvaluationOptions options;
+    options.reserved_memory = false;
+    options.issue_order_memory = false;
+    options.per_unit = false;
+    sim::Evaluator evaluator;
+    sim::Evaluation e;
+    size_t i = 0;
+    for (auto _ : state) {
+        auto st = evaluator.evaluate(plans[i], &profile, options, e);
+        if (!st) {
+            state.SkipWithError(st.error().message.c_str());
+            return;
+        }
+        benchmark::DoNotOptimize(e.summary.step_s);
+        i = (i + 1) % plans.size();
+    }
+    state.counters["plans/s"] = benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_Evaluate_Llama8B_8GPUs_AllocatedOnly_Cycle4)->Unit(benchmark::kMicrosecond);
+
 void BM_Evaluate_Llama405B_16384GPUs(benchmark::State& state) {
     static const core::Plan plan = benchPlan("llama-3.1-405b", 2048);
     evaluatePlans(state, plan);
@@ -108,6 +145,7 @@ void BM_Stage_Simulate_Llama8B_8GPUs(benchmark::State& state) {
         simulator.run(program, timeline);
         benchmark::DoNotOptimize(timeline.step_ns);
     }
+    state.counters["skipped_periods"] = static_cast<double>(simulator.lastSkippedPeriods());
 }
 BENCHMARK(BM_Stage_Simulate_Llama8B_8GPUs)->Unit(benchmark::kMicrosecond);
 

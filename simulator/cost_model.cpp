@@ -47,11 +47,6 @@ double CostModel::collectiveSeconds(TaskKind kind, int64_t bytes, int group_size
     return latency + static_cast<double>(bytes) * factor / busBandwidth(kind, bytes, group_size, group_nodes);
 }
 
-bool CostModel::slowedByOverlap(const core::Task& task) {
-    return !core::isCollective(task.kind) &&
-           (task.stream == Stream::Compute || task.stream == Stream::AllGatherCopyIn);
-}
-
 namespace {
 
 // Output tile of a large bf16 GEMM: cuBLAS and CUTLASS pick 128 x 256 (or 256 x 128) thread-block

@@ -46,7 +46,10 @@ public:
     double busBandwidthMax(core::TaskKind kind, int group_size, int group_nodes) const;  // bytes/s
     double busBandwidth(core::TaskKind kind, int64_t bytes, int group_size, int group_nodes) const;
     // Compute tasks (the ones overlap contention slows down).
-    static bool slowedByOverlap(const core::Task& task);
+    static bool slowedByOverlap(const core::Task& task) {
+        return !core::isCollective(task.kind) &&
+               (task.stream == core::Stream::Compute || task.stream == core::Stream::AllGatherCopyIn);
+    }
 
 private:
     const HardwareProfile* m_profile;

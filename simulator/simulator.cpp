@@ -39,22 +39,20 @@ Simulator::Simulator(HardwareProfile profile) : m_profile(std::move(profile)), m
 // Tasks that run the same kernels share one span of Program::ops (the lowering's contract), so
 // the other tasks timed by their kernels find their duration in m_span_ns.
 int64_t Simulator::durationNs(const core::Task& t, const core::Program& program) {
+    SpanDuration* span = nullptr;
+    // The tasks CostModel::computeSeconds times kernel by kernel (not CPU work on Stream::Host):
+    // their duration kept per span is one load away, so it is looked up before the last task's.
+    const bool by_kernels = t.ops.count > 0 && t.stream != core::Stream::Host && !core::isCollective(t.kind) &&
+                            t.kind != core::TaskKind::HostToDevice && t.kind != core::TaskKind::DeviceToHost;
+    if (by_kernels) {
+        span = &m_span_ns[2 * static_cast<size_t>(t.ops.offset) + (t.kind == core::TaskKind::Backward ? 1 : 0)];
+        if (span->count == t.ops.count) return span->ns;
+    }
     LastDuration& last = m_last_duration[static_cast<int>(t.kind)];
     if (last.valid && last.stream == t.stream && last.flops == t.flops && last.hbm_bytes == t.hbm_bytes &&
         last.comm_bytes == t.comm_bytes && last.group_size == t.group_size && last.group_nodes == t.group_nodes &&
         last.ops == t.ops) {
         return last.ns;
-    }
-    SpanDuration* span = nullptr;
-    // The tasks CostModel::computeSeconds times kernel by kernel (not CPU work on Stream::Host).
-    const bool by_kernels = t.ops.count > 0 && t.stream != core::Stream::Host && !core::isCollective(t.kind) &&
-                            t.kind != core::TaskKind::HostToDevice && t.kind != core::TaskKind::DeviceToHost;
-    if (by_kernels) {
-        span = &m_span_ns[2 * static_cast<size_t>(t.ops.offset) + (t.kind == core::TaskKind::Backward ? 1 : 0)];
-        if (span->count == t.ops.count) {
-            last = LastDuration{true, t.stream, t.flops, t.hbm_bytes, t.comm_bytes, t.group_size, t.group_nodes, t.ops, span->ns};
-            return span->ns;
-        }
     }
     // Seconds first: a duration beyond the step limit is not converted (it would leave int64 ns).
     const double s = m_cost.durationSeconds(t, program);
@@ -165,10 +163,33 @@ void Simulator::run(const core::Program& program, core::Timeline& out) {
     m_active_compute = 0;
     m_rescaled_streams = 0;
     m_done = 0;
+    m_skipped_periods = 0;
+    m_start_log.clear();
+    m_finish_log.clear();
+    m_anchor = kNoTask;
+    m_last_compute_unit = -2;
+    m_snapshots[0].valid = m_snapshots[1].valid = false;
+    m_scan_period = 0;
     if (n == 0) return;
 
     schedule(kHostSlot, m_issue_cost_ns[0]);
     for (;;) {
+        if (m_anchor != kNoTask) {
+            // Between events, after the one that started an anchor: the host must be done issuing.
+            const bool host_done = m_next_issue == n && m_slot_ns[kHostSlot] == kNever && m_host_waits_for == kNoTask;
+            if (m_skip_repeats && host_done) {
+                Snapshot& prev = m_snapshots[m_prev_snapshot];
+                Snapshot& now = m_snapshots[1 - m_prev_snapshot];
+                takeSnapshot(m_anchor, now);
+                if (prev.valid && trySkip(prev, now)) {
+                    now.valid = false;
+                    prev.valid = false;
+                } else {
+                    m_prev_snapshot = 1 - m_prev_snapshot;
+                }
+            }
+            m_anchor = kNoTask;
+        }
         int slot = kHostSlot;
         int64_t time_ns = m_slot_ns[kHostSlot];
         uint64_t seq = m_slot_seq[kHostSlot];
@@ -258,6 +279,11 @@ void Simulator::startTask(int32_t id, int64_t now) {
     st.running = id;
     if (traits & (kSlowed | kContends)) m_rescaled_streams |= 1u << s;
     m_out->tasks[id].start_ns = now;
+    m_start_log.push_back(id);
+    if (s == streamIndex(core::Stream::Compute) && m_program->tasks[id].unit != m_last_compute_unit) {
+        m_last_compute_unit = m_program->tasks[id].unit;
+        m_anchor = id;
+    }
     int64_t end = now + work;
     if (traits & (kSlowed | kContends)) {
         st.remaining_ns = static_cast<double>(work);
@@ -272,6 +298,7 @@ void Simulator::finishTask(int stream, int64_t now) {
     StreamState& st = m_streams[stream];
     const int32_t id = st.running;
     m_finished[id] = 1;
+    m_finish_log.push_back(id);
     ++m_done;
     st.running = kNoTask;
     m_rescaled_streams &= ~(1u << stream);
@@ -317,6 +344,186 @@ void Simulator::rescale(int64_t now) {
         st.factor = factor;
         schedule(s, now + roundToInt64(st.remaining_ns * factor));
     }
+}
+
+void Simulator::takeSnapshot(int32_t anchor, Snapshot& out) const {
+    out.valid = true;
+    out.anchor = anchor;
+    out.now_ns = m_now_ns;
+    out.starts = m_start_log.size();
+    out.finishes = m_finish_log.size();
+    out.done = m_done;
+    out.active_collectives = m_active_collectives;
+    out.active_compute = m_active_compute;
+    out.rescaled_streams = m_rescaled_streams;
+    out.busy_ns = m_out->stream_busy_ns;
+    for (int k = 0; k < m_used_stream_count; ++k) {
+        const int s = m_used_streams[k];
+        const StreamState& st = m_streams[s];
+        StreamSnapshot& o = out.streams[s];
+        o.next = st.next;
+        o.next_id = st.next < st.tasks.size() ? st.tasks[st.next] : std::numeric_limits<int32_t>::max();
+        o.running = st.running;
+        o.head_deps_done = st.head_deps_done;
+        o.waits_for = st.waits_for;
+        o.remaining_ns = st.remaining_ns;
+        o.last_update_ns = st.last_update_ns;
+        o.factor = st.factor;
+        o.slot_ns = m_slot_ns[s];
+        o.slot_rank = 0;
+        for (int q = 0; q < m_used_stream_count; ++q) {
+            const int r = m_used_streams[q];
+            o.slot_rank += m_slot_ns[r] != kNever && m_slot_seq[r] < m_slot_seq[s];
+        }
+    }
+}
+
+// Task x behaves in the event loop, once every task is issued, as task x - period does, shifted:
+// same stream, duration and traits, and dependencies `period` ids earlier on the same streams.
+// (Issue costs, host waits and units matter only while the host issues.)
+bool Simulator::samePeriodTask(int32_t x, int32_t period) const {
+    const int32_t y = x - period;
+    const core::Task& tx = m_program->tasks[x];
+    const core::Task& ty = m_program->tasks[y];
+    if (tx.stream != ty.stream || m_work_ns[x] != m_work_ns[y] || m_traits[x] != m_traits[y] || tx.deps.count != ty.deps.count) {
+        return false;
+    }
+    const int32_t* dx = m_program->depsBegin(tx);
+    const int32_t* dy = m_program->depsBegin(ty);
+    for (uint32_t k = 0; k < tx.deps.count; ++k) {
+        if (dx[k] - period != dy[k] || m_program->tasks[dx[k]].stream != m_program->tasks[dy[k]].stream) return false;
+    }
+    return true;
+}
+
+// Snapshots a (anchor i - P, time Ta) and c (anchor i, time Tc = Ta + D), both taken between events
+// with every task issued. Once the host is done, an event's effect depends only on:
+//  - per stream: the running task, its end event (time, and its scheduling rank among the pending
+//    events: ties fire in that order, and every later event ranks after all pending ones), and for
+//    a task whose speed contention sets, its remaining work, last update and factor; the next task
+//    (its index in the stream), the count of its dependencies seen done and the one it waits for;
+//  - the counts of running contending collectives and compute tasks and the rescaled streams;
+//  - for the tasks it touches: stream, duration, traits and dependencies (samePeriodTask), and
+//    whether each dependency is done. With every task issued and each stream running its tasks in
+//    order, task d is done exactly when d lies before its stream's next task and is not running.
+// Times enter only as differences (ends at now + work x factor, rescaling by now - last update),
+// so the loop's arithmetic is the same under a shift of all times.
+// If c equals a shifted by (P ids, D ns) -- a stream either "touched" (next task, running task,
+// waited task all P later; times D later) or "untouched" (the same next task at or beyond the
+// repeated range, nothing running or awaited before it) -- and every task the events between a
+// and c touched, and those of the state c, repeat P ids earlier up to P x m ids further
+// (samePeriodTask), then "done" answers the same for every dependency d vs d - P (same stream,
+// positions shifted alike), so the events after c are those after a shifted by (P, D) until the
+// state is c shifted by (P, D); by induction, m times. The timeline of those m periods is the
+// logged starts and ends between a and c shifted by (r P, r D), r = 1..m; the state jumps to c
+// shifted by (m P, m D).
+bool Simulator::trySkip(const Snapshot& a, const Snapshot& c) {
+    const int32_t period = c.anchor - a.anchor;
+    const int64_t shift_ns = c.now_ns - a.now_ns;
+    if (period <= 0 || shift_ns < 0 || c.active_collectives != a.active_collectives ||
+        c.active_compute != a.active_compute || c.rescaled_streams != a.rescaled_streams) {
+        return false;
+    }
+    constexpr int32_t kNone = std::numeric_limits<int32_t>::max();
+    int32_t lo = a.anchor, hi = c.anchor;  // ids the events between a and c, and state c, touch
+    auto shifted = [&](int32_t ia, int32_t ic) { return (ia < 0 && ic < 0) || (ia >= 0 && ic == ia + period); };
+    std::array<bool, core::kStreamCount> touched{};
+    int32_t untouched_from = kNone;  // the smallest next task of an untouched stream
+    for (int k = 0; k < m_used_stream_count; ++k) {
+        const int s = m_used_streams[k];
+        const StreamSnapshot& x = a.streams[s];
+        const StreamSnapshot& y = c.streams[s];
+        if (x.head_deps_done != y.head_deps_done) return false;
+        if (y.next_id == x.next_id) {
+            if (x.running >= 0 || y.running >= 0 || x.waits_for != y.waits_for || x.next != y.next) return false;
+            untouched_from = std::min({untouched_from, y.next_id, y.waits_for < 0 ? kNone : y.waits_for});
+            continue;
+        }
+        if (x.next_id == kNone || y.next_id != x.next_id + period || !shifted(x.running, y.running) ||
+            !shifted(x.waits_for, y.waits_for)) {
+            return false;
+        }
+        if (x.running >= 0) {
+            if (y.slot_ns - c.now_ns != x.slot_ns - a.now_ns || y.slot_rank != x.slot_rank) return false;
+            if ((c.rescaled_streams >> s) & 1u) {
+                if (y.remaining_ns != x.remaining_ns || y.factor != x.factor ||
+                    y.last_update_ns - c.now_ns != x.last_update_ns - a.now_ns) {
+                    return false;
+                }
+            }
+        }
+        touched[s] = true;
+        for (int32_t id : {x.next_id, x.running, x.waits_for}) {
+            if (id >= 0) lo = std::min(lo, id);
+        }
+        for (int32_t id : {y.next_id, y.running, y.waits_for}) hi = std::max(hi, id);
+    }
+    for (size_t i = a.starts; i < c.starts; ++i) {
+        lo = std::min(lo, m_start_log[i]);
+        hi = std::max(hi, m_start_log[i] + period);
+    }
+    for (size_t i = a.finishes; i < c.finishes; ++i) {
+        lo = std::min(lo, m_finish_log[i]);
+        hi = std::max(hi, m_finish_log[i] + period);
+    }
+    // Tasks lo + P .. end - 1 repeat P ids earlier (a scan for the same period that covers lo + P
+    // is reused).
+    const int32_t n = m_program->size();
+    int32_t end = lo + period;
+    if (period == m_scan_period && end >= m_scan_from && end <= m_scan_end) {
+        end = m_scan_end;
+    } else {
+        m_scan_period = period;
+        m_scan_from = end;
+        while (end < n && samePeriodTask(end, period)) ++end;
+        m_scan_end = end;
+    }
+    if (end <= hi) return false;
+    int64_t periods = (end - 1 - hi) / period;
+    // Untouched streams' next tasks (and what they wait for) lie beyond the repeated range.
+    if (untouched_from != kNone) periods = std::min<int64_t>(periods, (static_cast<int64_t>(untouched_from) - 1 - hi) / period);
+    if (periods < 1) return false;
+    const int32_t jump = static_cast<int32_t>(periods) * period;
+    // Each touched stream's next task after the jump is its next task in c plus m P.
+    std::array<size_t, core::kStreamCount> next{};
+    for (int k = 0; k < m_used_stream_count; ++k) {
+        const int s = m_used_streams[k];
+        if (!touched[s]) continue;
+        next[s] = c.streams[s].next + static_cast<size_t>(periods) * (c.streams[s].next - a.streams[s].next);
+        if (next[s] >= m_streams[s].tasks.size() || m_streams[s].tasks[next[s]] != c.streams[s].next_id + jump) return false;
+    }
+
+    for (int64_t r = 1; r <= periods; ++r) {
+        const auto ids = static_cast<int32_t>(r) * period;
+        const int64_t ns = r * shift_ns;
+        for (size_t i = a.starts; i < c.starts; ++i) {
+            const int32_t x = m_start_log[i];
+            m_out->tasks[x + ids].start_ns = m_out->tasks[x].start_ns + ns;
+        }
+        for (size_t i = a.finishes; i < c.finishes; ++i) {
+            const int32_t x = m_finish_log[i];
+            m_out->tasks[x + ids].end_ns = m_out->tasks[x].end_ns + ns;
+            m_finished[x + ids] = 1;
+        }
+    }
+    const int64_t jump_ns = periods * shift_ns;
+    m_done += static_cast<int32_t>(periods) * (c.done - a.done);
+    for (int s = 0; s < core::kStreamCount; ++s) m_out->stream_busy_ns[s] += periods * (c.busy_ns[s] - a.busy_ns[s]);
+    for (int k = 0; k < m_used_stream_count; ++k) {
+        const int s = m_used_streams[k];
+        if (!touched[s]) continue;
+        StreamState& st = m_streams[s];
+        st.next = next[s];
+        if (st.running >= 0) {
+            st.running += jump;
+            st.last_update_ns += jump_ns;
+            m_slot_ns[s] += jump_ns;
+        }
+        if (st.waits_for >= 0) st.waits_for += jump;
+    }
+    m_now_ns += jump_ns;
+    m_skipped_periods += periods;
+    return true;
 }
 
 }  // namespace shardcast::sim

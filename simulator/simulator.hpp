@@ -16,6 +16,13 @@
 // in fixed slots (rescheduling a task's end overwrites its slot) and the next event is the
 // earliest slot.
 //
+// Repeated blocks: once the host has issued every task, the streams' future depends only on their
+// state and on the tasks left. When that state, taken where a unit's first compute task starts,
+// equals the state one unit earlier shifted by P task ids and some time, and the tasks ahead repeat
+// those P ids earlier, the events in between repeat too, shifted: run() then copies them for as
+// many periods as the tasks repeat instead of simulating them (trySkip() holds the proof). The
+// timeline is the one simulating every event gives; setSkipRepeats(false) simulates every event.
+//
 // A Simulator keeps its scratch vectors between runs: reuse one per thread to time many plans.
 #include <array>
 #include <cstdint>
@@ -52,6 +59,12 @@ public:
     // Host time spent issuing each task (launch plus hooks), as charged by the last run.
     const std::vector<int64_t>& issueCostNs() const { return m_issue_cost_ns; }
 
+    // Copy proven repeats of identical blocks instead of simulating them (the default); false
+    // simulates every event (the reference the tests compare with).
+    void setSkipRepeats(bool on) { m_skip_repeats = on; }
+    // Periods the last run copied instead of simulating.
+    int64_t lastSkippedPeriods() const { return m_skipped_periods; }
+
 private:
     // Slot kStreamCount holds the host's next issue; slots below it, each stream's running task.
     static constexpr int kHostSlot = core::kStreamCount;
@@ -87,6 +100,34 @@ private:
     void finishTask(int stream, int64_t now);
     double factorFor(uint8_t traits) const;
     void rescale(int64_t now);
+
+    // The event loop's state between two events, in the terms trySkip() compares (see there).
+    struct StreamSnapshot {
+        size_t next = 0;
+        int32_t next_id = 0;   // tasks[next], INT32_MAX when the stream has no task left
+        int32_t running = -1;
+        uint32_t head_deps_done = 0;
+        int32_t waits_for = -1;
+        double remaining_ns = 0;
+        int64_t last_update_ns = 0;
+        double factor = 1.0;
+        int64_t slot_ns = 0;
+        int slot_rank = 0;     // among the pending events, by scheduling order
+    };
+    struct Snapshot {
+        bool valid = false;
+        int32_t anchor = -1;   // the compute task whose start was the last event
+        int64_t now_ns = 0;
+        size_t starts = 0, finishes = 0;  // m_start_log / m_finish_log sizes
+        int32_t done = 0;
+        int active_collectives = 0, active_compute = 0;
+        uint32_t rescaled_streams = 0;
+        std::array<int64_t, core::kStreamCount> busy_ns{};
+        std::array<StreamSnapshot, core::kStreamCount> streams{};
+    };
+    void takeSnapshot(int32_t anchor, Snapshot& out) const;
+    bool samePeriodTask(int32_t x, int32_t period) const;
+    bool trySkip(const Snapshot& a, const Snapshot& c);
 
     HardwareProfile m_profile;
     CostModel m_cost;
@@ -133,6 +174,19 @@ private:
     int m_active_compute = 0;      // running compute tasks slowed by overlap (they slow collectives)
     uint32_t m_rescaled_streams = 0;  // bit per stream whose running task's speed contention sets
     int32_t m_done = 0;
+
+    // Repeats (trySkip): tasks in the order they started and ended, the anchor the last event
+    // started (-1: none), the compute stream's last unit, the snapshot at the previous anchor.
+    bool m_skip_repeats = true;
+    int64_t m_skipped_periods = 0;
+    std::vector<int32_t> m_start_log, m_finish_log;
+    int32_t m_anchor = -1;
+    int32_t m_last_compute_unit = -2;
+    std::array<Snapshot, 2> m_snapshots;  // the previous anchor's and this one's, alternately
+    int m_prev_snapshot = 0;
+    // The last scan of repeating tasks: for `period`, tasks from .. end - 1 repeat (end: the first
+    // that does not, or the program's size).
+    int32_t m_scan_period = 0, m_scan_from = 0, m_scan_end = 0;
 };
 
 }  // namespace shardcast::sim
