@@ -6,6 +6,8 @@
 #include <cctype>
 #include <utility>
 
+#include "core/json_text.hpp"
+
 namespace shardcast::core {
 
 namespace {
@@ -98,19 +100,19 @@ std::optional<std::vector<AcRun>> parseAcRuns(std::string_view list, std::string
         const std::string_view item = list.substr(start, comma - start);
         const size_t star = item.find('*');
         if (item.empty() || star == std::string_view::npos) {
-            return fail("run '" + std::string(item) + "' is not MODE*N (e.g. full*8)");
+            return fail("run '" + textExcerpt(item) + "' is not MODE*N (e.g. full*8)");
         }
         const std::string_view mode_name = item.substr(0, star), digits = item.substr(star + 1);
         const auto mode = lookup(kCheckpointing, mode_name);
         if (!mode || (*mode != Checkpointing::None && *mode != Checkpointing::Op && *mode != Checkpointing::Full)) {
-            return fail("run '" + std::string(item) + "': a block's mode is none, op or full (got '" +
-                        std::string(mode_name) + "')");
+            return fail("run '" + textExcerpt(item) + "': a block's mode is none, op or full (got '" +
+                        textExcerpt(mode_name) + "')");
         }
         int64_t count = 0;
         const auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), count);
         if (digits.empty() || ec != std::errc() || ptr != digits.data() + digits.size() || count < 1 ||
             count > kMaxRunBlocks) {
-            return fail("run '" + std::string(item) + "': the count must be an integer from 1 to " +
+            return fail("run '" + textExcerpt(item) + "': the count must be an integer from 1 to " +
                         std::to_string(kMaxRunBlocks));
         }
         if (!runs.empty() && runs.back().mode == *mode) {
@@ -152,7 +154,7 @@ std::optional<AcSpec> parseAcSpec(std::string_view s) {
 }
 
 std::string acSpecError(std::string_view s) {
-    std::string out = "unknown activation checkpointing '" + std::string(s) + "'";
+    std::string out = "unknown activation checkpointing '" + textExcerpt(s) + "'";
     std::string why;
     if (startsWithBlocks(s) && !parseAcRuns(s.substr(7), &why)) {
         out += " (" + why + ")";
@@ -207,7 +209,7 @@ std::optional<std::string> resolveAcBlocks(AcSpec& ac, int64_t block_count, std:
     int64_t total = 0;
     for (const AcRun& r : ac.runs) total += r.blocks;  // each <= kMaxRunBlocks: no overflow
     if (ac.runs.empty() || total != block_count) {
-        return std::string(field) + ": '" + acString(ac) + "' covers " + std::to_string(total) +
+        return std::string(field) + ": '" + textExcerpt(acString(ac)) + "' covers " + std::to_string(total) +
                " blocks but the model has " + std::to_string(block_count) +
                "; the counts of blocks:MODE*N,... must sum to " + std::to_string(block_count);
     }

@@ -22,8 +22,11 @@ enum class Optimizer : uint8_t { AdamW, Sgd, SgdMomentum };
 //  AttnCore Megatron's selective recompute (Korthikanti et al. 2022): only the s^2 attention core
 //           is dropped and recomputed; with a flash kernel there is nothing s^2 to drop.
 //  Blocks   a mode per block (none, op or full), given as runs in block order
-//           (TrainingSpec::ac_blocks); Megatron's --recompute-method block --recompute-num-layers N
-//           is blocks:full*N,none*(L-N).
+//           (TrainingSpec::ac_blocks). Megatron's --recompute-granularity full --recompute-method
+//           block --recompute-num-layers N recomputes the first N layers of each pipeline stage
+//           and no others (megatron/core/transformer/transformer_config.py recompute_method; NeMo's
+//           docs/source/features/optimizations/activation_recomputation.rst): without pipeline
+//           stages, blocks:full*N,none*(L-N).
 enum class Checkpointing : uint8_t { None, Full, Layer, Op, AttnCore, Blocks };
 enum class AttentionKernel : uint8_t { Flash, Eager };
 // Eager: each PyTorch op its own kernel(s). Fused: hand-fused kernels (fused RMSNorm, SwiGLU,

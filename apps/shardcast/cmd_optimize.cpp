@@ -116,8 +116,8 @@ int runOptimize(const OptimizeCommandOptions& o) {
         return rc;
     }
     for (const std::string& a : core::joinAcListItems(o.acs)) {
-        if (a == "blocks") {  // the first-N family
-            for (core::AcSpec& ac : sim::firstNAcChoices(*base.model)) space.acs.push_back(std::move(ac));
+        if (a == "blocks") {  // as --ac-per-block
+            space.ac_first_n = true;
             continue;
         }
         auto parsed = core::parseAcSpec(a);
@@ -127,7 +127,7 @@ int runOptimize(const OptimizeCommandOptions& o) {
         }
         space.acs.push_back(*parsed);
     }
-    space.ac_first_n = o.ac_per_block;
+    space.ac_first_n = space.ac_first_n || o.ac_per_block;
     if (int rc = parseList(o.offloads, space.offloads, "--offload", "none, cpu", core::parseOffload); rc != kExitOk) return rc;
     for (const std::string& w : o.wraps) {
         auto parsed = core::parseWrapPolicy(w, "--wrap");
@@ -380,13 +380,15 @@ void registerOptimizeCommand(CLI::App& app, int& exit_code) {
     cmd->add_option("--ac", opts->acs,
                     "Activation checkpointing modes to consider, comma-separated (default none, attn-core, op, layer:2, full): " +
                         std::string(core::kAcChoices) +
-                        "; the entry `blocks` alone stands for the first-N family of --ac-per-block")
+                        "; the entry `blocks` is --ac-per-block (`--ac none,full,blocks`: none, full and the first N "
+                        "blocks full, the rest none)")
         ->type_name("MODE,...")
         ->delimiter(',');
     cmd->add_flag("--ac-per-block", opts->ac_per_block,
                   "Also search checkpointing per block: the first N blocks in one mode, the rest in another "
-                  "(full then none, full then op, op then none; N = 1 .. blocks-1). Off by default: it multiplies "
-                  "the checkpointing choices by about 3 x the block count");
+                  "(full then none, full then op, op then none, each pair whose two modes the checkpointing choices "
+                  "hold; N = 1 .. blocks-1). Off by default: it multiplies the checkpointing choices by up to 3 x the "
+                  "block count and the search time by about 30");
     cmd->add_option("--offload", opts->offloads, "CPU offload choices: none,cpu (default both)")->type_name("MODE,...")->delimiter(',');
     cmd->add_option("--max-micro-batch", opts->max_micro_batch, "Largest micro-batch (sequences per GPU) to consider")
         ->type_name("B");
