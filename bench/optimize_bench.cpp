@@ -16,13 +16,16 @@ namespace {
 
 using shardcast::bench::benchPlan;
 
-void runOptimize(benchmark::State& state, const core::Plan& plan, int64_t global_batch, bool expect_error) {
+void runOptimize(benchmark::State& state, const core::Plan& plan, int64_t global_batch, bool expect_error,
+                 bool ac_per_block = false) {
     const sim::HardwareProfile profile = sim::HardwareProfile::fromCluster(plan.cluster);
     sim::OptimizeOptions options;
     options.global_batch = global_batch;
+    sim::OptimizeSpace space;
+    space.ac_first_n = ac_per_block;
     sim::OptimizeResult last;
     for (auto _ : state) {
-        auto r = sim::optimize(plan, sim::OptimizeSpace{}, profile, options);
+        auto r = sim::optimize(plan, space, profile, options);
         if (static_cast<bool>(r) == expect_error) {
             state.SkipWithError(r ? "expected the batch to be refused" : r.error().message.c_str());
             return;
@@ -61,6 +64,26 @@ void BM_Optimize_Llama405B_IssueBatch(benchmark::State& state) {
     runOptimize(state, plan, 2048, true);
 }
 BENCHMARK(BM_Optimize_Llama405B_IssueBatch)->Unit(benchmark::kMicrosecond);
+
+// The default space plus per-block checkpointing (--ac-per-block: the first N blocks in one mode,
+// the rest in another), which is opt-in because it multiplies the checkpointing choices by ~3L.
+void BM_Optimize_Llama8B_8GPUs_AcPerBlock(benchmark::State& state) {
+    static const core::Plan plan = benchPlan("llama-3.1-8b", 1);
+    runOptimize(state, plan, 32, false, true);
+}
+BENCHMARK(BM_Optimize_Llama8B_8GPUs_AcPerBlock)->Unit(benchmark::kMillisecond);
+
+void BM_Optimize_Llama70B_64GPUs_AcPerBlock(benchmark::State& state) {
+    static const core::Plan plan = benchPlan("llama-3.1-70b", 8);
+    runOptimize(state, plan, 256, false, true);
+}
+BENCHMARK(BM_Optimize_Llama70B_64GPUs_AcPerBlock)->Unit(benchmark::kMillisecond);
+
+void BM_Optimize_Llama405B_16384GPUs_AcPerBlock(benchmark::State& state) {
+    static const core::Plan plan = benchPlan("llama-3.1-405b", 2048);
+    runOptimize(state, plan, 16384, false, true);
+}
+BENCHMARK(BM_Optimize_Llama405B_16384GPUs_AcPerBlock)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

@@ -60,6 +60,7 @@ struct UnitSizes {
 struct Segment {
     int32_t unit = 0;          // program unit index
     bool checkpointed = false; // the enclosing block runs under checkpoint_wrapper (full, layer, op)
+    bool op_sac = false;       // checkpointed under torchtitan's per-op SAC (op, or an op block)
     int64_t fwd_flops = 0, bwd_flops = 0, fwd_hbm = 0, bwd_hbm = 0;
     // What a recompute runs: the whole forward, or under per-op SAC the ops whose outputs were not
     // kept (rec_weight_bytes: the parameters those ops read).

@@ -48,7 +48,8 @@ void Lowering::buildSegments() {
 }
 
 // A new segment starts where the unit or the block changes. A checkpointed block (full: every
-// block; layer: every ac_every-th; op: every block) keeps its input once, with its first segment.
+// block; layer: every ac_every-th; op: every block; blocks: those whose run is full or op) keeps
+// its input once, with its first segment.
 // Per-op SAC also marks the ops whose outputs it keeps: torchtitan's _save_list policy
 // (torchtitan/models/llama/parallelize_llama.py, _apply_ac_to_transformer_block) saves the
 // outputs of aten.mm except every second one, counted from 1 within each block's forward, and of
@@ -58,7 +59,15 @@ void Lowering::splitIntoSegments() {
     m_s.segs.clear();
     int32_t cur_unit = -1, cur_block = -2;
     int32_t last_block_seen = -1;
-    const bool op_sac = m_tr.ac == Checkpointing::Op;
+    // The mode of each block (by index): the whole-model mode, or the block's own under Blocks.
+    const auto block_count = static_cast<int64_t>(m_model.blocks.size());
+    auto modeOf = [&](int64_t index) {
+        if (m_tr.ac == Checkpointing::Blocks) return blockAcMode(m_tr.ac_blocks, index);
+        if (m_tr.ac == Checkpointing::Layer) return layerAcCheckpoints(index, m_tr.ac_every) ? Checkpointing::Full : Checkpointing::None;
+        return m_tr.ac;
+    };
+    bool op_sac = m_tr.ac == Checkpointing::Op;
+    for (int64_t i = 0; m_tr.ac == Checkpointing::Blocks && i < block_count && !op_sac; ++i) op_sac = modeOf(i) == Checkpointing::Op;
     m_s.sac_keep.assign(m_s.active.size(), 0);
     // A linear layer with a bias runs aten.addmm, which the save list does not name (nor count).
     std::vector<uint8_t> has_bias;
@@ -72,7 +81,8 @@ void Lowering::splitIntoSegments() {
     int mm_count = 0;
     // Ops [begin, end) of one unit inside one block (or outside every block).
     auto visit = [&](size_t begin, size_t end, int32_t unit, int32_t block) {
-        if (op_sac && block >= 0) {
+        const Checkpointing mode = block >= 0 ? modeOf(m_s.block_index[static_cast<size_t>(block)]) : Checkpointing::None;
+        if (mode == Checkpointing::Op) {
             if (block != last_block_seen) mm_count = 0;
             for (size_t ai = begin; ai < end; ++ai) {
                 const Op& op = m_model.ops[static_cast<size_t>(m_s.active[ai])];
@@ -85,11 +95,8 @@ void Lowering::splitIntoSegments() {
             Segment& seg = m_s.segs.emplace_back();
             seg.unit = unit;
             seg.op_begin = static_cast<int64_t>(begin);
-            if (block >= 0) {
-                const int64_t index = m_s.block_index[static_cast<size_t>(block)];
-                seg.checkpointed = m_tr.ac == Checkpointing::Full || op_sac ||
-                                   (m_tr.ac == Checkpointing::Layer && layerAcCheckpoints(index, m_tr.ac_every));
-            }
+            seg.checkpointed = mode == Checkpointing::Full || mode == Checkpointing::Op;
+            seg.op_sac = mode == Checkpointing::Op;
             if (seg.checkpointed && block != last_block_seen) {
                 const Op& op = m_model.ops[static_cast<size_t>(m_s.active[begin])];
                 seg.saved = m_model.arch.hidden > 0 ? m_tokens * m_model.arch.hidden * itemSize(m_pdt)
@@ -206,7 +213,7 @@ bool Lowering::sameAsPrevious(size_t si) const {
     if (si == 0) return false;
     const Segment& a = m_s.segs[si - 1];
     const Segment& b = m_s.segs[si];
-    if (a.op_end - a.op_begin != b.op_end - b.op_begin || a.checkpointed != b.checkpointed) return false;
+    if (a.op_end - a.op_begin != b.op_end - b.op_begin || a.checkpointed != b.checkpointed || a.op_sac != b.op_sac) return false;
     const auto n = static_cast<size_t>(a.op_end - a.op_begin);
     if (m_s.op_frozen.empty()) {
         // Every parameter trainable: each op's gradient elements are its weight elements, which
@@ -388,7 +395,7 @@ void Lowering::segmentOps(Segment& seg) {
     for (int64_t ai = seg.op_begin; ai < seg.op_end; ++ai) pushForwardOps(opAt(ai), m_s.op_cost[static_cast<size_t>(ai)]);
     seg.fwd_ops.count = static_cast<uint32_t>(m_p.ops.size()) - seg.fwd_ops.offset;
     seg.rec_ops = seg.fwd_ops;
-    if (seg.checkpointed && m_tr.ac == Checkpointing::Op) {
+    if (seg.op_sac) {
         seg.rec_ops.offset = static_cast<uint32_t>(m_p.ops.size());
         m_chain_from = m_p.ops.size();
         for (int64_t ai = seg.op_begin; ai < seg.op_end; ++ai) {

@@ -236,8 +236,10 @@ Result<Plan> buildPlan(const PlanOverrides& o) {
     if (o.ac) {
         auto v = parseAcSpec(*o.ac);
         if (!v) return makeError("--ac: " + acSpecError(*o.ac));
-        t.ac = v->mode;
-        t.ac_every = v->every;
+        if (plan.model) {
+            if (auto e = resolveAcBlocks(*v, static_cast<int64_t>(plan.model->blocks.size()), "--ac")) return makeError(*e);
+        }
+        applyAc(t, *v);
     }
     if (o.attention) {
         auto v = parseAttention(*o.attention);

@@ -201,12 +201,11 @@ Status readTraining(const json& j, const std::string& where, TrainingSpec& t) {
     r.optionalDType("param_dtype", t.param_dtype);
     r.optionalDType("reduce_dtype", t.reduce_dtype);
     r.enumeration("master_dtype", t.master_dtype, parseDType, "fp32, bf16, fp16");
-    AcSpec ac{t.ac, t.ac_every};
+    AcSpec ac = acSpecOf(t);
     r.enumeration("ac", ac, parseAcSpec,
                   std::string(kAcChoices) +
                       " (\"selective\" is ambiguous: torchtitan's is layer:K or op, Megatron's attn-core)");
-    t.ac = ac.mode;
-    t.ac_every = ac.every;
+    applyAc(t, ac);
     r.enumeration("attention", t.attention, parseAttention, "flash, eager");
     r.enumeration("kernels", t.kernels, parseKernelImpl, "eager, fused, compile");
     r.enumeration("impl", t.impl, parseModelImpl, "hf, torchtitan");
@@ -491,6 +490,10 @@ Result<Mesh> validatePlan(const Plan& plan, PlanCheckMemo* memo) {
     if (static_cast<int64_t>(c.nodes) * c.gpus_per_node > limits::kMaxWorld) {
         return makeError("cluster.nodes x cluster.gpus_per_node must be at most 1,048,576 GPUs");
     }
+    if (t.ac == Checkpointing::Blocks) {
+        AcSpec ac = acSpecOf(t);
+        if (auto e = resolveAcBlocks(ac, static_cast<int64_t>(plan.model->blocks.size()), "training.ac")) return makeError(*e);
+    }
     const bool work_known = memo && memo->model == plan.model && memo->micro_batch == t.micro_batch &&
                             memo->seq_len == t.seq_len && memo->attention == t.attention && memo->kernels == t.kernels;
     if (!work_known) {
@@ -707,6 +710,13 @@ Result<Plan> planFromJson(const nlohmann::json& j, const std::string& where,
     if (!training) return training.error();
     if (*training) {
         if (auto st = readTraining(**training, where, plan.training); !st) return st.error();
+        AcSpec ac = acSpecOf(plan.training);
+        if (plan.model) {
+            if (auto e = resolveAcBlocks(ac, static_cast<int64_t>(plan.model->blocks.size()), "training.ac")) {
+                return makeError(where + ": " + *e);
+            }
+        }
+        applyAc(plan.training, ac);
     }
     auto sharding = section("sharding");
     if (!sharding) return sharding.error();
@@ -756,7 +766,7 @@ nlohmann::json planToJson(const Plan& plan) {
     training["param_dtype"] = t.param_dtype ? json(std::string(dtypeName(*t.param_dtype))) : json(nullptr);
     training["reduce_dtype"] = t.reduce_dtype ? json(std::string(dtypeName(*t.reduce_dtype))) : json(nullptr);
     training["master_dtype"] = std::string(dtypeName(t.master_dtype));
-    training["ac"] = acString(t.ac, t.ac_every);
+    training["ac"] = acString(acSpecOf(t));
     training["attention"] = std::string(attentionName(t.attention));
     training["kernels"] = std::string(kernelImplName(t.kernels));
     training["impl"] = std::string(modelImplName(t.impl));

@@ -339,7 +339,7 @@ void InputPanel::fillFromPlan(const core::Plan& p) {
     set("reduce-dtype", toQString(core::dtypeName(t.reduceDtype())));
     set("master-dtype", toQString(core::dtypeName(t.master_dtype)));
     set("optimizer", toQString(core::optimizerName(t.optimizer)));
-    set("ac", toQString(core::acString(t.ac, t.ac_every)));
+    set("ac", toQString(core::acString(core::acSpecOf(t))));
     set("attention", toQString(core::attentionName(t.attention)));
     set("kernels", toQString(core::kernelImplName(t.kernels)));
     set("impl", toQString(core::modelImplName(t.impl)));
@@ -431,7 +431,7 @@ void InputPanel::applyCandidate(const sim::SweepCandidate& c) {
     setKnob("strategy", toQString(core::strategyName(c.strategy)));
     setKnob("wrap", toQString(core::wrapPolicyString(c.wrap)));
     setKnob("micro-batch", QString::number(c.micro_batch));
-    setKnob("ac", toQString(core::acString(c.ac.mode, c.ac.every)));
+    setKnob("ac", toQString(core::acString(c.ac)));
     --m_updating;
     emitChanged();
 }

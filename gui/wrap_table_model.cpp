@@ -45,7 +45,7 @@ QVariant WrapTableModel::data(const QModelIndex& index, int role) const {
     switch (static_cast<Column>(index.column())) {
         case Strategy: return toQString(core::strategyName(c.strategy));
         case Wrap: return toQString(core::wrapPolicyString(c.wrap));
-        case Ac: return toQString(core::acString(c.ac.mode, c.ac.every));
+        case Ac: return toQString(core::acString(c.ac));
         case Units: return r.ok ? QVariant(r.units) : QVariant();
         case Step:
             if (!r.ok) return sort ? QVariant(1e300) : QVariant("invalid");

@@ -115,6 +115,16 @@ core::Result<Space> buildSpace(const core::Plan& base, const OptimizeSpace& in, 
     std::vector<int> fsdps = in.fsdp_versions.empty() ? std::vector<int>{2, 1} : in.fsdp_versions;
     sp.wraps = in.wraps.empty() ? defaultWrapChoices(*base.model) : in.wraps;
     sp.acs = in.acs.empty() ? defaultAcChoices(*base.model) : in.acs;
+    if (in.ac_first_n) {
+        // Only the pairs whose two modes the space holds for the whole model (N = 0 and N = L).
+        auto holds = [&sp](core::Checkpointing mode) {
+            return std::any_of(sp.acs.begin(), sp.acs.end(), [mode](const core::AcSpec& a) { return a.mode == mode; });
+        };
+        for (core::AcSpec& ac : firstNAcChoices(*base.model)) {
+            if (!holds(ac.runs.front().mode) || !holds(ac.runs.back().mode)) continue;
+            if (std::find(sp.acs.begin(), sp.acs.end(), ac) == sp.acs.end()) sp.acs.push_back(std::move(ac));
+        }
+    }
     sp.offloads = in.offloads.empty() ? std::vector<core::Offload>{core::Offload::None, core::Offload::Cpu} : in.offloads;
 
     for (core::Strategy st : strategies) {
@@ -217,8 +227,7 @@ void writeChoice(core::Plan& plan, const OptimizeChoice& c) {
     sh.backward_prefetch = c.backward_prefetch;
     sh.wrap = c.wrap;
     plan.training.offload = c.offload;
-    plan.training.ac = c.ac.mode;
-    plan.training.ac_every = c.ac.every;
+    core::applyAc(plan.training, c.ac);
     plan.training.micro_batch = c.micro_batch;
     plan.training.grad_accum = c.grad_accum;
 }
@@ -269,6 +278,18 @@ std::vector<core::AcSpec> defaultAcChoices(const core::Model& model) {
     return out;
 }
 
+std::vector<core::AcSpec> firstNAcChoices(const core::Model& model) {
+    using core::Checkpointing;
+    const auto blocks = static_cast<int64_t>(model.blocks.size());
+    constexpr std::pair<Checkpointing, Checkpointing> kPairs[] = {
+        {Checkpointing::Full, Checkpointing::None}, {Checkpointing::Full, Checkpointing::Op}, {Checkpointing::Op, Checkpointing::None}};
+    std::vector<core::AcSpec> out;
+    for (const auto& [x, y] : kPairs) {
+        for (int64_t n = 1; n < blocks; ++n) out.push_back({Checkpointing::Blocks, 1, {{x, n}, {y, blocks - n}}});
+    }
+    return out;
+}
+
 std::string_view dimensionName(OptimizeDimension d) {
     switch (d) {
         case OptimizeDimension::Strategy: return "strategy";
@@ -297,7 +318,7 @@ std::string choiceValue(const OptimizeChoice& c, OptimizeDimension d) {
                                c.forward_prefetch ? "on" : "off");
         case OptimizeDimension::Offload: return std::string(core::offloadName(c.offload));
         case OptimizeDimension::Wrap: return core::wrapPolicyString(c.wrap);
-        case OptimizeDimension::Ac: return core::acString(c.ac.mode, c.ac.every);
+        case OptimizeDimension::Ac: return core::acString(c.ac);
         case OptimizeDimension::MicroBatch: return fmt::format("{} x {} accumulation", c.micro_batch, c.grad_accum);
     }
     return "?";
@@ -1075,6 +1096,11 @@ core::Result<OptimizeResult> optimize(const core::Plan& base, const OptimizeSpac
     auto built = buildSpace(base, space, options.global_batch);
     if (!built) return built.error();
     const Space& sp = *built;
+    const std::string options_first_n_text =
+        space.ac_first_n ? "activation checkpointing per block beyond the first-N family (the first N blocks full, the rest none "
+                           "or op; or the first N op, the rest none)"
+                         : "activation checkpointing per block: one mode for the whole model (layer:K checkpoints every K-th "
+                           "block); --ac-per-block adds the first-N family (the first N blocks in one mode, the rest in another)";
 
     bool violated = false;
     auto attempt = [&](bool prune) -> core::Result<OptimizeResult> {
@@ -1082,7 +1108,7 @@ core::Result<OptimizeResult> optimize(const core::Plan& base, const OptimizeSpac
         result.batch_per_rank = sp.batch_per_rank;
         result.space_size = sp.groups.size() * sp.shardings.size();
         result.not_searched = {
-            "activation checkpointing per unit: one mode for the whole model (layer:K checkpoints every K-th block)",
+            options_first_n_text,
             "arbitrary contiguous groupings of blocks: the wrap choices are policies (whole, every:K, block); "
             "`shardcast search` finds the exact grouping for the chosen configuration",
             "explicit FSDP2 prefetch lists: the implicit prefetch depth is searched",

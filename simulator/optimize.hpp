@@ -19,9 +19,9 @@
 // Every evaluated configuration is checked against its bounds; a violation (a bug in a premise)
 // turns pruning off and restarts the search, so the answer stays exact.
 //
-// Not in the space (the Plan cannot express them yet): activation checkpointing per unit (one mode
-// for the whole model; layer:K checkpoints every K-th block), arbitrary contiguous groupings of
-// blocks (the wrap choices are a list of policies; `shardcast search` then finds the exact grouping
+// Not in the space (the Plan cannot express them yet): activation checkpointing per block beyond
+// the first-N family (OptimizeSpace::ac_first_n; a plan can give any mode per block), arbitrary
+// contiguous groupings of blocks (the wrap choices are a list of policies; `shardcast search` then finds the exact grouping
 // for a chosen configuration), explicit FSDP2 prefetch lists (the implicit prefetch depth is).
 #include <cstdint>
 #include <functional>
@@ -45,6 +45,10 @@ struct OptimizeSpace {
     std::vector<int> fsdp_versions;          // empty: {2, 1}
     std::vector<core::WrapPolicy> wraps;     // empty: defaultWrapChoices(model)
     std::vector<core::AcSpec> acs;           // empty: defaultAcChoices(model)
+    // Also activation checkpointing per block: the first N blocks in one mode, the rest in another
+    // (firstNAcChoices), added to `acs` for the pairs (X, Y) whose modes `acs` holds for the whole
+    // model. Opt-in: it multiplies the groups by about the block count.
+    bool ac_first_n = false;
     std::vector<core::Offload> offloads;     // empty: {none, cpu}
     int64_t max_micro_batch = 0;             // 0: up to the batch per rank
     // FSDP2 FULL_SHARD / HYBRID_SHARD whose shard group spans nodes may also re-shard to the GPUs of
@@ -59,6 +63,11 @@ struct OptimizeSpace {
 std::vector<core::WrapPolicy> defaultWrapChoices(const core::Model& model);
 // none, attn-core, op, layer:2 (with at least 2 blocks), full.
 std::vector<core::AcSpec> defaultAcChoices(const core::Model& model);
+// Per block, the family "the first N blocks in mode X, the rest in mode Y" (Megatron's
+// --recompute-method block --recompute-num-layers N is X = full, Y = none) for (X, Y) in
+// {(full, none), (full, op), (op, none)} and N = 1 .. L-1, as blocks:X*N,Y*(L-N) specs (N = 0 and
+// N = L are the whole-model modes Y and X).
+std::vector<core::AcSpec> firstNAcChoices(const core::Model& model);
 
 struct OptimizeOptions {
     int64_t global_batch = 0;   // sequences per optimizer step over all ranks

@@ -1,7 +1,9 @@
 #include "simulator/pytorch_code.hpp"
 
 #include <cctype>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -57,6 +59,96 @@ std::string sliceExpr(const std::vector<std::string>& unit) {
     return fmt::format("list({}[{}:{}])", pythonModuleExpr(parent.substr(0, parent.size() - 1)), lo, expected);
 }
 
+// The mode of each block (forward order) when the plan checkpoints blocks with checkpoint_wrapper
+// (full, layer:K, op, blocks:...); empty otherwise.
+std::vector<core::Checkpointing> blockModes(const core::Plan& plan) {
+    const core::TrainingSpec& tr = plan.training;
+    using core::Checkpointing;
+    if (tr.ac == Checkpointing::None || tr.ac == Checkpointing::AttnCore || !plan.model) return {};
+    std::vector<Checkpointing> modes;
+    for (size_t i = 0; i < plan.model->blocks.size(); ++i) {
+        const auto index = static_cast<int64_t>(i);
+        switch (tr.ac) {
+            case Checkpointing::Blocks: modes.push_back(core::blockAcMode(tr.ac_blocks, index)); break;
+            case Checkpointing::Layer:
+                modes.push_back(core::layerAcCheckpoints(index, tr.ac_every) ? Checkpointing::Full : Checkpointing::None);
+                break;
+            default: modes.push_back(tr.ac); break;
+        }
+    }
+    return modes;
+}
+
+// checkpoint_wrapper on each block in its mode, applied before fully_shard (as torchtitan's
+// apply_ac): full wraps the block, op adds torchtitan's per-op SAC policy
+// (torchtitan/models/llama3/infra/parallelize.py, _apply_ac_to_transformer_block: save the outputs
+// of the ops in _save_list, except every second aten.mm). Runs of consecutive ModuleList entries
+// are written as one loop.
+std::string checkpointCode(const core::Plan& plan) {
+    const std::vector<core::Checkpointing> modes = blockModes(plan);
+    bool any_op = false, any = false;
+    for (core::Checkpointing m : modes) {
+        any_op = any_op || m == core::Checkpointing::Op;
+        any = any || m != core::Checkpointing::None;
+    }
+    if (!any) return {};
+    std::string s = "# Activation checkpointing (" + core::acString(core::acSpecOf(plan.training)) + "), before fully_shard\n";
+    s += "from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper\n";
+    if (any_op) {
+        s += "from collections import defaultdict\n"
+             "from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts\n"
+             "_save_list = {torch.ops.aten.mm.default, torch.ops.aten._scaled_dot_product_efficient_attention.default,\n"
+             "              torch.ops.aten._scaled_dot_product_flash_attention.default}\n"
+             "def _op_sac_context():\n"
+             "    meta = defaultdict(int)\n"
+             "    def policy(ctx, func, *args, **kwargs):\n"
+             "        key = \"recompute_mm_count\" if ctx.is_recompute else \"forward_mm_count\"\n"
+             "        if func == torch.ops.aten.mm.default:\n"
+             "            meta[key] += 1\n"
+             "        keep = func in _save_list and not (func == torch.ops.aten.mm.default and meta[key] % 2 == 0)\n"
+             "        return CheckpointPolicy.MUST_SAVE if keep else CheckpointPolicy.PREFER_RECOMPUTE\n"
+             "    return create_selective_checkpoint_contexts(policy)\n";
+    }
+    auto wrapCall = [](core::Checkpointing m, const std::string& expr) {
+        return m == core::Checkpointing::Op
+                   ? fmt::format("checkpoint_wrapper({}, context_fn=_op_sac_context, preserve_rng_state=False)", expr)
+                   : fmt::format("checkpoint_wrapper({}, preserve_rng_state=False)", expr);
+    };
+    const core::Model& model = *plan.model;
+    size_t i = 0;
+    while (i < modes.size()) {
+        const core::Checkpointing m = modes[i];
+        const std::string& name = model.modules[static_cast<size_t>(model.blocks[i])].name;
+        const size_t dot = name.rfind('.');
+        const std::string parent = dot == std::string::npos ? std::string() : name.substr(0, dot);
+        const std::string idx = dot == std::string::npos ? std::string() : name.substr(dot + 1);
+        // The run of blocks in mode m that are consecutive entries parent.K, parent.K+1, ...
+        size_t j = i + 1;
+        if (allDigits(idx)) {
+            const long first = std::stol(idx);
+            while (j < modes.size() && modes[j] == m &&
+                   model.modules[static_cast<size_t>(model.blocks[j])].name ==
+                       fmt::format("{}.{}", parent, first + static_cast<long>(j - i))) {
+                ++j;
+            }
+            if (m != core::Checkpointing::None) {
+                const std::string list = pythonModuleExpr(parent);
+                if (j - i == 1) {
+                    s += fmt::format("{}[{}] = {}\n", list, first, wrapCall(m, fmt::format("{}[{}]", list, first)));
+                } else {
+                    s += fmt::format("for i in range({}, {}):\n    {}[i] = {}\n", first, first + static_cast<long>(j - i), list,
+                                     wrapCall(m, list + "[i]"));
+                }
+            }
+        } else if (m != core::Checkpointing::None) {
+            const std::string expr = pythonModuleExpr(name);
+            s += fmt::format("{} = {}\n", expr, wrapCall(m, expr));
+        }
+        i = j;
+    }
+    return s;
+}
+
 }  // namespace
 
 std::string pythonModuleExpr(std::string_view fqn, std::string_view root) {
@@ -104,6 +196,7 @@ std::string pytorchCode(const core::Plan& plan, const core::Mesh& mesh, const st
     const std::string param = tr.param_dtype ? torchDtype(*tr.param_dtype) : "None";
     const std::string reduce = tr.reduce_dtype ? torchDtype(*tr.reduce_dtype) : "None";
     s += fmt::format("mp = MixedPrecisionPolicy(param_dtype={}, reduce_dtype={})\n", param, reduce);
+    s += checkpointCode(plan);
     const std::string raf = reshardArg(plan.sharding);
     for (const auto& unit : units) {
         std::string target;

@@ -13,7 +13,9 @@ namespace shardcast::sim {
 std::string pythonModuleExpr(std::string_view fqn, std::string_view root = "model");
 
 // A snippet that builds the device mesh (1-D ("shard",), or 2-D ("replicate", "shard") for hybrid
-// strategies and NO_SHARD), the MixedPrecisionPolicy, one fully_shard call per unit in `units`
+// strategies and NO_SHARD), the MixedPrecisionPolicy, checkpoint_wrapper on the blocks the plan's
+// activation checkpointing wraps (full, layer:K, op, blocks:...; per block in its own mode), one
+// fully_shard call per unit in `units`
 // (each a list of module FQNs; one module is passed without list brackets), then the root.
 std::string pytorchCode(const core::Plan& plan, const core::Mesh& mesh, const std::vector<std::vector<std::string>>& units);
 

@@ -54,7 +54,7 @@ std::vector<SweepCandidate> sweepCandidates(const core::Plan& base, const SweepO
     std::vector<int64_t> mbs = options.micro_batches.empty() ? std::vector<int64_t>{base.training.micro_batch}
                                                              : options.micro_batches;
     std::vector<core::AcSpec> acs = options.acs;
-    if (acs.empty()) acs.push_back(core::AcSpec{base.training.ac, base.training.ac_every});
+    if (acs.empty()) acs.push_back(core::acSpecOf(base.training));
     const std::vector<core::WrapPolicy> wraps = wrapCandidates(*base.model);
     std::vector<SweepCandidate> out;
     for (core::Strategy s : strategies) {
@@ -157,13 +157,12 @@ void applyCandidate(const SweepCandidate& c, core::Plan& plan) {
     plan.sharding.shard_size = 0;
     plan.sharding.wrap = c.wrap;
     plan.training.micro_batch = c.micro_batch;
-    plan.training.ac = c.ac.mode;
-    plan.training.ac_every = c.ac.every;
+    core::applyAc(plan.training, c.ac);
 }
 
 std::string candidateLabel(const SweepCandidate& c) {
     return std::string(core::strategyName(c.strategy)) + " " + core::wrapPolicyString(c.wrap) + " mb" +
-           std::to_string(c.micro_batch) + " ac=" + core::acString(c.ac.mode, c.ac.every);
+           std::to_string(c.micro_batch) + " ac=" + core::acString(c.ac);
 }
 
 }  // namespace shardcast::sim

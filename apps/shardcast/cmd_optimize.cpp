@@ -31,7 +31,7 @@ struct OptimizeCommandOptions {
     std::vector<std::string> strategies, wraps, acs, offloads;
     std::vector<int> shard_sizes, fsdps;
     int64_t max_micro_batch = 0;
-    bool no_partial_reshard = false, no_prefetch = false;
+    bool no_partial_reshard = false, no_prefetch = false, ac_per_block = false;
     double headroom = core::kDefaultHeadroom;
     int top = 5;
     bool json = false, stats = false;
@@ -71,10 +71,8 @@ std::string winnerCode(const core::Plan& plan, const core::Mesh& mesh) {
     const core::TrainingSpec& t = plan.training;
     code += "# Also apply the optimizer's other choices (not generated above):\n";
     code += fmt::format("#   micro-batch {} sequences, {} gradient accumulation steps\n", t.micro_batch, t.grad_accum);
-    if (t.ac != core::Checkpointing::None) {
-        code += fmt::format("#   activation checkpointing {} (torch.distributed.algorithms._checkpoint.checkpoint_wrapper "
-                            "or torchtitan's ac config) before fully_shard\n",
-                            core::acString(t.ac, t.ac_every));
+    if (t.ac == core::Checkpointing::AttnCore) {
+        code += "#   Megatron's attention-core recompute (not a checkpoint_wrapper setting; a no-op with flash attention)\n";
     }
     if (t.offload == core::Offload::Cpu) code += "#   offload_policy=CPUOffloadPolicy() in every fully_shard call\n";
     if (plan.sharding.fsdp_version == 2 && plan.sharding.prefetch_depth > 1) {
@@ -117,11 +115,19 @@ int runOptimize(const OptimizeCommandOptions& o) {
         rc != kExitOk) {
         return rc;
     }
-    for (const std::string& a : o.acs) {
+    for (const std::string& a : core::joinAcListItems(o.acs)) {
+        if (a == "blocks") {  // as --ac-per-block
+            space.ac_first_n = true;
+            continue;
+        }
         auto parsed = core::parseAcSpec(a);
         if (!parsed) return reportInputError("--ac: " + core::acSpecError(a));
+        if (auto e = core::resolveAcBlocks(*parsed, static_cast<int64_t>(base.model->blocks.size()), "--ac")) {
+            return reportInputError(*e);
+        }
         space.acs.push_back(*parsed);
     }
+    space.ac_first_n = space.ac_first_n || o.ac_per_block;
     if (int rc = parseList(o.offloads, space.offloads, "--offload", "none, cpu", core::parseOffload); rc != kExitOk) return rc;
     for (const std::string& w : o.wraps) {
         auto parsed = core::parseWrapPolicy(w, "--wrap");
@@ -332,8 +338,9 @@ void registerOptimizeCommand(CLI::App& app, int& exit_code) {
         "optimize",
         "The fastest configuration that fits (tokens/s per GPU) over strategies, hybrid shard sizes, FSDP1/2, wrap "
         "policies, activation checkpointing, micro-batch x accumulation, reshard_after_forward, prefetch and CPU "
-        "offload; exact under the simulator (pruning only by proven lower bounds on step time and peak memory). Not searched: per-unit "
-        "checkpointing, arbitrary block groupings (use `search` on the result), explicit FSDP2 prefetch lists");
+        "offload; exact under the simulator (pruning only by proven lower bounds on step time and peak memory). Per-block "
+        "checkpointing only with --ac-per-block (the first N blocks in one mode, the rest in another). Not searched: "
+        "other per-block checkpointing, arbitrary block groupings (use `search` on the result), explicit FSDP2 prefetch lists");
     core::PlanOverrides& p = opts->plan;
     auto str = [cmd](const char* name, std::optional<std::string>& target, const char* type, const char* help) {
         cmd->add_option_function<std::string>(name, [&target](const std::string& v) { target = v; }, help)->type_name(type);
@@ -374,9 +381,16 @@ void registerOptimizeCommand(CLI::App& app, int& exit_code) {
         ->delimiter(',');
     cmd->add_option("--ac", opts->acs,
                     "Activation checkpointing modes to consider, comma-separated (default none, attn-core, op, layer:2, full): " +
-                        std::string(core::kAcChoices))
+                        std::string(core::kAcChoices) +
+                        "; the entry `blocks` is --ac-per-block (`--ac none,full,blocks`: none, full and the first N "
+                        "blocks full, the rest none)")
         ->type_name("MODE,...")
         ->delimiter(',');
+    cmd->add_flag("--ac-per-block", opts->ac_per_block,
+                  "Also search checkpointing per block: the first N blocks in one mode, the rest in another "
+                  "(full then none, full then op, op then none, each pair whose two modes the checkpointing choices "
+                  "hold; N = 1 .. blocks-1). Off by default: it multiplies the checkpointing choices by up to 3 x the "
+                  "block count and the search time by about 30");
     cmd->add_option("--offload", opts->offloads, "CPU offload choices: none,cpu (default both)")->type_name("MODE,...")->delimiter(',');
     cmd->add_option("--max-micro-batch", opts->max_micro_batch, "Largest micro-batch (sequences per GPU) to consider")
         ->type_name("B");

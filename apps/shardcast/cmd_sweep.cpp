@@ -50,9 +50,12 @@ int runSweepCommand(const SweepCommandOptions& o) {
         if (!parsed) return reportInputError("--strategies: '" + s + "' is not a strategy (NO_SHARD, SHARD_GRAD_OP, FULL_SHARD, HYBRID_SHARD, _HYBRID_SHARD_ZERO2)");
         options.strategies.push_back(*parsed);
     }
-    for (const auto& a : o.acs) {
+    for (const auto& a : core::joinAcListItems(o.acs)) {
         auto parsed = core::parseAcSpec(a);
         if (!parsed) return reportInputError("--sweep-ac: " + core::acSpecError(a));
+        if (auto e = core::resolveAcBlocks(*parsed, static_cast<int64_t>(base.model->blocks.size()), "--sweep-ac")) {
+            return reportInputError(*e);
+        }
         options.acs.push_back(*parsed);
     }
     for (int64_t mb : o.micro_batches) {
@@ -98,7 +101,7 @@ int runSweepCommand(const SweepCommandOptions& o) {
         for (size_t i : order) {
             const auto& r = results[i];
             fmt::print("{},{},{},{},{},{:.3f},{:.3f},{},{:.3f},{:.4f},{:.1f},{}\n", core::strategyName(r.candidate.strategy),
-                       core::wrapPolicyString(r.candidate.wrap), r.candidate.micro_batch, core::acString(r.candidate.ac.mode, r.candidate.ac.every),
+                       core::wrapPolicyString(r.candidate.wrap), r.candidate.micro_batch, core::acString(r.candidate.ac),
                        r.units, r.step_s * 1e3, toGiB(r.peak_bytes), r.fits ? 1 : 0, r.exposed_comm_s * 1e3, r.mfu,
                        r.tokens_per_s_per_gpu, onFront(i) ? 1 : 0);
         }
@@ -114,7 +117,7 @@ int runSweepCommand(const SweepCommandOptions& o) {
             rows.push_back({{"strategy", core::strategyName(r.candidate.strategy)},
                             {"wrap", core::wrapPolicyString(r.candidate.wrap)},
                             {"micro_batch", r.candidate.micro_batch},
-                            {"ac", core::acString(r.candidate.ac.mode, r.candidate.ac.every)},
+                            {"ac", core::acString(r.candidate.ac)},
                             {"units", r.units},
                             {"step_s", r.step_s},
                             {"peak_bytes", r.peak_bytes},
@@ -148,7 +151,7 @@ int runSweepCommand(const SweepCommandOptions& o) {
         const auto& r = results[i];
         fmt::print("{:<3} {:<20} {:<18} {:>4} {:<10} {:>5} {:>11.2f} {:>13.2f} {:>14} {:>4} {:>14.2f} {:>6.3f} {:>12.0f}\n",
                    onFront(i) ? "*" : "", core::strategyName(r.candidate.strategy), core::wrapPolicyString(r.candidate.wrap),
-                   r.candidate.micro_batch, core::acString(r.candidate.ac.mode, r.candidate.ac.every), r.units, r.step_s * 1e3, toGiB(r.peak_bytes),
+                   r.candidate.micro_batch, core::acString(r.candidate.ac), r.units, r.step_s * 1e3, toGiB(r.peak_bytes),
                    r.reserved_bytes > 0 ? fmt::format("{:.2f}", toGiB(r.reserved_bytes)) : std::string("-"), r.fits ? "yes" : "no", r.exposed_comm_s * 1e3, r.mfu, r.tokens_per_s_per_gpu);
     }
     fmt::print("\n* on the Pareto front of (peak memory, step time)\n");

@@ -136,7 +136,7 @@ nlohmann::ordered_json planResultJson(const core::Plan& plan, const sim::Evaluat
         {"param_dtype", core::dtypeName(t.computeDtype())},
         {"reduce_dtype", core::dtypeName(t.reduceDtype())},
         {"master_dtype", core::dtypeName(t.master_dtype)},
-        {"ac", core::acString(t.ac, t.ac_every)},
+        {"ac", core::acString(core::acSpecOf(t))},
         {"attention", core::attentionName(t.attention)},
         {"kernels", core::kernelImplName(t.kernels)},
         {"impl", core::modelImplName(t.impl)},
@@ -312,13 +312,13 @@ std::string planReportText(const core::Plan& plan, const sim::Evaluation& e) {
     line(fmt::format("  dtypes       param {}, reduce {}, master {}; optimizer {}", core::dtypeName(t.computeDtype()),
                      core::dtypeName(t.reduceDtype()), core::dtypeName(t.master_dtype),
                      core::optimizerName(t.optimizer)));
-    line(fmt::format("  compute      AC {}, attention {}, kernels {}, impl {}, offload {}{}{}", core::acString(t.ac, t.ac_every),
+    line(fmt::format("  compute      AC {}, attention {}, kernels {}, impl {}, offload {}{}{}", core::acString(core::acSpecOf(t)),
                      core::attentionName(t.attention), core::kernelImplName(t.kernels), core::modelImplName(t.impl),
                      core::offloadName(t.offload),
                      t.hf_mask == core::HfMask::V4 && t.impl == core::ModelImpl::Hf ? ", transformers 4.5x mask" : "",
                      t.frozen_regex.empty() ? "" : fmt::format(", frozen /{}/", t.frozen_regex)));
     line(fmt::format("  AC mode      {}",
-                     core::acDescription(t.ac, t.ac_every, t.attention == core::AttentionKernel::Flash)));
+                     core::acDescription(core::acSpecOf(t), t.attention == core::AttentionKernel::Flash)));
     line("");
 
     // Units.

@@ -138,4 +138,32 @@ st = d["search"]["stats"]
 assert 1 <= st["reserved_replays"] <= d["search"]["evaluated"] and st["reevaluations"] <= st["reserved_replays"], st
 ' "$tmp/out"
 
+# --- checkpointing per block (--ac-per-block): the first-N answer, written and applied -------------
+# Llama-3.1-8B cut to 4 blocks at 32,768 tokens: none does not fit, full*3,none*1 does and beats full
+# (tests/simulator/optimize_test.cpp AFirstNPlanIsTheAnswerWhereNoneDoesNotFit works the figures).
+four=(--model llama-3.1-8b --scale layers=4 --gpu H100-SXM --nodes 1 --gpus-per-node 8 --seq-len 32768
+      --global-batch 8 --strategy FULL_SHARD --fsdp 2 --wrap block --offload none --no-prefetch-search)
+expect_exit "optimize --ac none,full --ac-per-block exits 0" 0 "$bin" optimize "${four[@]}" --ac none,full --ac-per-block \
+    --write-plan "$tmp/perblock.json" --pytorch "$tmp/perblock.py"
+check "optimize --ac-per-block: the winner checkpoints the first 3 of 4 blocks" '
+import sys
+out = open(sys.argv[1]).read()
+assert "ac blocks:full*3,none*1" in out.split("Best:")[1].splitlines()[0], out
+assert "one mode for the whole model" not in out, out
+' "$tmp/out"
+expect_ok "plan reads the per-block winner back" "$bin" plan "$tmp/perblock.json"
+check "plan names the per-block checkpointing" '
+import sys
+out = open(sys.argv[1]).read()
+assert "AC mode      per block: full on blocks 0-2, none on 3" in out, out
+' "$tmp/out"
+check "--pytorch wraps blocks 0-2 in checkpoint_wrapper before fully_shard" '
+import sys
+code = open(sys.argv[1]).read()
+assert "for i in range(0, 3):\n    model.model.layers[i] = checkpoint_wrapper(model.model.layers[i], preserve_rng_state=False)\n" in code, code
+assert code.index("checkpoint_wrapper(model.model.layers[i]") < code.index("fully_shard(")
+' "$tmp/perblock.py"
+expect_bad_input "optimize --ac with a per-block spec short of the model" "--ac: 'blocks:full\*1,none\*1' covers 2 blocks" \
+    "$bin" optimize "${four[@]}" --ac "none,blocks:full*1,none*1"
+
 finish optimize

@@ -235,6 +235,28 @@ def build_cases(s):
     s.case("--frozen escaped parentheses do not nest",
            plan("--model", tiny, "--gpus-per-node", 1, "--frozen", "\\(" * 40 + "embed"), 0, None)
 
+    # Activation checkpointing per block: runs that must cover the model's 4 blocks, bounded messages.
+    for spec, pattern in [
+            ("blocks:full*1,none*2", r"--ac: 'blocks:full\*1,none\*2' covers 3 blocks but the model has 4"),
+            ("blocks:full*5", r"--ac: .*covers 5 blocks but the model has 4"),
+            ("blocks:full*0,none*4", r"--ac: .*'full\*0': the count must be an integer from 1 to"),
+            ("blocks:none*-4", r"--ac: .*the count must be an integer from 1 to"),
+            ("blocks:full*18446744073709551616", r"--ac: .*the count must be an integer from 1 to"),
+            ("blocks:layer*4", r"--ac: .*a block's mode is none, op or full"),
+            ("blocks:", r"--ac: .*at least one run"),
+            ("blocks:full*4,", r"--ac: .*is not MODE\*N"),
+            ("blocks", r"--ac: .*blocks needs its runs"),
+            ("blocks:" + "full*1," * 15000 + "none*1", r"--ac: .*covers 15001 blocks but the model has 4"),
+            ("blocks:" + "x" * 100000 + "*1", r"--ac: .*none, op or full")]:
+        s.case(f"--ac {spec[:40]}", plan("--model", tiny, "--ac", spec), 2, pattern)
+    s.case("--ac blocks covering every block", plan("--model", tiny, "--ac", "blocks:full*1,op*1,none*2"), 0, None)
+    f("ac-plan.json", {"model": "tiny.json", "training": {"ac": "blocks:full*2,none*1"}})
+    s.case("training.ac blocks short of the model", plan(f"{s.tmp}/ac-plan.json"), 2,
+           r"ac-plan\.json: training\.ac: .*covers 3 blocks but the model has 4")
+    s.case("optimize --ac blocks short of the model",
+           ["optimize", "--model", tiny, "--global-batch", 8, "--ac", "none,blocks:full*1,none*1"], 2,
+           r"--ac: 'blocks:full\*1,none\*1' covers 2 blocks but the model has 4")
+
     # 5. Module trees: names, shapes, per-token figures.
     f("dots.json", tree_with(module={"name": ".".join(["a"] * 50000)}))
     s.case("module name of 50000 dotted parts", plan("--model", f"{s.tmp}/dots.json"), 2, r"dots\.json.*(bytes|dotted parts)")

@@ -242,5 +242,33 @@ TEST(EvaluationFingerprintTest, ReusedEvaluatorMatchesAFreshOne) {
     EXPECT_GT(c.timeline.step_ns, a.timeline.step_ns);
 }
 
+// A per-block spec whose blocks all take one mode is that whole-model mode, byte for byte: the
+// same Program, timeline, memory curve and summary (Llama-3.1-8B, 32 blocks, FULL_SHARD on 8).
+TEST(EvaluationFingerprintTest, OneModePerBlockIsTheWholeModelMode) {
+    for (core::Checkpointing mode : {core::Checkpointing::Full, core::Checkpointing::Op, core::Checkpointing::None}) {
+        core::Plan whole;
+        whole.model = model("llama-3.1-8b");
+        whole.model_ref = "llama-3.1-8b";
+        whole.cluster.gpu = *core::findGpuPreset("H100-SXM");
+        whole.cluster.nodes = 1;
+        whole.cluster.gpus_per_node = 8;
+        whole.training.seq_len = 8192;
+        whole.training.ac = mode;
+        core::Plan per_block = whole;
+        per_block.training.ac = core::Checkpointing::Blocks;
+        per_block.training.ac_blocks = {{mode, 20}, {mode, 12}};  // as code may build it, unmerged
+        EvaluationOptions options;
+        options.record_curve = true;
+        options.per_unit = true;
+        const HardwareProfile profile = HardwareProfile::fromCluster(whole.cluster);
+        auto a = evaluatePlan(whole, &profile, options);
+        auto b = evaluatePlan(per_block, &profile, options);
+        ASSERT_TRUE(a.ok()) << a.error().message;
+        ASSERT_TRUE(b.ok()) << b.error().message;
+        EXPECT_EQ(fingerprint(*a), fingerprint(*b)) << core::checkpointingName(mode);
+        EXPECT_EQ(core::programToJson(a->program).dump(), core::programToJson(b->program).dump());
+    }
+}
+
 }  // namespace
 }  // namespace shardcast::sim

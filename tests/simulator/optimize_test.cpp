@@ -1,6 +1,7 @@
 // sim::optimize against exhaustive enumeration: every configuration of a space small enough to
 // evaluate one by one (each through its own sim::evaluatePlan, not the optimizer's search loop).
 #include <algorithm>
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <set>
@@ -10,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "core/model_io.hpp"
+#include "core/model_scale.hpp"
 #include "simulator/evaluation.hpp"
 #include "simulator/optimize.hpp"
 
@@ -432,6 +434,132 @@ TEST(OptimizeTest, StopsWhenCancelled) {
     auto r = optimize(base, OptimizeSpace{}, HardwareProfile::fromCluster(base.cluster), options);
     ASSERT_FALSE(r);
     EXPECT_TRUE(r.error().cancelled);
+}
+
+// Llama-3.1-8B cut to 4 blocks (--scale layers=4: embeddings, head and block shapes kept), 8 H100s,
+// sequences of 32,768 tokens: activations dominate, so checkpointing decides what fits.
+core::Plan fourBlockPlan() {
+    core::Plan plan = basePlan("llama-3.1-8b", 1, 32768);
+    core::ModelScale scale;
+    scale.layers = 4;
+    auto scaled = core::scaleModel(*plan.model, scale);
+    EXPECT_TRUE(scaled) << scaled.error().message;
+    plan.model = std::make_shared<const core::Model>(std::move(*scaled));
+    plan.scale = scale;
+    return plan;
+}
+
+// The first-N family (--ac-per-block) is searched as exactly as the whole-model modes: the same
+// optimum, score, top, front and losses as evaluating every configuration, on every N of every
+// pair (3 pairs x N = 1..3) next to none, op and full.
+TEST(OptimizeTest, FirstNFamilyMatchesExhaustiveEnumeration) {
+    const core::Plan base = fourBlockPlan();
+    OptimizeSpace space;
+    space.strategies = {core::Strategy::FullShard, core::Strategy::ShardGradOp};
+    space.fsdp_versions = {2};
+    space.wraps = {wrap("block")};
+    space.acs = {{core::Checkpointing::None, 1}, {core::Checkpointing::Op, 1}, {core::Checkpointing::Full, 1}};
+    space.ac_first_n = true;
+    space.offloads = {core::Offload::None};
+    auto all = enumerateSpace(base, space, 16);
+    ASSERT_TRUE(all);
+    // FULL_SHARD and SHARD_GRAD_OP x 2 prefetch depths = 4 shardings; micro-batch 1, 2 x (3 + 9) modes.
+    EXPECT_EQ(all->size(), 4u * 2u * 12u);
+    std::set<std::string> acs;
+    for (const OptimizeChoice& c : *all) acs.insert(choiceValue(c, OptimizeDimension::Ac));
+    EXPECT_EQ(acs.size(), 12u);
+    EXPECT_EQ(acs.count("blocks:full*3,none*1"), 1u);
+    EXPECT_EQ(acs.count("blocks:full*1,op*3"), 1u);
+    EXPECT_EQ(acs.count("blocks:op*2,none*2"), 1u);
+    expectSameAnswer(base, space, 16, 3);
+}
+
+// Where whole-model none does not fit and full does, the fastest fitting plan checkpoints only the
+// first N blocks. On this 4-block model, one sequence per GPU, FULL_SHARD FSDP2 per block, the
+// evaluation (`shardcast plan --model llama-3.1-8b --scale layers=4 --seq-len 32768 --ac ...`)
+// gives: none 78.19 GiB allocated, over the 75.67 GiB budget; full 27,738 tokens/s per GPU;
+// blocks:full*3,none*1 72.91 GiB reserved (fits), 29,041 tokens/s; full*2,none*2 78.54 GiB reserved
+// (does not fit). With none and full in the space, --ac-per-block adds only the (full, none) pairs.
+TEST(OptimizeTest, AFirstNPlanIsTheAnswerWhereNoneDoesNotFit) {
+    const core::Plan base = fourBlockPlan();
+    OptimizeSpace space;
+    space.strategies = {core::Strategy::FullShard};
+    space.fsdp_versions = {2};
+    space.wraps = {wrap("block")};
+    space.acs = {{core::Checkpointing::None, 1}, {core::Checkpointing::Full, 1}};
+    space.offloads = {core::Offload::None};
+    space.prefetch = false;
+    space.partial_reshard = false;
+    space.ac_first_n = true;
+    auto all = enumerateSpace(base, space, 8);
+    ASSERT_TRUE(all);
+    EXPECT_EQ(all->size(), 2u + 3u);  // none, full, full*N,none*(4-N) for N = 1..3
+    const HardwareProfile profile = HardwareProfile::fromCluster(base.cluster);
+    OptimizeOptions options;
+    options.global_batch = 8;
+    options.top = 3;
+    auto r = optimize(base, space, profile, options);
+    ASSERT_TRUE(r) << r.error().message;
+    ASSERT_TRUE(r->fits);
+    EXPECT_EQ(core::acString(r->best.choice.ac), "blocks:full*3,none*1");
+    EXPECT_NEAR(r->best.tokens_per_s_per_gpu, 29041, 1);
+    double full_step = 0;
+    for (const DimensionLoss& l : r->losses) {
+        if (l.dimension != OptimizeDimension::Ac) continue;
+        if (l.value == "none") {
+            EXPECT_FALSE(l.fits);
+        }
+        if (l.value == "full") {
+            EXPECT_TRUE(l.fits);
+            full_step = l.step_s;
+        }
+    }
+    EXPECT_GT(full_step, r->best.step_s);
+    for (const std::string& line : r->not_searched) {
+        EXPECT_EQ(line.find("one mode for the whole model"), std::string::npos) << line;
+    }
+
+    // Every one of the 3^4 assignments of none / op / full to the 4 blocks on the winner's
+    // sharding: the best of the searched pairs is the optimizer's; the best of the whole family
+    // (all three pairs and the whole-model modes) and the best outside it are printed for the record.
+    EvaluationOptions eo;
+    eo.per_unit = false;
+    using core::Checkpointing;
+    const Checkpointing modes[] = {Checkpointing::None, Checkpointing::Op, Checkpointing::Full};
+    double searched_best = 0, family_best = 0, outside_best = 0;
+    std::string family_label, outside_label;
+    for (int code = 0; code < 81; ++code) {
+        core::AcSpec ac{Checkpointing::Blocks, 1};
+        for (int b = 0, c = code; b < 4; ++b, c /= 3) {
+            if (!ac.runs.empty() && ac.runs.back().mode == modes[c % 3]) {
+                ac.runs.back().blocks += 1;
+            } else {
+                ac.runs.push_back({modes[c % 3], 1});
+            }
+        }
+        ASSERT_FALSE(core::resolveAcBlocks(ac, 4, "test").has_value());
+        const bool two = ac.mode == Checkpointing::Blocks && ac.runs.size() == 2;
+        const bool searched = two && ac.runs[0].mode == Checkpointing::Full && ac.runs[1].mode == Checkpointing::None;
+        const bool family = ac.mode != Checkpointing::Blocks ||
+                            (two && ((ac.runs[0].mode == Checkpointing::Full && ac.runs[1].mode != Checkpointing::Full) ||
+                                     (ac.runs[0].mode == Checkpointing::Op && ac.runs[1].mode == Checkpointing::None)));
+        OptimizeChoice c = r->best.choice;
+        c.ac = ac;
+        auto e = evaluatePlan(applyChoice(base, c), &profile, eo);
+        ASSERT_TRUE(e) << e.error().message;
+        if (!e->fit.fits) continue;
+        const double step = static_cast<double>(e->timeline.step_ns) * 1e-9;
+        if (searched && (searched_best == 0 || step < searched_best)) searched_best = step;
+        double& best = family ? family_best : outside_best;
+        if (best == 0 || step < best) {
+            best = step;
+            (family ? family_label : outside_label) = core::acString(ac);
+        }
+    }
+    EXPECT_DOUBLE_EQ(searched_best, r->best.step_s);
+    std::printf("4 blocks: best of the family %.6f s (%s); best outside it %.6f s (%s): %s\n", family_best,
+                family_label.c_str(), outside_best, outside_label.c_str(),
+                outside_best > 0 && outside_best < family_best ? "faster" : "not faster");
 }
 
 }  // namespace

@@ -409,5 +409,37 @@ TEST(PytorchCodeTest, HybridUsesATwoDimensionalMesh) {
         << code;
 }
 
+// Checkpointing per block: each run of consecutive blocks in one mode is one loop of
+// checkpoint_wrapper calls before fully_shard (full: plain; op: torchtitan's per-op SAC policy);
+// blocks in none are left alone.
+TEST(PytorchCodeTest, PerBlockCheckpointingWrapsEachRunInItsMode) {
+    auto model = core::resolveModel("llama-3.1-8b");
+    ASSERT_TRUE(model.ok());
+    core::Plan plan;
+    plan.model = std::make_shared<const core::Model>(std::move(*model));
+    plan.cluster.gpu = *core::findGpuPreset("H100-SXM");
+    auto spec = core::parseAcSpec("blocks:full*8,op*1,none*23");
+    ASSERT_TRUE(spec.has_value());
+    core::applyAc(plan.training, *spec);
+    const std::string code = pytorchCode(plan, core::Mesh{8, 8, 1}, {{"model.layers.0"}});
+    EXPECT_NE(code.find("# Activation checkpointing (blocks:full*8,op*1,none*23), before fully_shard\n"), std::string::npos)
+        << code;
+    EXPECT_NE(code.find("for i in range(0, 8):\n    model.model.layers[i] = checkpoint_wrapper(model.model.layers[i], "
+                        "preserve_rng_state=False)\n"),
+              std::string::npos)
+        << code;
+    EXPECT_NE(code.find("model.model.layers[8] = checkpoint_wrapper(model.model.layers[8], context_fn=_op_sac_context, "
+                        "preserve_rng_state=False)\n"),
+              std::string::npos)
+        << code;
+    EXPECT_EQ(code.find("layers[9]"), std::string::npos) << code;
+    EXPECT_NE(code.find("def _op_sac_context():"), std::string::npos) << code;
+    // Wrapped before the first fully_shard call.
+    EXPECT_LT(code.find("checkpoint_wrapper(model.model.layers[8]"), code.find("fully_shard(model.model.layers[0]"));
+    // No checkpointing: no wrapper.
+    plan.training = core::TrainingSpec{};
+    EXPECT_EQ(pytorchCode(plan, core::Mesh{8, 8, 1}, {{"model.layers.0"}}).find("checkpoint_wrapper"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace shardcast::sim
