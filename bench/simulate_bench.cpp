@@ -165,8 +165,12 @@ BENCHMARK(BM_Stage_TimeMemory_Llama8B_8GPUs)->Unit(benchmark::kMicrosecond);
 
 // The allocator replay alone (both steps) on the plan's evaluated program: the fast replay (what
 // the evaluation runs) or every call (AllocatorReplay::Full). "calls": model calls per replay.
-void BM_ReplayAllocator(benchmark::State& state, const char* model_name, int nodes, core::AllocatorReplay mode) {
-    const core::Plan plan = benchPlan(model_name, nodes);
+// `grad_accum`: micro-batches per step; `seq`: tokens per sequence (0: the bench plan's).
+void BM_ReplayAllocator(benchmark::State& state, const char* model_name, int nodes, core::AllocatorReplay mode,
+                        int64_t grad_accum = 1, int64_t seq = 0) {
+    core::Plan plan = benchPlan(model_name, nodes);
+    plan.training.grad_accum = grad_accum;
+    if (seq > 0) plan.training.seq_len = seq;
     const sim::HardwareProfile profile = sim::HardwareProfile::fromCluster(plan.cluster);
     sim::Evaluator evaluator;
     sim::Evaluation e;
@@ -190,6 +194,15 @@ void BM_ReplayAllocator(benchmark::State& state, const char* model_name, int nod
 
 BENCHMARK_CAPTURE(BM_ReplayAllocator, Llama8B_8GPUs, "llama-3.1-8b", 1, core::AllocatorReplay::Fast)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_ReplayAllocator, Llama8B_8GPUs_Full, "llama-3.1-8b", 1, core::AllocatorReplay::Full)->Unit(benchmark::kMicrosecond);
+// Four micro-batches: near the device limit (the bench plan's 8,192 tokens) and far from it (2,048).
+BENCHMARK_CAPTURE(BM_ReplayAllocator, Llama8B_8GPUs_Accum4, "llama-3.1-8b", 1, core::AllocatorReplay::Fast, 4)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_ReplayAllocator, Llama8B_8GPUs_Accum4_Full, "llama-3.1-8b", 1, core::AllocatorReplay::Full, 4)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_ReplayAllocator, Llama8B_8GPUs_Accum4_Seq2048, "llama-3.1-8b", 1, core::AllocatorReplay::Fast, 4, 2048)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_ReplayAllocator, Llama8B_8GPUs_Accum4_Seq2048_Full, "llama-3.1-8b", 1, core::AllocatorReplay::Full, 4, 2048)
+    ->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_ReplayAllocator, Llama405B_16384GPUs, "llama-3.1-405b", 2048, core::AllocatorReplay::Fast)
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_ReplayAllocator, Llama405B_16384GPUs_Full, "llama-3.1-405b", 2048, core::AllocatorReplay::Full)

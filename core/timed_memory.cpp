@@ -331,7 +331,30 @@ void MemoryTimer::replayAllocator(const Program& program, const Timeline& timeli
             case kMid: applyTransient(t.mem_peak); break;
         }
     }
+    out.config = config;
+    KeptReplay* slot = nullptr;
+    if (m_keep > 0) {
+        const int32_t tensor_ids = m_tensor_base[static_cast<size_t>(program.buffer_count)];
+        for (KeptReplay& k : m_kept) {
+            if (k.config == config && k.ids == tensor_ids && k.initial == program.initial && k.tape == m_tape) {
+                out.stats = k.stats;
+                ++m_reused;
+                return;
+            }
+        }
+        if (m_kept.size() < m_keep) {
+            slot = &m_kept.emplace_back();
+        } else {
+            slot = &m_kept[m_next_kept];
+            m_next_kept = (m_next_kept + 1) % m_keep;
+        }
+        slot->config = config;
+        slot->ids = tensor_ids;
+        slot->initial = program.initial;
+        slot->tape = m_tape;
+    }
     // Two steps: the first fills the cache as a previous step would; the second is reported.
+    if (mode == AllocatorReplay::Auto) mode = program.micro_batches > 1 ? AllocatorReplay::Full : AllocatorReplay::Fast;
     if (mode == AllocatorReplay::Full) {
         replayTapeFull(model, m_tape);
         model.resetPeaks();
@@ -342,8 +365,15 @@ void MemoryTimer::replayAllocator(const Program& program, const Timeline& timeli
         model.resetPeaks();
         m_fast.replay(model, m_tape);
     }
-    out.config = config;
     out.stats = model.stats();
+    if (slot) slot->stats = out.stats;
+}
+
+void MemoryTimer::keepReplays(size_t entries) {
+    m_keep = entries;
+    m_kept.clear();
+    m_next_kept = 0;
+    m_reused = 0;
 }
 
 }  // namespace shardcast::core

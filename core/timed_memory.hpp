@@ -43,13 +43,23 @@ public:
     // (ReservedMemory says how), tensor by tensor (Program::buffer_tensors). Call after compute()
     // on the same program and timeline.
     // Fast skips the repeats of identical blocks where it proves the result unchanged
-    // (PeriodicReplay); Full replays every call (the reference the tests compare with).
+    // (PeriodicReplay); Full replays every call (the reference the tests compare with); Auto picks
+    // the cheaper for the program (core/allocator_replay.hpp).
     void replayAllocator(const Program& program, const Timeline& timeline, const AllocatorConfig& config, CachingAllocatorModel& model,
-                         ReservedMemory& out, AllocatorReplay mode = AllocatorReplay::Fast);
+                         ReservedMemory& out, AllocatorReplay mode = AllocatorReplay::Auto);
     // The last fast replay (both steps): its runs, calls made and periods skipped.
     const PeriodicReplay& allocatorReplay() const { return m_fast; }
     // Model calls the full replay of the last program makes (two steps).
     int64_t fullReplayCalls() const { return 2 * static_cast<int64_t>(m_tape.size()); }
+
+    // Keep the results of the last `entries` replays (0, the default: none) and answer a replay
+    // whose calls are those of a kept one - same tape, steady state and allocator settings, compared
+    // in full - from it: the model is deterministic, so the figures are the replay's. For searches,
+    // where configurations that differ in time only (prefetch, overlap) replay the same calls. The
+    // model and allocatorReplay() then say nothing of a replay answered so.
+    void keepReplays(size_t entries);
+    // Replays answered from kept results since keepReplays().
+    int64_t replaysReused() const { return m_reused; }
 
 private:
     // Points in time order; at equal times: deferred frees, ends, starts, midpoints, then by task.
@@ -75,6 +85,17 @@ private:
     std::vector<AllocOp> m_tape;  // one step's allocator calls
     std::vector<uint32_t> m_hints;  // tape positions where a block's forward or backward begins
     PeriodicReplay m_fast;
+    // keepReplays: what decides a replay's figures, and the figures.
+    struct KeptReplay {
+        AllocatorConfig config;
+        int32_t ids = 0;           // buffer tensor ids; the steady state's follow
+        CategoryBytes initial{};
+        std::vector<AllocOp> tape;
+        AllocatorStats stats;
+    };
+    std::vector<KeptReplay> m_kept;
+    size_t m_keep = 0, m_next_kept = 0;
+    int64_t m_reused = 0;
 };
 
 }  // namespace shardcast::core

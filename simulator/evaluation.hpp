@@ -86,6 +86,10 @@ public:
     // gives with reserved_memory. Lets a search judge on reserved memory only where the allocated
     // peak cannot decide (reserved >= allocated: an allocated peak over the budget cannot fit).
     void judgeReserved(double headroom, Evaluation& out);
+    // Reuse the figures of an identical earlier allocator replay among the last `entries`
+    // (core::MemoryTimer::keepReplays; 0, the default: replay every time).
+    void keepReplays(size_t entries) { m_timer.keepReplays(entries); }
+    int64_t replaysReused() const { return m_timer.replaysReused(); }
 
 private:
     core::Lowerer m_lowerer;

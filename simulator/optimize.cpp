@@ -24,6 +24,7 @@ namespace {
 using BackwardPrefetch = core::ShardingSpec::BackwardPrefetch;
 constexpr int64_t kNoBound = std::numeric_limits<int64_t>::max();
 constexpr size_t kNone = std::numeric_limits<size_t>::max();
+constexpr size_t kKeptReplays = 16;  // allocator replays whose figures a search keeps for reuse
 
 // The sharding part of a choice: everything but micro-batch, accumulation and checkpointing, which
 // the groups hold.
@@ -413,6 +414,9 @@ public:
         // The fit verdict judges the timed curve; the host-issue-order replay only adds report figures.
         m_eo.issue_order_memory = false;
         m_eo.cancel = options.cancel;
+        // Configurations that differ in time only replay the same allocator calls: keep the last
+        // replays' figures (exact: the calls are compared in full). Not in the unpruned reference.
+        if (prune) m_evaluator.keepReplays(kKeptReplays);
         m_eo.progress = [this](EvaluationStage stage) { enterStage(static_cast<int>(stage)); };
         m_state.assign(m_groups * m_shardings, State::Unseen);
         m_step_bound.assign(m_groups * m_shardings, 0);
@@ -670,6 +674,7 @@ core::Status Search::judge(size_t k) {
     m_evaluator.judgeReserved(m_options.headroom, m_e);
     m_stats.replay_seconds += secondsSince(t);
     ++m_stats.reserved_replays;
+    m_stats.replays_reused = static_cast<size_t>(m_evaluator.replaysReused());
     Scored& s = m_scored[k];
     const core::AllocatorStats& a = m_e.reserved.stats;
     // The self-check of core::reservedFloorBytes: a judged peak below it, where the allocator kept its

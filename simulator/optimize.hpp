@@ -146,6 +146,7 @@ struct OptimizeStats {
     // reservedFloorBytes). Without pruning, every evaluated configuration is replayed.
     size_t reserved_replays = 0;   // allocator replays (at most one per evaluated configuration)
     size_t reevaluations = 0;      // of them, on a configuration evaluated again to replay it
+    size_t replays_reused = 0;     // of them, answered by an earlier replay of the same calls
     double seconds = 0;            // the whole search
     double bound_seconds = 0;      // lowering and analysing the bound programs
     double lower_seconds = 0;      // in full evaluations: lowering

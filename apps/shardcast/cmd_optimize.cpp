@@ -244,6 +244,7 @@ int runOptimize(const OptimizeCommandOptions& o) {
                                 {"front_evaluations", st.front_evaluations},
                                 {"reserved_replays", st.reserved_replays},
                                 {"reevaluations", st.reevaluations},
+                                {"replays_reused", st.replays_reused},
                                 {"bound_seconds", st.bound_seconds},
                                 {"lower_seconds", st.lower_seconds},
                                 {"simulate_seconds", st.simulate_seconds},
@@ -272,9 +273,10 @@ int runOptimize(const OptimizeCommandOptions& o) {
                    st.pruned_by_time);
         fmt::print("  evaluated: {} ({} only to price the other choices, {} only to complete the Pareto front)\n",
                    r.evaluated, st.loss_evaluations, st.front_evaluations);
-        fmt::print("  reserved memory: the caching allocator replayed for {} of them ({} evaluated again for it) in {:.1f} ms; "
-                   "the rest cannot enter the answer or are shown not to fit by lower bounds on reserved memory\n",
-                   st.reserved_replays, st.reevaluations, st.replay_seconds * 1e3);
+        fmt::print("  reserved memory: the caching allocator replayed for {} of them ({} evaluated again for it; {} the same "
+                   "calls as an earlier replay, whose figures were reused) in {:.1f} ms; the rest cannot enter the answer or "
+                   "are shown not to fit by lower bounds on reserved memory\n",
+                   st.reserved_replays, st.reevaluations, st.replays_reused, st.replay_seconds * 1e3);
         fmt::print("  in evaluations: lower {:.1f} ms, simulate {:.1f} ms, memory {:.1f} ms, validate and summarize {:.1f} ms\n",
                    st.lower_seconds * 1e3, st.simulate_seconds * 1e3, st.memory_seconds * 1e3,
                    st.other_evaluation_seconds * 1e3);
