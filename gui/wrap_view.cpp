@@ -285,11 +285,12 @@ void WrapView::setResult(std::shared_ptr<const WrapResult> result) {
     m_status->setText(status + ". Click a point or a row to load that plan.");
     if (m_result->search_ok) {
         const sim::WrapSearchResult& s = m_result->search;
+        const QString reserved = s.full.reserved_bytes > 0 ? ", reserved " + formatGiB(s.full.reserved_bytes) : QString();
         m_search->setText(QString("<b>Exact search</b> (contiguous groupings of blocks into units): %1 -> %2 block units; "
-                                  "step %3, peak %4 (%5)%6")
+                                  "step %3, peak %4%5 (%6)%7")
                               .arg(QString::fromStdString(sim::groupingString(s.ends)).toHtmlEscaped())
                               .arg(s.units)
-                              .arg(formatMs(s.full.step_s), formatGiB(s.full.peak_bytes),
+                              .arg(formatMs(s.full.step_s), formatGiB(s.full.peak_bytes), reserved,
                                    s.fits ? QString("fits") : QString("does not fit"),
                                    s.message.empty() ? QString() : "<br>" + QString::fromStdString(s.message).toHtmlEscaped()));
         m_code->setPlainText(QString::fromStdString(m_result->pytorch_code));
