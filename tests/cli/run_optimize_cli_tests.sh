@@ -151,6 +151,16 @@ out = open(sys.argv[1]).read()
 assert "ac blocks:full*3,none*1" in out.split("Best:")[1].splitlines()[0], out
 assert "one mode for the whole model" not in out, out
 ' "$tmp/out"
+check "optimize --ac-per-block: one loss line per pair of modes, its best N" '
+import sys
+out = open(sys.argv[1]).read()
+lines = [l for l in out.split("What another choice loses")[1].split("Not searched")[0].splitlines()
+         if len(l.split()) > 1 and l.split()[1].startswith("blocks:")]
+# The winner is full*3,none*1: the full/none family has N = 1, 2 left (neither fits), so one line
+# for it, which names how many values it stands for.
+assert len(lines) == 1, lines
+assert "nothing fits  [the best of 2 first-N values with these modes]" in lines[0], lines
+' "$tmp/out"
 expect_ok "plan reads the per-block winner back" "$bin" plan "$tmp/perblock.json"
 check "plan names the per-block checkpointing" '
 import sys
