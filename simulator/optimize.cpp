@@ -291,6 +291,11 @@ std::vector<core::AcSpec> firstNAcChoices(const core::Model& model) {
     return out;
 }
 
+std::string lossValue(const OptimizeChoice& c, OptimizeDimension d) {
+    if (d != OptimizeDimension::Ac || c.ac.mode != core::Checkpointing::Blocks || c.ac.runs.size() != 2) return choiceValue(c, d);
+    return fmt::format("blocks:{}*N,{}*rest", core::checkpointingName(c.ac.runs[0].mode), core::checkpointingName(c.ac.runs[1].mode));
+}
+
 std::string_view dimensionName(OptimizeDimension d) {
     switch (d) {
         case OptimizeDimension::Strategy: return "strategy";
@@ -977,15 +982,15 @@ core::Status Search::refineLosses(OptimizeResult& result, std::vector<Node>& pen
         // The dimension's value of each group (group_dim) or of each sharding.
         std::vector<std::string> value_of;
         if (group_dim) {
-            for (const Group& g : m_sp.groups) value_of.push_back(choiceValue(makeChoice(m_sp, g, m_sp.shardings.front()), dim));
+            for (const Group& g : m_sp.groups) value_of.push_back(lossValue(makeChoice(m_sp, g, m_sp.shardings.front()), dim));
         } else {
-            for (const Sharding& sh : m_sp.shardings) value_of.push_back(choiceValue(makeChoice(m_sp, m_sp.groups.front(), sh), dim));
+            for (const Sharding& sh : m_sp.shardings) value_of.push_back(lossValue(makeChoice(m_sp, m_sp.groups.front(), sh), dim));
         }
         std::vector<std::string> values = value_of;
         std::sort(values.begin(), values.end());
         values.erase(std::unique(values.begin(), values.end()), values.end());
         if (values.size() < 2) continue;
-        const std::string wv = choiceValue(w, dim);
+        const std::string wv = lossValue(w, dim);
         auto valueOf = [&](int32_t g, int32_t s) -> const std::string& {
             return value_of[group_dim ? static_cast<size_t>(g) : static_cast<size_t>(s)];
         };
@@ -1015,9 +1020,13 @@ core::Status Search::refineLosses(OptimizeResult& result, std::vector<Node>& pen
             DimensionLoss loss;
             loss.dimension = dim;
             loss.value = v;
-            loss.winner_value = wv;
+            loss.best_value = v;
+            loss.winner_value = choiceValue(w, dim);
             loss.fits = best != nullptr;
             if (best) {
+                loss.best_value = choiceValue(makeChoice(m_sp, m_sp.groups[static_cast<size_t>(best->group)],
+                                                         m_sp.shardings[static_cast<size_t>(best->sharding)]),
+                                              dim);
                 loss.step_s = static_cast<double>(best->step_ns) * 1e-9;
                 loss.tokens_per_s_per_gpu = best->tokens_per_s_per_gpu;
                 loss.change = loss.tokens_per_s_per_gpu / result.best.tokens_per_s_per_gpu - 1.0;

@@ -120,12 +120,18 @@ enum class OptimizeDimension : uint8_t { Strategy, Fsdp, Reshard, Prefetch, Offl
 inline constexpr int kOptimizeDimensionCount = 8;
 std::string_view dimensionName(OptimizeDimension d);  // "strategy", "fsdp", ...
 std::string choiceValue(const OptimizeChoice& c, OptimizeDimension d);  // "HYBRID_SHARD (shard 8)", ...
+// The choice as the losses price it: choiceValue, except that a per-block checkpointing spec of two
+// runs (the first-N family, --ac-per-block) stands for its whole pair of modes,
+// "blocks:full*N,none*rest": the loss of that pair is its best N.
+std::string lossValue(const OptimizeChoice& c, OptimizeDimension d);
 
 // The best fitting configuration with `value` in `dimension` instead of the winner's (exact: found
 // by the same bounds, restricted to that choice).
 struct DimensionLoss {
     OptimizeDimension dimension = OptimizeDimension::Strategy;
-    std::string value;          // the other choice
+    std::string value;          // the other choice (lossValue)
+    std::string best_value;     // the choice of the best configuration with it (choiceValue): the
+                                // N of a first-N family; `value` otherwise
     std::string winner_value;   // the winner's choice
     bool fits = false;          // some configuration with `value` fits
     double step_s = 0;          // of the best one (fits)

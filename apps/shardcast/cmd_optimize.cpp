@@ -1,10 +1,8 @@
 // `shardcast optimize` (issue 13): parses the job and the constraints, calls sim::optimize and prints
 // the winner, the top T, the Pareto front and what other choices lose.
-#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -227,6 +225,7 @@ int runOptimize(const OptimizeCommandOptions& o) {
         for (const auto& l : r.losses) {
             j["losses"].push_back({{"dimension", sim::dimensionName(l.dimension)},
                                    {"value", l.value},
+                                   {"best_value", l.best_value},
                                    {"instead_of", l.winner_value},
                                    {"fits", l.fits},
                                    {"step_s", l.step_s},
@@ -319,33 +318,9 @@ int runOptimize(const OptimizeCommandOptions& o) {
             fmt::print("{:>11.2f} {:>12.2f}  {}\n", toGiB(en.peak_bytes), en.step_s * 1e3, label(en.choice));
         }
         fmt::print("\nWhat another choice loses (best configuration with it, tokens/s per GPU against the best):\n");
-        // The first-N checkpointing family (--ac-per-block) has ~3L values: one line per pair of
-        // modes, its best N (--json lists every value).
-        auto familyOf = [](const sim::DimensionLoss& l) {
-            if (l.dimension != sim::OptimizeDimension::Ac || !l.value.starts_with("blocks:")) return std::string();
-            std::string key;
-            for (char c : l.value.substr(7)) {
-                if (c == '*') key += '/';
-                if (std::isalpha(static_cast<unsigned char>(c))) key += c;
-            }
-            return key;  // "full/none/": the modes in block order
-        };
-        std::map<std::string, std::pair<const sim::DimensionLoss*, int>> best_of_family;
         for (const auto& l : r.losses) {
-            const std::string key = familyOf(l);
-            if (key.empty()) continue;
-            auto& [best, count] = best_of_family[key];
-            ++count;
-            if (!best || (l.fits && (!best->fits || l.change > best->change))) best = &l;
-        }
-        for (const auto& l : r.losses) {
-            const std::string key = familyOf(l);
-            std::string note;
-            if (!key.empty()) {
-                const auto& [best, count] = best_of_family[key];
-                if (best != &l) continue;
-                if (count > 1) note = fmt::format("  [the best of {} first-N values with these modes]", count);
-            }
+            // A first-N checkpointing family (--ac-per-block) is priced by its best N.
+            const std::string note = l.best_value != l.value && l.fits ? fmt::format("  [its best: {}]", l.best_value) : "";
             const std::string what =
                 l.fits ? fmt::format("{:+.1f}% ({:.2f} ms)", l.change * 100, l.step_s * 1e3) : std::string("nothing fits");
             fmt::print("  {:<22} {} instead of {}: {}{}\n", sim::dimensionName(l.dimension), l.value, l.winner_value, what, note);

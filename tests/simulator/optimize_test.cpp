@@ -175,15 +175,18 @@ void expectSameAnswer(const core::Plan& base, const OptimizeSpace& space, int64_
     size_t other_choices = 0;
     for (int d = 0; d < kOptimizeDimensionCount; ++d) {
         std::set<std::string> values;
-        for (const OptimizeChoice& c : ex.choices) values.insert(choiceValue(c, static_cast<OptimizeDimension>(d)));
+        for (const OptimizeChoice& c : ex.choices) values.insert(lossValue(c, static_cast<OptimizeDimension>(d)));
         if (values.size() > 1) other_choices += values.size() - 1;
     }
     EXPECT_EQ(r->losses.size(), other_choices);
     for (const DimensionLoss& l : r->losses) {
         double exhaustive_best = 0;
         for (size_t i : rank) {
-            if (choiceValue(ex.choices[i], l.dimension) == l.value) {
+            if (lossValue(ex.choices[i], l.dimension) == l.value) {
                 exhaustive_best = static_cast<double>(ex.evals[i].timeline.step_ns) * 1e-9;
+                if (l.fits) {
+                    EXPECT_EQ(choiceValue(ex.choices[i], l.dimension), l.best_value) << l.value;
+                }
                 break;
             }
         }
