@@ -61,11 +61,7 @@ void Lowering::splitIntoSegments() {
     int32_t last_block_seen = -1;
     // The mode of each block (by index): the whole-model mode, or the block's own under Blocks.
     const auto block_count = static_cast<int64_t>(m_model.blocks.size());
-    auto modeOf = [&](int64_t index) {
-        if (m_tr.ac == Checkpointing::Blocks) return blockAcMode(m_tr.ac_blocks, index);
-        if (m_tr.ac == Checkpointing::Layer) return layerAcCheckpoints(index, m_tr.ac_every) ? Checkpointing::Full : Checkpointing::None;
-        return m_tr.ac;
-    };
+    auto modeOf = [&](int64_t index) { return blockCheckpointing(m_tr, index); };
     bool op_sac = m_tr.ac == Checkpointing::Op;
     for (int64_t i = 0; m_tr.ac == Checkpointing::Blocks && i < block_count && !op_sac; ++i) op_sac = modeOf(i) == Checkpointing::Op;
     m_s.sac_keep.assign(m_s.active.size(), 0);

@@ -239,6 +239,12 @@ Checkpointing blockAcMode(const std::vector<AcRun>& runs, int64_t block_index) {
     return Checkpointing::None;
 }
 
+Checkpointing blockCheckpointing(const TrainingSpec& t, int64_t block_index) {
+    if (t.ac == Checkpointing::Blocks) return blockAcMode(t.ac_blocks, block_index);
+    if (t.ac == Checkpointing::Layer) return layerAcCheckpoints(block_index, t.ac_every) ? Checkpointing::Full : Checkpointing::None;
+    return t.ac;
+}
+
 std::string acDescription(Checkpointing mode, int every, bool flash_attention) {
     switch (mode) {
         case Checkpointing::None: return "none (every block keeps its activations)";

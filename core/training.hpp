@@ -142,5 +142,9 @@ inline void applyAc(TrainingSpec& t, const AcSpec& ac) {
 std::optional<std::string> resolveAcBlocks(AcSpec& ac, int64_t block_count, std::string_view field);
 // The mode of block `block_index` (0-based) under Blocks: None, Op or Full (a resolved spec).
 Checkpointing blockAcMode(const std::vector<AcRun>& runs, int64_t block_index);
+// The mode block `block_index` runs in under `t`'s checkpointing: its run's (Blocks), Full or None
+// (Layer: layerAcCheckpoints), else the whole-model mode. The lowering and the generated PyTorch code
+// both read it.
+Checkpointing blockCheckpointing(const TrainingSpec& t, int64_t block_index);
 
 }  // namespace shardcast::core

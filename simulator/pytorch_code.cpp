@@ -67,14 +67,7 @@ std::vector<core::Checkpointing> blockModes(const core::Plan& plan) {
     if (tr.ac == Checkpointing::None || tr.ac == Checkpointing::AttnCore || !plan.model) return {};
     std::vector<Checkpointing> modes;
     for (size_t i = 0; i < plan.model->blocks.size(); ++i) {
-        const auto index = static_cast<int64_t>(i);
-        switch (tr.ac) {
-            case Checkpointing::Blocks: modes.push_back(core::blockAcMode(tr.ac_blocks, index)); break;
-            case Checkpointing::Layer:
-                modes.push_back(core::layerAcCheckpoints(index, tr.ac_every) ? Checkpointing::Full : Checkpointing::None);
-                break;
-            default: modes.push_back(tr.ac); break;
-        }
+        modes.push_back(core::blockCheckpointing(tr, static_cast<int64_t>(i)));
     }
     return modes;
 }
