@@ -42,6 +42,7 @@
 // both are run through the stats update. Otherwise the period runs concretely and the next one is
 // tried as a reference, with periods of 1 to 4 blocks (a pair of all-gather buffers alternating
 // between two blocks repeats every two).
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -49,13 +50,20 @@
 
 namespace shardcast::core {
 
-// Fast: PeriodicReplay. Full: every call. Auto: Fast for a step of one micro-batch, Full for more:
-// with gradient accumulation few repeats are provable (the blocks' first micro-batch leaves
-// gradients behind, and near the device limit each one releases), and the proof attempts cost
-// more than they save (bench/simulate_bench.cpp, BM_ReplayAllocator: Llama-3.1-8B, 4 micro-batches,
-// fast 2.0-2.3 ms vs full 1.55 ms; one micro-batch, fast 139 us vs full 270 us). All three give
-// the same figures.
-enum class AllocatorReplay : uint8_t { Fast, Full, Auto };
+// How the two steps a replay runs (TwoStepReplay) are replayed. All give the same figures.
+//  - Full: every call of both steps (the reference).
+//  - FastEveryStep: both steps by PeriodicReplay.
+//  - Fast: the first step by PeriodicReplay; the second is not replayed where TwoStepReplay proves
+//    it repeats the first (else PeriodicReplay again).
+//  - Auto: as Fast for a step of one micro-batch; with more, the first step (and the second where
+//    not proven) makes every call: with gradient accumulation few repeats are provable (the
+//    blocks' first micro-batch leaves gradients behind, and near the device limit each one
+//    releases), and the proof attempts cost more than they save (bench/simulate_bench.cpp,
+//    BM_ReplayAllocator). PeriodicReplay pays off where blocks repeat provably, as on the bench
+//    plan at 8,192 tokens (180-190 us against 300-350 us for every call, both steps); at 2,048
+//    tokens on the same model it proves few repeats and costs about half again as much as every
+//    call: which one is cheaper depends on the plan, and Auto does not yet choose per plan.
+enum class AllocatorReplay : uint8_t { Fast, Full, Auto, FastEveryStep };
 
 // Every call in order: the reference.
 void replayTapeFull(CachingAllocatorModel& model, const std::vector<AllocOp>& tape);
@@ -116,6 +124,28 @@ private:
     std::vector<uint8_t> m_role;          // by slot, for the touched ones: see reference()
     int64_t m_calls = 0;
     int64_t m_skipped = 0;
+};
+
+// Two steps of a tape from the model's state (the steady state allocated), leaving the second
+// step's figures: the first fills the cache as a previous step would. The second is not replayed
+// when the first step's best-fit decisions prove that it would repeat them on the cached segments
+// without making one (proof at TwoStepReplay::secondStepRepeatsFirst in allocator_replay.cpp); its
+// figures are then set from the first step's. Reusable: keeps its buffers between calls.
+class TwoStepReplay {
+public:
+    // `first`, `second`: prepared for `tape`, replays that step (nullptr: every call is made);
+    // `shortcut`: false replays the second step whatever the proof says (the reference the tests
+    // compare with).
+    void run(CachingAllocatorModel& model, const std::vector<AllocOp>& tape, PeriodicReplay* first, PeriodicReplay* second,
+             bool shortcut);
+    // Whether the last run() set the second step's figures without replaying it.
+    bool secondStepSkipped() const { return m_second_skipped; }
+
+private:
+    bool secondStepRepeatsFirst();
+    std::vector<AllocatorPick> m_picks;
+    std::array<std::vector<int64_t>, 2 * kStreamCount> m_future;
+    bool m_second_skipped = false;
 };
 
 }  // namespace shardcast::core

@@ -55,6 +55,7 @@ void CachingAllocatorModel::reset(const AllocatorConfig& config, int32_t buffer_
     m_buffers.assign(static_cast<size_t>(buffer_count), BufferState{});
     m_stats = AllocatorStats{};
     m_allocated_at_reserved_peak = 0;
+    m_min_allocated = 0;
     m_wholly_free = 0;
 }
 
@@ -66,6 +67,7 @@ void CachingAllocatorModel::resetPeaks() {
     m_stats.fragmentation_at_reserved_peak = m_stats.reserved_bytes - m_stats.allocated_bytes;
     m_stats.max_fragmentation_bytes = m_stats.fragmentation_at_reserved_peak;
     m_allocated_at_reserved_peak = m_stats.allocated_bytes;
+    m_min_allocated = m_stats.allocated_bytes;
     m_stats.releases = 0;
     m_stats.out_of_memory = false;
 }
@@ -86,6 +88,7 @@ void CachingAllocatorModel::noteChange() {
     }
     s.fragmentation_at_reserved_peak = s.peak_reserved_bytes - m_allocated_at_reserved_peak;
     if (frag > s.max_fragmentation_bytes) s.max_fragmentation_bytes = frag;
+    if (s.allocated_bytes < m_min_allocated) m_min_allocated = s.allocated_bytes;
 }
 
 int32_t CachingAllocatorModel::newBlock(const Block& b) {
@@ -242,6 +245,7 @@ bool CachingAllocatorModel::tryCached(int64_t size, bool small, Stream stream, i
     const int64_t max_split = m_config.max_split_size;
     if (size < max_split && it->size >= max_split) return false;
     if (size >= max_split && it->size >= size + kAllocLargeBuffer) return false;
+    if (m_picks != nullptr) m_picks->push_back({size, it->size, 0, poolIndex(small, stream)});
     const int32_t block = it->block;
     keys->erase(it);
     if (keys->empty()) list.nonempty[static_cast<size_t>(c / 64)] &= ~(uint64_t{1} << (c % 64));
@@ -276,6 +280,7 @@ bool CachingAllocatorModel::newSegment(int64_t size, bool small, Stream stream, 
             m_journal->new_mark[slot] = m_journal->epoch;
         }
     }
+    if (m_picks != nullptr) m_picks->push_back({size, 0, seg_size, poolIndex(small, stream)});
     m_stats.reserved_bytes += seg_size;
     m_stats.reserved_by_stream[static_cast<size_t>(stream)] += seg_size;
     ++m_stats.segments;

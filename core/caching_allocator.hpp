@@ -129,6 +129,15 @@ struct AllocatorJournal {
     uint32_t epoch = 0;
 };
 
+// The outcome of each allocation's best-fit search in one step, by size only, for
+// TwoStepReplay's proof that the next step repeats it (core/allocator_replay.hpp).
+struct AllocatorPick {
+    int64_t request = 0;  // rounded
+    int64_t taken = 0;    // the size of the free block taken; 0: none fitted, a new segment was made
+    int64_t segment = 0;  // the new segment's size (taken == 0)
+    uint8_t pool = 0;     // small * kStreamCount + stream: a search sees only its pool's blocks
+};
+
 // Reusable: keeps its buffers between resets. Buffers are named by id (0 .. reset's buffer_count-1).
 class CachingAllocatorModel {
 public:
@@ -152,9 +161,12 @@ public:
 
     // Records into `journal` until detached (nullptr); the model's figures are unaffected.
     void attachJournal(AllocatorJournal* journal);
+    // Records each best-fit outcome into `picks` until detached (nullptr).
+    void attachPicks(std::vector<AllocatorPick>* picks) { m_picks = picks; }
 
 private:
     friend class PeriodicReplay;  // reads and extends the state when it skips proven repeats
+    friend class TwoStepReplay;   // sets the second step's figures when it proves them
     // Blocks are nodes of a per-segment list in address order; free ones are also in their
     // pool's free list, ordered by (size, address) as the real allocator's BlockPool (a std::set
     // ordered by stream, size, address). Here each pool and stream splits its list into size
@@ -200,6 +212,9 @@ private:
         std::array<uint64_t, kSizeClasses / 64> nonempty{};  // bit c: classes[c] has entries
     };
     FreeList& freeList(bool small, Stream stream) { return m_free[small ? 1 : 0][static_cast<size_t>(stream)]; }
+    static uint8_t poolIndex(bool small, Stream stream) {
+        return static_cast<uint8_t>((small ? kStreamCount : 0) + static_cast<int>(stream));
+    }
     int32_t newBlock(const Block& b);
     std::vector<FreeKey>::iterator freeKeyOf(const Block& b, FreeList*& list, int& c);
     void insertFree(int32_t block);
@@ -216,6 +231,7 @@ private:
 
     AllocatorConfig m_config;
     AllocatorJournal* m_journal = nullptr;
+    std::vector<AllocatorPick>* m_picks = nullptr;
     std::vector<Segment> m_segments;
     std::vector<Block> m_blocks;
     std::vector<int32_t> m_spare_blocks;  // unused slots of m_blocks
@@ -224,6 +240,7 @@ private:
     std::vector<BufferState> m_buffers;
     AllocatorStats m_stats;
     int64_t m_allocated_at_reserved_peak = 0;  // the most allocated while reserved is at its peak
+    int64_t m_min_allocated = 0;  // the least allocated since the peaks were cleared
     // Segments (not expandable) that are one free block: what a release would give back. Near the
     // limit every allocation tries a release; with none, it need not scan the segments.
     int32_t m_wholly_free = 0;

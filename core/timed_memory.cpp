@@ -354,16 +354,13 @@ void MemoryTimer::replayAllocator(const Program& program, const Timeline& timeli
         slot->tape = m_tape;
     }
     // Two steps: the first fills the cache as a previous step would; the second is reported.
-    if (mode == AllocatorReplay::Auto) mode = program.micro_batches > 1 ? AllocatorReplay::Full : AllocatorReplay::Fast;
     if (mode == AllocatorReplay::Full) {
-        replayTapeFull(model, m_tape);
-        model.resetPeaks();
-        replayTapeFull(model, m_tape);
+        m_steps.run(model, m_tape, nullptr, nullptr, false);
+    } else if (mode == AllocatorReplay::Auto && program.micro_batches > 1) {
+        m_steps.run(model, m_tape, nullptr, nullptr, true);
     } else {
         m_fast.prepare(m_tape, m_hints);
-        m_fast.replay(model, m_tape);
-        model.resetPeaks();
-        m_fast.replay(model, m_tape);
+        m_steps.run(model, m_tape, &m_fast, &m_fast, mode != AllocatorReplay::FastEveryStep);
     }
     out.stats = model.stats();
     if (slot) slot->stats = out.stats;

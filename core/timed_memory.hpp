@@ -49,6 +49,8 @@ public:
                          ReservedMemory& out, AllocatorReplay mode = AllocatorReplay::Auto);
     // The last fast replay (both steps): its runs, calls made and periods skipped.
     const PeriodicReplay& allocatorReplay() const { return m_fast; }
+    // The last replay's steps: whether the second was proven and not replayed.
+    const TwoStepReplay& stepReplay() const { return m_steps; }
     // Model calls the full replay of the last program makes (two steps).
     int64_t fullReplayCalls() const { return 2 * static_cast<int64_t>(m_tape.size()); }
 
@@ -85,6 +87,7 @@ private:
     std::vector<AllocOp> m_tape;  // one step's allocator calls
     std::vector<uint32_t> m_hints;  // tape positions where a block's forward or backward begins
     PeriodicReplay m_fast;
+    TwoStepReplay m_steps;
     // keepReplays: what decides a replay's figures, and the figures.
     struct KeptReplay {
         AllocatorConfig config;

@@ -3,6 +3,7 @@
 // strategies, FSDP versions, activation checkpointing, micro-batches, sequence lengths,
 // reshard_after_forward and allocator modes, and plans near and past the device's memory.
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -56,7 +57,8 @@ std::string fields(const core::AllocatorStats& s) {
 
 struct Outcome {
     bool evaluated = false;
-    int64_t skipped_periods = 0;
+    int64_t skipped_periods = 0;      // by FastEveryStep
+    bool second_step_skipped = false;  // by Fast
     core::AllocatorStats stats;
 };
 
@@ -93,14 +95,17 @@ Outcome check(const std::string& model_name, const Variant& v) {
     core::TimedMemory timed;
     timer.compute(e.program, e.timeline, timed);
     core::CachingAllocatorModel allocator;
-    core::ReservedMemory full, fast;
+    core::ReservedMemory full, every, fast;
     timer.replayAllocator(e.program, e.timeline, e.reserved.config, allocator, full, core::AllocatorReplay::Full);
+    timer.replayAllocator(e.program, e.timeline, e.reserved.config, allocator, every, core::AllocatorReplay::FastEveryStep);
+    outcome.skipped_periods = timer.allocatorReplay().lastSkippedPeriods();
     timer.replayAllocator(e.program, e.timeline, e.reserved.config, allocator, fast, core::AllocatorReplay::Fast);
+    outcome.second_step_skipped = timer.stepReplay().secondStepSkipped();
     const std::string what = describe(model_name, v);
+    EXPECT_EQ(every, full) << what << "\n fast (every step): " << fields(every.stats) << "\n full: " << fields(full.stats);
     EXPECT_EQ(fast, full) << what << "\n fast: " << fields(fast.stats) << "\n full: " << fields(full.stats);
     EXPECT_EQ(e.reserved, full) << what << " (the evaluation's own replay)";
     outcome.evaluated = true;
-    outcome.skipped_periods = timer.allocatorReplay().lastSkippedPeriods();
     outcome.stats = full.stats;
     return outcome;
 }
@@ -122,6 +127,7 @@ TEST(FastReplayEqualityTest, EveryModelAndDimensionMatchesTheFullReplay) {
     const core::AllocatorMode allocators[] = {core::AllocatorMode::Caching, core::AllocatorMode::Expandable};
     int evaluated = 0;
     int64_t skipped = 0;
+    int second_steps = 0;
     int i = 0;
     for (const char* m : models) {
         // Big models need more GPUs to be accepted; the node count is part of the variation.
@@ -141,10 +147,13 @@ TEST(FastReplayEqualityTest, EveryModelAndDimensionMatchesTheFullReplay) {
             const Outcome o = check(m, v);
             evaluated += o.evaluated;
             skipped += o.skipped_periods;
+            second_steps += o.second_step_skipped;
         }
     }
     EXPECT_GE(evaluated, 40);  // most of the matrix is accepted by the planner
     EXPECT_GT(skipped, 0);     // and the fast path did skip somewhere
+    EXPECT_GT(second_steps, 0);  // and did not replay the second step somewhere
+    std::printf("%d plans, second step proven on %d\n", evaluated, second_steps);
 }
 
 // Llama-3.1-8B on 8 GPUs at 8,192 tokens (the benchmark's plan) comes within the allocator's reach
@@ -181,6 +190,7 @@ TEST(FastReplayEqualityTest, GradientAccumulationMatchesTheFullReplay) {
     const core::Checkpointing acs[] = {core::Checkpointing::None, core::Checkpointing::Full, core::Checkpointing::Op};
     int evaluated = 0;
     int64_t skipped = 0;
+    int second_steps = 0;
     int i = 0;
     for (const char* m : models) {
         for (int64_t accum : {2, 4}) {
@@ -199,12 +209,15 @@ TEST(FastReplayEqualityTest, GradientAccumulationMatchesTheFullReplay) {
                     const Outcome o = check(m, v);
                     evaluated += o.evaluated;
                     skipped += o.skipped_periods;
+                    second_steps += o.second_step_skipped;
                 }
             }
         }
     }
     EXPECT_GE(evaluated, 24);
     EXPECT_GT(skipped, 0);
+    EXPECT_GT(second_steps, 0);
+    std::printf("%d plans, second step proven on %d\n", evaluated, second_steps);
 }
 
 // Mixtral-8x7B as one FSDP unit at 8,192 tokens: without the proof's check of what a reference
