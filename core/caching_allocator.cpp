@@ -332,6 +332,7 @@ void CachingAllocatorModel::releaseCached() {
     // release_cached_blocks: every segment with no allocated block goes back to CUDA; an expandable
     // segment unmaps the free pages at its end.
     ++m_stats.releases;
+    m_picks = nullptr;  // a release voids TwoStepReplay's proof: nothing more to record
     const int64_t reserved_before = m_stats.reserved_bytes;
 #ifndef NDEBUG
     int32_t wholly_free = 0;

@@ -250,7 +250,8 @@ private:
 // MemoryTimer::compute, which calls the model): sharded parameters, optimizer state and the other
 // steady-state bytes of Program::initial except Runtime Overhead are allocated first, one block per
 // category on the compute stream; the step then runs twice and the second step's figures are kept,
-// so the cache starts as a previous step left it.
+// so the cache starts as a previous step left it (the second step is set from the first where
+// TwoStepReplay proves it repeats the first's decisions, core/allocator_replay.hpp).
 struct ReservedMemory {
     AllocatorConfig config;
     AllocatorStats stats;   // of the second (steady-state) step
