@@ -594,25 +594,24 @@ bool TwoStepReplay::secondStepRepeatsFirst() {
     return true;
 }
 
-void TwoStepReplay::run(CachingAllocatorModel& model, const std::vector<AllocOp>& tape, PeriodicReplay* first, PeriodicReplay* second,
-                        bool shortcut) {
-    auto step = [&](PeriodicReplay* periodic) {
+void TwoStepReplay::run(CachingAllocatorModel& model, const std::vector<AllocOp>& tape, PeriodicReplay* periodic, bool shortcut) {
+    auto step = [&] {
         if (periodic != nullptr) periodic->replay(model, tape);
         else replayTapeFull(model, tape);
     };
     // Where the proof's premises cannot hold: blocks refused by max_split_size, expandable
-    // segments growing in place.
+    // segments growing in place, released slots waiting (new segments would take them, below old
+    // ones).
     const AllocatorConfig& config = model.m_config;
-    shortcut = shortcut && config.mode == AllocatorMode::Caching && config.max_split_size == kAllocUnlimitedSplit;
+    shortcut = shortcut && config.mode == AllocatorMode::Caching && config.max_split_size == kAllocUnlimitedSplit &&
+               model.m_spare_segments.empty();
     // Step 1's allocated curve is step 2's: from the same start, the same calls. Clearing the
     // peaks first makes step 1's allocated peak (and the streams' at it) step 2's.
-    // Released slots waiting would put new segments below old ones.
-    shortcut = shortcut && model.m_spare_segments.empty();
     model.resetPeaks();
     const AllocatorStats start = model.m_stats;
     m_picks.clear();
     if (shortcut) model.attachPicks(&m_picks);
-    step(first);
+    step();
     model.attachPicks(nullptr);
     const AllocatorStats& end = model.m_stats;
     // Step 2 starts from step 1's allocated bytes: the same curve only if the step gives back
@@ -621,7 +620,7 @@ void TwoStepReplay::run(CachingAllocatorModel& model, const std::vector<AllocOp>
                        end.allocated_by_stream == start.allocated_by_stream && secondStepRepeatsFirst();
     if (!m_second_skipped) {
         model.resetPeaks();
-        step(second);
+        step();
         return;
     }
     AllocatorStats& s = model.m_stats;

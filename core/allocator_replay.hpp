@@ -133,11 +133,9 @@ private:
 // figures are then set from the first step's. Reusable: keeps its buffers between calls.
 class TwoStepReplay {
 public:
-    // `first`, `second`: prepared for `tape`, replays that step (nullptr: every call is made);
-    // `shortcut`: false replays the second step whatever the proof says (the reference the tests
-    // compare with).
-    void run(CachingAllocatorModel& model, const std::vector<AllocOp>& tape, PeriodicReplay* first, PeriodicReplay* second,
-             bool shortcut);
+    // `periodic`: prepared for `tape`, replays each step (nullptr: every call is made); `shortcut`:
+    // false replays the second step whatever the proof says (the reference the tests compare with).
+    void run(CachingAllocatorModel& model, const std::vector<AllocOp>& tape, PeriodicReplay* periodic, bool shortcut);
     // Whether the last run() set the second step's figures without replaying it.
     bool secondStepSkipped() const { return m_second_skipped; }
 

@@ -61,9 +61,8 @@ void Lowering::splitIntoSegments() {
     int32_t last_block_seen = -1;
     // The mode of each block (by index): the whole-model mode, or the block's own under Blocks.
     const auto block_count = static_cast<int64_t>(m_model.blocks.size());
-    auto modeOf = [&](int64_t index) { return blockCheckpointing(m_tr, index); };
     bool op_sac = m_tr.ac == Checkpointing::Op;
-    for (int64_t i = 0; m_tr.ac == Checkpointing::Blocks && i < block_count && !op_sac; ++i) op_sac = modeOf(i) == Checkpointing::Op;
+    for (int64_t i = 0; m_tr.ac == Checkpointing::Blocks && i < block_count && !op_sac; ++i) op_sac = blockCheckpointing(m_tr, i) == Checkpointing::Op;
     m_s.sac_keep.assign(m_s.active.size(), 0);
     // A linear layer with a bias runs aten.addmm, which the save list does not name (nor count).
     std::vector<uint8_t> has_bias;
@@ -77,7 +76,7 @@ void Lowering::splitIntoSegments() {
     int mm_count = 0;
     // Ops [begin, end) of one unit inside one block (or outside every block).
     auto visit = [&](size_t begin, size_t end, int32_t unit, int32_t block) {
-        const Checkpointing mode = block >= 0 ? modeOf(m_s.block_index[static_cast<size_t>(block)]) : Checkpointing::None;
+        const Checkpointing mode = block >= 0 ? blockCheckpointing(m_tr, m_s.block_index[static_cast<size_t>(block)]) : Checkpointing::None;
         if (mode == Checkpointing::Op) {
             if (block != last_block_seen) mm_count = 0;
             for (size_t ai = begin; ai < end; ++ai) {

@@ -355,12 +355,12 @@ void MemoryTimer::replayAllocator(const Program& program, const Timeline& timeli
     }
     // Two steps: the first fills the cache as a previous step would; the second is reported.
     if (mode == AllocatorReplay::Full) {
-        m_steps.run(model, m_tape, nullptr, nullptr, false);
+        m_steps.run(model, m_tape, nullptr, false);
     } else if (mode == AllocatorReplay::Auto && program.micro_batches > 1) {
-        m_steps.run(model, m_tape, nullptr, nullptr, true);
+        m_steps.run(model, m_tape, nullptr, true);
     } else {
         m_fast.prepare(m_tape, m_hints);
-        m_steps.run(model, m_tape, &m_fast, &m_fast, mode != AllocatorReplay::FastEveryStep);
+        m_steps.run(model, m_tape, &m_fast, mode != AllocatorReplay::FastEveryStep);
     }
     out.stats = model.stats();
     if (slot) slot->stats = out.stats;

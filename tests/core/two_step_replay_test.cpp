@@ -30,7 +30,7 @@ Steps runSteps(const std::vector<AllocOp>& tape, bool shortcut, AllocatorConfig 
     model.reset(config, 16);
     model.allocate(15, 40 * kMiB, Stream::Compute);
     TwoStepReplay steps;
-    steps.run(model, tape, nullptr, nullptr, shortcut);
+    steps.run(model, tape, nullptr, shortcut);
     return {model.stats(), steps.secondStepSkipped()};
 }
 
