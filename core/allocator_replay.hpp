@@ -54,15 +54,17 @@ namespace shardcast::core {
 //  - Full: every call of both steps (the reference).
 //  - FastEveryStep: both steps by PeriodicReplay.
 //  - Fast: the first step by PeriodicReplay; the second is not replayed where TwoStepReplay proves
-//    it repeats the first (else PeriodicReplay again).
+//    it repeats the first, else by PeriodicReplay again, or call by call where the first step's
+//    replay skipped under 30% of its calls (its proof attempts then cost about what they save).
 //  - Auto: as Fast for a step of one micro-batch; with more, the first step (and the second where
 //    not proven) makes every call: with gradient accumulation few repeats are provable (the
 //    blocks' first micro-batch leaves gradients behind, and near the device limit each one
 //    releases), and the proof attempts cost more than they save (bench/simulate_bench.cpp,
 //    BM_ReplayAllocator). PeriodicReplay pays off where blocks repeat provably, as on the bench
 //    plan at 8,192 tokens (180-190 us against 300-350 us for every call, both steps); at 2,048
-//    tokens on the same model it proves few repeats and costs about half again as much as every
-//    call: which one is cheaper depends on the plan, and Auto does not yet choose per plan.
+//    tokens on the same model it proves few repeats and its first step costs about what every call
+//    does (3.47 M instructions for the replay against 3.41 M for every call, both steps): which one
+//    is cheaper depends on the plan, and Auto chooses only the second step's by the first's.
 enum class AllocatorReplay : uint8_t { Fast, Full, Auto, FastEveryStep };
 
 // Every call in order: the reference.
@@ -77,6 +79,10 @@ public:
     // Leaves `model` with the stats and cached blocks replayTapeFull would (buffer names of the
     // skipped periods that are freed by then are not written back: nothing reads them again).
     void replay(CachingAllocatorModel& model, const std::vector<AllocOp>& tape);
+    // Every call of `tape` in order, counted in lastCalls().
+    void replayEveryCall(CachingAllocatorModel& model, const std::vector<AllocOp>& tape) {
+        runOps(model, tape, 0, static_cast<uint32_t>(tape.size()));
+    }
     // Since prepare(): model calls made one by one, and periods skipped.
     int64_t lastCalls() const { return m_calls; }
     int64_t lastSkippedPeriods() const { return m_skipped; }
