@@ -602,16 +602,15 @@ void TwoStepReplay::run(CachingAllocatorModel& model, const std::vector<AllocOp>
     // Where the proof's premises cannot hold: blocks refused by max_split_size, expandable
     // segments growing in place, released slots waiting (new segments would take them, below old
     // ones).
-    const bool adapt_second = shortcut;  // asked for (not FastEveryStep), whether or not the proof's premises hold
     const AllocatorConfig& config = model.m_config;
-    shortcut = shortcut && config.mode == AllocatorMode::Caching && config.max_split_size == kAllocUnlimitedSplit &&
-               model.m_spare_segments.empty();
+    const bool prove = shortcut && config.mode == AllocatorMode::Caching && config.max_split_size == kAllocUnlimitedSplit &&
+                       model.m_spare_segments.empty();
     // Step 1's allocated curve is step 2's: from the same start, the same calls. Clearing the
     // peaks first makes step 1's allocated peak (and the streams' at it) step 2's.
     model.resetPeaks();
     const AllocatorStats start = model.m_stats;
     m_picks.clear();
-    if (shortcut) model.attachPicks(&m_picks);
+    if (prove) model.attachPicks(&m_picks);
     const int64_t calls_before = periodic != nullptr ? periodic->lastCalls() : 0;
     step();
     model.attachPicks(nullptr);
@@ -619,7 +618,7 @@ void TwoStepReplay::run(CachingAllocatorModel& model, const std::vector<AllocOp>
     const AllocatorStats& end = model.m_stats;
     // Step 2 starts from step 1's allocated bytes: the same curve only if the step gives back
     // what it takes.
-    m_second_skipped = shortcut && end.releases == 0 && !end.out_of_memory && end.allocated_bytes == start.allocated_bytes &&
+    m_second_skipped = prove && end.releases == 0 && !end.out_of_memory && end.allocated_bytes == start.allocated_bytes &&
                        end.allocated_by_stream == start.allocated_by_stream && secondStepRepeatsFirst();
     if (!m_second_skipped) {
         model.resetPeaks();
@@ -628,7 +627,7 @@ void TwoStepReplay::run(CachingAllocatorModel& model, const std::vector<AllocOp>
         // measured: step 2 makes every call. Same figures either way; callgrind instructions per
         // replay, Llama-3.1-8B on 8 H100s: 2,048 tokens 3.87 -> 3.47 M, 1,024 tokens 4.33 -> 3.99 M;
         // GPT-2 1.33 -> 1.27 M; unchanged at 8,192 tokens, Llama-2-7B, 70B, 405B on 16,384 GPUs.
-        if (adapt_second && periodic != nullptr && step_one_calls * 10 > static_cast<int64_t>(tape.size()) * 7) {
+        if (shortcut && periodic != nullptr && step_one_calls * 10 > static_cast<int64_t>(tape.size()) * 7) {
             periodic->replayEveryCall(model, tape);
         } else {
             step();

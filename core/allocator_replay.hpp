@@ -140,7 +140,9 @@ private:
 class TwoStepReplay {
 public:
     // `periodic`: prepared for `tape`, replays each step (nullptr: every call is made); `shortcut`:
-    // false replays the second step whatever the proof says (the reference the tests compare with).
+    // false replays the second step as the first whatever the proof says (the reference the tests
+    // compare with); true sets it from the first where proven, else replays it, call by call where
+    // the first step's periodic replay skipped under 30% of its calls.
     void run(CachingAllocatorModel& model, const std::vector<AllocOp>& tape, PeriodicReplay* periodic, bool shortcut);
     // Whether the last run() set the second step's figures without replaying it.
     bool secondStepSkipped() const { return m_second_skipped; }
