@@ -1,5 +1,7 @@
 #include "core/cluster.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -234,6 +236,27 @@ std::vector<GpuSpec> makePresets() {
         g.tdp_w = 350;
         g.source = "NVIDIA L40S data sheet; memory: nvidia-smi total 46068 MiB as commonly reported";
         presets.push_back(withDefaults(g));
+    }
+    {
+        // The host as the device, for plans of runs on CPUs (FSDP over gloo, as the trace import
+        // compares them): this machine's RAM as capacity (sysconf at first use), no CUDA context,
+        // cuBLAS workspace or NCCL buffers. The rates are one core's order of magnitude (AVX2 FMA
+        // fp32, a DRAM channel, loopback TCP for gloo), to be replaced by a calibrated profile
+        // (`calibrate`), not figures to plan with.
+        GpuSpec g;
+        g.name = "CPU";
+        const long pages = sysconf(_SC_PHYS_PAGES);
+        const long page_size = sysconf(_SC_PAGE_SIZE);
+        g.memory_bytes = pages > 0 && page_size > 0 ? static_cast<int64_t>(pages) * page_size : int64_t{16} << 30;
+        g.peak_flops_bf16 = g.peak_flops_fp16 = g.peak_flops_tf32 = g.peak_flops_fp32 = 100e9;
+        g.hbm_bytes_per_s = 20e9;
+        g.nvlink_bytes_per_s = 2e9;
+        g.network_bytes_per_s = 1.25e9;
+        g.host_link_bytes_per_s = 20e9;
+        g.intra_node_latency_s = 50e-6;
+        g.inter_node_latency_s = 100e-6;
+        g.source = "the host's RAM (sysconf); rates: order-of-magnitude figures of one CPU core, to be calibrated";
+        presets.push_back(g);
     }
     return presets;
 }

@@ -36,9 +36,17 @@ Result<Comparison> compareStep(const Program& program, const Timeline& predicted
         }
         excluded[static_cast<size_t>(id)] = 1;
     }
+    for (const int32_t id : options.unmeasured_tasks) {
+        if (id < 0 || id >= program.size()) {
+            return makeError(fmt::format("unmeasured task {} is not a task of the plan's program (ids 0 .. {})", id,
+                                         program.size() - 1));
+        }
+        if (excluded[static_cast<size_t>(id)] == 0) excluded[static_cast<size_t>(id)] = 2;
+    }
     Comparison c;
     c.excluded_task_count = static_cast<int32_t>(std::count(excluded.begin(), excluded.end(), uint8_t{1}));
-    c.task_count = program.size() - c.excluded_task_count;
+    c.unmeasured_task_count = static_cast<int32_t>(std::count(excluded.begin(), excluded.end(), uint8_t{2}));
+    c.task_count = program.size() - c.excluded_task_count - c.unmeasured_task_count;
     c.predicted_step_ns = predicted.step_ns;
     c.measured_step_ns = measured.step_ns;
     if (c.excluded_task_count == 0) c.step_time_error = relativeError(c.predicted_step_ns, c.measured_step_ns);
@@ -64,8 +72,8 @@ Result<Comparison> compareStep(const Program& program, const Timeline& predicted
 
     c.predicted_peak_bytes = predicted_memory.peak_bytes;
     c.measured_peak_bytes = measured_memory.peak_bytes;
-    c.peak_memory_error = relativeError(c.predicted_peak_bytes, c.measured_peak_bytes);
-    for (int k = 0; k < kMemCategoryCount; ++k) {
+    if (options.memory_absolute) c.peak_memory_error = relativeError(c.predicted_peak_bytes, c.measured_peak_bytes);
+    for (int k = 0; k < kMemCategoryCount && options.memory_categories; ++k) {
         const int64_t p = predicted_memory.max_per_category[static_cast<size_t>(k)];
         const int64_t m = measured_memory.max_per_category[static_cast<size_t>(k)];
         if (p == 0 && m == 0) continue;
@@ -106,6 +114,7 @@ nlohmann::json comparisonToJson(const Program& program, const Comparison& c) {
     j["measured_peak_bytes"] = c.measured_peak_bytes;
     j["task_count"] = c.task_count;
     j["excluded_task_count"] = c.excluded_task_count;
+    j["unmeasured_task_count"] = c.unmeasured_task_count;
     json streams = json::object();
     for (const StreamComparison& s : c.streams) {
         streams[std::string(streamName(s.stream))] = {{"predicted_busy_ns", s.predicted_busy_ns},

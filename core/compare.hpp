@@ -57,6 +57,7 @@ struct Comparison {
     std::vector<TaskComparison> tasks;           // largest |duration error| first, ties by id
     int32_t task_count = 0;                      // tasks compared (the Program's, less the excluded)
     int32_t excluded_task_count = 0;             // CompareOptions::excluded_tasks
+    int32_t unmeasured_task_count = 0;           // CompareOptions::unmeasured_tasks
 };
 
 struct CompareOptions {
@@ -65,6 +66,11 @@ struct CompareOptions {
     // single GPU filled locally). They are left out of the task and stream busy-time errors, and
     // the step time, which contains them, is not compared (step_time_error stays empty).
     std::vector<int32_t> excluded_tasks;
+    // Tasks the measurement has no time for (RunRecord::unmeasured_tasks): left out of task and
+    // stream errors; the step time, measured whole, is compared.
+    std::vector<int32_t> unmeasured_tasks;
+    bool memory_categories = true;  // false: the measured side has a total only (no category rows)
+    bool memory_absolute = true;    // false: the measured peak is relative (not compared)
 };
 
 // Errors (the user's input, not an invariant): a measured timeline whose task count is not the

@@ -23,6 +23,9 @@ json runRecordToJson(const RunRecord& run) {
     j["timeline"] = timelineToJson(run.timeline);
     j["memory"] = timedMemoryToJson(run.memory);
     if (!run.emulated_tasks.empty()) j["emulated_tasks"] = run.emulated_tasks;
+    if (!run.unmeasured_tasks.empty()) j["unmeasured_tasks"] = run.unmeasured_tasks;
+    if (run.memory_kind == RunRecord::MemoryKind::Total) j["memory_kind"] = "total";
+    if (run.memory_kind == RunRecord::MemoryKind::Relative) j["memory_kind"] = "relative";
     return j;
 }
 
@@ -91,17 +94,33 @@ Result<RunRecord> runRecordFromJson(const json& j, const std::string& where) {
     auto m = timedMemoryFromJson(**memory, where + ": memory");
     if (!m) return m.error();
     run.memory = std::move(*m);
-    if (const auto it = j.find("emulated_tasks"); it != j.end()) {
+    const auto taskList = [&](const char* key, std::vector<int32_t>& out) -> Status {
+        const auto it = j.find(key);
+        if (it == j.end()) return Ok{};
         const auto tasks = static_cast<int64_t>(run.timeline.tasks.size());
-        if (!it->is_array()) return makeError(where + ": field 'emulated_tasks' must be an array of task ids");
+        if (!it->is_array()) return makeError(where + ": field '" + key + "' must be an array of task ids");
         int64_t previous = -1;
         for (const json& id : *it) {
             if (!id.is_number_integer() || id.get<int64_t>() <= previous || id.get<int64_t>() >= tasks) {
-                return makeError(where + ": emulated_tasks must hold ascending task ids from 0 to " + std::to_string(tasks - 1) +
+                return makeError(where + ": " + key + " must hold ascending task ids from 0 to " + std::to_string(tasks - 1) +
                                  " (the timeline's tasks)");
             }
             previous = id.get<int64_t>();
-            run.emulated_tasks.push_back(static_cast<int32_t>(previous));
+            out.push_back(static_cast<int32_t>(previous));
+        }
+        return Ok{};
+    };
+    if (auto s = taskList("emulated_tasks", run.emulated_tasks); !s) return s.error();
+    if (auto s = taskList("unmeasured_tasks", run.unmeasured_tasks); !s) return s.error();
+    if (const auto it = j.find("memory_kind"); it != j.end()) {
+        if (*it == "categories") {
+            run.memory_kind = RunRecord::MemoryKind::Categories;
+        } else if (*it == "total") {
+            run.memory_kind = RunRecord::MemoryKind::Total;
+        } else if (*it == "relative") {
+            run.memory_kind = RunRecord::MemoryKind::Relative;
+        } else {
+            return makeError(where + ": field 'memory_kind' must be \"categories\", \"total\" or \"relative\"");
         }
     }
     return run;
@@ -111,6 +130,16 @@ Result<RunRecord> loadRunRecord(const std::filesystem::path& path) {
     auto j = readJsonFile(path);
     if (!j) return j.error();
     return runRecordFromJson(*j, path.string());
+}
+
+CompareOptions compareOptionsFor(const RunRecord& run, int32_t top_tasks) {
+    CompareOptions o;
+    o.top_tasks = top_tasks;
+    o.excluded_tasks = run.emulated_tasks;
+    o.unmeasured_tasks = run.unmeasured_tasks;
+    o.memory_categories = run.memory_kind == RunRecord::MemoryKind::Categories;
+    o.memory_absolute = run.memory_kind != RunRecord::MemoryKind::Relative;
+    return o;
 }
 
 Status saveRunRecord(const std::filesystem::path& path, const RunRecord& run) {

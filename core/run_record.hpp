@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/compare.hpp"
 #include "core/result.hpp"
 #include "core/timed_memory.hpp"
 #include "core/timeline.hpp"
@@ -35,6 +36,17 @@ struct RunRecord {
     // work, so comparisons leave them out of time errors. JSON: "emulated_tasks", written only
     // when not empty (optional: version 1 records without it read as none emulated).
     std::vector<int32_t> emulated_tasks;
+    // Task ids the measurement has no time for (a torch.profiler trace labels no cast or host copy),
+    // ascending: left out of task and stream errors, while the step time, measured whole, is still
+    // compared. JSON: "unmeasured_tasks", written only when not empty.
+    std::vector<int32_t> unmeasured_tasks;
+    // What the memory figures are. Categories: per category, as the backends count them. Total: one
+    // total (memory.peak_bytes and the curve), no categories (a trace's [memory] events).
+    // Relative: the source counted only what was allocated while it recorded (a scheduled
+    // torch.profiler), so no absolute figure exists; the peak is not compared. JSON: "memory_kind",
+    // written only when not "categories".
+    enum class MemoryKind : uint8_t { Categories, Total, Relative };
+    MemoryKind memory_kind = MemoryKind::Categories;
 
     int64_t medianStepNs() const { return step_ns.empty() ? 0 : step_ns[static_cast<size_t>(median_step)]; }
     bool operator==(const RunRecord&) const = default;
@@ -45,6 +57,9 @@ struct RunRecord {
 nlohmann::json runRecordToJson(const RunRecord& run);
 Result<RunRecord> runRecordFromJson(const nlohmann::json& j, const std::string& where);
 Result<RunRecord> loadRunRecord(const std::filesystem::path& path);
+// How `run` is compared with a prediction: its emulated and unmeasured tasks, and what its memory
+// figures are (the CLI and the GUI compare runs the same way).
+CompareOptions compareOptionsFor(const RunRecord& run, int32_t top_tasks);
 // Written atomically (core::writeFileAtomically).
 Status saveRunRecord(const std::filesystem::path& path, const RunRecord& run);
 

@@ -42,7 +42,7 @@ core::Result<std::shared_ptr<CompareData>> predictRun(const QString& run_path) {
     }
     const core::Program& program = out->prediction.program;
     auto c = core::compareStep(program, out->prediction.timeline, out->prediction.timed, out->run.timeline,
-                               out->run.memory, core::CompareOptions{10, out->run.emulated_tasks});
+                               out->run.memory, core::compareOptionsFor(out->run, 10));
     if (!c) return core::makeError(path + ": timeline.tasks: " + c.error().message);
     out->comparison = std::move(c).value();
     out->task_error.resize(static_cast<size_t>(program.size()));

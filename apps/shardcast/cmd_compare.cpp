@@ -15,6 +15,7 @@
 
 #include "apps/shardcast/commands.hpp"
 #include "apps/shardcast/store_cli.hpp"
+#include "apps/shardcast/trace_import_cli.hpp"
 #include "core/compare.hpp"
 #include "core/file_io.hpp"
 #include "core/model_io.hpp"
@@ -37,6 +38,8 @@ struct CompareOptions {
     std::string stored_run, stored_prediction;  // --run ID --prediction ID (the store)
     SaveRequest save;
     std::string trace;
+    std::vector<std::string> torch_traces;  // --torch-trace: import these and compare in one step
+    TraceImportFlags trace_flags;
     int top = 10;
     bool json = false;
 };
@@ -84,6 +87,16 @@ void printText(const core::RunRecord& run, const core::Program& program, const c
                    "out of the stream and task errors, and the step time, which contains them, is not compared\n",
                    c.excluded_task_count);
     }
+    if (c.unmeasured_task_count > 0) {
+        fmt::print("Unmeasured: {} tasks have no time in the measurement (e.g. casts a trace does not label): they are "
+                   "left out of the stream and task errors; the step time is compared\n",
+                   c.unmeasured_task_count);
+    }
+    if (run.memory_kind == core::RunRecord::MemoryKind::Relative) {
+        fmt::print("Memory: the measured peak counts only what was allocated while the profiler recorded: not compared\n");
+    } else if (run.memory_kind == core::RunRecord::MemoryKind::Total) {
+        fmt::print("Memory: the measurement has a total, no categories\n");
+    }
     fmt::print("\n");
     fmt::print("{:<24}{:>16}{:>16}{:>12}\n", "Step", "predicted (ms)", "measured (ms)", "error");
     fmt::print("{:<24}{:>16.3f}{:>16.3f}{:>12}\n", "step time", ms(c.predicted_step_ns), ms(c.measured_step_ns),
@@ -115,7 +128,8 @@ void printText(const core::RunRecord& run, const core::Program& program, const c
 
 int reportComparison(const CompareOptions& o, const core::RunRecord& run_record, const core::Program& program,
                      const core::Timeline& predicted, const core::TimedMemory& predicted_memory, const std::string& run_name,
-                     const std::optional<std::pair<db::ObjectId, db::ObjectId>>& stored);
+                     const std::optional<std::pair<db::ObjectId, db::ObjectId>>& stored,
+                     const trace::TraceImport* imported = nullptr);
 
 // `compare --run ID --prediction ID`: a stored run against a stored prediction, as it was made
 // (its timeline and memory as stored; the Program re-lowered from its stored plan and profile).
@@ -158,7 +172,25 @@ int runCompareStored(const CompareOptions& o) {
                             std::make_pair(*run_id, *pred_id));
 }
 
+// `compare PLAN.json --torch-trace TRACE...`: import-trace and compare in one step.
+int runCompareTorchTrace(const CompareOptions& o) {
+    if (o.prediction.empty() || o.prediction == "run" || !o.run.empty()) {
+        return reportInputError("--torch-trace takes the plan the traced run trained with: "
+                                "`compare PLAN.json --torch-trace TRACE...` (no RUN.json)");
+    }
+    if (o.save.requested) return reportInputError("--save stores comparisons of stored objects; it does not go with --torch-trace");
+    auto imported = importTorchTraces(o.torch_traces, o.prediction, "", o.trace_flags.options());
+    if (!imported) return reportInputError(imported.error().message);
+    if (!o.json) {
+        printImportSummary(imported->import, imported->predicted.program);
+        fmt::print("\n");
+    }
+    return reportComparison(o, imported->import.run, imported->predicted.program, imported->predicted.timeline,
+                            imported->predicted.timed, o.prediction, std::nullopt, &imported->import);
+}
+
 int runCompare(const CompareOptions& o) {
+    if (!o.torch_traces.empty()) return runCompareTorchTrace(o);
     if (!o.stored_run.empty() || !o.stored_prediction.empty()) return runCompareStored(o);
     if (o.prediction.empty() || o.run.empty()) {
         return reportInputError("compare needs PLAN.json|run and RUN.json, or --run ID --prediction ID (stored)");
@@ -211,10 +243,11 @@ int runCompare(const CompareOptions& o) {
 // Compares, writes --trace, saves (--save, stored ids only) and prints.
 int reportComparison(const CompareOptions& o, const core::RunRecord& run_record, const core::Program& program,
                      const core::Timeline& predicted, const core::TimedMemory& predicted_memory, const std::string& run_name,
-                     const std::optional<std::pair<db::ObjectId, db::ObjectId>>& stored) {
+                     const std::optional<std::pair<db::ObjectId, db::ObjectId>>& stored,
+                     const trace::TraceImport* imported) {
     const core::RunRecord* run = &run_record;
     auto c = core::compareStep(program, predicted, predicted_memory, run->timeline, run->memory,
-                               core::CompareOptions{o.top, run->emulated_tasks});
+                               core::compareOptionsFor(*run, o.top));
     if (!c) return reportInputError(run_name + ": timeline.tasks: " + c.error().message);
 
     std::string saved_line;
@@ -251,6 +284,7 @@ int reportComparison(const CompareOptions& o, const core::RunRecord& run_record,
         j["world_size"] = run->world_size;
         j["compute_note"] = run->compute_note;
         if (!o.trace.empty()) j["trace"] = o.trace;
+        if (imported != nullptr) j["import"] = importSummaryJson(*imported);
         fmt::print("{}\n", j.dump(2));
     } else {
         printText(*run, program, *c);
@@ -292,6 +326,11 @@ void registerCompareCommand(CLI::App& app, int& exit_code) {
                     "Write a Chrome trace to FILE (atomically): process 'predicted' and process 'measured' side "
                     "by side, both from their step's start")
         ->type_name("FILE");
+    cmd->add_option("--torch-trace", opts->torch_traces,
+                    "Compare PLAN.json with a real PyTorch run: its torch.profiler traces (files or directories), "
+                    "imported as `import-trace` does")
+        ->type_name("TRACE");
+    addTraceImportOptions(*cmd, opts->trace_flags);
     cmd->add_flag("--json", opts->json, "Print one JSON object instead of the text report");
     cmd->callback([opts, &exit_code] { exit_code = runCompare(*opts); });
 }

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "apps/shardcast/commands.hpp"
+#include "apps/shardcast/trace_import_cli.hpp"
 #include "apps/shardcast/store_cli.hpp"
 #include "core/launch_env.hpp"
 #include "core/version.hpp"
@@ -71,6 +72,7 @@ int main(int argc, char** argv) {
         registerSearchCommand(app, exit_code);
         registerOptimizeCommand(app, exit_code);
         registerCompareCommand(app, exit_code);
+        registerImportTraceCommand(app, exit_code);
         registerRunCommand(app, exit_code);
         registerCalibrateCommand(app, exit_code);
         registerDbCommand(app, exit_code);

@@ -1,0 +1,212 @@
+// Real CPU FSDP traces (tests/data/traces, made by scripts/torch_fsdp_trace.py; README.md there has
+// each command) mapped onto their plans' Programs. Expected values are read from the trace's own
+// events here, independently of the importer's matching.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "core/plan.hpp"
+#include "simulator/evaluation.hpp"
+#include "simulator/hardware_profile.hpp"
+#include "trace/fsdp_import.hpp"
+
+namespace shardcast::trace {
+namespace {
+
+const std::string kTraces = std::string(SHARDCAST_SOURCE_DIR) + "/tests/data/traces/";
+
+struct Loaded {
+    sim::Evaluation e;
+    std::vector<RankTrace> ranks;
+};
+
+Loaded load(const std::string& fixture, int ranks, const std::string& plan_fixture = "") {
+    Loaded out;
+    auto plan = core::loadPlanFile(kTraces + (plan_fixture.empty() ? fixture : plan_fixture) + "/plan.json");
+    EXPECT_TRUE(plan) << plan.error().message;
+    const sim::HardwareProfile profile = sim::HardwareProfile::fromCluster(plan->cluster);
+    sim::Evaluator evaluator;
+    EXPECT_TRUE(evaluator.evaluate(*plan, &profile, sim::EvaluationOptions{}, out.e));
+    for (int r = 0; r < ranks; ++r) {
+        auto t = readKinetoTrace(kTraces + fixture + "/rank" + std::to_string(r) + ".json.gz");
+        EXPECT_TRUE(t) << t.error().message;
+        out.ranks.push_back(std::move(*t));
+    }
+    return out;
+}
+
+const Event& only(const RankTrace& t, std::string_view name) {
+    const Event* found = nullptr;
+    int n = 0;
+    for (const Event& e : t.events) {
+        if (t.name(e) == name) {
+            found = &e;
+            ++n;
+        }
+    }
+    EXPECT_EQ(n, 1) << name;
+    return *found;
+}
+
+int32_t taskOf(const core::Program& p, const std::string& unit, core::TaskKind kind, int nth = 0) {
+    for (int32_t id = 0; id < p.size(); ++id) {
+        const core::Task& t = p.tasks[static_cast<size_t>(id)];
+        if (t.unit >= 0 && p.units[static_cast<size_t>(t.unit)].name == unit && t.kind == kind && nth-- == 0) return id;
+    }
+    return -1;
+}
+
+TEST(FsdpImportTest, Fsdp2BlockUnitsMapEveryLabelAndTimeEveryTask) {
+    Loaded l = load("llama-block-2r", 2);
+    auto imp = importTraces(l.ranks, l.e.program);
+    ASSERT_TRUE(imp) << imp.error().message;
+    EXPECT_EQ(imp->flavour, "FSDP2");
+    EXPECT_EQ(imp->collectives, "gloo");
+    EXPECT_EQ(imp->step_number, 1);
+    EXPECT_EQ(imp->fsdp_labels, 53);
+    EXPECT_EQ(imp->fsdp_mapped, 53);
+    EXPECT_TRUE(imp->unmapped.empty());
+    EXPECT_EQ(imp->measured_tasks, l.e.program.size());
+    EXPECT_TRUE(imp->run.unmeasured_tasks.empty());
+    ASSERT_EQ(imp->ranks.size(), 2u);
+    EXPECT_EQ(imp->run.memory_kind, core::RunRecord::MemoryKind::Relative);
+
+    const RankTrace& t = l.ranks[0];
+    const Event& step = only(t, "ProfilerStep#1");
+    EXPECT_EQ(imp->run.timeline.step_ns, step.dur_ns);
+    // A block's forward: from its pre-forward hook's end to its post-forward hook's start.
+    const Event& pre = only(t, "FSDP::pre_forward (model.layers.1)");
+    const Event& post = only(t, "FSDP::post_forward (model.layers.1)");
+    const int32_t fwd = taskOf(l.e.program, "model.layers.1", core::TaskKind::Forward);
+    ASSERT_GE(fwd, 0);
+    const core::TaskTime& tt = imp->run.timeline.tasks[static_cast<size_t>(fwd)];
+    EXPECT_EQ(tt.start_ns, pre.endNs() - step.ts_ns);
+    EXPECT_EQ(tt.end_ns, post.ts_ns - step.ts_ns);
+    // The root's forward is two pieces: before layers.0's pre-forward (embedding) and after
+    // layers.3's post-forward (norm, head, loss).
+    const int32_t root_head = taskOf(l.e.program, "(root)", core::TaskKind::Forward, 1);
+    const Event& last_post = only(t, "FSDP::post_forward (model.layers.3)");
+    const Event& root_post = only(t, "FSDP::post_forward");
+    EXPECT_EQ(imp->run.timeline.tasks[static_cast<size_t>(root_head)].start_ns, last_post.endNs() - step.ts_ns);
+    EXPECT_EQ(imp->run.timeline.tasks[static_cast<size_t>(root_head)].end_ns, root_post.ts_ns - step.ts_ns);
+    // Every measured task lies inside the step; compute tasks do not overlap one another.
+    std::vector<std::pair<int64_t, int64_t>> compute;
+    for (int32_t id = 0; id < l.e.program.size(); ++id) {
+        const core::TaskTime& x = imp->run.timeline.tasks[static_cast<size_t>(id)];
+        EXPECT_GE(x.start_ns, 0);
+        EXPECT_LE(x.start_ns, x.end_ns);
+        const core::TaskKind k = l.e.program.tasks[static_cast<size_t>(id)].kind;
+        if (k == core::TaskKind::Forward || k == core::TaskKind::Backward) compute.push_back({x.start_ns, x.end_ns});
+    }
+    std::sort(compute.begin(), compute.end());
+    for (size_t i = 1; i < compute.size(); ++i) EXPECT_LE(compute[i - 1].second, compute[i].first);
+}
+
+TEST(FsdpImportTest, GlooCollectivesAreTheirRunloopSpans) {
+    Loaded l = load("llama-block-2r", 2);
+    auto imp = importTraces(l.ranks, l.e.program);
+    ASSERT_TRUE(imp);
+    const RankTrace& t = l.ranks[0];
+    const Event& step = only(t, "ProfilerStep#1");
+    std::vector<const Event*> gloo;
+    for (const Event& e : t.events) {
+        if (t.name(e).starts_with("gloo:") && e.ts_ns >= step.ts_ns && e.ts_ns < step.endNs()) gloo.push_back(&e);
+    }
+    std::sort(gloo.begin(), gloo.end(), [](const Event* a, const Event* b) { return a->ts_ns < b->ts_ns; });
+    ASSERT_EQ(gloo.size(), 14u);
+    // The step's first collective is the root's all-gather (the root unit is gathered first).
+    const int32_t ag = taskOf(l.e.program, "(root)", core::TaskKind::AllGather);
+    EXPECT_EQ(imp->run.timeline.tasks[static_cast<size_t>(ag)].start_ns, gloo[0]->ts_ns - step.ts_ns);
+    EXPECT_EQ(imp->run.timeline.tasks[static_cast<size_t>(ag)].durationNs(), gloo[0]->dur_ns);
+    // The last is the root's reduce-scatter (gloo runs it as an all-reduce).
+    const int32_t rs = taskOf(l.e.program, "(root)", core::TaskKind::ReduceScatter);
+    EXPECT_EQ(t.name(*gloo.back()), "gloo:all_reduce");
+    EXPECT_EQ(imp->run.timeline.tasks[static_cast<size_t>(rs)].durationNs(), gloo.back()->dur_ns);
+}
+
+TEST(FsdpImportTest, OtherFixturesMapEveryFsdpLabel) {
+    struct Case {
+        const char* fixture;
+        int ranks;
+        const char* flavour;
+        const char* unmeasured;  // kinds the trace cannot time, "" for none
+    };
+    for (const Case& c : {Case{"llama-whole-2r", 2, "FSDP2", "BWD"}, Case{"llama-block-noreshard-acfull-4r", 4, "FSDP2", "RECOMP"},
+                          Case{"gpt2-block-2r", 2, "FSDP2", ""}, Case{"llama-block-2r-absolute", 2, "FSDP2", ""},
+                          Case{"llama-fsdp1-block-2r", 2, "FSDP1", "COPYIN"}}) {
+        SCOPED_TRACE(c.fixture);
+        Loaded l = load(c.fixture, c.ranks);
+        auto imp = importTraces(l.ranks, l.e.program);
+        ASSERT_TRUE(imp) << imp.error().message;
+        EXPECT_EQ(imp->flavour, c.flavour);
+        EXPECT_GT(imp->fsdp_labels, 0);
+        EXPECT_EQ(imp->fsdp_mapped, imp->fsdp_labels);
+        EXPECT_TRUE(imp->unmapped.empty());
+        EXPECT_EQ(static_cast<int>(imp->ranks.size()), c.ranks);
+        const bool has_unmeasured = std::any_of(imp->unmeasured_by_kind.begin(), imp->unmeasured_by_kind.end(),
+                                                [&](const LabelCount& k) { return k.label == c.unmeasured; });
+        EXPECT_EQ(has_unmeasured, std::string(c.unmeasured) != "");
+    }
+}
+
+TEST(FsdpImportTest, AbsoluteCpuMemoryIsThePeakTotalAllocatedInTheStep) {
+    Loaded l = load("llama-block-2r-absolute", 2);
+    auto imp = importTraces(l.ranks, l.e.program);
+    ASSERT_TRUE(imp);
+    EXPECT_EQ(imp->run.memory_kind, core::RunRecord::MemoryKind::Total);
+    const RankTrace& t = l.ranks[0];
+    // The step without a schedule: from the root's pre-forward to the end of the optimizer step.
+    const Event& root = only(t, "FSDP::root_pre_forward");
+    const Event& opt = only(t, "Optimizer.step#AdamW.step");
+    EXPECT_EQ(imp->run.timeline.step_ns, opt.endNs() - root.ts_ns);
+    int64_t peak = 0;
+    for (const MemoryEvent& m : t.memory) {
+        if (m.ts_ns >= root.ts_ns && m.ts_ns < opt.endNs()) peak = std::max(peak, m.total_allocated);
+    }
+    EXPECT_EQ(imp->run.memory.peak_bytes, peak);
+    EXPECT_GT(peak, 8 << 20);
+}
+
+TEST(FsdpImportTest, MismatchedInputsAreErrors) {
+    {
+        Loaded l = load("llama-block-2r", 2, "llama-block-noreshard-acfull-4r");
+        auto imp = importTraces(l.ranks, l.e.program);
+        ASSERT_FALSE(imp);
+        EXPECT_NE(imp.error().message.find("run of 2 ranks"), std::string::npos) << imp.error().message;
+        EXPECT_NE(imp.error().message.find("the plan has 4"), std::string::npos) << imp.error().message;
+    }
+    Loaded l = load("llama-block-2r", 2);
+    {
+        std::vector<RankTrace> twice = {l.ranks[0], l.ranks[0]};
+        auto imp = importTraces(twice, l.e.program);
+        ASSERT_FALSE(imp);
+        EXPECT_NE(imp.error().message.find("are both rank 0"), std::string::npos) << imp.error().message;
+    }
+    {
+        Loaded other = load("gpt2-block-2r", 2);
+        std::vector<RankTrace> mixed = {l.ranks[0], other.ranks[1]};
+        auto imp = importTraces(mixed, l.e.program);
+        ASSERT_FALSE(imp);
+        EXPECT_NE(imp.error().message.find("different runs"), std::string::npos) << imp.error().message;
+    }
+    {
+        ImportOptions o;
+        o.step = 7;
+        auto imp = importTraces(l.ranks, l.e.program, o);
+        ASSERT_FALSE(imp);
+        EXPECT_NE(imp.error().message.find("no step 7 (the trace has steps 1)"), std::string::npos) << imp.error().message;
+    }
+    {
+        auto t = readKinetoTraceBytes(R"({"traceEvents": [{"ph": "X", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 1, "dur": 1}]})",
+                                      "plain.json");
+        ASSERT_TRUE(t);
+        auto imp = importTraces({*t}, l.e.program);
+        ASSERT_FALSE(imp);
+        EXPECT_NE(imp.error().message.find("not a torch.profiler trace of an FSDP run"), std::string::npos);
+    }
+}
+
+}  // namespace
+}  // namespace shardcast::trace

@@ -1,0 +1,769 @@
+#include "trace/fsdp_import.hpp"
+
+#include <algorithm>
+#include <cassert>
+#include <map>
+#include <numeric>
+#include <set>
+#include <string_view>
+#include <unordered_map>
+
+#include <fmt/format.h>
+
+namespace shardcast::trace {
+namespace {
+
+using core::Result;
+using core::TaskKind;
+
+constexpr std::string_view kFsdp2Prefix = "FSDP::";
+constexpr std::string_view kFsdp1Prefix = "FullyShardedDataParallel.";
+
+// The hooks of one unit that bound its compute, and the labels that only name work inside them.
+enum class Hook : uint8_t {
+    RootPreForward,
+    PreForward,
+    PostForward,
+    PreBackward,
+    PostBackward,       // FSDP2: post_backward, post_backward_reshard, post_backward_reduce, rs_wait
+    AllGather,          // the unshard's issue: copy-in and the collective
+    CopyOut,
+    Prefetch,           // forward_prefetch / backward_prefetch for a unit: issues its unshard
+    RootPostBackward,
+    Step,               // FSDP1 labels of the step that name no unit (rate limiter, _to_kwargs)
+    Unknown,
+};
+
+struct Label {
+    Hook hook = Hook::Unknown;
+    int32_t unit = -1;  // Program unit; -1: none or not a unit of the Program
+    size_t event = 0;   // index into the trace's events
+    int64_t start = 0, end = 0;
+    bool mapped = false;
+};
+
+std::string_view trim(std::string_view s) {
+    while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
+    while (!s.empty() && s.back() == ' ') s.remove_suffix(1);
+    return s;
+}
+
+// "FSDP::pre_forward (model.layers.0)" -> {"pre_forward", "model.layers.0"}; "FSDP::backward_prefetch
+// for model.layers.3" -> {"backward_prefetch", "model.layers.3"}; the root's labels have no name or "()".
+std::pair<std::string_view, std::string_view> splitFsdp2(std::string_view label) {
+    label.remove_prefix(kFsdp2Prefix.size());
+    const size_t paren = label.find(" (");
+    if (paren != std::string_view::npos && label.back() == ')') {
+        return {label.substr(0, paren), trim(label.substr(paren + 2, label.size() - paren - 3))};
+    }
+    const size_t for_pos = label.find(" for ");
+    if (for_pos != std::string_view::npos) return {label.substr(0, for_pos), trim(label.substr(for_pos + 5))};
+    return {trim(label), {}};
+}
+
+Hook fsdp2Hook(std::string_view kind) {
+    if (kind == "root_pre_forward") return Hook::RootPreForward;
+    if (kind == "pre_forward") return Hook::PreForward;
+    if (kind == "post_forward") return Hook::PostForward;
+    if (kind == "pre_backward") return Hook::PreBackward;
+    if (kind == "post_backward" || kind == "post_backward_reshard" || kind == "post_backward_reduce" ||
+        kind == "post_backward_rs_wait" || kind == "post_backward_accumulate") {
+        return Hook::PostBackward;
+    }
+    if (kind == "all_gather" || kind == "unshard") return Hook::AllGather;
+    if (kind == "all_gather_copy_out" || kind == "wait_for_unshard") return Hook::CopyOut;
+    if (kind == "forward_prefetch" || kind == "backward_prefetch") return Hook::Prefetch;
+    if (kind == "root_post_backward_callback" || kind == "root_post_backward") return Hook::RootPostBackward;
+    return Hook::Unknown;
+}
+
+Hook fsdp1Hook(std::string_view name) {
+    name.remove_prefix(kFsdp1Prefix.size());
+    if (name == "_root_pre_forward") return Hook::RootPreForward;
+    if (name == "_pre_forward") return Hook::PreForward;
+    if (name == "_post_forward") return Hook::PostForward;
+    if (name == "_pre_backward_hook") return Hook::PreBackward;
+    if (name == "_post_backward_hook") return Hook::PostBackward;
+    if (name == "_pre_forward_prefetch" || name == "_pre_backward_prefetch" || name == "_post_backward_prefetch") {
+        return Hook::Prefetch;
+    }
+    if (name == "forward" || name == "rate_limiter" || name == "_to_kwargs" || name == "_wait_for_previous_optim_step") {
+        return Hook::Step;
+    }
+    return Hook::Unknown;
+}
+
+// "FSDP::pre_forward (model.layers.0)" -> "FSDP::pre_forward (<unit>)", for counting by label.
+std::string normalizedLabel(std::string_view label) {
+    if (!label.starts_with(kFsdp2Prefix)) return std::string(label);
+    const auto [kind, unit] = splitFsdp2(label);
+    if (unit.empty()) return std::string(label);
+    const bool for_form = label.find(" for ") != std::string_view::npos && label.back() != ')';
+    return fmt::format("FSDP::{}{}", kind, for_form ? " for <unit>" : " (<unit>)");
+}
+
+enum class CollKind : uint8_t { AllGather, ReduceScatter, AllReduce, Other };
+
+CollKind collectiveKind(std::string_view name) {
+    std::string lower(name);
+    std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    std::erase(lower, '_');
+    if (lower.find("allgather") != std::string::npos) return CollKind::AllGather;
+    if (lower.find("reducescatter") != std::string::npos) return CollKind::ReduceScatter;
+    if (lower.find("allreduce") != std::string::npos) return CollKind::AllReduce;
+    return CollKind::Other;
+}
+
+bool isNcclKernel(const RankTrace& t, const Event& e) {
+    return e.category == Category::Kernel && t.name(e).starts_with("nccl");
+}
+// The op the host issues a collective with: c10d's dispatcher op (c10d::_allgather_base_, ...), or
+// the nccl:* op of older NCCL process groups.
+bool isIssueOp(std::string_view name) { return name.starts_with("c10d::") || name.starts_with("nccl:"); }
+
+struct Window {
+    int64_t number = 0;  // ProfilerStep#N, or the index of the step
+    int64_t start = 0, end = 0;
+};
+
+// The thread that runs the training loop: the one with the FSDP hooks or the profiler's steps.
+std::optional<std::pair<int64_t, int64_t>> mainThread(const RankTrace& t) {
+    std::map<std::pair<int64_t, int64_t>, int64_t> votes;
+    for (const Event& e : t.events) {
+        if (e.category != Category::UserAnnotation) continue;
+        const std::string_view n = t.name(e);
+        if (n.starts_with(kFsdp2Prefix) || n.starts_with(kFsdp1Prefix) || n.starts_with("ProfilerStep#")) {
+            ++votes[{e.pid, e.tid}];
+        }
+    }
+    if (votes.empty()) return std::nullopt;
+    return std::max_element(votes.begin(), votes.end(), [](const auto& a, const auto& b) { return a.second < b.second; })->first;
+}
+
+bool isRootPreForward(std::string_view n) {
+    return n == "FSDP::root_pre_forward" || n == "FullyShardedDataParallel._root_pre_forward";
+}
+
+// Steps: ProfilerStep#N spans, or (no schedule) from one root pre-forward to the next, the last ending
+// with the optimizer step that follows it.
+std::vector<Window> stepWindows(const RankTrace& t, std::pair<int64_t, int64_t> main) {
+    std::vector<Window> steps;
+    std::vector<int64_t> roots;
+    std::vector<int64_t> optimizer_ends;
+    for (const Event& e : t.events) {
+        if (e.pid != main.first || e.tid != main.second || e.category != Category::UserAnnotation) continue;
+        const std::string_view n = t.name(e);
+        if (n.starts_with("ProfilerStep#")) {
+            int64_t number = 0;
+            for (char c : n.substr(13)) {
+                if (c < '0' || c > '9' || number > 1'000'000'000) break;
+                number = number * 10 + (c - '0');
+            }
+            steps.push_back(Window{number, e.ts_ns, e.endNs()});
+        } else if (isRootPreForward(n)) {
+            roots.push_back(e.ts_ns);
+        } else if (n.starts_with("Optimizer.step#")) {
+            optimizer_ends.push_back(e.endNs());
+        }
+    }
+    if (!steps.empty()) {
+        std::sort(steps.begin(), steps.end(), [](const Window& a, const Window& b) { return a.start < b.start; });
+        return steps;
+    }
+    std::sort(roots.begin(), roots.end());
+    // FSDP1 labels _root_pre_forward in every unit's forward: a step starts at the first after an optimizer step.
+    std::sort(optimizer_ends.begin(), optimizer_ends.end());
+    std::vector<int64_t> starts;
+    for (const int64_t r : roots) {
+        if (starts.empty()) {
+            starts.push_back(r);
+            continue;
+        }
+        const auto opt = std::lower_bound(optimizer_ends.begin(), optimizer_ends.end(), starts.back());
+        if (opt != optimizer_ends.end() && *opt <= r) starts.push_back(r);
+    }
+    for (size_t i = 0; i < starts.size(); ++i) {
+        const auto opt = std::lower_bound(optimizer_ends.begin(), optimizer_ends.end(), starts[i]);
+        if (opt == optimizer_ends.end()) break;  // no optimizer step after it: incomplete
+        if (i + 1 < starts.size() && *opt > starts[i + 1]) continue;
+        steps.push_back(Window{static_cast<int64_t>(i), starts[i], *opt});
+    }
+    return steps;
+}
+
+// Intervals [a, b) of `outer` not covered by `inner` (sorted, possibly overlapping), non-empty.
+std::vector<std::pair<int64_t, int64_t>> gaps(std::pair<int64_t, int64_t> outer, std::vector<std::pair<int64_t, int64_t>> inner) {
+    std::sort(inner.begin(), inner.end());
+    std::vector<std::pair<int64_t, int64_t>> out;
+    int64_t at = outer.first;
+    for (const auto& [a, b] : inner) {
+        if (b <= at || a >= outer.second) continue;
+        if (a > at) out.push_back({at, a});
+        at = std::max(at, b);
+    }
+    if (at < outer.second) out.push_back({at, outer.second});
+    return out;
+}
+
+class Importer {
+public:
+    Importer(const RankTrace& t, const core::Program& program, Window window, std::pair<int64_t, int64_t> main)
+        : m_t(t), m_program(program), m_window(window), m_main(main) {
+        for (size_t u = 0; u < program.units.size(); ++u) {
+            const auto& name = program.units[u].name;
+            m_unit_of[u == 0 || program.units[u].is_root ? std::string() : name] = static_cast<int32_t>(u);
+        }
+        for (int32_t id = 0; id < program.size(); ++id) {
+            const core::Task& task = program.tasks[static_cast<size_t>(id)];
+            m_tasks[{task.unit, task.kind}].push_back(id);
+        }
+        m_spans.assign(program.tasks.size(), std::nullopt);
+    }
+
+    Result<TraceImport> run() {
+        TraceImport out;
+        collectEvents(out);
+        if (m_labels.empty()) {
+            return core::makeError(fmt::format(
+                "{}: step {} has no FSDP labels (FSDP::* or FullyShardedDataParallel.*): not a trace of an FSDP run, "
+                "or recorded without torch.profiler's record_function labels",
+                m_t.path.string(), m_window.number));
+        }
+        out.flavour = m_fsdp1 ? "FSDP1" : "FSDP2";
+        if (m_fsdp1) assignFsdp1Units();
+        computeSpans();
+        collectiveSpans(out);
+        copySpans();
+        optimizerSpans();
+        out.fsdp_labels = static_cast<int64_t>(m_labels.size());
+        std::map<std::string, int64_t> unmapped;
+        for (const Label& l : m_labels) {
+            if (l.mapped) {
+                ++out.fsdp_mapped;
+            } else {
+                ++unmapped[normalizedLabel(m_t.name(m_t.events[l.event]))];
+            }
+        }
+        for (const auto& [label, n] : unmapped) out.unmapped.push_back(LabelCount{label, n});
+        buildTimeline(out);
+        return out;
+    }
+
+private:
+    bool onMain(const Event& e) const { return e.pid == m_main.first && e.tid == m_main.second; }
+    bool inWindow(const Event& e) const { return e.ts_ns >= m_window.start && e.ts_ns < m_window.end; }
+
+    void collectEvents(TraceImport& out) {
+        std::vector<size_t> order;
+        for (size_t i = 0; i < m_t.events.size(); ++i) {
+            const Event& e = m_t.events[i];
+            if (!inWindow(e)) continue;
+            ++out.events_in_step;
+            order.push_back(i);
+        }
+        // Parents before children: by start, the longer first.
+        std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+            const Event& x = m_t.events[a];
+            const Event& y = m_t.events[b];
+            return x.ts_ns != y.ts_ns ? x.ts_ns < y.ts_ns : x.dur_ns > y.dur_ns;
+        });
+        for (const size_t i : order) {
+            const Event& e = m_t.events[i];
+            const std::string_view n = m_t.name(e);
+            if (onMain(e) && e.category == Category::UserAnnotation) {
+                if (n.starts_with(kFsdp2Prefix)) {
+                    const auto [kind, unit] = splitFsdp2(n);
+                    Label l{fsdp2Hook(kind), -1, i, e.ts_ns, e.endNs(), false};
+                    if (const auto it = m_unit_of.find(std::string(unit)); it != m_unit_of.end()) l.unit = it->second;
+                    m_labels.push_back(l);
+                } else if (n.starts_with(kFsdp1Prefix)) {
+                    m_fsdp1 = true;
+                    m_labels.push_back(Label{fsdp1Hook(n), -1, i, e.ts_ns, e.endNs(), false});
+                } else if (n.starts_with("Optimizer.step#")) {
+                    m_optimizer.push_back(i);
+                }
+            } else if (onMain(e) && isIssueOp(n) && e.category == Category::CpuOp) {
+                // Only the outermost issue op: c10d ops nest the process group's own op.
+                if (m_issues.empty() || m_t.events[m_issues.back()].endNs() <= e.ts_ns) m_issues.push_back(i);
+            } else if (onMain(e) && n == "fsdp::all_gather_copy_in") {
+                m_copy_in.push_back(i);
+            } else if (!onMain(e) && e.category == Category::UserAnnotation && n.starts_with("gloo:")) {
+                m_gloo.push_back(i);
+            } else if (isNcclKernel(m_t, e)) {
+                m_nccl.push_back(i);
+            }
+        }
+        out.collectives = !m_nccl.empty() ? "nccl" : !m_gloo.empty() ? "gloo" : "none";
+    }
+
+    // FSDP1's labels name no unit: the units' forwards run in Program unit order (units[0] the root,
+    // its forward outermost), pre-backward hooks in reverse order after the root's, post-backward
+    // hooks in reverse order with the root's last.
+    void assignFsdp1Units() {
+        const auto units = static_cast<int32_t>(m_program.units.size());
+        std::vector<int32_t> backward_pre, backward_post;
+        backward_pre.push_back(0);
+        for (int32_t u = units - 1; u >= 1; --u) {
+            backward_pre.push_back(u);
+            backward_post.push_back(u);
+        }
+        backward_post.push_back(0);
+        size_t pre_f = 0, post_f = 0, pre_b = 0, post_b = 0;
+        for (Label& l : m_labels) {
+            switch (l.hook) {
+            case Hook::PreForward:
+                if (pre_f < static_cast<size_t>(units)) l.unit = static_cast<int32_t>(pre_f);
+                ++pre_f;
+                break;
+            case Hook::PostForward:
+                // Post-forwards close in reverse nesting: the root's last.
+                ++post_f;
+                break;
+            case Hook::PreBackward:
+                if (pre_b < backward_pre.size()) l.unit = backward_pre[pre_b];
+                ++pre_b;
+                break;
+            case Hook::PostBackward:
+                if (post_b < backward_post.size()) l.unit = backward_post[post_b];
+                ++post_b;
+                break;
+            default:
+                break;
+            }
+        }
+        // Post-forwards: each closes the innermost open pre-forward (FSDP1 nests child units in the root).
+        std::vector<Label*> open;
+        std::vector<Label*> events;
+        for (Label& l : m_labels) {
+            if (l.hook == Hook::PreForward || l.hook == Hook::PostForward) events.push_back(&l);
+        }
+        for (Label* l : events) {
+            if (l->hook == Hook::PreForward) {
+                open.push_back(l);
+            } else if (!open.empty()) {
+                // A block's post-forward comes right after its pre-forward's compute; the root's
+                // stays open over the blocks.
+                Label* pre = open.back();
+                open.pop_back();
+                l->unit = pre->unit;
+                if (pre->unit == 0 && !open.empty()) open.push_back(pre);
+            }
+        }
+        (void)post_f;
+    }
+
+    const Label* first(Hook hook, int32_t unit, int64_t after = INT64_MIN) const {
+        for (const Label& l : m_labels) {
+            if (l.hook == hook && l.unit == unit && l.start >= after) return &l;
+        }
+        return nullptr;
+    }
+
+    // Each unit's forward compute: from its pre-forward's end to its post-forward's start, less the
+    // forwards of the units nested in it; backward likewise from pre-backward to post-backward.
+    void computeSpans() {
+        for (const auto& [open, close, kind] :
+             {std::tuple{Hook::PreForward, Hook::PostForward, TaskKind::Forward},
+              std::tuple{Hook::PreBackward, Hook::PostBackward, TaskKind::Backward}}) {
+            struct UnitWindow {
+                int32_t unit;
+                int64_t outer_start, inner_start, inner_end, outer_end;
+                Label* pre;
+                std::vector<Label*> posts;
+            };
+            std::vector<UnitWindow> windows;
+            // The k-th pre hook of a unit pairs with its k-th run of post hooks: the next post hooks
+            // of that unit after it.
+            for (Label& pre : m_labels) {
+                if (pre.hook != open || pre.unit < 0) continue;
+                UnitWindow w{pre.unit, pre.start, pre.end, pre.end, pre.end, &pre, {}};
+                for (Label& post : m_labels) {
+                    if (post.hook != close || post.unit != pre.unit || post.start < pre.end) continue;
+                    if (!w.posts.empty() && post.start > w.posts.back()->end + 1) {
+                        // A later run of post hooks belongs to the next pre hook of this unit.
+                        bool later_pre = false;
+                        for (const Label& p2 : m_labels) {
+                            if (p2.hook == open && p2.unit == pre.unit && p2.start > pre.start && p2.start < post.start) later_pre = true;
+                        }
+                        if (later_pre) break;
+                    }
+                    if (w.posts.empty()) w.inner_end = post.start;
+                    w.posts.push_back(&post);
+                    w.outer_end = std::max(w.outer_end, post.end);
+                    if (kind == TaskKind::Forward) break;  // one post-forward per pre-forward
+                }
+                if (w.posts.empty()) continue;
+                bool taken = false;
+                for (Label* p : w.posts) taken = taken || p->mapped;
+                if (taken && kind == TaskKind::Forward) continue;
+                windows.push_back(std::move(w));
+            }
+            std::map<int32_t, std::vector<std::pair<int64_t, int64_t>>> spans;
+            for (const UnitWindow& w : windows) {
+                std::vector<std::pair<int64_t, int64_t>> inner;
+                for (const UnitWindow& c : windows) {
+                    if (&c == &w || c.outer_start < w.inner_start || c.outer_end > w.inner_end) continue;
+                    inner.push_back({c.outer_start, c.outer_end});
+                }
+                w.pre->mapped = true;
+                for (Label* p : w.posts) p->mapped = true;
+                // With nested units, the unit's own compute is the piece before the first of them and the
+                // piece after the last (the root: embedding, then norm, head and loss); the slivers
+                // between nested units are the module loop's overhead, attributed to no task.
+                auto pieces = gaps({w.inner_start, w.inner_end}, inner);
+                if (!inner.empty() && pieces.size() > 2) pieces = {pieces.front(), pieces.back()};
+                for (const auto& g : pieces) spans[w.unit].push_back(g);
+            }
+            for (auto& [unit, list] : spans) {
+                std::sort(list.begin(), list.end());
+                assign(unit, kind, list);
+            }
+        }
+        // Prefetch labels issue a unit's unshard; root hooks bound the step.
+        for (Label& l : m_labels) {
+            if ((l.hook == Hook::Prefetch && (l.unit >= 0 || m_fsdp1)) || l.hook == Hook::RootPreForward ||
+                l.hook == Hook::RootPostBackward || l.hook == Hook::Step) {
+                l.mapped = true;
+            }
+        }
+    }
+
+    // Spans for the tasks of `unit` and `kind` in Program order; spans beyond them are dropped (and
+    // counted), tasks beyond the spans stay unmeasured.
+    void assign(int32_t unit, TaskKind kind, const std::vector<std::pair<int64_t, int64_t>>& spans) {
+        const auto it = m_tasks.find({unit, kind});
+        if (it == m_tasks.end()) return;
+        const std::vector<int32_t>& ids = it->second;
+        if (spans.size() > ids.size() && !ids.empty()) {
+            // More measured pieces than tasks (a unit the lowering runs as one segment): the last
+            // task takes the rest, end to end.
+            for (size_t k = 0; k + 1 < ids.size(); ++k) m_spans[static_cast<size_t>(ids[k])] = spans[k];
+            int64_t busy = 0;
+            for (size_t k = ids.size() - 1; k < spans.size(); ++k) busy += spans[k].second - spans[k].first;
+            const int64_t s = spans[ids.size() - 1].first;
+            m_spans[static_cast<size_t>(ids.back())] = std::pair{s, s + busy};
+            return;
+        }
+        // Fewer pieces than tasks: one hook window spans several of the lowering's segments (whole-model
+        // units), which the trace does not split; those tasks stay unmeasured rather than guessed.
+        if (spans.size() < ids.size()) return;
+        for (size_t k = 0; k < spans.size(); ++k) m_spans[static_cast<size_t>(ids[k])] = spans[k];
+    }
+
+    // The innermost FSDP label on the main thread that contains [a, b].
+    Label* enclosing(int64_t a, int64_t b, std::initializer_list<Hook> hooks) {
+        Label* best = nullptr;
+        for (Label& l : m_labels) {
+            if (l.start > a || l.end < b) continue;
+            if (std::find(hooks.begin(), hooks.end(), l.hook) == hooks.end()) continue;
+            if (best == nullptr || l.end - l.start < best->end - best->start) best = &l;
+        }
+        return best;
+    }
+
+    // Each issued collective is matched with its execution: gloo runs a process group's ops one by
+    // one on its thread, in issue order; NCCL kernels of one kind run in issue order.
+    void collectiveSpans(TraceImport&) {
+        std::map<std::pair<int32_t, TaskKind>, std::vector<std::pair<int64_t, int64_t>>> spans;
+        std::array<std::vector<size_t>, 4> nccl_by_kind;
+        for (const size_t k : m_nccl) nccl_by_kind[static_cast<size_t>(collectiveKind(m_t.name(m_t.events[k])))].push_back(k);
+        std::array<size_t, 4> next_nccl{};
+        size_t next_gloo = 0;
+        for (const size_t i : m_issues) {
+            const Event& e = m_t.events[i];
+            const CollKind kind = collectiveKind(m_t.name(e));
+            std::optional<size_t> exec;
+            if (!m_gloo.empty()) {
+                if (next_gloo < m_gloo.size()) exec = m_gloo[next_gloo++];
+            } else if (kind != CollKind::Other) {
+                auto& list = nccl_by_kind[static_cast<size_t>(kind)];
+                auto& next = next_nccl[static_cast<size_t>(kind)];
+                while (next < list.size() && m_t.events[list[next]].endNs() < e.ts_ns) ++next;
+                if (next < list.size()) exec = list[next++];
+            }
+            Label* owner = enclosing(e.ts_ns, e.endNs(), {Hook::AllGather, Hook::PostBackward, Hook::PreForward, Hook::PreBackward, Hook::Prefetch});
+            if (!exec || owner == nullptr) continue;
+            int32_t unit = owner->unit;
+            if (m_fsdp1 && unit < 0) unit = fsdp1UnitAt(e.ts_ns, kind);
+            if (unit < 0) continue;
+            TaskKind task_kind = TaskKind::AllGather;
+            if (kind == CollKind::ReduceScatter || (owner->hook == Hook::PostBackward && kind != CollKind::AllReduce)) {
+                task_kind = TaskKind::ReduceScatter;
+            } else if (kind == CollKind::AllReduce) {
+                task_kind = m_tasks.count({unit, TaskKind::ReduceScatter}) != 0 && owner->hook == Hook::PostBackward &&
+                                    m_gloo.empty()
+                                ? TaskKind::AllReduce
+                                : (owner->hook == Hook::PostBackward ? TaskKind::ReduceScatter : TaskKind::AllReduce);
+            }
+            if (owner->hook == Hook::AllGather) owner->mapped = true;
+            const Event& x = m_t.events[*exec];
+            spans[{unit, task_kind}].push_back({x.ts_ns, x.endNs()});
+        }
+        for (auto& [key, list] : spans) assign(key.first, key.second, list);
+        // An all-gather label with nothing to gather (a unit already unsharded) maps to its unit.
+        for (Label& l : m_labels) {
+            if (l.hook == Hook::AllGather && l.unit >= 0) l.mapped = true;
+        }
+    }
+
+    // FSDP1: the unit whose hooks surround time `t` (all-gathers in pre-forward / pre-backward, reductions in post-backward).
+    int32_t fsdp1UnitAt(int64_t t, CollKind) const {
+        const Label* best = nullptr;
+        for (const Label& l : m_labels) {
+            if (l.unit < 0 || l.start > t || l.end < t) continue;
+            if (best == nullptr || l.end - l.start < best->end - best->start) best = &l;
+        }
+        return best ? best->unit : -1;
+    }
+
+    void copySpans() {
+        std::map<int32_t, std::vector<std::pair<int64_t, int64_t>>> copy_out, copy_in;
+        for (Label& l : m_labels) {
+            if (l.hook != Hook::CopyOut || l.unit < 0) continue;
+            copy_out[l.unit].push_back({l.start, l.end});
+            l.mapped = true;
+        }
+        for (const size_t i : m_copy_in) {
+            const Event& e = m_t.events[i];
+            const Label* owner = enclosing(e.ts_ns, e.endNs(), {Hook::AllGather});
+            if (owner != nullptr && owner->unit >= 0) copy_in[owner->unit].push_back({e.ts_ns, e.endNs()});
+        }
+        for (auto& [unit, list] : copy_out) assign(unit, TaskKind::CopyOut, list);
+        for (auto& [unit, list] : copy_in) assign(unit, TaskKind::CopyIn, list);
+    }
+
+    void optimizerSpans() {
+        std::vector<std::pair<int64_t, int64_t>> list;
+        for (const size_t i : m_optimizer) list.push_back({m_t.events[i].ts_ns, m_t.events[i].endNs()});
+        assign(-1, TaskKind::OptimizerStep, list);
+    }
+
+    void buildTimeline(TraceImport& out) {
+        core::Timeline& tl = out.run.timeline;
+        tl.tasks.resize(m_program.tasks.size());
+        std::map<std::string, int64_t> unmeasured;
+        int64_t last_end = 0;
+        const int64_t step = m_window.end - m_window.start;
+        for (size_t id = 0; id < m_program.tasks.size(); ++id) {
+            const core::Task& task = m_program.tasks[id];
+            core::TaskTime& tt = tl.tasks[id];
+            tt.stream = task.stream;
+            if (m_spans[id]) {
+                tt.start_ns = std::clamp<int64_t>(m_spans[id]->first - m_window.start, 0, INT64_MAX / 4);
+                tt.end_ns = std::max(tt.start_ns, m_spans[id]->second - m_window.start);
+                last_end = tt.end_ns;
+                ++out.measured_tasks;
+            } else {
+                tt.start_ns = tt.end_ns = std::min(last_end, step);
+                out.run.unmeasured_tasks.push_back(static_cast<int32_t>(id));
+                ++unmeasured[std::string(core::taskKindName(task.kind))];
+            }
+            tl.stream_busy_ns[static_cast<size_t>(task.stream)] += tt.durationNs();
+        }
+        for (const auto& [kind, n] : unmeasured) out.unmeasured_by_kind.push_back(LabelCount{kind, n});
+        tl.step_ns = step;
+    }
+
+    const RankTrace& m_t;
+    const core::Program& m_program;
+    Window m_window;
+    std::pair<int64_t, int64_t> m_main;
+    std::unordered_map<std::string, int32_t> m_unit_of;
+    std::map<std::pair<int32_t, TaskKind>, std::vector<int32_t>> m_tasks;
+    std::vector<std::optional<std::pair<int64_t, int64_t>>> m_spans;
+    std::vector<Label> m_labels;
+    std::vector<size_t> m_issues, m_copy_in, m_gloo, m_nccl, m_optimizer;
+    bool m_fsdp1 = false;
+};
+
+// Memory of the recorded step from the [memory] events: the device's Total Allocated. CUDA's
+// allocator reports its own totals (absolute); the CPU totals count only what was allocated while
+// the profiler recorded, so they are absolute only when it recorded from before the model was built.
+void importMemory(const RankTrace& t, const Window& w, bool scheduled, int64_t first_fsdp_ts, TraceImport& out) {
+    const bool any_cuda = std::any_of(t.memory.begin(), t.memory.end(), [](const MemoryEvent& m) { return m.device_type == 1; });
+    const int32_t device_type = any_cuda ? 1 : 0;
+    core::TimedMemory& mem = out.run.memory;
+    bool any = false;
+    int64_t first_ts = INT64_MAX;
+    for (const MemoryEvent& m : t.memory) {
+        if (m.device_type != device_type) continue;
+        first_ts = std::min(first_ts, m.ts_ns);
+        if (m.ts_ns < w.start || m.ts_ns >= w.end) continue;
+        if (!any || m.total_allocated > mem.peak_bytes) {
+            mem.peak_bytes = m.total_allocated;
+            mem.peak_time_ns = m.ts_ns - w.start;
+        }
+        any = true;
+    }
+    if (!any) {
+        out.run.memory_kind = core::RunRecord::MemoryKind::Relative;
+        out.notes.push_back("no [memory] events in the step (profile_memory=False): no measured memory");
+        return;
+    }
+    if (device_type == 1) {
+        out.run.memory_kind = core::RunRecord::MemoryKind::Total;
+        return;
+    }
+    if (!scheduled && first_ts < first_fsdp_ts) {
+        out.run.memory_kind = core::RunRecord::MemoryKind::Total;
+        out.notes.push_back("CPU memory: the profiler recorded from before the first FSDP hook, so [memory] totals are absolute");
+    } else {
+        out.run.memory_kind = core::RunRecord::MemoryKind::Relative;
+        out.notes.push_back(
+            "CPU memory: [memory] totals count only bytes allocated while the profiler recorded; with a schedule "
+            "(ProfilerStep#N) that starts mid-run, so the peak is relative and not compared. Record from before the "
+            "model is built, without a schedule, for absolute figures");
+    }
+}
+
+}  // namespace
+
+Result<TraceImport> importTraces(const std::vector<RankTrace>& traces, const core::Program& program,
+                                 const ImportOptions& options) {
+    if (traces.empty()) return core::makeError("no trace files given");
+    std::map<int32_t, const RankTrace*> by_rank;
+    for (size_t i = 0; i < traces.size(); ++i) {
+        const RankTrace& t = traces[i];
+        const int32_t rank = t.rank.value_or(static_cast<int32_t>(i));
+        if (t.world_size && *t.world_size != program.world_size) {
+            return core::makeError(fmt::format(
+                "{}: the trace is of a run of {} ranks (distributedInfo.world_size) but the plan has {}: pass the plan "
+                "the run trained with",
+                t.path.string(), *t.world_size, program.world_size));
+        }
+        if (rank >= program.world_size) {
+            return core::makeError(fmt::format("{}: rank {} is not a rank of the plan's {} ranks", t.path.string(), rank,
+                                               program.world_size));
+        }
+        if (!by_rank.emplace(rank, &t).second) {
+            return core::makeError(fmt::format("{} and {} are both rank {}: give one file per rank",
+                                               by_rank[rank]->path.string(), t.path.string(), rank));
+        }
+    }
+    const auto rec = by_rank.find(options.rank);
+    if (rec == by_rank.end()) {
+        return core::makeError(fmt::format("no trace of rank {} among the {} files given (ranks {})", options.rank,
+                                           traces.size(), fmt::join([&] {
+                                               std::vector<int32_t> r;
+                                               for (const auto& [k, v] : by_rank) r.push_back(k);
+                                               return r;
+                                           }(), ", ")));
+    }
+    const RankTrace& t = *rec->second;
+    const auto main = mainThread(t);
+    if (!main) {
+        return core::makeError(fmt::format(
+            "{}: no FSDP labels and no ProfilerStep#N: not a torch.profiler trace of an FSDP run (record_function "
+            "labels are needed; they are on by default)",
+            t.path.string()));
+    }
+    const std::vector<Window> steps = stepWindows(t, *main);
+    if (steps.empty()) {
+        return core::makeError(fmt::format(
+            "{}: no complete training step (a ProfilerStep#N span, or a root pre-forward followed by an optimizer step)",
+            t.path.string()));
+    }
+    Window chosen;
+    if (options.step) {
+        const auto it = std::find_if(steps.begin(), steps.end(), [&](const Window& w) { return w.number == *options.step; });
+        if (it == steps.end()) {
+            std::vector<int64_t> numbers;
+            for (const Window& w : steps) numbers.push_back(w.number);
+            return core::makeError(fmt::format("{}: no step {} (the trace has steps {})", t.path.string(), *options.step,
+                                               fmt::join(numbers, ", ")));
+        }
+        chosen = *it;
+    } else {
+        std::vector<Window> sorted = steps;
+        std::sort(sorted.begin(), sorted.end(), [](const Window& a, const Window& b) {
+            return a.end - a.start != b.end - b.start ? a.end - a.start < b.end - b.start : a.number < b.number;
+        });
+        chosen = sorted[(sorted.size() - 1) / 2];
+    }
+
+    Importer importer(t, program, chosen, *main);
+    auto out = importer.run();
+    if (!out) return out.error();
+    out->step_number = chosen.number;
+    out->run.backend = "torch";
+    out->run.world_size = program.world_size;
+    out->run.recorded_rank = options.rank;
+    for (size_t i = 0; i < steps.size(); ++i) {
+        out->run.step_ns.push_back(steps[i].end - steps[i].start);
+        if (steps[i].number == chosen.number) out->run.median_step = static_cast<int32_t>(i);
+    }
+    const bool scheduled = std::any_of(t.events.begin(), t.events.end(), [&](const Event& e) {
+        return e.category == Category::UserAnnotation && t.name(e).starts_with("ProfilerStep#");
+    });
+    int64_t first_fsdp = INT64_MAX;
+    for (const Event& e : t.events) {
+        if (e.category == Category::UserAnnotation &&
+            (t.name(e).starts_with(kFsdp2Prefix) || t.name(e).starts_with(kFsdp1Prefix))) {
+            first_fsdp = std::min(first_fsdp, e.ts_ns);
+        }
+    }
+    importMemory(t, chosen, scheduled, first_fsdp, *out);
+
+    // The same step on every rank: its duration, for stragglers; files of another run do not line up.
+    const int64_t tolerance = std::max<int64_t>(int64_t{2'000'000'000}, 2 * (chosen.end - chosen.start));
+    for (const auto& [rank, other] : by_rank) {
+        const auto m = mainThread(*other);
+        if (!m) return core::makeError(fmt::format("{}: no FSDP labels (rank {})", other->path.string(), rank));
+        const std::vector<Window> w = stepWindows(*other, *m);
+        const auto it = std::find_if(w.begin(), w.end(), [&](const Window& x) { return x.number == chosen.number; });
+        if (it == w.end()) {
+            return core::makeError(fmt::format("{}: rank {} has no step {} that rank {} recorded: files of different runs?",
+                                               other->path.string(), rank, chosen.number, options.rank));
+        }
+        if (std::llabs(it->start - chosen.start) > tolerance) {
+            return core::makeError(fmt::format(
+                "{}: rank {}'s step {} starts {:.1f} s from rank {}'s: the files are of different runs",
+                other->path.string(), rank, chosen.number, static_cast<double>(std::llabs(it->start - chosen.start)) / 1e9,
+                options.rank));
+        }
+        out->ranks.push_back(RankSteps{rank, it->end - it->start});
+    }
+    if (static_cast<int32_t>(by_rank.size()) < program.world_size) {
+        out->notes.push_back(fmt::format("{} of {} ranks' traces given: stragglers are judged among those only",
+                                         by_rank.size(), program.world_size));
+    }
+    return out;
+}
+
+Result<std::vector<std::filesystem::path>> traceFiles(const std::vector<std::string>& args) {
+    namespace fs = std::filesystem;
+    std::vector<fs::path> out;
+    for (const std::string& a : args) {
+        std::error_code ec;
+        const fs::path p(a);
+        if (fs::is_directory(p, ec)) {
+            std::vector<fs::path> found;
+            for (const auto& entry : fs::directory_iterator(p, ec)) {
+                const std::string name = entry.path().filename().string();
+                if (entry.is_regular_file(ec) && (name.ends_with(".json") || name.ends_with(".json.gz")) &&
+                    name.find("trace") != std::string::npos) {
+                    found.push_back(entry.path());
+                }
+            }
+            if (found.empty()) {
+                for (const auto& entry : fs::directory_iterator(p, ec)) {
+                    const std::string name = entry.path().filename().string();
+                    if (entry.is_regular_file(ec) && name.ends_with(".json.gz")) found.push_back(entry.path());
+                }
+            }
+            if (ec) return core::makeError(fmt::format("{}: cannot list the directory: {}", a, ec.message()));
+            if (found.empty()) {
+                return core::makeError(fmt::format("{}: no trace files in the directory (*.json.gz, or *trace*.json)", a));
+            }
+            std::sort(found.begin(), found.end());
+            out.insert(out.end(), found.begin(), found.end());
+        } else if (fs::exists(p, ec)) {
+            out.push_back(p);
+        } else {
+            return core::makeError(fmt::format("{}: no such file or directory", a));
+        }
+    }
+    return out;
+}
+
+}  // namespace shardcast::trace
