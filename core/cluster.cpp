@@ -256,6 +256,7 @@ std::vector<GpuSpec> makePresets() {
         g.intra_node_latency_s = 50e-6;
         g.inter_node_latency_s = 100e-6;
         g.source = "the host's RAM (sysconf); rates: order-of-magnitude figures of one CPU core, to be calibrated";
+        g.host_device = true;
         presets.push_back(g);
     }
     return presets;
@@ -320,7 +321,7 @@ const std::vector<Field>& numericFields() {
 }
 
 std::string validGpuKeys() {
-    std::string out = "name, base, source, memory_gib";
+    std::string out = "name, base, source, host_device, memory_gib";
     for (const auto& f : numericFields()) out += std::string(", ") + f.key;
     return out;
 }
@@ -408,6 +409,11 @@ Result<GpuSpec> gpuFromJson(const nlohmann::json& j, const std::string& where) {
             (key == "name" ? gpu.name : gpu.source) = value.get<std::string>();
             continue;
         }
+        if (key == "host_device") {
+            if (!value.is_boolean()) return makeError(where + ": host_device must be true or false");
+            gpu.host_device = value.get<bool>();
+            continue;
+        }
         if (key == "memory_gib") {
             constexpr double kMinGib = kMinMem / static_cast<double>(kGiB), kMaxGib = kMaxMem / static_cast<double>(kGiB);
             if (!value.is_number() || !(value.get<double>() >= kMinGib && value.get<double>() <= kMaxGib)) {
@@ -485,6 +491,7 @@ nlohmann::json gpuToJson(const GpuSpec& gpu) {
         }
     }
     j["source"] = gpu.source;
+    if (gpu.host_device) j["host_device"] = true;
     return j;
 }
 

@@ -52,6 +52,10 @@ struct GpuSpec {
     double mma_sync_fraction = 0;
     int32_t nccl_ctas = 0;
     std::string source;               // where the figures come from
+    // The host is the device (plans of runs on CPUs, FSDP over gloo): its RAM is the capacity, no
+    // caching allocator holds memory beyond what is allocated, and the host runs every task itself,
+    // waiting for each collective (core/lower.cpp). JSON "host_device", written only when true.
+    bool host_device = false;
 
     double peakFlops(DType compute) const;  // dense peak for matmuls in that dtype
     // Clock under load at power_limit_w over the boost clock (<= 1): the fraction of the data-sheet

@@ -70,6 +70,11 @@ Status Lowering::run() {
         backwardPass(mb);
     }
     optimizerStep();
+    // On a host device (CPUs, gloo) the host runs each kernel itself, and FSDP waits for each
+    // collective as soon as it has issued it: every task blocks the host, nothing overlaps.
+    if (m_plan.cluster.gpu.host_device) {
+        for (Task& t : m_p.tasks) t.host_blocks = true;
+    }
     return Ok{};
 }
 

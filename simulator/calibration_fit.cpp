@@ -221,20 +221,29 @@ core::Result<CollectiveFit> fitCollectiveCurve(std::span<const CollectivePoint> 
         sizes[g].insert(p.bytes);
         samples.push_back({static_cast<double>(p.bytes), busBandwidthFactor(p.kind, p.group_size), g, p.seconds});
     }
+    // Kinds without points are not fitted (busbw_max 0: a traced run may have no all-reduce); each
+    // kind with points needs two sizes at least.
+    std::array<int, 3> slot{-1, -1, -1};
+    int kinds = 0;
     for (int g = 0; g < 3; ++g) {
+        if (sizes[g].empty()) continue;
         if (sizes[g].size() < 2) {
             return core::makeError(std::string("collective fit: ") + kCollectiveNames[g] +
                                    " needs points of at least two sizes");
         }
+        slot[static_cast<size_t>(g)] = kinds++;
     }
-    const SharedFit f = fitShared(samples, 3, /*with_latency=*/true);
-    if (f.u.size() != 3 || std::any_of(f.u.begin(), f.u.end(), [](double u) { return !(u > 0); })) {
+    if (kinds == 0) return core::makeError("collective fit: no points");
+    for (Sample& sample : samples) sample.group = slot[static_cast<size_t>(sample.group)];
+    const SharedFit f = fitShared(samples, kinds, /*with_latency=*/true);
+    if (f.u.size() != static_cast<size_t>(kinds) || std::any_of(f.u.begin(), f.u.end(), [](double u) { return !(u > 0); })) {
         return core::makeError("collective fit: the times do not grow with the size; no bandwidth fits them");
     }
     CollectiveFit fit;
-    fit.all_gather_busbw_max = 1.0 / f.u[0];
-    fit.reduce_scatter_busbw_max = 1.0 / f.u[1];
-    fit.all_reduce_busbw_max = 1.0 / f.u[2];
+    const auto busbw = [&](int g) { return slot[static_cast<size_t>(g)] < 0 ? 0.0 : 1.0 / f.u[static_cast<size_t>(slot[static_cast<size_t>(g)])]; };
+    fit.all_gather_busbw_max = busbw(0);
+    fit.reduce_scatter_busbw_max = busbw(1);
+    fit.all_reduce_busbw_max = busbw(2);
     fit.half_bytes = f.half;
     fit.latency_s = f.latency;
     fit.rms_relative_error = rmsRelative(f, samples.size());
@@ -284,9 +293,10 @@ HardwareProfile calibratedProfile(const CalibrationFits& fits, const HardwarePro
         const CollectiveFit& c = *fits.collectives;
         const double link = std::max({c.all_gather_busbw_max, c.reduce_scatter_busbw_max, c.all_reduce_busbw_max});
         gpu.nvlink_bytes_per_s = link;
-        p.nvlink_all_gather_efficiency = c.all_gather_busbw_max / link;
-        p.nvlink_reduce_scatter_efficiency = c.reduce_scatter_busbw_max / link;
-        p.nvlink_all_reduce_efficiency = c.all_reduce_busbw_max / link;
+        // A kind the calibration did not measure keeps base's efficiency.
+        if (c.all_gather_busbw_max > 0) p.nvlink_all_gather_efficiency = c.all_gather_busbw_max / link;
+        if (c.reduce_scatter_busbw_max > 0) p.nvlink_reduce_scatter_efficiency = c.reduce_scatter_busbw_max / link;
+        if (c.all_reduce_busbw_max > 0) p.nvlink_all_reduce_efficiency = c.all_reduce_busbw_max / link;
         p.busbw_half_bytes = c.half_bytes;
         gpu.intra_node_latency_s = c.latency_s;
     }

@@ -67,8 +67,8 @@ struct CollectiveFit {
     double busbwMax(core::TaskKind kind) const;
 };
 
-// Least squares on relative time errors with latency >= 0 and half_bytes >= 0. Every kind needs
-// points of at least two sizes. With one group size, latency and half_bytes trade against each
+// Least squares on relative time errors with latency >= 0 and half_bytes >= 0. Every kind with
+// points needs them in at least two sizes; a kind without points is not fitted (busbw_max 0). With one group size, latency and half_bytes trade against each
 // other (t is linear in S: the intercept is latency + factor * half / busbw_max), so only their
 // differences between collectives tell them apart; predicted times are what the fit guarantees.
 core::Result<CollectiveFit> fitCollectiveCurve(std::span<const CollectivePoint> points);

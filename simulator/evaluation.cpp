@@ -94,6 +94,13 @@ void Evaluator::judgeReserved(double headroom, Evaluation& out) {
     assert(m_last == &out && "judgeReserved: `out` must be this Evaluator's last evaluation");
     const int64_t capacity = out.profile.gpu.memory_bytes;
     const int64_t overhead = out.program.initial[core::index(core::MemCategory::RuntimeOverhead)];
+    if (out.profile.gpu.host_device) {
+        // The host's allocator returns freed memory: what is reserved is what is allocated.
+        out.reserved = core::ReservedMemory{};
+        out.reserved.stats.peak_allocated_bytes = out.reserved.stats.peak_reserved_bytes = out.summary.peak_bytes;
+        out.fit = core::judgeFit(out.summary.peak_bytes, out.summary.peak_bytes + overhead, capacity, headroom, false);
+        return;
+    }
     core::AllocatorConfig config;
     config.mode = m_allocator_mode;
     config.limit_bytes = capacity - overhead;  // cudaMalloc fails past the device's free memory

@@ -674,7 +674,9 @@ Result<TraceImport> importTraces(const std::vector<RankTrace>& traces, const cor
         }
         chosen = *it;
     } else {
-        std::vector<Window> sorted = steps;
+        // The first step of a run is not steady (the optimizer makes its state, allocators warm up):
+        // it is recorded only when it is the only one.
+        std::vector<Window> sorted(steps.begin() + (steps.size() > 1 && steps[0].number == 0 ? 1 : 0), steps.end());
         std::sort(sorted.begin(), sorted.end(), [](const Window& a, const Window& b) {
             return a.end - a.start != b.end - b.start ? a.end - a.start < b.end - b.start : a.number < b.number;
         });

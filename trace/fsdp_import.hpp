@@ -24,7 +24,8 @@ namespace shardcast::trace {
 
 struct ImportOptions {
     // The step to record: a ProfilerStep number, or (no schedule) the index of the step from 0;
-    // empty: the step of median duration among the complete steps of the recorded rank.
+    // empty: the step of median duration among the complete steps of the recorded rank, leaving
+    // out a run's first step (number 0) when there are others.
     std::optional<int64_t> step;
     int32_t rank = 0;  // whose timeline and memory are recorded
 };

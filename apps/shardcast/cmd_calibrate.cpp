@@ -18,9 +18,11 @@
 
 #include "apps/shardcast/commands.hpp"
 #include "apps/shardcast/store_cli.hpp"
+#include "apps/shardcast/trace_import_cli.hpp"
 #include "core/launch_env.hpp"
 #include "core/result.hpp"
 #include "simulator/hardware_profile.hpp"
+#include "simulator/run_calibration.hpp"
 #ifdef SHARDCAST_WITH_CUDA_BACKEND
 #include <utility>
 
@@ -43,7 +45,11 @@ namespace shardcast::cli {
 namespace {
 
 struct CalibrateOptions {
-    std::string backend = "cpu";
+    std::string backend;                  // cpu | cuda; empty with --from-trace
+    std::vector<std::string> from_trace;  // torch.profiler traces of a real run of --plan
+    std::string plan;
+    std::string profile;                  // --from-trace: the profile to start from (default: the plan's GPU preset)
+    TraceImportFlags trace_flags;
     std::string out;
     bool json = false;
     bool quick = false;
@@ -457,7 +463,46 @@ constexpr const char* kInstallMpi =
     "rebuild shardcast (cmake finds them and builds the CPU backend), and launch one process per rank with "
     "`scripts/mpirun.sh -np N shardcast calibrate --backend cpu`";
 
+// `calibrate --from-trace TRACE... --plan PLAN.json --out PROFILE.json`: the profile that makes the
+// plan's prediction match the traced run (simulator/run_calibration.hpp).
+int runCalibrateFromTrace(const CalibrateOptions& o) {
+    if (!o.backend.empty()) return reportInputError("--from-trace fits a profile to a traced run: it takes no --backend");
+    if (o.plan.empty()) return reportInputError("--from-trace needs --plan PLAN.json: the plan the traced run trained with");
+    if (o.out.empty()) return reportInputError("--from-trace needs --out PROFILE.json: where to write the fitted profile");
+    auto imported = importTorchTraces(o.from_trace, o.plan, o.profile, o.trace_flags.options());
+    if (!imported) return reportInputError(imported.error().message);
+    std::vector<uint8_t> skip(imported->predicted.program.tasks.size(), 0);
+    for (const int32_t id : imported->import.run.unmeasured_tasks) skip[static_cast<size_t>(id)] = 1;
+    const std::string source = fmt::format("fitted to a traced {} run of {} (step {}, rank {})", imported->import.flavour,
+                                           o.plan, imported->import.step_number, imported->import.run.recorded_rank);
+    auto fit = sim::calibrateFromRun(imported->plan, imported->predicted.profile, imported->import.run.timeline, skip, source);
+    if (!fit) return reportInputError(o.plan + ": " + fit.error().message);
+    if (auto saved = sim::saveProfile(o.out, fit->profile); !saved) {
+        fmt::print(stderr, "shardcast: error: {}\n", saved.error().message);
+        return kExitRuntimeFailure;
+    }
+    if (o.json) {
+        nlohmann::json j = sim::runCalibrationToJson(*fit);
+        j["out"] = o.out;
+        fmt::print("{}\n", j.dump(2));
+        return kExitOk;
+    }
+    printImportSummary(imported->import, imported->predicted.program);
+    fmt::print("\nStep: measured {:.3f} ms; predicted {:.3f} ms before the fit, {:.3f} ms after\n",
+               static_cast<double>(fit->measured_step_ns) / 1e6, static_cast<double>(fit->predicted_step_before_ns) / 1e6,
+               static_cast<double>(fit->predicted_step_after_ns) / 1e6);
+    fmt::print("{:<34}{:>14}{:>14}  {}\n", "figure", "before", "after", "from");
+    for (const sim::RunFitLine& l : fit->lines) {
+        fmt::print("{:<34}{:>14.6g}{:>14.6g}  {}{}\n", l.figure, l.before, l.after, l.fitted ? "fitted: " : "", l.from);
+    }
+    fmt::print("Profile written to {}; predict other plans on this cluster with --profile {}\n", o.out, o.out);
+    return kExitOk;
+}
+
 int runCalibrate(const CalibrateOptions& o) {
+    if (!o.from_trace.empty()) return runCalibrateFromTrace(o);
+    if (o.backend.empty()) return reportInputError("calibrate needs --backend cpu|cuda (measure this machine) or --from-trace TRACE... --plan PLAN.json (fit a traced run)");
+    if (!o.plan.empty() || !o.profile.empty()) return reportInputError("--plan and --profile go with --from-trace");
     if (o.backend == "cuda") {
 #ifdef SHARDCAST_WITH_CUDA_BACKEND
         return runCalibrateCuda(o);
@@ -506,10 +551,18 @@ void registerCalibrateCommand(CLI::App& app, int& exit_code) {
                      "for --profile; run as `scripts/mpirun.sh -np N shardcast calibrate --backend cpu` with the N "
                      "ranks `run` will use (one rank alone measures no collectives)");
     cmd->add_option("--backend", opts->backend,
-                    "Backend to calibrate: cpu (Eigen fp32 GEMMs and MPI) or cuda (cuBLASLt, HBM and NCCL over the local "
+                    "Backend to calibrate (required unless --from-trace): cpu (Eigen fp32 GEMMs and MPI) or cuda (cuBLASLt, HBM and NCCL over the local "
                     "GPUs; needs a build with the CUDA toolkit)")
-        ->required()
         ->check(CLI::IsMember({"cpu", "cuda"}));
+    cmd->add_option("--from-trace", opts->from_trace,
+                    "Instead of measuring: fit a profile to a real PyTorch run of --plan, from its torch.profiler traces "
+                    "(files or directories; docs/trace-import.md). Fits compute efficiencies and, where the run has "
+                    "collectives of two sizes, their bandwidth and latency; says which figures it kept")
+        ->type_name("TRACE");
+    cmd->add_option("--plan", opts->plan, "With --from-trace: the plan the traced run trained with")->type_name("PLAN.json");
+    cmd->add_option("--profile", opts->profile, "With --from-trace: the profile to start from (default: the plan's GPU preset)")
+        ->type_name("NAME|FILE");
+    addTraceImportOptions(*cmd, opts->trace_flags);
     cmd->add_option("--out", opts->out,
                     "Profile file to write, atomically (default: cpu-<hostname>.json, or cuda-<GPU name>.json)")
         ->type_name("FILE");

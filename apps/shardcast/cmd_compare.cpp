@@ -25,6 +25,7 @@
 #include "planstore/planstore.hpp"
 #include "simulator/chrome_trace.hpp"
 #include "simulator/evaluation.hpp"
+#include "simulator/diagnosis.hpp"
 #include "simulator/hardware_profile.hpp"
 
 namespace shardcast::cli {
@@ -39,6 +40,7 @@ struct CompareOptions {
     SaveRequest save;
     std::string trace;
     std::vector<std::string> torch_traces;  // --torch-trace: import these and compare in one step
+    std::string profile;                    // --profile, with --torch-trace
     TraceImportFlags trace_flags;
     int top = 10;
     bool json = false;
@@ -126,10 +128,42 @@ void printText(const core::RunRecord& run, const core::Program& program, const c
     }
 }
 
+void printDiagnosis(const sim::Diagnosis& d, const core::Program& program, int top) {
+    fmt::print("\nUnits, furthest off first (ms; wait: the compute stream waiting for the unit's all-gathers)\n");
+    fmt::print("{:<20}{:>10}{:>10}{:>9}{:>10}{:>10}{:>9}{:>9}{:>9}{:>9}{:>9}{:>9}{:>9}\n", "unit", "fwd pred", "fwd meas",
+               "error", "bwd pred", "bwd meas", "error", "AG pred", "AG meas", "RS pred", "RS meas", "wait pr", "wait me");
+    int shown = 0;
+    for (const sim::UnitComparison& u : d.units) {
+        if (shown++ >= top) break;
+        fmt::print("{:<20}{:>10.3f}{:>10.3f}{:>9}{:>10.3f}{:>10.3f}{:>9}{:>9.3f}{:>9.3f}{:>9.3f}{:>9.3f}{:>9.3f}{:>9.3f}{}\n",
+                   u.name, ms(u.predicted.forward_ns), ms(u.measured.forward_ns), percent(u.forward_error),
+                   ms(u.predicted.backward_ns), ms(u.measured.backward_ns), percent(u.backward_error),
+                   ms(u.predicted.all_gather_ns), ms(u.measured.all_gather_ns), ms(u.predicted.reduce_ns),
+                   ms(u.measured.reduce_ns), ms(u.predicted.wait_ns), ms(u.measured.wait_ns),
+                   u.measured_complete ? "" : "  (some tasks unmeasured)");
+    }
+    if (d.findings.empty()) {
+        fmt::print("\nFindings: none (no all-gather waited on for over 1% of the step, no straggler)\n");
+        return;
+    }
+    fmt::print("\nFindings\n");
+    for (const sim::Finding& f : d.findings) {
+        fmt::print("- {}: {}\n", sim::findingKindName(f.kind), f.message);
+        if (f.remedy_step_ns) {
+            fmt::print("  fix: {}: predicted step {:.3f} -> {:.3f} ms ({:+.1f}%)\n", f.remedy, ms(d.predicted_step_ns),
+                       ms(*f.remedy_step_ns),
+                       100.0 * (static_cast<double>(*f.remedy_step_ns) / static_cast<double>(d.predicted_step_ns) - 1.0));
+        } else {
+            fmt::print("  fix: {}\n", f.remedy);
+        }
+    }
+    (void)program;
+}
+
 int reportComparison(const CompareOptions& o, const core::RunRecord& run_record, const core::Program& program,
                      const core::Timeline& predicted, const core::TimedMemory& predicted_memory, const std::string& run_name,
-                     const std::optional<std::pair<db::ObjectId, db::ObjectId>>& stored,
-                     const trace::TraceImport* imported = nullptr);
+                     const std::optional<std::pair<db::ObjectId, db::ObjectId>>& stored, const core::Plan& plan,
+                     const sim::HardwareProfile& profile, const trace::TraceImport* imported = nullptr);
 
 // `compare --run ID --prediction ID`: a stored run against a stored prediction, as it was made
 // (its timeline and memory as stored; the Program re-lowered from its stored plan and profile).
@@ -169,7 +203,7 @@ int runCompareStored(const CompareOptions& o) {
         }
     }
     return reportComparison(o, *run, pred->evaluation.program, pred->timeline, pred->memory, run_name,
-                            std::make_pair(*run_id, *pred_id));
+                            std::make_pair(*run_id, *pred_id), pred->plan, pred->evaluation.profile);
 }
 
 // `compare PLAN.json --torch-trace TRACE...`: import-trace and compare in one step.
@@ -179,18 +213,20 @@ int runCompareTorchTrace(const CompareOptions& o) {
                                 "`compare PLAN.json --torch-trace TRACE...` (no RUN.json)");
     }
     if (o.save.requested) return reportInputError("--save stores comparisons of stored objects; it does not go with --torch-trace");
-    auto imported = importTorchTraces(o.torch_traces, o.prediction, "", o.trace_flags.options());
+    auto imported = importTorchTraces(o.torch_traces, o.prediction, o.profile, o.trace_flags.options());
     if (!imported) return reportInputError(imported.error().message);
     if (!o.json) {
         printImportSummary(imported->import, imported->predicted.program);
         fmt::print("\n");
     }
     return reportComparison(o, imported->import.run, imported->predicted.program, imported->predicted.timeline,
-                            imported->predicted.timed, o.prediction, std::nullopt, &imported->import);
+                            imported->predicted.timed, o.prediction, std::nullopt, imported->plan,
+                            imported->predicted.profile, &imported->import);
 }
 
 int runCompare(const CompareOptions& o) {
     if (!o.torch_traces.empty()) return runCompareTorchTrace(o);
+    if (!o.profile.empty()) return reportInputError("--profile goes with --torch-trace: a run record carries the profile it is predicted with");
     if (!o.stored_run.empty() || !o.stored_prediction.empty()) return runCompareStored(o);
     if (o.prediction.empty() || o.run.empty()) {
         return reportInputError("compare needs PLAN.json|run and RUN.json, or --run ID --prediction ID (stored)");
@@ -237,18 +273,27 @@ int runCompare(const CompareOptions& o) {
     if (auto s = evaluator.evaluate(*plan, &*profile, options, e); !s) {
         return reportInputError(o.run + ": plan: " + s.error().message);
     }
-    return reportComparison(o, *run, e.program, e.timeline, e.timed, o.run, std::nullopt);
+    return reportComparison(o, *run, e.program, e.timeline, e.timed, o.run, std::nullopt, *plan, e.profile);
 }
 
 // Compares, writes --trace, saves (--save, stored ids only) and prints.
 int reportComparison(const CompareOptions& o, const core::RunRecord& run_record, const core::Program& program,
                      const core::Timeline& predicted, const core::TimedMemory& predicted_memory, const std::string& run_name,
-                     const std::optional<std::pair<db::ObjectId, db::ObjectId>>& stored,
-                     const trace::TraceImport* imported) {
+                     const std::optional<std::pair<db::ObjectId, db::ObjectId>>& stored, const core::Plan& plan,
+                     const sim::HardwareProfile& profile, const trace::TraceImport* imported) {
     const core::RunRecord* run = &run_record;
     auto c = core::compareStep(program, predicted, predicted_memory, run->timeline, run->memory,
                                core::compareOptionsFor(*run, o.top));
     if (!c) return reportInputError(run_name + ": timeline.tasks: " + c.error().message);
+
+    std::vector<uint8_t> skip(program.tasks.size(), 0);
+    for (const int32_t id : run->emulated_tasks) skip[static_cast<size_t>(id)] = 1;
+    for (const int32_t id : run->unmeasured_tasks) skip[static_cast<size_t>(id)] = 1;
+    std::vector<sim::RankStep> rank_steps;
+    if (imported != nullptr) {
+        for (const auto& r : imported->ranks) rank_steps.push_back(sim::RankStep{r.rank, r.step_ns});
+    }
+    const sim::Diagnosis diagnosis = sim::diagnose(plan, profile, program, predicted, run->timeline, skip, rank_steps);
 
     std::string saved_line;
     if (o.save.requested && stored) {
@@ -284,10 +329,17 @@ int reportComparison(const CompareOptions& o, const core::RunRecord& run_record,
         j["world_size"] = run->world_size;
         j["compute_note"] = run->compute_note;
         if (!o.trace.empty()) j["trace"] = o.trace;
-        if (imported != nullptr) j["import"] = importSummaryJson(*imported);
+        j["units"] = sim::diagnosisUnitsToJson(diagnosis);
+        j["findings"] = sim::diagnosisFindingsToJson(diagnosis, program);
+        j["unmapped_events"] = nlohmann::json::object();
+        if (imported != nullptr) {
+            j["import"] = importSummaryJson(*imported);
+            j["unmapped_events"] = j["import"]["unmapped_events"];
+        }
         fmt::print("{}\n", j.dump(2));
     } else {
         printText(*run, program, *c);
+        printDiagnosis(diagnosis, program, o.top);
         if (!o.trace.empty()) {
             fmt::print("\nChrome trace (predicted and measured side by side) written to {}\n", o.trace);
         }
@@ -331,6 +383,10 @@ void registerCompareCommand(CLI::App& app, int& exit_code) {
                     "imported as `import-trace` does")
         ->type_name("TRACE");
     addTraceImportOptions(*cmd, opts->trace_flags);
+    cmd->add_option("--profile", opts->profile,
+                    "With --torch-trace: predict on this hardware profile (a stored profile's name or id, or a "
+                    "profile JSON file, e.g. from `calibrate --from-trace`); default: the plan's GPU preset")
+        ->type_name("NAME|FILE");
     cmd->add_flag("--json", opts->json, "Print one JSON object instead of the text report");
     cmd->callback([opts, &exit_code] { exit_code = runCompare(*opts); });
 }

@@ -60,6 +60,7 @@ core::Result<ImportedRun> importTorchTraces(const std::vector<std::string>& trac
     env["step"] = imported->step_number;
     imported->run.environment = std::move(env);
     out.import = std::move(*imported);
+    out.plan = std::move(*plan);
     return out;
 }
 

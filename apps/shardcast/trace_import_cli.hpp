@@ -6,6 +6,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "core/plan.hpp"
 #include "core/result.hpp"
 #include "simulator/evaluation.hpp"
 #include "trace/fsdp_import.hpp"
@@ -24,6 +25,7 @@ struct TraceImportFlags {
 void addTraceImportOptions(CLI::App& cmd, TraceImportFlags& flags);
 
 struct ImportedRun {
+    core::Plan plan;            // as loaded from the plan file
     sim::Evaluation predicted;  // the plan's prediction on the profile (its Program is what the run maps onto)
     trace::TraceImport import;  // run: plan, profile and environment filled
 };

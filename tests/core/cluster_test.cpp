@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -41,9 +43,29 @@ TEST(ClusterTest, EveryPresetIsCompleteAndCited) {
         EXPECT_GT(g.nvlink_bytes_per_s, 0) << g.name;
         EXPECT_GT(g.network_bytes_per_s, 0) << g.name;
         EXPECT_GT(g.host_link_bytes_per_s, 0) << g.name;
-        EXPECT_GT(g.cuda_context_bytes, 0) << g.name;
+        // A GPU holds a CUDA context; the host as the device (the CPU preset) holds none.
+        EXPECT_EQ(g.cuda_context_bytes > 0, !g.host_device) << g.name;
         EXPECT_FALSE(g.source.empty()) << g.name;
     }
+}
+
+TEST(ClusterTest, CpuPresetIsTheHostWithItsRamAndNoGpuOverheads) {
+    const auto cpu = sc::findGpuPreset("cpu");
+    ASSERT_TRUE(cpu);
+    EXPECT_EQ(cpu->name, "CPU");
+    EXPECT_TRUE(cpu->host_device);
+    EXPECT_EQ(cpu->memory_bytes, static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE));
+    EXPECT_EQ(cpu->cuda_context_bytes + cpu->cublas_workspace_bytes + cpu->nccl_bytes_per_communicator, 0);
+    // host_device survives a GPU file: written only when true, read back, inherited from "base".
+    const nlohmann::json j = sc::gpuToJson(*cpu);
+    EXPECT_EQ(j.at("host_device"), true);
+    EXPECT_FALSE(sc::gpuToJson(*sc::findGpuPreset("H100")).contains("host_device"));
+    auto back = sc::gpuFromJson(nlohmann::json{{"base", "cpu"}, {"memory_gib", 8}}, "cpu.json");
+    ASSERT_TRUE(back) << back.error().message;
+    EXPECT_TRUE(back->host_device);
+    auto bad = sc::gpuFromJson(nlohmann::json{{"base", "cpu"}, {"host_device", "yes"}}, "cpu.json");
+    ASSERT_FALSE(bad);
+    EXPECT_NE(bad.error().message.find("cpu.json: host_device must be true or false"), std::string::npos);
 }
 
 TEST(ClusterTest, LookupIsCaseInsensitiveWithShortAliases) {

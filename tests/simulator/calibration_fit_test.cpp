@@ -123,12 +123,29 @@ TEST(CalibrationFitTest, CollectiveCurveAgreesWithTheCostModel) {
     EXPECT_DOUBLE_EQ(collectiveFitSeconds(fit, p), 1.5 * (1 << 30) / 4e9);
 }
 
-TEST(CalibrationFitTest, CollectiveCurveNeedsEveryCollective) {
-    auto points = syntheticCollectives(knownCollectives(), {2});
-    std::erase_if(points, [](const CollectivePoint& p) { return p.kind == TaskKind::ReduceScatter; });
+// A traced run has all-gathers and reduce-scatters but no all-reduce: the kinds with points are
+// fitted (exactly, from exact synthetic times), the others stay unfitted (0); a kind with points of
+// one size only is an error naming it.
+TEST(CalibrationFitTest, CollectiveCurveFitsTheKindsItHasPointsOf) {
+    auto points = syntheticCollectives(knownCollectives(), {2, 4});
+    std::erase_if(points, [](const CollectivePoint& p) { return p.kind == TaskKind::AllReduce; });
     auto fit = fitCollectiveCurve(points);
-    ASSERT_FALSE(fit.ok());
-    EXPECT_NE(fit.error().message.find("reduce-scatter"), std::string::npos);
+    ASSERT_TRUE(fit.ok()) << fit.error().message;
+    EXPECT_NEAR(fit->all_gather_busbw_max / 6e9, 1.0, 1e-6);
+    EXPECT_NEAR(fit->reduce_scatter_busbw_max / 3e9, 1.0, 1e-6);
+    EXPECT_EQ(fit->all_reduce_busbw_max, 0.0);
+
+    auto one_size = syntheticCollectives(knownCollectives(), {2});
+    const int64_t first_rs = [&] {
+        for (const CollectivePoint& p : one_size) {
+            if (p.kind == TaskKind::ReduceScatter) return p.bytes;
+        }
+        return int64_t{0};
+    }();
+    std::erase_if(one_size, [&](const CollectivePoint& p) { return p.kind == TaskKind::ReduceScatter && p.bytes != first_rs; });
+    auto bad = fitCollectiveCurve(one_size);
+    ASSERT_FALSE(bad.ok());
+    EXPECT_NE(bad.error().message.find("reduce-scatter needs points of at least two sizes"), std::string::npos);
 }
 
 TEST(CalibrationFitTest, CalibratedProfileSetsMeasuredFiguresAndRoundTrips) {

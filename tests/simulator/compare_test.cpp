@@ -34,6 +34,12 @@ core::Plan tinyPlan() {
     return plan;
 }
 
+core::CompareOptions topTasks(int32_t top) {
+    core::CompareOptions o;
+    o.top_tasks = top;
+    return o;
+}
+
 // The prediction of tinyPlan() and a "measured" run made from it by `perturbation`.
 struct Fixture {
     core::Plan plan = tinyPlan();
@@ -48,7 +54,7 @@ struct Fixture {
         run = testing::perturbedRun(plan, e, perturbation);
     }
     core::Result<core::Comparison> compare(int32_t top) const {
-        return core::compareStep(e.program, e.timeline, e.timed, run.timeline, run.memory, core::CompareOptions{top, {}});
+        return core::compareStep(e.program, e.timeline, e.timed, run.timeline, run.memory, topTasks(top));
     }
 };
 
@@ -182,11 +188,40 @@ TEST(CompareTest, OneCategoryFactorLandsOnThatCategory) {
     EXPECT_TRUE(saw_activation);
 }
 
+// Unmeasured tasks (a trace has no time for them) leave the task and stream errors as emulated ones
+// do, but the step, measured whole, is compared; a total-only memory has no category rows and a
+// relative one no peak error.
+TEST(CompareTest, UnmeasuredTasksKeepTheStepTimeAndMemoryKindsSayWhatIsCompared) {
+    const Fixture f(testing::Perturbation{.stretch = 2});
+    core::CompareOptions options = topTasks(1'000'000);
+    for (int32_t id = 0; id < f.e.program.size(); ++id) {
+        if (core::isCollective(f.e.program.tasks[static_cast<size_t>(id)].kind)) options.unmeasured_tasks.push_back(id);
+    }
+    options.memory_categories = false;
+    auto c = core::compareStep(f.e.program, f.e.timeline, f.e.timed, f.run.timeline, f.run.memory, options);
+    ASSERT_TRUE(c.ok());
+    EXPECT_EQ(c->unmeasured_task_count, static_cast<int32_t>(options.unmeasured_tasks.size()));
+    EXPECT_EQ(c->excluded_task_count, 0);
+    EXPECT_EQ(c->task_count, f.e.program.size() - c->unmeasured_task_count);
+    ASSERT_TRUE(c->step_time_error);
+    EXPECT_DOUBLE_EQ(*c->step_time_error, testing::errorOfFactor(2));
+    for (const core::TaskComparison& t : c->tasks) {
+        EXPECT_FALSE(core::isCollective(f.e.program.tasks[static_cast<size_t>(t.id)].kind));
+    }
+    EXPECT_TRUE(c->categories.empty());
+    ASSERT_TRUE(c->peak_memory_error);
+    options.memory_absolute = false;
+    auto relative = core::compareStep(f.e.program, f.e.timeline, f.e.timed, f.run.timeline, f.run.memory, options);
+    ASSERT_TRUE(relative.ok());
+    EXPECT_FALSE(relative->peak_memory_error);
+    EXPECT_EQ(relative->measured_peak_bytes, f.run.memory.peak_bytes);
+}
+
 // Emulated collectives (a single GPU playing one rank) are no measurements: the compute stream is
 // still compared exactly, the collective streams and the step time are not.
 TEST(CompareTest, EmulatedTasksAreLeftOutOfTimeErrors) {
     const Fixture f(testing::Perturbation{.stretch = 2});
-    core::CompareOptions options{1'000'000, {}};
+    core::CompareOptions options = topTasks(1'000'000);
     for (int32_t id = 0; id < f.e.program.size(); ++id) {
         if (core::isCollective(f.e.program.tasks[static_cast<size_t>(id)].kind)) options.excluded_tasks.push_back(id);
     }

@@ -3,6 +3,7 @@
 // one way, and its results round-trip through JSON across processes.
 #include "simulator/evaluation.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
@@ -279,6 +280,43 @@ TEST(EvaluationTest, NewerFormatVersionIsRefusedNamingFileAndVersions) {
     auto wrong = core::timedMemoryFromJson(m, "m.json");
     ASSERT_FALSE(wrong.ok());
     EXPECT_NE(wrong.error().message.find("shardcast-timed-memory"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace shardcast::sim
+
+namespace shardcast::sim {
+namespace {
+
+// The host as the device (CPUs, gloo): the host runs every kernel itself and waits for each
+// collective, so no two tasks overlap and the step is at least the sum of all task durations; no
+// caching allocator reserves more than is allocated.
+TEST(EvaluationTest, HostDeviceRunsTasksOneAtATimeWithoutACachingAllocator) {
+    core::Plan plan = planOf("tiny-llama", 1, 128);
+    plan.cluster.gpu = *core::findGpuPreset("cpu");
+    plan.cluster.gpus_per_node = 2;
+    auto e = evaluatePlan(plan, nullptr, {});
+    ASSERT_TRUE(e) << e.error().message;
+    std::vector<std::pair<int64_t, int64_t>> spans;
+    int64_t busy = 0;
+    for (int32_t id = 0; id < e->program.size(); ++id) {
+        EXPECT_TRUE(e->program.tasks[static_cast<size_t>(id)].host_blocks) << id;
+        const core::TaskTime& t = e->timeline.tasks[static_cast<size_t>(id)];
+        spans.emplace_back(t.start_ns, t.end_ns);
+        busy += t.durationNs();
+    }
+    std::sort(spans.begin(), spans.end());
+    for (size_t i = 1; i < spans.size(); ++i) EXPECT_LE(spans[i - 1].second, spans[i].first) << i;
+    EXPECT_GE(e->timeline.step_ns, busy);
+    EXPECT_EQ(e->reserved.stats.peak_reserved_bytes, e->summary.peak_bytes);
+    EXPECT_EQ(e->fit.reserved_bytes, e->summary.peak_bytes);
+
+    // The same plan on a GPU overlaps communication with compute.
+    plan.cluster.gpu = *core::findGpuPreset("H100");
+    auto gpu = evaluatePlan(plan, nullptr, {});
+    ASSERT_TRUE(gpu);
+    EXPECT_FALSE(gpu->program.tasks.front().host_blocks && gpu->program.tasks.back().host_blocks &&
+                 gpu->program.tasks[1].host_blocks);
 }
 
 }  // namespace

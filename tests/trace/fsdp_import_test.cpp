@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/plan.hpp"
+#include "simulator/diagnosis.hpp"
 #include "simulator/evaluation.hpp"
 #include "simulator/hardware_profile.hpp"
 #include "trace/fsdp_import.hpp"
@@ -167,6 +168,33 @@ TEST(FsdpImportTest, AbsoluteCpuMemoryIsThePeakTotalAllocatedInTheStep) {
     }
     EXPECT_EQ(imp->run.memory.peak_bytes, peak);
     EXPECT_GT(peak, 8 << 20);
+}
+
+// A whole-model unit exposes its all-gather (it gathers every parameter before any compute): the
+// diagnosis names the root and the time the compute stream sat idle while it ran, which on a CPU
+// (gloo, nothing overlaps) is the whole gloo:all_gather span.
+TEST(FsdpImportTest, WholeModelUnitIsFlaggedWithItsWait) {
+    Loaded l = load("llama-whole-2r", 2);
+    auto imp = importTraces(l.ranks, l.e.program);
+    ASSERT_TRUE(imp) << imp.error().message;
+    std::vector<uint8_t> skip(l.e.program.tasks.size(), 0);
+    for (const int32_t id : imp->run.unmeasured_tasks) skip[static_cast<size_t>(id)] = 1;
+    auto plan = core::loadPlanFile(kTraces + "llama-whole-2r/plan.json");
+    ASSERT_TRUE(plan);
+    const sim::Diagnosis d = sim::diagnose(*plan, l.e.profile, l.e.program, l.e.timeline, imp->run.timeline, skip, {});
+    const RankTrace& t = l.ranks[0];
+    const Event& step = only(t, "ProfilerStep#1");
+    int64_t gathered = 0;
+    for (const Event& e : t.events) {
+        if (t.name(e) == "gloo:all_gather" && e.ts_ns >= step.ts_ns && e.ts_ns < step.endNs()) gathered += e.dur_ns;
+    }
+    ASSERT_GT(gathered, 0);
+    const auto it = std::find_if(d.findings.begin(), d.findings.end(),
+                                 [](const sim::Finding& f) { return f.kind == sim::Finding::Kind::LazyUnshard; });
+    ASSERT_NE(it, d.findings.end());
+    EXPECT_EQ(l.e.program.units[static_cast<size_t>(it->unit)].name, "(root)");
+    EXPECT_EQ(it->measured_ns, gathered);
+    EXPECT_NE(it->message.find("(root)"), std::string::npos);
 }
 
 TEST(FsdpImportTest, MismatchedInputsAreErrors) {

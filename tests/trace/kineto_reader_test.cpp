@@ -138,6 +138,13 @@ TEST(KinetoReaderTest, HostileTracesAreErrorsNamingTheFile) {
     expectError(huge, "larger than the limit", tiny_file);
 }
 
+TEST(KinetoReaderTest, AnEventWithoutANameIsNamedEmpty) {
+    auto t = readKinetoTraceBytes(R"({"traceEvents": [{"ph": "X", "pid": 1, "tid": 1, "ts": 5, "dur": 1}]})", "inline");
+    ASSERT_TRUE(t) << t.error().message;
+    ASSERT_EQ(t->events.size(), 1u);
+    EXPECT_EQ(t->name(t->events[0]), "");
+}
+
 TEST(KinetoReaderTest, OutOfOrderEventsAreKeptInFileOrder) {
     const std::string doc = R"({"traceEvents": [
         {"ph": "X", "name": "late", "pid": 1, "tid": 1, "ts": 50, "dur": 1},
@@ -147,6 +154,33 @@ TEST(KinetoReaderTest, OutOfOrderEventsAreKeptInFileOrder) {
     ASSERT_EQ(t->events.size(), 2u);
     EXPECT_EQ(t->name(t->events[0]), "late");
     EXPECT_EQ(t->events[1].ts_ns, 10000);
+}
+
+// The scanner cuts events 64 bytes at a time and leaves blocks with a backslash to a byte-at-a-time
+// path: quotes, backslashes and brackets inside strings, at every offset from a block's start, must
+// not end an event early or late. Escaped keys and names are read as their unescaped text.
+TEST(KinetoReaderTest, EscapesAndBracketsInStringsAtEveryOffset) {
+    std::string doc = R"({"traceEvents": [)";
+    const int kEvents = 200;
+    for (int i = 0; i < kEvents; ++i) {
+        if (i > 0) doc += ",";
+        doc += std::string(static_cast<size_t>(i % 67), ' ');
+        const std::string tail = i % 3 == 0 ? R"(\"}])" : i % 3 == 1 ? R"(\\)" : R"({[\\\"]})";
+        doc += R"({"ph": "X", "n\u0061me": ")" + std::string(static_cast<size_t>(i % 71), 'a') + tail +
+               R"(", "args": {"Input Dims": [[1, 2], []], "note": "]}\"", "str\u0065am": )" + std::to_string(i) +
+               R"(}, "pid": 1, "tid": 1, "ts": )" + std::to_string(i) + "}";
+    }
+    doc += "]}";
+    auto t = readKinetoTraceBytes(doc, "inline");
+    ASSERT_TRUE(t) << t.error().message;
+    ASSERT_EQ(t->events.size(), static_cast<size_t>(kEvents));
+    for (int i = 0; i < kEvents; ++i) {
+        const Event& e = t->events[static_cast<size_t>(i)];
+        const std::string tail = i % 3 == 0 ? "\"}]" : i % 3 == 1 ? "\\" : "{[\\\"]}";
+        EXPECT_EQ(t->name(e), std::string(static_cast<size_t>(i % 71), 'a') + tail) << i;
+        EXPECT_EQ(e.stream, i);
+        EXPECT_EQ(e.ts_ns, int64_t{i} * 1000);
+    }
 }
 
 TEST(KinetoReaderTest, MissingFileAndDirectoryAreErrors) {

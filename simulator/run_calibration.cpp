@@ -1,0 +1,199 @@
+#include "simulator/run_calibration.hpp"
+
+#include <algorithm>
+#include <array>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "simulator/calibration_fit.hpp"
+#include "simulator/evaluation.hpp"
+
+namespace shardcast::sim {
+namespace {
+
+using core::TaskKind;
+
+enum Work : uint8_t { kForward, kBackward, kMemory, kWorkCount };
+
+// Which compute factor a task's time answers to: GEMM-bound passes by direction (recompute runs
+// forward kernels), memory-bound work (copies, casts, the optimizer) by HBM bandwidth.
+int workOf(TaskKind k) {
+    switch (k) {
+    case TaskKind::Forward:
+    case TaskKind::Recompute: return kForward;
+    case TaskKind::Backward: return kBackward;
+    case TaskKind::CopyIn:
+    case TaskKind::CopyOut:
+    case TaskKind::Cast:
+    case TaskKind::OptimizerStep: return kMemory;
+    default: return -1;
+    }
+}
+
+// The largest efficiency a profile holds (hardware_profile.cpp's bound); beyond it the peak moves.
+constexpr double kEfficiencyCap = 4.0;
+constexpr int kIterations = 6;
+
+void scaleEfficiency(HardwareProfile& p, double& eff, double k) {
+    eff *= k;
+    if (eff > kEfficiencyCap) {
+        const double up = eff / kEfficiencyCap;
+        p.gpu.peak_flops_bf16 *= up;
+        p.gpu.peak_flops_fp16 *= up;
+        p.gpu.peak_flops_tf32 *= up;
+        p.gpu.peak_flops_fp32 *= up;
+        p.gpu.peak_flops_fp8 *= up;
+        eff = kEfficiencyCap;
+    }
+}
+
+}  // namespace
+
+core::Result<RunCalibration> calibrateFromRun(const core::Plan& plan, const HardwareProfile& base,
+                                              const core::Timeline& measured, const std::vector<uint8_t>& skip,
+                                              const std::string& source) {
+    RunCalibration out;
+    out.profile = base;
+    out.measured_step_ns = measured.step_ns;
+    Evaluator evaluator;
+    EvaluationOptions options;
+    options.issue_order_memory = false;
+    options.per_unit = false;
+    options.reserved_memory = false;
+    Evaluation e;
+    if (auto s = evaluator.evaluate(plan, &base, options, e); !s) return s.error();
+    if (measured.tasks.size() != e.program.tasks.size()) {
+        return core::makeError(fmt::format("the run has {} tasks but the plan's program has {}: not a run of this plan",
+                                           measured.tasks.size(), e.program.tasks.size()));
+    }
+    out.predicted_step_before_ns = e.timeline.step_ns;
+    const auto timed = [&](int32_t id) { return skip.empty() || skip[static_cast<size_t>(id)] == 0; };
+
+    std::array<int64_t, kWorkCount> measured_ns{};
+    for (int32_t id = 0; id < e.program.size(); ++id) {
+        const int w = workOf(e.program.tasks[static_cast<size_t>(id)].kind);
+        if (w >= 0 && timed(id)) measured_ns[static_cast<size_t>(w)] += measured.tasks[static_cast<size_t>(id)].durationNs();
+    }
+    if (measured_ns[kForward] == 0 && measured_ns[kBackward] == 0) {
+        return core::makeError("the run times no forward or backward task: nothing to fit compute from");
+    }
+    const HardwareProfile start = base;
+    std::array<double, kWorkCount> total{1.0, 1.0, 1.0};
+    for (int iter = 0; iter < kIterations; ++iter) {
+        std::array<int64_t, kWorkCount> predicted_ns{};
+        for (int32_t id = 0; id < e.program.size(); ++id) {
+            const int w = workOf(e.program.tasks[static_cast<size_t>(id)].kind);
+            if (w >= 0 && timed(id)) predicted_ns[static_cast<size_t>(w)] += e.timeline.tasks[static_cast<size_t>(id)].durationNs();
+        }
+        // Time scales as 1 / efficiency for the work each factor governs: predicted / measured is the
+        // efficiency change that closes the gap (the other factors' share of a task is fixed by the
+        // iteration).
+        std::array<double, kWorkCount> k{1.0, 1.0, 1.0};
+        for (int w = 0; w < kWorkCount; ++w) {
+            if (measured_ns[static_cast<size_t>(w)] > 0 && predicted_ns[static_cast<size_t>(w)] > 0) {
+                k[static_cast<size_t>(w)] = static_cast<double>(predicted_ns[static_cast<size_t>(w)]) /
+                                            static_cast<double>(measured_ns[static_cast<size_t>(w)]);
+            }
+            total[static_cast<size_t>(w)] *= k[static_cast<size_t>(w)];
+        }
+        scaleEfficiency(out.profile, out.profile.forward_efficiency_max, k[kForward]);
+        scaleEfficiency(out.profile, out.profile.attention_forward_efficiency, k[kForward]);
+        scaleEfficiency(out.profile, out.profile.backward_efficiency_max, k[kBackward]);
+        scaleEfficiency(out.profile, out.profile.attention_backward_efficiency, k[kBackward]);
+        scaleEfficiency(out.profile, out.profile.hbm_efficiency, k[kMemory]);
+        if (auto s = evaluator.evaluate(plan, &out.profile, options, e); !s) return s.error();
+    }
+    const auto line = [&](const char* key, double before, double after, std::string from, bool fitted) {
+        out.lines.push_back(RunFitLine{key, before, after, std::move(from), fitted});
+    };
+    const auto computeLine = [&](const char* key, double before, double after, int w, const char* what) {
+        if (measured_ns[static_cast<size_t>(w)] > 0) {
+            line(key, before, after, fmt::format("{} tasks: measured {:.3f} ms", what, static_cast<double>(measured_ns[static_cast<size_t>(w)]) / 1e6), true);
+        } else {
+            line(key, before, after, fmt::format("kept: the run times no {} task", what), false);
+        }
+    };
+    computeLine("forward_efficiency_max", start.forward_efficiency_max, out.profile.forward_efficiency_max, kForward, "forward");
+    computeLine("attention_forward_efficiency", start.attention_forward_efficiency, out.profile.attention_forward_efficiency, kForward, "forward");
+    computeLine("backward_efficiency_max", start.backward_efficiency_max, out.profile.backward_efficiency_max, kBackward, "backward");
+    computeLine("attention_backward_efficiency", start.attention_backward_efficiency, out.profile.attention_backward_efficiency, kBackward, "backward");
+    computeLine("hbm_efficiency", start.hbm_efficiency, out.profile.hbm_efficiency, kMemory, "copy, cast and optimizer");
+    if (out.profile.gpu.peak_flops_fp32 != start.gpu.peak_flops_fp32) {
+        line("gpu.peak_flops_*", start.gpu.peak_flops_fp32, out.profile.gpu.peak_flops_fp32,
+             "raised with the efficiencies past their bound of 4", true);
+    }
+
+    // Collectives: every measured all-gather and reduce-scatter inside one node is a point.
+    std::vector<CollectivePoint> points;
+    bool spans_nodes = false;
+    for (int32_t id = 0; id < e.program.size(); ++id) {
+        const core::Task& t = e.program.tasks[static_cast<size_t>(id)];
+        if ((t.kind != TaskKind::AllGather && t.kind != TaskKind::ReduceScatter) || !timed(id)) continue;
+        const int64_t d = measured.tasks[static_cast<size_t>(id)].durationNs();
+        if (d <= 0 || t.comm_bytes <= 0) continue;
+        if (t.group_nodes > 1) {
+            spans_nodes = true;
+            continue;
+        }
+        points.push_back(CollectivePoint{t.kind, t.group_size, t.comm_bytes, static_cast<double>(d) / 1e9});
+    }
+    std::string why_kept;
+    if (points.empty()) {
+        why_kept = spans_nodes ? "kept: the run's collectives span nodes (only intra-node groups are fitted)"
+                               : "kept: the run times no all-gather or reduce-scatter";
+    } else if (auto fit = fitCollectiveCurve(points); !fit) {
+        why_kept = "kept: " + fit.error().message;
+    } else {
+        const double ag = fit->all_gather_busbw_max, rs = fit->reduce_scatter_busbw_max;
+        const double link = std::max(ag, rs);
+        const HardwareProfile before = out.profile;
+        out.profile.gpu.nvlink_bytes_per_s = link;
+        if (ag > 0) out.profile.nvlink_all_gather_efficiency = ag / link;
+        if (rs > 0) out.profile.nvlink_reduce_scatter_efficiency = rs / link;
+        out.profile.busbw_half_bytes = fit->half_bytes;
+        out.profile.gpu.intra_node_latency_s = fit->latency_s;
+        const std::string from = fmt::format("{} measured collectives (least squares, rms relative error {:.1f}%)",
+                                             points.size(), 100.0 * fit->rms_relative_error);
+        line("gpu.nvlink_bytes_per_s", before.gpu.nvlink_bytes_per_s, link, from, true);
+        line("nvlink_all_gather_efficiency", before.nvlink_all_gather_efficiency, out.profile.nvlink_all_gather_efficiency, from, true);
+        line("nvlink_reduce_scatter_efficiency", before.nvlink_reduce_scatter_efficiency,
+             out.profile.nvlink_reduce_scatter_efficiency, from, true);
+        line("busbw_half_bytes", before.busbw_half_bytes, fit->half_bytes, from, true);
+        line("gpu.intra_node_latency_s", before.gpu.intra_node_latency_s, fit->latency_s, from, true);
+    }
+    if (!why_kept.empty()) {
+        line("gpu.nvlink_bytes_per_s", out.profile.gpu.nvlink_bytes_per_s, out.profile.gpu.nvlink_bytes_per_s, why_kept, false);
+        line("gpu.intra_node_latency_s", out.profile.gpu.intra_node_latency_s, out.profile.gpu.intra_node_latency_s, why_kept, false);
+    }
+    line("nvlink_all_reduce_efficiency", out.profile.nvlink_all_reduce_efficiency, out.profile.nvlink_all_reduce_efficiency,
+         "kept: a trace's reductions are timed as reduce-scatters", false);
+    line("network_efficiency", out.profile.network_efficiency, out.profile.network_efficiency,
+         "kept: inter-node collectives are not fitted", false);
+    line("overlap_compute_slowdown", out.profile.overlap_compute_slowdown, out.profile.overlap_compute_slowdown,
+         out.profile.gpu.host_device ? "kept: a host device overlaps nothing" : "kept: not separable from one run's task sums", false);
+    line("kernel_launch_ns", static_cast<double>(out.profile.kernel_launch_ns), static_cast<double>(out.profile.kernel_launch_ns),
+         "kept: the trace is read per task, not per kernel", false);
+    line("unit_hook_ns", static_cast<double>(out.profile.unit_hook_ns), static_cast<double>(out.profile.unit_hook_ns),
+         "kept: hook time is not separated from the step", false);
+
+    out.profile.gpu.source = source;
+    if (auto s = evaluator.evaluate(plan, &out.profile, options, e); !s) return s.error();
+    out.predicted_step_after_ns = e.timeline.step_ns;
+    return out;
+}
+
+nlohmann::json runCalibrationToJson(const RunCalibration& c) {
+    nlohmann::json j;
+    j["measured_step_ns"] = c.measured_step_ns;
+    j["predicted_step_before_ns"] = c.predicted_step_before_ns;
+    j["predicted_step_after_ns"] = c.predicted_step_after_ns;
+    j["figures"] = nlohmann::json::array();
+    for (const RunFitLine& l : c.lines) {
+        j["figures"].push_back({{"figure", l.figure}, {"before", l.before}, {"after", l.after}, {"fitted", l.fitted}, {"from", l.from}});
+    }
+    j["profile"] = profileToJson(c.profile);
+    return j;
+}
+
+}  // namespace shardcast::sim
