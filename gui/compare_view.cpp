@@ -2,7 +2,14 @@
 
 #include <filesystem>
 
+#include <QDateTime>
+#include <QDir>
+#include <QDragEnterEvent>
+#include <QDropEvent>
 #include <QFileDialog>
+#include <QFileInfo>
+#include <QMimeData>
+#include <QStandardPaths>
 #include <QHBoxLayout>
 #include <QLabel>
 #include <QPushButton>
@@ -11,6 +18,9 @@
 
 #include "gui/palette.hpp"
 #include "simulator/hardware_profile.hpp"
+#ifdef SHARDCAST_GUI_WITH_STORE
+#include "planstore/trace_run.hpp"
+#endif
 
 namespace shardcast::gui {
 
@@ -45,6 +55,18 @@ core::Result<std::shared_ptr<CompareData>> predictRun(const QString& run_path) {
                                out->run.memory, core::compareOptionsFor(out->run, 10));
     if (!c) return core::makeError(path + ": timeline.tasks: " + c.error().message);
     out->comparison = std::move(c).value();
+    std::vector<uint8_t> skip(static_cast<size_t>(program.size()), 0);
+    for (const int32_t id : out->run.emulated_tasks) skip[static_cast<size_t>(id)] = 1;
+    for (const int32_t id : out->run.unmeasured_tasks) skip[static_cast<size_t>(id)] = 1;
+    out->diagnosis = sim::diagnose(out->plan, out->prediction.profile, program, out->prediction.timeline, out->run.timeline,
+                                   skip, {});
+    out->flagged.assign(static_cast<size_t>(program.size()), 0);
+    for (const sim::Finding& f : out->diagnosis.findings) {
+        for (int32_t id = 0; id < program.size() && f.unit >= 0; ++id) {
+            const core::Task& t = program.tasks[static_cast<size_t>(id)];
+            if (t.unit == f.unit && t.kind == core::TaskKind::AllGather) out->flagged[static_cast<size_t>(id)] = 1;
+        }
+    }
     out->task_error.resize(static_cast<size_t>(program.size()));
     for (int32_t id = 0; id < program.size(); ++id) {
         out->task_error[static_cast<size_t>(id)] =
@@ -60,6 +82,18 @@ CompareView::CompareView(QWidget* parent) : QWidget(parent) {
     auto* open = new QPushButton("Open run record...");
     open->setToolTip("A measured run written by `shardcast run` (format shardcast-run).");
     row->addWidget(open);
+#ifdef SHARDCAST_GUI_WITH_STORE
+    auto* traces = new QPushButton("Open torch traces...");
+    traces->setToolTip("torch.profiler traces of a real PyTorch FSDP run (.json, .json.gz; one per rank), with the plan "
+                       "it trained with; or drop them on this view.");
+    row->addWidget(traces);
+    connect(traces, &QPushButton::clicked, this, [this] {
+        const QStringList files =
+            QFileDialog::getOpenFileNames(this, "Open torch.profiler traces (one per rank)", {}, "Traces (*.json *.json.gz)");
+        if (!files.isEmpty()) (void)loadTraces(files);
+    });
+    setAcceptDrops(true);
+#endif
     m_error = new QLabel;
     m_error->setStyleSheet("color: #c0392b;");
     m_error->setWordWrap(true);
@@ -71,6 +105,10 @@ CompareView::CompareView(QWidget* parent) : QWidget(parent) {
     layout->addWidget(m_summary);
     m_canvas = new TimelineCanvas;
     layout->addWidget(scrollable(m_canvas), 1);
+    m_findings = new QLabel;
+    m_findings->setWordWrap(true);
+    m_findings->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    layout->addWidget(m_findings);
     m_tasks = new QLabel;
     m_tasks->setTextInteractionFlags(Qt::TextSelectableByMouse);
     layout->addWidget(m_tasks);
@@ -114,6 +152,17 @@ core::Status CompareView::loadRun(const QString& path) {
                       formatDurationNs(tc.predicted_ns), formatDurationNs(tc.measured_ns), percent(tc.error));
     }
     m_tasks->setText(t + "</table>");
+    QString f = "<b>Findings</b> (their all-gathers outlined in magenta on the measured lanes)";
+    if (d.diagnosis.findings.empty()) f += ": none";
+    for (const sim::Finding& finding : d.diagnosis.findings) {
+        f += "<br>&bull; " + toQString(std::string(sim::findingKindName(finding.kind))) + ": " +
+             toQString(finding.message).toHtmlEscaped() + "<br>&nbsp;&nbsp;fix: " + toQString(finding.remedy).toHtmlEscaped();
+        if (finding.remedy_step_ns) {
+            f += QString(" (predicted step %1 &rarr; %2)")
+                     .arg(formatDurationNs(d.diagnosis.predicted_step_ns), formatDurationNs(*finding.remedy_step_ns));
+        }
+    }
+    m_findings->setText(f);
 
     const sim::Evaluation& e = d.prediction;
     std::vector<TimelineTrack> tracks;
@@ -126,6 +175,7 @@ core::Status CompareView::loadRun(const QString& path) {
         m_data, &e.program, std::move(tracks), &e.timed,
         [shared](int32_t id, int track) {
             if (track % 2 == 0) return taskKindColor(shared->prediction.program.tasks[static_cast<size_t>(id)].kind);
+            if (shared->flagged[static_cast<size_t>(id)] != 0) return QColor(Qt::magenta);
             const auto& err = shared->task_error[static_cast<size_t>(id)];
             return err ? errorColor(*err) : QColor(Qt::lightGray);
         },
@@ -138,5 +188,60 @@ core::Status CompareView::loadRun(const QString& path) {
 }
 
 QString CompareView::summaryText() const { return m_summary->text(); }
+
+core::Status CompareView::loadTraces(const QStringList& traces, const QString& plan_path) {
+#ifdef SHARDCAST_GUI_WITH_STORE
+    QString plan = plan_path;
+    if (plan.isEmpty()) {
+        const QFileInfo first(traces.front());
+        const QString beside = (first.isDir() ? QDir(first.filePath()) : first.dir()).filePath("plan.json");
+        plan = QFileInfo::exists(beside) ? beside
+                                         : QFileDialog::getOpenFileName(this, "The plan the traced run trained with", first.path(),
+                                                                        "Plans (*.json)");
+        if (plan.isEmpty()) return core::makeError("no plan chosen");
+    }
+    std::vector<std::string> files;
+    for (const QString& t : traces) files.push_back(t.toStdString());
+    auto imported = planstore::importTraceRun(files, plan.toStdString(), "", {}, trace::ImportOptions{});
+    if (!imported) {
+        m_error->setText(toQString(imported.error().message));
+        return imported.error();
+    }
+    QDir dir(QStandardPaths::writableLocation(QStandardPaths::CacheLocation));
+    dir.mkpath("imported");
+    const QString path = dir.filePath("imported/" + QFileInfo(plan).dir().dirName() + "-" +
+                                      QDateTime::currentDateTime().toString("yyyyMMdd-HHmmss") + ".json");
+    if (auto s = core::saveRunRecord(path.toStdString(), imported->import.run); !s) {
+        m_error->setText(toQString(s.error().message));
+        return s.error();
+    }
+    if (auto s = loadRun(path); !s) return s;
+    emit runImported(path);
+    return core::Ok{};
+#else
+    (void)traces;
+    (void)plan_path;
+    return core::makeError("this shardcast-gui was built without the store (planstore/) that imports traces");
+#endif
+}
+
+void CompareView::dragEnterEvent(QDragEnterEvent* event) {
+    if (event->mimeData()->hasUrls()) event->acceptProposedAction();
+}
+
+// A run record opens as one; anything else dropped is taken as traces.
+void CompareView::dropEvent(QDropEvent* event) {
+    QStringList files;
+    for (const QUrl& url : event->mimeData()->urls()) {
+        if (url.isLocalFile()) files << url.toLocalFile();
+    }
+    if (files.isEmpty()) return;
+    event->acceptProposedAction();
+    if (files.size() == 1 && files.front().endsWith(".json") && core::loadRunRecord(files.front().toStdString()).ok()) {
+        (void)loadRun(files.front());
+        return;
+    }
+    (void)loadTraces(files);
+}
 
 }  // namespace shardcast::gui

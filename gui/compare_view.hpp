@@ -2,7 +2,10 @@
 // Predicted against measured: a run record (core::loadRunRecord) predicted the way `shardcast
 // compare PLAN|run RUN.json` does (the run's own plan on the run's own hardware profile), the
 // two timelines' lanes aligned stream by stream, measured tasks coloured by their duration error,
-// and the summary errors (core::compareStep).
+// and the summary errors (core::compareStep); the per-unit diagnosis (simulator/diagnosis.hpp) with
+// its findings listed and their tasks marked on the measured lanes. A real PyTorch run comes in as
+// its torch.profiler traces (the button, or files dropped on the view), imported as `shardcast
+// import-trace` does (planstore/trace_run.hpp).
 #include <memory>
 #include <optional>
 #include <vector>
@@ -14,10 +17,13 @@
 #include "core/plan.hpp"
 #include "core/result.hpp"
 #include "core/run_record.hpp"
+#include "simulator/diagnosis.hpp"
 #include "simulator/evaluation.hpp"
 #include "gui/timeline_canvas.hpp"
 
 class QLabel;
+class QDragEnterEvent;
+class QDropEvent;
 
 namespace shardcast::gui {
 
@@ -28,6 +34,8 @@ struct CompareData {
     sim::Evaluation prediction;
     core::Comparison comparison;
     std::vector<std::optional<double>> task_error;  // per task id: (predicted - measured) / measured
+    sim::Diagnosis diagnosis;
+    std::vector<uint8_t> flagged;  // per task id: 1 for the all-gathers of a unit a finding names
 };
 
 // The whole compare computation, without widgets. Errors name the file and the field.
@@ -38,11 +46,23 @@ class CompareView : public QWidget {
 public:
     explicit CompareView(QWidget* parent = nullptr);
     core::Status loadRun(const QString& path);
+    // Imports torch.profiler traces (files or directories) of a run of `plan_path` (empty: the
+    // plan.json beside the first trace), writes the run record to the cache and shows it.
+    core::Status loadTraces(const QStringList& traces, const QString& plan_path = {});
     const CompareData* data() const { return m_data.get(); }
     TimelineCanvas* canvas() const { return m_canvas; }
     QString summaryText() const;
 
+signals:
+    // A run imported from traces, its record written at `record_path` (the main window stores it).
+    void runImported(const QString& record_path);
+
+protected:
+    void dragEnterEvent(QDragEnterEvent* event) override;
+    void dropEvent(QDropEvent* event) override;
+
 private:
+    QLabel* m_findings = nullptr;
     QLabel* m_summary = nullptr;
     QLabel* m_tasks = nullptr;
     QLabel* m_error = nullptr;

@@ -42,6 +42,7 @@
 #include "db/store.hpp"
 #include "gui/history_view.hpp"
 #include "planstore/planstore.hpp"
+#include "planstore/trace_run.hpp"
 #endif
 
 namespace shardcast::gui {
@@ -125,6 +126,22 @@ MainWindow::MainWindow(Options options) : m_options(options) {
     });
     connect(m_history, &HistoryView::openPlanRequested, this, [this](const QString& id, const nlohmann::json& plan) {
         if (const QString path = writeStoreCopy(id, plan); !path.isEmpty() && openPlan(path).ok()) showView("fit");
+    });
+    // A run imported from traces is kept in the store, so the History view lists it.
+    connect(m_compare, &CompareView::runImported, this, [this](const QString&) {
+        const CompareData* d = m_compare->data();
+        auto path = db::defaultDbPath();
+        if (d == nullptr || !path) return;
+        auto store = db::Store::open(*path, true);
+        if (!store) {
+            m_status->setText(QString::fromStdString(store.error().message));
+            return;
+        }
+        const planstore::ResolvedProfile profile{d->prediction.profile, std::nullopt, "trace"};
+        auto saved = planstore::saveMeasuredRun(**store, d->plan, d->prediction, profile, d->run, "");
+        m_status->setText(saved ? QString("Imported run saved as %1 in the store").arg(QString::fromStdString(db::formatId(saved->run)))
+                                : QString::fromStdString(saved.error().message));
+        (void)m_history->refresh();
     });
     connect(m_history, &HistoryView::openRunRequested, this, [this](const QString& id, const nlohmann::json& record) {
         if (const QString path = writeStoreCopy(id, record); !path.isEmpty()) {

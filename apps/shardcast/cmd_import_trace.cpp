@@ -15,52 +15,20 @@
 #include "apps/shardcast/trace_import_cli.hpp"
 #include "core/plan.hpp"
 #include "core/run_record.hpp"
-#include "simulator/evaluation.hpp"
-#include "simulator/hardware_profile.hpp"
+#include "planstore/trace_run.hpp"
 #include "trace/fsdp_import.hpp"
-#include "trace/kineto_reader.hpp"
 
 namespace shardcast::cli {
 
 core::Result<ImportedRun> importTorchTraces(const std::vector<std::string>& traces, const std::string& plan_path,
                                             const std::string& profile_arg, const trace::ImportOptions& options) {
-    auto plan = core::loadPlanFile(plan_path);
-    if (!plan) return plan.error();
-    auto profile = resolveProfileArg(plan->cluster, profile_arg);
-    if (!profile) return core::makeError("--profile " + profile.error().message);
-    auto files = trace::traceFiles(traces);
-    if (!files) return files.error();
-    std::vector<trace::RankTrace> ranks;
-    for (const auto& f : *files) {
-        if (stderrIsTerminal()) fmt::print(stderr, "\rreading {} ...", f.string());
-        auto t = trace::readKinetoTrace(f);
-        if (stderrIsTerminal()) fmt::print(stderr, "\r\033[K");
-        if (!t) return t.error();
-        ranks.push_back(std::move(*t));
-    }
-    sim::EvaluationOptions eval_options;
-    eval_options.issue_order_memory = false;
-    eval_options.per_unit = false;
-    sim::Evaluator evaluator;
-    ImportedRun out;
-    if (auto s = evaluator.evaluate(*plan, &profile->profile, eval_options, out.predicted); !s) {
-        return core::makeError(plan_path + ": " + s.error().message);
-    }
-    auto imported = trace::importTraces(ranks, out.predicted.program, options);
-    if (!imported) return imported.error();
-    auto plan_json = core::selfContainedPlanJson(*plan);
-    if (!plan_json) return plan_json.error();
-    imported->run.plan = std::move(*plan_json);
-    imported->run.profile = sim::profileToJson(out.predicted.profile);
-    imported->run.compute_note = fmt::format("a real PyTorch {} run over {}, read from torch.profiler traces",
-                                             imported->flavour, imported->collectives);
-    nlohmann::json env;
-    env["trace_files"] = nlohmann::json::array();
-    for (const auto& f : *files) env["trace_files"].push_back(f.string());
-    env["step"] = imported->step_number;
-    imported->run.environment = std::move(env);
-    out.import = std::move(*imported);
-    out.plan = std::move(*plan);
+    auto store = storePath();
+    if (!store) return store.error();
+    const bool terminal = stderrIsTerminal();
+    auto out = planstore::importTraceRun(traces, plan_path, profile_arg, *store, options, [terminal](const auto& f) {
+        if (terminal) fmt::print(stderr, "\r\033[Kreading {} ...", f.string());
+    });
+    if (terminal) fmt::print(stderr, "\r\033[K");
     return out;
 }
 
@@ -129,6 +97,7 @@ namespace {
 struct ImportTraceOptions {
     std::vector<std::string> traces;
     std::string plan, out, profile;
+    SaveRequest save;
     TraceImportFlags flags;
     bool json = false;
 };
@@ -142,13 +111,29 @@ int runImportTrace(const ImportTraceOptions& o) {
         fmt::print(stderr, "shardcast: error: {}\n", saved.error().message);
         return kExitRuntimeFailure;
     }
+    std::string saved_line;
+    if (o.save.requested) {
+        auto store = openStore(true);
+        if (!store) return reportInputError("--save: " + store.error().message);
+        auto ids = planstore::saveMeasuredRun(**store, imported->plan, imported->predicted, imported->profile,
+                                              imported->import.run, o.save.name);
+        if (!ids) {
+            fmt::print(stderr, "shardcast: error: --save: {}: {}\n", (*store)->path().string(), ids.error().message);
+            return kExitRuntimeFailure;
+        }
+        saved_line = fmt::format("Saved {} (plan {}, prediction {}) in {}; `shardcast compare --run {} --prediction {}`",
+                                 db::formatId(ids->run), db::formatId(ids->plan), db::formatId(ids->prediction),
+                                 (*store)->path().string(), db::formatId(ids->run), db::formatId(ids->prediction));
+    }
     if (o.json) {
         nlohmann::json j = importSummaryJson(imported->import);
         j["out"] = o.out;
+        if (!saved_line.empty()) j["saved"] = saved_line;
         fmt::print("{}\n", j.dump(2));
     } else {
         printImportSummary(imported->import, imported->predicted.program);
         fmt::print("Run written to {}; `shardcast compare run {}` compares it with the prediction\n", o.out, o.out);
+        if (!saved_line.empty()) fmt::print("{}\n", saved_line);
     }
     std::fflush(stdout);
     return kExitOk;
@@ -170,6 +155,7 @@ void registerImportTraceCommand(CLI::App& app, int& exit_code) {
     cmd->add_option("--out", opts->out, "Write the measured run here (atomically)")->type_name("RUN.json");
     addProfileOption(*cmd, opts->profile);
     addTraceImportOptions(*cmd, opts->flags);
+    addSaveOption(*cmd, opts->save, "the run, with its plan and prediction (shown in the GUI's history)");
     cmd->add_flag("--json", opts->json, "Print what was imported as one JSON object");
     cmd->callback([opts, &exit_code] { exit_code = runImportTrace(*opts); });
 }

@@ -20,6 +20,7 @@
 
 #include "apps/shardcast/commands.hpp"
 #include "apps/shardcast/store_cli.hpp"
+#include "planstore/trace_run.hpp"
 #include "apps/shardcast/plan_options.hpp"
 #include "core/host_info.hpp"
 #include "core/launch_env.hpp"
@@ -93,31 +94,14 @@ SaveOutcome saveRun(const SaveRequest& request, const core::Plan& plan, const si
     auto store = openStoreToSave(out);
     if (!store) return out;
     const std::string db_path = store->path().string();
-    auto prediction = savePrediction(*store, plan, predicted, profile, request.name);
-    core::Result<db::ObjectId> run_id = core::makeError("not saved");
-    if (prediction) {
-        auto plan_json = core::selfContainedPlanJson(plan);
-        if (!plan_json) {
-            run_id = plan_json.error();
-        } else {
-            db::RunInput input;
-            input.name = request.name;
-            input.plan = std::move(*plan_json);
-            input.record = core::runRecordToJson(record);
-            input.summary_line = fmt::format("{}: {} on {} ranks, {:.2f} ms/step measured, peak {}", planSummaryLine(plan),
-                                             record.backend, record.world_size,
-                                             static_cast<double>(record.medianStepNs()) * 1e-6,
-                                             core::formatGiB(record.memory.peak_bytes));
-            run_id = store->saveRun(input);
-        }
-    }
-    if (!prediction || !run_id) {
-        reportSaveFailure(out, *store, (!prediction ? prediction.error() : run_id.error()).message);
+    auto saved = planstore::saveMeasuredRun(*store, plan, predicted, profile, record, request.name);
+    if (!saved) {
+        reportSaveFailure(out, *store, saved.error().message);
         return out;
     }
     out.line = fmt::format("Saved {} (plan {}, prediction {}) in {}; `shardcast compare --run {} --prediction {}`",
-                           db::formatId(*run_id), db::formatId(prediction->plan), db::formatId(prediction->prediction),
-                           db_path, db::formatId(*run_id), db::formatId(prediction->prediction));
+                           db::formatId(saved->run), db::formatId(saved->plan), db::formatId(saved->prediction), db_path,
+                           db::formatId(saved->run), db::formatId(saved->prediction));
     return out;
 }
 

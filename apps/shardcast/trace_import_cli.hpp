@@ -8,6 +8,7 @@
 
 #include "core/plan.hpp"
 #include "core/result.hpp"
+#include "planstore/trace_run.hpp"
 #include "simulator/evaluation.hpp"
 #include "trace/fsdp_import.hpp"
 
@@ -24,14 +25,9 @@ struct TraceImportFlags {
 };
 void addTraceImportOptions(CLI::App& cmd, TraceImportFlags& flags);
 
-struct ImportedRun {
-    core::Plan plan;            // as loaded from the plan file
-    sim::Evaluation predicted;  // the plan's prediction on the profile (its Program is what the run maps onto)
-    trace::TraceImport import;  // run: plan, profile and environment filled
-};
+using planstore::ImportedRun;
 
-// Loads the plan, resolves --profile (empty: the plan's GPU preset), predicts it, reads the traces
-// and maps them onto its Program. Every error is the user's input.
+// planstore::importTraceRun with the store in effect (--db), showing the file being read on a terminal.
 core::Result<ImportedRun> importTorchTraces(const std::vector<std::string>& traces, const std::string& plan_path,
                                             const std::string& profile_arg, const trace::ImportOptions& options);
 
