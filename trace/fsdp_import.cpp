@@ -231,8 +231,9 @@ public:
         }
         out.flavour = m_fsdp1 ? "FSDP1" : "FSDP2";
         if (m_fsdp1) assignFsdp1Units();
+        linkParents();
         computeSpans();
-        collectiveSpans(out);
+        collectiveSpans();
         copySpans();
         optimizerSpans();
         out.fsdp_labels = static_cast<int64_t>(m_labels.size());
@@ -301,23 +302,20 @@ private:
     // hooks in reverse order with the root's last.
     void assignFsdp1Units() {
         const auto units = static_cast<int32_t>(m_program.units.size());
-        std::vector<int32_t> backward_pre, backward_post;
-        backward_pre.push_back(0);
+        std::vector<int32_t>& backward_pre = m_backward_order;
+        std::vector<int32_t> backward_post;
+        backward_pre.assign(1, 0);
         for (int32_t u = units - 1; u >= 1; --u) {
             backward_pre.push_back(u);
             backward_post.push_back(u);
         }
         backward_post.push_back(0);
-        size_t pre_f = 0, post_f = 0, pre_b = 0, post_b = 0;
+        size_t pre_f = 0, pre_b = 0, post_b = 0;
         for (Label& l : m_labels) {
             switch (l.hook) {
             case Hook::PreForward:
                 if (pre_f < static_cast<size_t>(units)) l.unit = static_cast<int32_t>(pre_f);
                 ++pre_f;
-                break;
-            case Hook::PostForward:
-                // Post-forwards close in reverse nesting: the root's last.
-                ++post_f;
                 break;
             case Hook::PreBackward:
                 if (pre_b < backward_pre.size()) l.unit = backward_pre[pre_b];
@@ -349,14 +347,6 @@ private:
                 if (pre->unit == 0 && !open.empty()) open.push_back(pre);
             }
         }
-        (void)post_f;
-    }
-
-    const Label* first(Hook hook, int32_t unit, int64_t after = INT64_MIN) const {
-        for (const Label& l : m_labels) {
-            if (l.hook == hook && l.unit == unit && l.start >= after) return &l;
-        }
-        return nullptr;
     }
 
     // Each unit's forward compute: from its pre-forward's end to its post-forward's start, less the
@@ -372,38 +362,43 @@ private:
                 std::vector<Label*> posts;
             };
             std::vector<UnitWindow> windows;
-            // The k-th pre hook of a unit pairs with its k-th run of post hooks: the next post hooks
-            // of that unit after it.
-            for (Label& pre : m_labels) {
-                if (pre.hook != open || pre.unit < 0) continue;
-                UnitWindow w{pre.unit, pre.start, pre.end, pre.end, pre.end, &pre, {}};
-                for (Label& post : m_labels) {
-                    if (post.hook != close || post.unit != pre.unit || post.start < pre.end) continue;
-                    if (!w.posts.empty() && post.start > w.posts.back()->end + 1) {
-                        // A later run of post hooks belongs to the next pre hook of this unit.
-                        bool later_pre = false;
-                        for (const Label& p2 : m_labels) {
-                            if (p2.hook == open && p2.unit == pre.unit && p2.start > pre.start && p2.start < post.start) later_pre = true;
-                        }
-                        if (later_pre) break;
-                    }
-                    if (w.posts.empty()) w.inner_end = post.start;
-                    w.posts.push_back(&post);
-                    w.outer_end = std::max(w.outer_end, post.end);
-                    if (kind == TaskKind::Forward) break;  // one post-forward per pre-forward
-                }
-                if (w.posts.empty()) continue;
-                bool taken = false;
-                for (Label* p : w.posts) taken = taken || p->mapped;
-                if (taken && kind == TaskKind::Forward) continue;
-                windows.push_back(std::move(w));
+            // Per unit, in time order: a pre hook takes the post hooks of its unit that start after it
+            // and before the unit's next pre hook (forward: the first of them only).
+            std::map<int32_t, std::pair<std::vector<Label*>, std::vector<Label*>>> hooks;
+            for (Label& l : m_labels) {
+                if (l.unit < 0) continue;
+                if (l.hook == open) hooks[l.unit].first.push_back(&l);
+                if (l.hook == close) hooks[l.unit].second.push_back(&l);
             }
+            for (auto& [unit, lists] : hooks) {
+                const std::vector<Label*>& pres = lists.first;
+                const std::vector<Label*>& posts = lists.second;
+                size_t j = 0;
+                for (size_t k = 0; k < pres.size(); ++k) {
+                    Label* pre = pres[k];
+                    const int64_t limit = k + 1 < pres.size() ? pres[k + 1]->start : INT64_MAX;
+                    while (j < posts.size() && posts[j]->start < pre->end) ++j;
+                    UnitWindow w{unit, pre->start, pre->end, pre->end, pre->end, pre, {}};
+                    while (j < posts.size() && posts[j]->start < limit) {
+                        if (w.posts.empty()) w.inner_end = posts[j]->start;
+                        w.posts.push_back(posts[j]);
+                        w.outer_end = std::max(w.outer_end, posts[j]->end);
+                        ++j;
+                        if (kind == TaskKind::Forward) break;  // one post-forward per pre-forward
+                    }
+                    if (!w.posts.empty()) windows.push_back(std::move(w));
+                }
+            }
+            std::sort(windows.begin(), windows.end(),
+                      [](const UnitWindow& a, const UnitWindow& b) { return a.outer_start < b.outer_start; });
             std::map<int32_t, std::vector<std::pair<int64_t, int64_t>>> spans;
             for (const UnitWindow& w : windows) {
+                // Nested windows start inside this one's compute span (windows are sorted by start).
                 std::vector<std::pair<int64_t, int64_t>> inner;
-                for (const UnitWindow& c : windows) {
-                    if (&c == &w || c.outer_start < w.inner_start || c.outer_end > w.inner_end) continue;
-                    inner.push_back({c.outer_start, c.outer_end});
+                auto c = std::lower_bound(windows.begin(), windows.end(), w.inner_start,
+                                          [](const UnitWindow& x, int64_t t) { return x.outer_start < t; });
+                for (; c != windows.end() && c->outer_start < w.inner_end; ++c) {
+                    if (&*c != &w && c->outer_end <= w.inner_end) inner.push_back({c->outer_start, c->outer_end});
                 }
                 w.pre->mapped = true;
                 for (Label* p : w.posts) p->mapped = true;
@@ -450,20 +445,43 @@ private:
         for (size_t k = 0; k < spans.size(); ++k) m_spans[static_cast<size_t>(ids[k])] = spans[k];
     }
 
-    // The innermost FSDP label on the main thread that contains [a, b].
-    Label* enclosing(int64_t a, int64_t b, std::initializer_list<Hook> hooks) {
-        Label* best = nullptr;
-        for (Label& l : m_labels) {
-            if (l.start > a || l.end < b) continue;
-            if (std::find(hooks.begin(), hooks.end(), l.hook) == hooks.end()) continue;
-            if (best == nullptr || l.end - l.start < best->end - best->start) best = &l;
+    // Labels on one thread nest: each label's parent is the innermost label containing it
+    // (m_labels is sorted by start, the longer first, so parents come first).
+    void linkParents() {
+        m_parent.assign(m_labels.size(), -1);
+        std::vector<int32_t> open;
+        for (size_t i = 0; i < m_labels.size(); ++i) {
+            while (!open.empty() && m_labels[static_cast<size_t>(open.back())].end <= m_labels[i].start) open.pop_back();
+            // A label that overlaps the top one without nesting in it (clock rounding) hangs under the
+            // innermost one that contains it.
+            for (size_t k = open.size(); k-- > 0;) {
+                if (m_labels[static_cast<size_t>(open[k])].end >= m_labels[i].end) {
+                    m_parent[i] = open[k];
+                    break;
+                }
+            }
+            open.push_back(static_cast<int32_t>(i));
         }
-        return best;
+    }
+
+    // The innermost FSDP label on the main thread that contains [a, b] and satisfies `accept`: the
+    // labels containing a point are the last label started by then and its ancestors.
+    template <class Accept>
+    Label* enclosingIf(int64_t a, int64_t b, Accept accept) {
+        auto it = std::upper_bound(m_labels.begin(), m_labels.end(), a, [](int64_t t, const Label& l) { return t < l.start; });
+        for (auto i = static_cast<int32_t>(it - m_labels.begin()) - 1; i >= 0; i = m_parent[static_cast<size_t>(i)]) {
+            Label& l = m_labels[static_cast<size_t>(i)];
+            if (l.start <= a && l.end >= b && accept(l)) return &l;
+        }
+        return nullptr;
+    }
+    Label* enclosing(int64_t a, int64_t b, std::initializer_list<Hook> hooks) {
+        return enclosingIf(a, b, [&](const Label& l) { return std::find(hooks.begin(), hooks.end(), l.hook) != hooks.end(); });
     }
 
     // Each issued collective is matched with its execution: gloo runs a process group's ops one by
     // one on its thread, in issue order; NCCL kernels of one kind run in issue order.
-    void collectiveSpans(TraceImport&) {
+    void collectiveSpans() {
         std::map<std::pair<int32_t, TaskKind>, std::vector<std::pair<int64_t, int64_t>>> spans;
         std::array<std::vector<size_t>, 4> nccl_by_kind;
         for (const size_t k : m_nccl) nccl_by_kind[static_cast<size_t>(collectiveKind(m_t.name(m_t.events[k])))].push_back(k);
@@ -484,16 +502,15 @@ private:
             Label* owner = enclosing(e.ts_ns, e.endNs(), {Hook::AllGather, Hook::PostBackward, Hook::PreForward, Hook::PreBackward, Hook::Prefetch});
             if (!exec || owner == nullptr) continue;
             int32_t unit = owner->unit;
-            if (m_fsdp1 && unit < 0) unit = fsdp1UnitAt(e.ts_ns, kind);
+            if (m_fsdp1 && unit < 0) unit = fsdp1UnitAt(e.ts_ns, owner->hook == Hook::Prefetch);
             if (unit < 0) continue;
+            // What the host issued decides the task: an all-reduce is HSDP's (or NO_SHARD's), a
+            // reduce-scatter or anything issued in a post-backward hook the reduction.
             TaskKind task_kind = TaskKind::AllGather;
-            if (kind == CollKind::ReduceScatter || (owner->hook == Hook::PostBackward && kind != CollKind::AllReduce)) {
+            if (kind == CollKind::AllReduce) {
+                task_kind = TaskKind::AllReduce;
+            } else if (kind == CollKind::ReduceScatter || owner->hook == Hook::PostBackward) {
                 task_kind = TaskKind::ReduceScatter;
-            } else if (kind == CollKind::AllReduce) {
-                task_kind = m_tasks.count({unit, TaskKind::ReduceScatter}) != 0 && owner->hook == Hook::PostBackward &&
-                                    m_gloo.empty()
-                                ? TaskKind::AllReduce
-                                : (owner->hook == Hook::PostBackward ? TaskKind::ReduceScatter : TaskKind::AllReduce);
             }
             if (owner->hook == Hook::AllGather) owner->mapped = true;
             const Event& x = m_t.events[*exec];
@@ -507,13 +524,17 @@ private:
     }
 
     // FSDP1: the unit whose hooks surround time `t` (all-gathers in pre-forward / pre-backward, reductions in post-backward).
-    int32_t fsdp1UnitAt(int64_t t, CollKind) const {
-        const Label* best = nullptr;
-        for (const Label& l : m_labels) {
-            if (l.unit < 0 || l.start > t || l.end < t) continue;
-            if (best == nullptr || l.end - l.start < best->end - best->start) best = &l;
+    // FSDP1: the unit whose hook surrounds time `t`; for an all-gather its prefetch issues there, the
+    // unit after it: in forward order in a pre-forward hook, in backward order in a backward hook.
+    int32_t fsdp1UnitAt(int64_t t, bool prefetch) {
+        const Label* l = enclosingIf(t, t, [](const Label& x) { return x.unit >= 0; });
+        if (l == nullptr) return -1;
+        if (!prefetch) return l->unit;
+        if (l->hook == Hook::PreForward) {
+            return l->unit + 1 < static_cast<int32_t>(m_program.units.size()) ? l->unit + 1 : -1;
         }
-        return best ? best->unit : -1;
+        const auto at = std::find(m_backward_order.begin(), m_backward_order.end(), l->unit);
+        return at != m_backward_order.end() && at + 1 != m_backward_order.end() ? *(at + 1) : -1;
     }
 
     void copySpans() {
@@ -571,9 +592,11 @@ private:
     std::unordered_map<std::string, int32_t> m_unit_of;
     std::map<std::pair<int32_t, TaskKind>, std::vector<int32_t>> m_tasks;
     std::vector<std::optional<std::pair<int64_t, int64_t>>> m_spans;
-    std::vector<Label> m_labels;
+    std::vector<Label> m_labels;  // in time order (start, the longer first)
+    std::vector<int32_t> m_parent;  // per label: the innermost label containing it, -1: none
     std::vector<size_t> m_issues, m_copy_in, m_gloo, m_nccl, m_optimizer;
     bool m_fsdp1 = false;
+    std::vector<int32_t> m_backward_order;  // FSDP1: units in pre-backward hook order (the root first)
 };
 
 // Memory of the recorded step from the [memory] events: the device's Total Allocated. CUDA's
