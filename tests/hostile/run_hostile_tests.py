@@ -404,6 +404,73 @@ def build_cases(s):
     f("plan-grad-accum.json", {"model": "tiny-llama", "training": {"grad_accum": UINT64_MAX}})
     s.case("plan file grad_accum 2^64-1", plan(f"{s.tmp}/plan-grad-accum.json"), 2, r"plan-grad-accum\.json.*grad_accum")
 
+    trace_cases(s)
+
+
+TRACES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "traces")
+
+
+def gzip_of_long_string(path, length):
+    """A gzipped trace whose one event's name is `length` bytes of 'x': a few MB on disk, streamed."""
+    import zlib
+    z = zlib.compressobj(6, zlib.DEFLATED, 31)
+    chunk = b"x" * (1 << 20)
+    with open(path, "wb") as out:
+        out.write(z.compress(b'{"traceEvents": [{"ph": "X", "name": "'))
+        for _ in range(length >> 20):
+            out.write(z.compress(chunk))
+        out.write(z.compress(b'", "ts": 1}]}'))
+        out.write(z.flush())
+
+
+def trace_cases(s):
+    """Hostile torch.profiler traces through import-trace (issue 23): exit 2 naming the file, never a crash."""
+    import gzip
+    f = s.file
+    plan2 = os.path.join(TRACES, "llama-block-2r", "plan.json")
+    plan4 = os.path.join(TRACES, "llama-block-noreshard-acfull-4r", "plan.json")
+    rank0 = os.path.join(TRACES, "llama-block-2r", "rank0.json.gz")
+    rank1 = os.path.join(TRACES, "llama-block-2r", "rank1.json.gz")
+    out = os.path.join(s.tmp, "run.json")
+    imp = lambda *traces, plan=plan2: ["import-trace", *traces, "--plan", plan, "--out", out]  # noqa: E731
+    with open(rank0, "rb") as fh:
+        gz = fh.read()
+    f("truncated.json.gz", gz[: len(gz) // 2])
+    s.case("trace: truncated gzip", imp(f"{s.tmp}/truncated.json.gz"), 2, r"truncated\.json\.gz.*truncated gzip")
+    text = gzip.decompress(gz).decode()
+    f("truncated.json", text[: len(text) // 2])
+    s.case("trace: truncated JSON", imp(f"{s.tmp}/truncated.json"), 2, r"truncated\.json: traceEvents\[\d+\]")
+    gzip_of_long_string(os.path.join(s.tmp, "string-2g.json.gz"), 2 << 30)
+    s.case("trace: a 2 GiB string (gzipped)", imp(f"{s.tmp}/string-2g.json.gz"), 2,
+           r"string-2g\.json\.gz: traceEvents\[0\] is larger than the limit")
+    f("deep-trace.json", '{"traceEvents": [{"ph": "X", "args": ' + deep(100000) + "}]}")
+    s.case("trace: deep nesting", imp(f"{s.tmp}/deep-trace.json"), 2, r"deep-trace\.json.*nesting deeper than 64")
+    f("nan-ts.json", '{"traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": NaN, "dur": 1}]}')
+    s.case("trace: NaN timestamp", imp(f"{s.tmp}/nan-ts.json"), 2, r"nan-ts\.json: traceEvents\[0\]")
+    f("negative-ts.json", '{"traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": -5, "dur": 1}]}')
+    s.case("trace: negative timestamp", imp(f"{s.tmp}/negative-ts.json"), 2, r"negative-ts\.json.*ts must be a non-negative")
+    # Out of order: the same real run with every rank's events reversed imports as the original.
+    for r, path in ((0, rank0), (1, rank1)):
+        with gzip.open(path, "rt") as fh:
+            doc = json.load(fh)
+        doc["traceEvents"].reverse()
+        f(f"reversed-rank{r}.json", doc)
+    s.case("trace: out-of-order events import", imp(f"{s.tmp}/reversed-rank0.json", f"{s.tmp}/reversed-rank1.json"), 0, None,
+           check_stdout=lambda o: None if "mapped onto the plan's units: 53, unmapped: 0" in o else f"stdout: {o[:300]!r}")
+    s.case("trace: rank files of different runs",
+           imp(rank0, os.path.join(TRACES, "gpt2-block-2r", "rank1.json.gz")), 2, r"different runs")
+    s.case("trace: world size not the plan's", imp(rank0, rank1, plan=plan4), 2, r"run of 2 ranks .* the plan has 4")
+    s.case("trace: the same rank twice", imp(rank0, rank0), 2, r"both rank 0")
+    os.makedirs(os.path.join(s.tmp, "no-traces"), exist_ok=True)
+    s.case("trace: a directory without traces", imp(f"{s.tmp}/no-traces"), 2, r"no-traces: no trace files")
+    f("not-fsdp.json", '{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 1, "dur": 2}]}')
+    s.case("trace: no FSDP labels", imp(f"{s.tmp}/not-fsdp.json"), 2, r"not-fsdp\.json: no FSDP labels")
+    s.case("trace: import-trace without --plan", ["import-trace", rank0, "--out", out], 2, r"needs --plan")
+    s.case("trace: compare --torch-trace with a run file", ["compare", plan2, out, "--torch-trace", rank0], 2,
+           r"--torch-trace takes the plan")
+    s.case("trace: calibrate --from-trace with --backend", ["calibrate", "--from-trace", rank0, "--plan", plan2, "--out",
+                                                            out, "--backend", "cpu"], 2, r"takes no --backend")
+
 
 def main():
     if len(sys.argv) < 2:
