@@ -71,6 +71,9 @@ Result<Comparison> compareStep(const Program& program, const Timeline& predicted
     }
 
     c.predicted_peak_bytes = predicted_memory.peak_bytes;
+    if (options.memory_rise) {
+        for (const int64_t b : program.initial) c.predicted_peak_bytes -= b;
+    }
     c.measured_peak_bytes = measured_memory.peak_bytes;
     if (options.memory_absolute) c.peak_memory_error = relativeError(c.predicted_peak_bytes, c.measured_peak_bytes);
     for (int k = 0; k < kMemCategoryCount && options.memory_categories; ++k) {

@@ -70,7 +70,9 @@ struct CompareOptions {
     // stream errors; the step time, measured whole, is compared.
     std::vector<int32_t> unmeasured_tasks;
     bool memory_categories = true;  // false: the measured side has a total only (no category rows)
-    bool memory_absolute = true;    // false: the measured peak is relative (not compared)
+    bool memory_absolute = true;    // false: no memory was measured (the peak is not compared)
+    bool memory_rise = false;       // the measured peak is a rise above the step's start: compared with
+                                    // the predicted peak less Program::initial (the steady state)
 };
 
 // Errors (the user's input, not an invariant): a measured timeline whose task count is not the

@@ -25,7 +25,8 @@ json runRecordToJson(const RunRecord& run) {
     if (!run.emulated_tasks.empty()) j["emulated_tasks"] = run.emulated_tasks;
     if (!run.unmeasured_tasks.empty()) j["unmeasured_tasks"] = run.unmeasured_tasks;
     if (run.memory_kind == RunRecord::MemoryKind::Total) j["memory_kind"] = "total";
-    if (run.memory_kind == RunRecord::MemoryKind::Relative) j["memory_kind"] = "relative";
+    if (run.memory_kind == RunRecord::MemoryKind::Rise) j["memory_kind"] = "rise";
+    if (run.memory_kind == RunRecord::MemoryKind::None) j["memory_kind"] = "none";
     return j;
 }
 
@@ -117,10 +118,12 @@ Result<RunRecord> runRecordFromJson(const json& j, const std::string& where) {
             run.memory_kind = RunRecord::MemoryKind::Categories;
         } else if (*it == "total") {
             run.memory_kind = RunRecord::MemoryKind::Total;
-        } else if (*it == "relative") {
-            run.memory_kind = RunRecord::MemoryKind::Relative;
+        } else if (*it == "rise") {
+            run.memory_kind = RunRecord::MemoryKind::Rise;
+        } else if (*it == "none") {
+            run.memory_kind = RunRecord::MemoryKind::None;
         } else {
-            return makeError(where + ": field 'memory_kind' must be \"categories\", \"total\" or \"relative\"");
+            return makeError(where + ": field 'memory_kind' must be \"categories\", \"total\", \"rise\" or \"none\"");
         }
     }
     return run;
@@ -138,7 +141,8 @@ CompareOptions compareOptionsFor(const RunRecord& run, int32_t top_tasks) {
     o.excluded_tasks = run.emulated_tasks;
     o.unmeasured_tasks = run.unmeasured_tasks;
     o.memory_categories = run.memory_kind == RunRecord::MemoryKind::Categories;
-    o.memory_absolute = run.memory_kind != RunRecord::MemoryKind::Relative;
+    o.memory_absolute = run.memory_kind != RunRecord::MemoryKind::None;
+    o.memory_rise = run.memory_kind == RunRecord::MemoryKind::Rise;
     return o;
 }
 

@@ -41,11 +41,12 @@ struct RunRecord {
     // compared. JSON: "unmeasured_tasks", written only when not empty.
     std::vector<int32_t> unmeasured_tasks;
     // What the memory figures are. Categories: per category, as the backends count them. Total: one
-    // total (memory.peak_bytes and the curve), no categories (a trace's [memory] events).
-    // Relative: the source counted only what was allocated while it recorded (a scheduled
-    // torch.profiler), so no absolute figure exists; the peak is not compared. JSON: "memory_kind",
-    // written only when not "categories".
-    enum class MemoryKind : uint8_t { Categories, Total, Relative };
+    // total (memory.peak_bytes), no categories (a GPU trace's [memory] events). Rise: the peak's
+    // rise above the level the step started from (a CPU trace: the profiler counts only what it saw
+    // allocated, so its totals have no absolute level), compared with the prediction's peak less
+    // its steady state. None: no memory was measured; nothing is compared. JSON: "memory_kind"
+    // ("total", "rise", "none"), written only when not "categories".
+    enum class MemoryKind : uint8_t { Categories, Total, Rise, None };
     MemoryKind memory_kind = MemoryKind::Categories;
 
     int64_t medianStepNs() const { return step_ns.empty() ? 0 : step_ns[static_cast<size_t>(median_step)]; }

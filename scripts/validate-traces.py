@@ -3,7 +3,7 @@
 calibrating on one of them.
 
 For each configuration it makes a real run with scripts/torch_fsdp_trace.py (--schedule false, so
-the [memory] totals are absolute; --steps 3, so compare's median step is a steady-state one), then
+the [memory] totals are absolute; --steps 5, so the median of steps 1-4, all steady, is compared), then
 runs `shardcast compare PLAN --torch-trace DIR --json` and prints step time, peak memory, the
 worst per-unit forward/backward error and the unmapped FSDP events. When `shardcast calibrate` has
 --from-trace, it fits a profile on `cal` and compares every config again with --profile. It
@@ -100,7 +100,7 @@ def trace(python, name, d, rerun, log):
         f.unlink()
     cmd = [python, TRACER.relative_to(ROOT)] + \
         [x for k, v in opts.items() for x in (f"--{k}", v)] + \
-        ["--schedule", "false", "--steps", 3, "--out", d]
+        ["--schedule", "false", "--steps", 5, "--out", d]
     rc, _, secs = run(cmd, [], cwd=ROOT)
     return rc == 0 and traced(d, opts["nproc"]), secs
 
@@ -271,7 +271,7 @@ def write_doc(a, work, names, tables, rows, notes, log):
           f"Written by `scripts/validate-traces.py` on {datetime.date.today().isoformat()}: real "
           f"FSDP training runs of tiny models on this machine's CPU (torch {info.get('torch', '?')}, "
           f"transformers {info.get('transformers', '?')}, Python {info.get('python', '?')}), "
-          "3 steps, no profiler schedule (absolute memory); shardcast compares the median step "
+          "5 steps, no profiler schedule (absolute memory); shardcast compares the median of steps 1-4 "
           "with its prediction of the same plan. Errors are (predicted - measured) / measured. "
           "`cal` is the calibration config (tiny-llama, 2 ranks, block wrap, reshard, AC none, "
           "seq 128, micro-batch 2); every other row changes one thing from it. "

@@ -600,26 +600,35 @@ private:
 };
 
 // Memory of the recorded step from the [memory] events: the device's Total Allocated. CUDA's
-// allocator reports its own totals (absolute); the CPU totals count only what was allocated while
-// the profiler recorded, so they are absolute only when it recorded from before the model was built.
-void importMemory(const RankTrace& t, const Window& w, bool scheduled, int64_t first_fsdp_ts, TraceImport& out) {
+// allocator reports its own totals (absolute). The CPU totals count only what the profiler saw
+// allocated and drift across steps (frees it does not see), so a CPU step is measured by its peak's
+// rise above the level it started from, whatever the schedule.
+void importMemory(const RankTrace& t, const Window& w, TraceImport& out) {
     const bool any_cuda = std::any_of(t.memory.begin(), t.memory.end(), [](const MemoryEvent& m) { return m.device_type == 1; });
     const int32_t device_type = any_cuda ? 1 : 0;
+    std::vector<const MemoryEvent*> events;
+    for (const MemoryEvent& m : t.memory) {
+        if (m.device_type == device_type) events.push_back(&m);
+    }
+    std::stable_sort(events.begin(), events.end(), [](const MemoryEvent* a, const MemoryEvent* b) { return a->ts_ns < b->ts_ns; });
     core::TimedMemory& mem = out.run.memory;
     bool any = false;
-    int64_t first_ts = INT64_MAX;
-    for (const MemoryEvent& m : t.memory) {
-        if (m.device_type != device_type) continue;
-        first_ts = std::min(first_ts, m.ts_ns);
-        if (m.ts_ns < w.start || m.ts_ns >= w.end) continue;
-        if (!any || m.total_allocated > mem.peak_bytes) {
-            mem.peak_bytes = m.total_allocated;
-            mem.peak_time_ns = m.ts_ns - w.start;
+    std::optional<int64_t> start_level;
+    for (const MemoryEvent* m : events) {
+        if (m->ts_ns < w.start) {
+            start_level = m->total_allocated;
+            continue;
+        }
+        if (m->ts_ns >= w.end) break;
+        if (!start_level) start_level = std::max<int64_t>(0, m->total_allocated - m->bytes);
+        if (!any || m->total_allocated > mem.peak_bytes) {
+            mem.peak_bytes = m->total_allocated;
+            mem.peak_time_ns = m->ts_ns - w.start;
         }
         any = true;
     }
     if (!any) {
-        out.run.memory_kind = core::RunRecord::MemoryKind::Relative;
+        out.run.memory_kind = core::RunRecord::MemoryKind::None;
         out.notes.push_back("no [memory] events in the step (profile_memory=False): no measured memory");
         return;
     }
@@ -627,16 +636,13 @@ void importMemory(const RankTrace& t, const Window& w, bool scheduled, int64_t f
         out.run.memory_kind = core::RunRecord::MemoryKind::Total;
         return;
     }
-    if (!scheduled && first_ts < first_fsdp_ts) {
-        out.run.memory_kind = core::RunRecord::MemoryKind::Total;
-        out.notes.push_back("CPU memory: the profiler recorded from before the first FSDP hook, so [memory] totals are absolute");
-    } else {
-        out.run.memory_kind = core::RunRecord::MemoryKind::Relative;
-        out.notes.push_back(
-            "CPU memory: [memory] totals count only bytes allocated while the profiler recorded; with a schedule "
-            "(ProfilerStep#N) that starts mid-run, so the peak is relative and not compared. Record from before the "
-            "model is built, without a schedule, for absolute figures");
-    }
+    out.run.memory_kind = core::RunRecord::MemoryKind::Rise;
+    out.notes.push_back(fmt::format(
+        "CPU memory: [memory] totals count only what the profiler saw allocated, so the step is measured by its peak's "
+        "rise above its start ({:.3f} MiB at the start, {:.3f} MiB at the peak)",
+        static_cast<double>(*start_level) / static_cast<double>(1 << 20),
+        static_cast<double>(mem.peak_bytes) / static_cast<double>(1 << 20)));
+    mem.peak_bytes = std::max<int64_t>(0, mem.peak_bytes - *start_level);
 }
 
 }  // namespace
@@ -717,17 +723,7 @@ Result<TraceImport> importTraces(const std::vector<RankTrace>& traces, const cor
         out->run.step_ns.push_back(steps[i].end - steps[i].start);
         if (steps[i].number == chosen.number) out->run.median_step = static_cast<int32_t>(i);
     }
-    const bool scheduled = std::any_of(t.events.begin(), t.events.end(), [&](const Event& e) {
-        return e.category == Category::UserAnnotation && t.name(e).starts_with("ProfilerStep#");
-    });
-    int64_t first_fsdp = INT64_MAX;
-    for (const Event& e : t.events) {
-        if (e.category == Category::UserAnnotation &&
-            (t.name(e).starts_with(kFsdp2Prefix) || t.name(e).starts_with(kFsdp1Prefix))) {
-            first_fsdp = std::min(first_fsdp, e.ts_ns);
-        }
-    }
-    importMemory(t, chosen, scheduled, first_fsdp, *out);
+    importMemory(t, chosen, *out);
 
     // The same step on every rank: its duration, for stragglers; files of another run do not line up.
     const int64_t tolerance = std::max<int64_t>(int64_t{2'000'000'000}, 2 * (chosen.end - chosen.start));

@@ -94,8 +94,11 @@ void printText(const core::RunRecord& run, const core::Program& program, const c
                    "left out of the stream and task errors; the step time is compared\n",
                    c.unmeasured_task_count);
     }
-    if (run.memory_kind == core::RunRecord::MemoryKind::Relative) {
-        fmt::print("Memory: the measured peak counts only what was allocated while the profiler recorded: not compared\n");
+    if (run.memory_kind == core::RunRecord::MemoryKind::None) {
+        fmt::print("Memory: the run measured none: not compared\n");
+    } else if (run.memory_kind == core::RunRecord::MemoryKind::Rise) {
+        fmt::print("Memory: the peak's rise above the step's start, measured and predicted (the prediction's steady state "
+                   "left out): a CPU trace counts only what the profiler saw allocated\n");
     } else if (run.memory_kind == core::RunRecord::MemoryKind::Total) {
         fmt::print("Memory: the measurement has a total, no categories\n");
     }

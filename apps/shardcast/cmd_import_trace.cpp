@@ -45,8 +45,9 @@ void printImportSummary(const trace::TraceImport& imp, const core::Program& prog
     fmt::print("\nFSDP labels in the step: {}, mapped onto the plan's units: {}, unmapped: {}\n", imp.fsdp_labels,
                imp.fsdp_mapped, imp.fsdp_labels - imp.fsdp_mapped);
     for (const auto& u : imp.unmapped) fmt::print("  unmapped: {} x{}\n", u.label, u.count);
-    const char* memory = imp.run.memory_kind == core::RunRecord::MemoryKind::Relative ? "relative (not comparable)"
-                                                                                        : "absolute";
+    const char* memory = imp.run.memory_kind == core::RunRecord::MemoryKind::None   ? "none measured"
+                         : imp.run.memory_kind == core::RunRecord::MemoryKind::Rise ? "its rise above the step's start"
+                                                                                     : "absolute";
     fmt::print("Peak allocated in the step: {:.3f} MiB, {}\n",
                static_cast<double>(imp.run.memory.peak_bytes) / static_cast<double>(1 << 20), memory);
     if (imp.ranks.size() > 1) {

@@ -215,6 +215,15 @@ TEST(CompareTest, UnmeasuredTasksKeepTheStepTimeAndMemoryKindsSayWhatIsCompared)
     ASSERT_TRUE(relative.ok());
     EXPECT_FALSE(relative->peak_memory_error);
     EXPECT_EQ(relative->measured_peak_bytes, f.run.memory.peak_bytes);
+    // A rise above the step's start is held against the predicted peak less the steady state.
+    options.memory_absolute = true;
+    options.memory_rise = true;
+    auto rise = core::compareStep(f.e.program, f.e.timeline, f.e.timed, f.run.timeline, f.run.memory, options);
+    ASSERT_TRUE(rise.ok());
+    int64_t steady = 0;
+    for (const int64_t b : f.e.program.initial) steady += b;
+    EXPECT_GT(steady, 0);
+    EXPECT_EQ(rise->predicted_peak_bytes, f.e.timed.peak_bytes - steady);
 }
 
 // Emulated collectives (a single GPU playing one rank) are no measurements: the compute stream is

@@ -42,6 +42,7 @@ TEST(RunCalibrationTest, FindsTheProfileThatMadeTheRun) {
     truth.nvlink_reduce_scatter_efficiency = 0.5;
     truth.busbw_half_bytes = 0;
     truth.gpu.intra_node_latency_s = 20e-6;
+    truth.unit_hook_ns = 2 * base.unit_hook_ns + 1'000'000;
     auto run = evaluatePlan(plan, &truth, {});
     ASSERT_TRUE(run) << run.error().message;
 
@@ -57,6 +58,8 @@ TEST(RunCalibrationTest, FindsTheProfileThatMadeTheRun) {
     // Collectives: exact times of two sizes per kind give the bandwidths back.
     EXPECT_NEAR(fit->profile.gpu.nvlink_bytes_per_s * fit->profile.nvlink_all_gather_efficiency / 1e9, 1.0, 0.02);
     EXPECT_NEAR(fit->profile.gpu.nvlink_bytes_per_s * fit->profile.nvlink_reduce_scatter_efficiency / 0.5e9, 1.0, 0.02);
+    // Host time between tasks (hooks) is what the step has beyond its tasks: the truth's own.
+    EXPECT_NEAR(static_cast<double>(fit->profile.unit_hook_ns) / static_cast<double>(truth.unit_hook_ns), 1.0, 0.05);
     // It says what it kept: nothing here measures an all-reduce or the network.
     bool kept_network = false;
     for (const RunFitLine& l : fit->lines) kept_network = kept_network || (l.figure == "network_efficiency" && !l.fitted);
