@@ -719,9 +719,18 @@ Result<TraceImport> importTraces(const std::vector<RankTrace>& traces, const cor
     out->run.backend = "torch";
     out->run.world_size = program.world_size;
     out->run.recorded_rank = options.rank;
-    for (size_t i = 0; i < steps.size(); ++i) {
+    // The run's first step, left out of the median when others follow, is its warm-up.
+    const size_t first = steps.size() > 1 && steps[0].number == 0 ? 1 : 0;
+    out->run.warmup_steps = static_cast<int32_t>(first);
+    for (size_t i = first; i < steps.size(); ++i) {
+        if (steps[i].number == chosen.number) out->run.median_step = static_cast<int32_t>(out->run.step_ns.size());
         out->run.step_ns.push_back(steps[i].end - steps[i].start);
-        if (steps[i].number == chosen.number) out->run.median_step = static_cast<int32_t>(i);
+    }
+    if (options.step && chosen.number == steps[0].number && first == 1) {
+        // --step 0 asked for the warm-up step itself.
+        out->run.warmup_steps = 0;
+        out->run.step_ns.insert(out->run.step_ns.begin(), steps[0].end - steps[0].start);
+        out->run.median_step = 0;
     }
     importMemory(t, chosen, *out);
 
