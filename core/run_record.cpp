@@ -26,6 +26,11 @@ json runRecordToJson(const RunRecord& run) {
     if (!run.unmeasured_tasks.empty()) j["unmeasured_tasks"] = run.unmeasured_tasks;
     if (run.memory_kind == RunRecord::MemoryKind::Total) j["memory_kind"] = "total";
     if (run.memory_kind == RunRecord::MemoryKind::Rise) j["memory_kind"] = "rise";
+    if (run.reserved_peak_bytes > 0) {
+        j["reserved"] = {{"peak_bytes", run.reserved_peak_bytes},
+                         {"fragmentation_bytes", run.reserved_fragmentation_bytes},
+                         {"source", run.reserved_source}};
+    }
     if (run.memory_kind == RunRecord::MemoryKind::None) j["memory_kind"] = "none";
     return j;
 }
@@ -113,6 +118,19 @@ Result<RunRecord> runRecordFromJson(const json& j, const std::string& where) {
     };
     if (auto s = taskList("emulated_tasks", run.emulated_tasks); !s) return s.error();
     if (auto s = taskList("unmeasured_tasks", run.unmeasured_tasks); !s) return s.error();
+    if (const auto it = j.find("reserved"); it != j.end()) {
+        const auto bytes = [&](const char* key, int64_t& out) -> Status {
+            if (!it->is_object() || !it->contains(key) || !it->at(key).is_number_integer() || it->at(key).get<int64_t>() < 0) {
+                return makeError(where + ": reserved." + key + " must be a non-negative integer of bytes");
+            }
+            out = it->at(key).get<int64_t>();
+            return Ok{};
+        };
+        if (auto s = bytes("peak_bytes", run.reserved_peak_bytes); !s) return s.error();
+        if (auto s = bytes("fragmentation_bytes", run.reserved_fragmentation_bytes); !s) return s.error();
+        if (!it->contains("source") || !it->at("source").is_string()) return makeError(where + ": reserved.source must be a string");
+        run.reserved_source = it->at("source").get<std::string>();
+    }
     if (const auto it = j.find("memory_kind"); it != j.end()) {
         if (*it == "categories") {
             run.memory_kind = RunRecord::MemoryKind::Categories;

@@ -48,6 +48,13 @@ struct RunRecord {
     // ("total", "rise", "none"), written only when not "categories".
     enum class MemoryKind : uint8_t { Categories, Total, Rise, None };
     MemoryKind memory_kind = MemoryKind::Categories;
+    // The caching allocator's figures, where the measurement has them (a CUDA memory snapshot):
+    // its peak reserved memory and the fragmentation (reserved - allocated) at that peak, over the
+    // history the source recorded. 0: not measured. JSON: "reserved": {"peak_bytes",
+    // "fragmentation_bytes", "source"}, written only when measured.
+    int64_t reserved_peak_bytes = 0;
+    int64_t reserved_fragmentation_bytes = 0;
+    std::string reserved_source;
 
     int64_t medianStepNs() const { return step_ns.empty() ? 0 : step_ns[static_cast<size_t>(median_step)]; }
     bool operator==(const RunRecord&) const = default;

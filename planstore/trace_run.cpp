@@ -6,13 +6,15 @@
 #include "core/units.hpp"
 #include "simulator/hardware_profile.hpp"
 #include "trace/kineto_reader.hpp"
+#include "trace/memory_snapshot.hpp"
 
 namespace shardcast::planstore {
 
 core::Result<ImportedRun> importTraceRun(const std::vector<std::string>& traces, const std::filesystem::path& plan_path,
                                          const std::string& profile_arg, const std::filesystem::path& store_path,
                                          const trace::ImportOptions& options,
-                                         const std::function<void(const std::filesystem::path&)>& reading) {
+                                         const std::function<void(const std::filesystem::path&)>& reading,
+                                         const std::filesystem::path& memory_snapshot) {
     auto plan = core::loadPlanFile(plan_path);
     if (!plan) return plan.error();
     auto profile = resolveProfile(plan->cluster, profile_arg, store_path);
@@ -43,6 +45,28 @@ core::Result<ImportedRun> importTraceRun(const std::vector<std::string>& traces,
     imported->run.profile = sim::profileToJson(out.predicted.profile);
     imported->run.compute_note = fmt::format("a real PyTorch {} run over {}, read from torch.profiler traces",
                                              imported->flavour, imported->collectives);
+    if (!memory_snapshot.empty()) {
+        if (reading) reading(memory_snapshot);
+        auto snapshot = trace::readMemorySnapshot(memory_snapshot);
+        if (!snapshot) return snapshot.error();
+        // The device the snapshot recorded most on: one process drives one GPU.
+        const trace::DeviceMemory* device = nullptr;
+        for (const trace::DeviceMemory& d : snapshot->devices) {
+            if (device == nullptr || d.events > device->events) device = &d;
+        }
+        if (device == nullptr || device->reserved_curve.empty()) {
+            return core::makeError(memory_snapshot.string() + ": the snapshot holds no segments or trace of any device");
+        }
+        imported->run.reserved_peak_bytes = device->peak_reserved;
+        imported->run.reserved_fragmentation_bytes = device->fragmentation_at_reserved_peak;
+        imported->run.reserved_source = fmt::format(
+            "{}: device {}, {} allocator events (the history it recorded, not the one step)", memory_snapshot.string(),
+            device->device, device->events);
+        if (!device->trace_consistent) {
+            imported->notes.push_back(memory_snapshot.string() + ": its trace does not add up to its final segments "
+                                                                  "(a ring buffer that wrapped?): the peaks are a lower bound");
+        }
+    }
     nlohmann::json env;
     env["trace_files"] = nlohmann::json::array();
     for (const auto& f : *files) env["trace_files"].push_back(f.string());

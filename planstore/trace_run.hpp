@@ -26,12 +26,15 @@ struct ImportedRun {
 };
 
 // `traces`: files or directories (trace::traceFiles); `profile_arg`: as resolveProfile takes it
-// (empty: the plan's GPU preset); `reading` is called before each file is read (progress). Every
-// error is the user's input and names the file.
+// (empty: the plan's GPU preset); `memory_snapshot`: a CUDA memory snapshot of the recorded rank
+// (trace/memory_snapshot.hpp; empty: none), whose caching-allocator figures join the run;
+// `reading` is called before each file is read (progress). Every error is the user's input and
+// names the file.
 core::Result<ImportedRun> importTraceRun(const std::vector<std::string>& traces, const std::filesystem::path& plan_path,
                                          const std::string& profile_arg, const std::filesystem::path& store_path,
                                          const trace::ImportOptions& options,
-                                         const std::function<void(const std::filesystem::path&)>& reading = {});
+                                         const std::function<void(const std::filesystem::path&)>& reading = {},
+                                         const std::filesystem::path& memory_snapshot = {});
 
 // A measured run saved with its plan and the prediction it is compared with, as `run --save`
 // stores a backend's run.

@@ -18,7 +18,7 @@ seconds=${2:-60}
 shift $(($# < 2 ? $# : 2))
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-    targets=(hf_config module_tree plan_file gpu_file profile_file run_record kineto_trace)
+    targets=(hf_config module_tree plan_file gpu_file profile_file run_record kineto_trace memory_snapshot)
 fi
 
 status=0

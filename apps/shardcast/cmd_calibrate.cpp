@@ -469,7 +469,7 @@ int runCalibrateFromTrace(const CalibrateOptions& o) {
     if (!o.backend.empty()) return reportInputError("--from-trace fits a profile to a traced run: it takes no --backend");
     if (o.plan.empty()) return reportInputError("--from-trace needs --plan PLAN.json: the plan the traced run trained with");
     if (o.out.empty()) return reportInputError("--from-trace needs --out PROFILE.json: where to write the fitted profile");
-    auto imported = importTorchTraces(o.from_trace, o.plan, o.profile, o.trace_flags.options());
+    auto imported = importTorchTraces(o.from_trace, o.plan, o.profile, o.trace_flags);
     if (!imported) return reportInputError(imported.error().message);
     std::vector<uint8_t> skip(imported->predicted.program.tasks.size(), 0);
     for (const int32_t id : imported->import.run.unmeasured_tasks) skip[static_cast<size_t>(id)] = 1;

@@ -73,6 +73,7 @@ std::string firstDifference(const nlohmann::json& a, const nlohmann::json& b, st
     return fmt::format("{} ({} in {}, {} in {})", path, valueIn(a), a_name, valueIn(b), b_name);
 }
 
+nlohmann::json orNullError(const std::optional<double>& e) { return e ? nlohmann::json(*e) : nlohmann::json(nullptr); }
 std::string percent(const std::optional<double>& e) { return e ? fmt::format("{:+.2f}%", *e * 100) : "n/a"; }
 double ms(int64_t ns) { return static_cast<double>(ns) / 1e6; }
 double us(int64_t ns) { return static_cast<double>(ns) / 1e3; }
@@ -166,7 +167,8 @@ void printDiagnosis(const sim::Diagnosis& d, const core::Program& program, int t
 int reportComparison(const CompareOptions& o, const core::RunRecord& run_record, const core::Program& program,
                      const core::Timeline& predicted, const core::TimedMemory& predicted_memory, const std::string& run_name,
                      const std::optional<std::pair<db::ObjectId, db::ObjectId>>& stored, const core::Plan& plan,
-                     const sim::HardwareProfile& profile, const trace::TraceImport* imported = nullptr);
+                     const sim::HardwareProfile& profile, const core::ReservedMemory& predicted_reserved,
+                     const trace::TraceImport* imported = nullptr);
 
 // `compare --run ID --prediction ID`: a stored run against a stored prediction, as it was made
 // (its timeline and memory as stored; the Program re-lowered from its stored plan and profile).
@@ -206,7 +208,8 @@ int runCompareStored(const CompareOptions& o) {
         }
     }
     return reportComparison(o, *run, pred->evaluation.program, pred->timeline, pred->memory, run_name,
-                            std::make_pair(*run_id, *pred_id), pred->plan, pred->evaluation.profile);
+                            std::make_pair(*run_id, *pred_id), pred->plan, pred->evaluation.profile,
+                            pred->evaluation.reserved);
 }
 
 // `compare PLAN.json --torch-trace TRACE...`: import-trace and compare in one step.
@@ -216,7 +219,7 @@ int runCompareTorchTrace(const CompareOptions& o) {
                                 "`compare PLAN.json --torch-trace TRACE...` (no RUN.json)");
     }
     if (o.save.requested) return reportInputError("--save stores comparisons of stored objects; it does not go with --torch-trace");
-    auto imported = importTorchTraces(o.torch_traces, o.prediction, o.profile, o.trace_flags.options());
+    auto imported = importTorchTraces(o.torch_traces, o.prediction, o.profile, o.trace_flags);
     if (!imported) return reportInputError(imported.error().message);
     if (!o.json) {
         printImportSummary(imported->import, imported->predicted.program);
@@ -224,7 +227,7 @@ int runCompareTorchTrace(const CompareOptions& o) {
     }
     return reportComparison(o, imported->import.run, imported->predicted.program, imported->predicted.timeline,
                             imported->predicted.timed, o.prediction, std::nullopt, imported->plan,
-                            imported->predicted.profile, &imported->import);
+                            imported->predicted.profile, imported->predicted.reserved, &imported->import);
 }
 
 int runCompare(const CompareOptions& o) {
@@ -276,14 +279,15 @@ int runCompare(const CompareOptions& o) {
     if (auto s = evaluator.evaluate(*plan, &*profile, options, e); !s) {
         return reportInputError(o.run + ": plan: " + s.error().message);
     }
-    return reportComparison(o, *run, e.program, e.timeline, e.timed, o.run, std::nullopt, *plan, e.profile);
+    return reportComparison(o, *run, e.program, e.timeline, e.timed, o.run, std::nullopt, *plan, e.profile, e.reserved);
 }
 
 // Compares, writes --trace, saves (--save, stored ids only) and prints.
 int reportComparison(const CompareOptions& o, const core::RunRecord& run_record, const core::Program& program,
                      const core::Timeline& predicted, const core::TimedMemory& predicted_memory, const std::string& run_name,
                      const std::optional<std::pair<db::ObjectId, db::ObjectId>>& stored, const core::Plan& plan,
-                     const sim::HardwareProfile& profile, const trace::TraceImport* imported) {
+                     const sim::HardwareProfile& profile, const core::ReservedMemory& predicted_reserved,
+                     const trace::TraceImport* imported) {
     const core::RunRecord* run = &run_record;
     auto c = core::compareStep(program, predicted, predicted_memory, run->timeline, run->memory,
                                core::compareOptionsFor(*run, o.top));
@@ -332,6 +336,15 @@ int reportComparison(const CompareOptions& o, const core::RunRecord& run_record,
         j["world_size"] = run->world_size;
         j["compute_note"] = run->compute_note;
         if (!o.trace.empty()) j["trace"] = o.trace;
+        if (run->reserved_peak_bytes > 0) {
+            const core::AllocatorStats& a = predicted_reserved.stats;
+            j["reserved"] = {{"predicted_peak_bytes", a.peak_reserved_bytes},
+                             {"measured_peak_bytes", run->reserved_peak_bytes},
+                             {"error", orNullError(core::relativeError(a.peak_reserved_bytes, run->reserved_peak_bytes))},
+                             {"predicted_fragmentation_bytes", a.fragmentation_at_reserved_peak},
+                             {"measured_fragmentation_bytes", run->reserved_fragmentation_bytes},
+                             {"source", run->reserved_source}};
+        }
         j["units"] = sim::diagnosisUnitsToJson(diagnosis);
         j["findings"] = sim::diagnosisFindingsToJson(diagnosis, program);
         j["unmapped_events"] = nlohmann::json::object();
@@ -342,6 +355,19 @@ int reportComparison(const CompareOptions& o, const core::RunRecord& run_record,
         fmt::print("{}\n", j.dump(2));
     } else {
         printText(*run, program, *c);
+        if (run->reserved_peak_bytes > 0) {
+            const core::AllocatorStats& a = predicted_reserved.stats;
+            fmt::print("\n{:<24}{:>16}{:>16}{:>16}{:>12}\n", "Caching allocator", "predicted (MiB)", "measured (MiB)",
+                       "error (MiB)", "error");
+            fmt::print("{:<24}{:>16.3f}{:>16.3f}{:>16.3f}{:>12}\n", "reserved (peak)", mib(a.peak_reserved_bytes),
+                       mib(run->reserved_peak_bytes), mib(a.peak_reserved_bytes - run->reserved_peak_bytes),
+                       percent(core::relativeError(a.peak_reserved_bytes, run->reserved_peak_bytes)));
+            fmt::print("{:<24}{:>16.3f}{:>16.3f}{:>16.3f}{:>12}\n", "fragmentation at peak", mib(a.fragmentation_at_reserved_peak),
+                       mib(run->reserved_fragmentation_bytes),
+                       mib(a.fragmentation_at_reserved_peak - run->reserved_fragmentation_bytes),
+                       percent(core::relativeError(a.fragmentation_at_reserved_peak, run->reserved_fragmentation_bytes)));
+            fmt::print("  measured: {}\n", run->reserved_source);
+        }
         printDiagnosis(diagnosis, program, o.top);
         if (!o.trace.empty()) {
             fmt::print("\nChrome trace (predicted and measured side by side) written to {}\n", o.trace);

@@ -21,13 +21,16 @@
 namespace shardcast::cli {
 
 core::Result<ImportedRun> importTorchTraces(const std::vector<std::string>& traces, const std::string& plan_path,
-                                            const std::string& profile_arg, const trace::ImportOptions& options) {
+                                            const std::string& profile_arg, const TraceImportFlags& flags) {
     auto store = storePath();
     if (!store) return store.error();
     const bool terminal = stderrIsTerminal();
-    auto out = planstore::importTraceRun(traces, plan_path, profile_arg, *store, options, [terminal](const auto& f) {
-        if (terminal) fmt::print(stderr, "\r\033[Kreading {} ...", f.string());
-    });
+    auto out = planstore::importTraceRun(
+        traces, plan_path, profile_arg, *store, flags.options(),
+        [terminal](const auto& f) {
+            if (terminal) fmt::print(stderr, "\r\033[Kreading {} ...", f.string());
+        },
+        flags.memory_snapshot);
     if (terminal) fmt::print(stderr, "\r\033[K");
     return out;
 }
@@ -50,6 +53,12 @@ void printImportSummary(const trace::TraceImport& imp, const core::Program& prog
                                                                                      : "absolute";
     fmt::print("Peak allocated in the step: {:.3f} MiB, {}\n",
                static_cast<double>(imp.run.memory.peak_bytes) / static_cast<double>(1 << 20), memory);
+    if (imp.run.reserved_peak_bytes > 0) {
+        fmt::print("Caching allocator: reserved peak {:.3f} MiB, fragmentation at it {:.3f} MiB ({})\n",
+                   static_cast<double>(imp.run.reserved_peak_bytes) / static_cast<double>(1 << 20),
+                   static_cast<double>(imp.run.reserved_fragmentation_bytes) / static_cast<double>(1 << 20),
+                   imp.run.reserved_source);
+    }
     if (imp.ranks.size() > 1) {
         fmt::print("Step {} per rank (ms):", imp.step_number);
         for (const auto& r : imp.ranks) fmt::print(" {}: {:.3f}", r.rank, static_cast<double>(r.step_ns) / 1e6);
@@ -84,6 +93,10 @@ void addTraceImportOptions(CLI::App& cmd, TraceImportFlags& flags) {
                    "default: the step of median duration")
         ->type_name("N")
         ->check(CLI::Range(int64_t{0}, int64_t{1'000'000'000}));
+    cmd.add_option("--memory-snapshot", flags.memory_snapshot,
+                   "A CUDA memory snapshot of that rank (torch.cuda.memory._dump_snapshot; read without executing "
+                   "anything): its peak reserved memory and fragmentation join the run, held against the allocator model")
+        ->type_name("PICKLE");
 }
 
 trace::ImportOptions TraceImportFlags::options() const {
@@ -106,7 +119,7 @@ struct ImportTraceOptions {
 int runImportTrace(const ImportTraceOptions& o) {
     if (o.plan.empty()) return reportInputError("import-trace needs --plan PLAN.json: the plan the traced run trained with");
     if (o.out.empty()) return reportInputError("import-trace needs --out RUN.json: where to write the measured run");
-    auto imported = importTorchTraces(o.traces, o.plan, o.profile, o.flags.options());
+    auto imported = importTorchTraces(o.traces, o.plan, o.profile, o.flags);
     if (!imported) return reportInputError(imported.error().message);
     if (auto saved = core::saveRunRecord(o.out, imported->import.run); !saved) {
         fmt::print(stderr, "shardcast: error: {}\n", saved.error().message);

@@ -21,6 +21,7 @@ namespace shardcast::cli {
 struct TraceImportFlags {
     int32_t rank = 0;
     int64_t step = -1;  // -1: the median step
+    std::string memory_snapshot;  // --memory-snapshot: a CUDA memory snapshot pickle of that rank
     trace::ImportOptions options() const;
 };
 void addTraceImportOptions(CLI::App& cmd, TraceImportFlags& flags);
@@ -29,7 +30,7 @@ using planstore::ImportedRun;
 
 // planstore::importTraceRun with the store in effect (--db), showing the file being read on a terminal.
 core::Result<ImportedRun> importTorchTraces(const std::vector<std::string>& traces, const std::string& plan_path,
-                                            const std::string& profile_arg, const trace::ImportOptions& options);
+                                            const std::string& profile_arg, const TraceImportFlags& flags);
 
 void printImportSummary(const trace::TraceImport& imp, const core::Program& program);
 nlohmann::json importSummaryJson(const trace::TraceImport& imp);

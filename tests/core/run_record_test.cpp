@@ -3,6 +3,7 @@
 #include "core/run_record.hpp"
 
 #include <filesystem>
+#include <tuple>
 
 #include <gtest/gtest.h>
 
@@ -76,6 +77,39 @@ TEST(RunRecordTest, EmulatedTasksAreOptionalAndChecked) {
         auto r2 = runRecordFromJson(k, "run.json");
         ASSERT_FALSE(r2.ok()) << bad.dump();
         EXPECT_NE(r2.error().message.find("emulated_tasks"), std::string::npos) << r2.error().message;
+    }
+}
+
+// A trace's run: unmeasured tasks, what its memory figure is, and the caching allocator's figures
+// from a memory snapshot - each optional (absent in records written before them), round-tripped,
+// and checked.
+TEST(RunRecordTest, TraceFieldsAreOptionalRoundTripAndChecked) {
+    RunRecord r = sampleRun();
+    const nlohmann::json plain = runRecordToJson(r);
+    EXPECT_FALSE(plain.contains("unmeasured_tasks") || plain.contains("memory_kind") || plain.contains("reserved"));
+    r.unmeasured_tasks = {0};
+    r.memory_kind = RunRecord::MemoryKind::Rise;
+    r.reserved_peak_bytes = 20 << 20;
+    r.reserved_fragmentation_bytes = 3 << 20;
+    r.reserved_source = "snap.pickle";
+    const nlohmann::json j = runRecordToJson(r);
+    EXPECT_EQ(j.at("memory_kind"), "rise");
+    auto back = runRecordFromJson(j, "run.json");
+    ASSERT_TRUE(back.ok()) << back.error().message;
+    EXPECT_EQ(*back, r);
+    const CompareOptions o = compareOptionsFor(*back, 5);
+    EXPECT_EQ(o.unmeasured_tasks, std::vector<int32_t>{0});
+    EXPECT_TRUE(o.memory_rise);
+    EXPECT_FALSE(o.memory_categories);
+    for (const auto& [key, value, needle] :
+         {std::tuple{"memory_kind", nlohmann::json("relative"), "memory_kind"},
+          std::tuple{"unmeasured_tasks", nlohmann::json{5}, "unmeasured_tasks"},
+          std::tuple{"reserved", nlohmann::json{{"peak_bytes", -1}, {"fragmentation_bytes", 0}, {"source", ""}}, "reserved.peak_bytes"}}) {
+        nlohmann::json k = j;
+        k[key] = value;
+        auto bad = runRecordFromJson(k, "run.json");
+        ASSERT_FALSE(bad.ok()) << key;
+        EXPECT_NE(bad.error().message.find(needle), std::string::npos) << bad.error().message;
     }
 }
 
