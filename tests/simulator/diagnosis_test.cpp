@@ -63,13 +63,26 @@ TEST(DiagnosisTest, PredictionAgainstItselfHasZeroErrorsAndOnlyItsOwnWaits) {
     }
 }
 
+// A plan's prediction and the first all-gather and copy-out of one of its units.
+struct UnitUnshard {
+    core::Plan plan;
+    Evaluation e;
+    int32_t ag = -1, copy_out = -1;
+    UnitUnshard(core::WrapKind wrap, const std::string& unit) : plan(tinyPlan(wrap)) {
+        auto r = evaluatePlan(plan, nullptr, {});
+        EXPECT_TRUE(r);
+        e = std::move(*r);
+        ag = find(e.program, unit, core::TaskKind::AllGather);
+        copy_out = find(e.program, unit, core::TaskKind::CopyOut);
+    }
+};
+
 TEST(DiagnosisTest, ALateAllGatherIsALazyUnshardOfItsUnitWithTheWait) {
-    const core::Plan plan = tinyPlan(core::WrapKind::Block);
-    auto e = evaluatePlan(plan, nullptr, {});
-    ASSERT_TRUE(e);
+    const UnitUnshard u(core::WrapKind::Block, "model.layers.2");
+    const core::Plan& plan = u.plan;
+    const Evaluation* e = &u.e;
     const core::Program& p = e->program;
-    const int32_t ag = find(p, "model.layers.2", core::TaskKind::AllGather);
-    const int32_t copy_out = find(p, "model.layers.2", core::TaskKind::CopyOut);
+    const int32_t ag = u.ag, copy_out = u.copy_out;
     ASSERT_GE(ag, 0);
     ASSERT_GT(copy_out, ag);
     const std::vector<UnitTimes> before = unitTimes(p, e->timeline, {});
@@ -126,18 +139,20 @@ TEST(DiagnosisTest, AStragglerIsTheRankOverTheMedianByMoreThanFivePercent) {
 }
 
 TEST(DiagnosisTest, WholeModelUnitGetsSmallerUnitsOrDeeperPrefetchAsItsRemedy) {
-    const core::Plan plan = tinyPlan(core::WrapKind::Whole);
-    auto e = evaluatePlan(plan, nullptr, {});
-    ASSERT_TRUE(e);
+    const UnitUnshard u(core::WrapKind::Whole, "(root)");
+    const core::Plan& plan = u.plan;
+    const Evaluation* e = &u.e;
     const core::Program& p = e->program;
-    const int32_t ag = find(p, "(root)", core::TaskKind::AllGather);
-    const int32_t copy_out = find(p, "(root)", core::TaskKind::CopyOut);
+    const int32_t ag = u.ag, copy_out = u.copy_out;
+    ASSERT_GE(ag, 0);
     const core::Timeline measured = delayedAllGather(p, e->timeline, ag, copy_out, 50'000'000);
     const Diagnosis d = diagnose(plan, e->profile, p, e->timeline, measured, {}, {});
     ASSERT_FALSE(d.findings.empty());
     // Whatever the model prefers, the remedy it names is predicted faster than the plan.
     for (const Finding& f : d.findings) {
-        if (f.remedy_step_ns) EXPECT_LT(*f.remedy_step_ns, e->timeline.step_ns);
+        if (f.remedy_step_ns) {
+            EXPECT_LT(*f.remedy_step_ns, e->timeline.step_ns);
+        }
     }
 }
 
