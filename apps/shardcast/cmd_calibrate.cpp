@@ -549,7 +549,8 @@ void registerCalibrateCommand(CLI::App& app, int& exit_code) {
     CLI::App* cmd = app.add_subcommand(
         "calibrate", "Measure this machine (GEMM, memory, collectives, their overlap) and write a hardware profile "
                      "for --profile; run as `scripts/mpirun.sh -np N shardcast calibrate --backend cpu` with the N "
-                     "ranks `run` will use (one rank alone measures no collectives)");
+                     "ranks `run` will use (one rank alone measures no collectives). Or fit the profile to a real "
+                     "PyTorch run of a plan: --from-trace TRACE... --plan PLAN.json");
     cmd->add_option("--backend", opts->backend,
                     "Backend to calibrate (required unless --from-trace): cpu (Eigen fp32 GEMMs and MPI) or cuda (cuBLASLt, HBM and NCCL over the local "
                     "GPUs; needs a build with the CUDA toolkit)")

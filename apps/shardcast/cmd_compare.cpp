@@ -385,7 +385,8 @@ void registerCompareCommand(CLI::App& app, int& exit_code) {
     CLI::App* cmd = app.add_subcommand(
         "compare", "Compare a measured run with the prediction of exactly what it ran (its own plan on its own "
                    "hardware profile): step time, stream busy time, per-task durations, peak memory per category, "
-                   "as signed relative errors (predicted - measured) / measured");
+                   "as signed relative errors (predicted - measured) / measured; per-unit times and findings (lazy "
+                   "unshards, stragglers) with the plan change that would help. A real PyTorch run: --torch-trace");
     cmd->add_option("prediction_file", opts->prediction,
                     "The plan file the run ran (checked to be the run's own plan; exit 2 naming the first "
                     "difference), or `run`. Either way the prediction is re-computed from the run's plan and "
