@@ -32,6 +32,11 @@ json runRecordToJson(const RunRecord& run) {
                          {"source", run.reserved_source}};
     }
     if (run.memory_kind == RunRecord::MemoryKind::None) j["memory_kind"] = "none";
+    if (!run.memory_total_curve.empty()) {
+        json curve = json::array();
+        for (const TotalPoint& p : run.memory_total_curve) curve.push_back(json::array({p.time_ns, p.bytes}));
+        j["memory_total_curve"] = std::move(curve);
+    }
     return j;
 }
 
@@ -144,6 +149,27 @@ Result<RunRecord> runRecordFromJson(const json& j, const std::string& where) {
             return makeError(where + ": field 'memory_kind' must be \"categories\", \"total\", \"rise\" or \"none\"");
         }
     }
+    if (const auto it = j.find("memory_total_curve"); it != j.end()) {
+        const std::string what = where + ": memory_total_curve";
+        if (!it->is_array()) return makeError(what + " must be an array of [time_ns, bytes] pairs");
+        if (it->size() > kMaxTotalCurvePoints) {
+            return makeError(what + " has " + std::to_string(it->size()) + " points; at most " +
+                             std::to_string(kMaxTotalCurvePoints) + " are allowed");
+        }
+        int64_t last = 0;
+        for (size_t i = 0; i < it->size(); ++i) {
+            const json& e = (*it)[i];
+            const std::string at = what + "[" + std::to_string(i) + "]";
+            if (!e.is_array() || e.size() != 2 || !e[0].is_number_integer() || !e[1].is_number_integer()) {
+                return makeError(at + " must be a pair [time_ns, bytes] of integers");
+            }
+            const int64_t time = e[0].get<int64_t>(), b = e[1].get<int64_t>();
+            if (time < last) return makeError(at + ": time_ns must be >= 0 and not before the previous point's");
+            if (b < 0) return makeError(at + ": bytes must be >= 0");
+            last = time;
+            run.memory_total_curve.push_back(TotalPoint{time, b});
+        }
+    }
     return run;
 }
 
@@ -162,6 +188,18 @@ CompareOptions compareOptionsFor(const RunRecord& run, int32_t top_tasks) {
     o.memory_absolute = run.memory_kind != RunRecord::MemoryKind::None;
     o.memory_rise = run.memory_kind == RunRecord::MemoryKind::Rise;
     return o;
+}
+
+MemoryCurves comparableMemoryCurves(const Program& program, const TimedMemory& predicted, const RunRecord& run) {
+    MemoryCurves out;
+    if (run.memory_kind == RunRecord::MemoryKind::None) return out;
+    int64_t steady = 0;
+    if (run.memory_kind == RunRecord::MemoryKind::Rise) {
+        for (const int64_t b : program.initial) steady += b;
+    }
+    out.predicted = totalCurve(predicted.curve, steady);
+    out.measured = run.memory_total_curve.empty() ? totalCurve(run.memory.curve) : run.memory_total_curve;
+    return out;
 }
 
 Status saveRunRecord(const std::filesystem::path& path, const RunRecord& run) {

@@ -55,6 +55,11 @@ struct RunRecord {
     int64_t reserved_peak_bytes = 0;
     int64_t reserved_fragmentation_bytes = 0;
     std::string reserved_source;
+    // The measured total over the recorded step, where the measurement has no categories (kind
+    // Total or Rise; for Rise, above the step's start): time from the step's start, bytes. At most
+    // kMaxTotalCurvePoints (core::thinCurve). JSON: "memory_total_curve": [[time_ns, bytes], ...],
+    // written only when not empty.
+    std::vector<TotalPoint> memory_total_curve;
 
     int64_t medianStepNs() const { return step_ns.empty() ? 0 : step_ns[static_cast<size_t>(median_step)]; }
     bool operator==(const RunRecord&) const = default;
@@ -68,6 +73,16 @@ Result<RunRecord> loadRunRecord(const std::filesystem::path& path);
 // How `run` is compared with a prediction: its emulated and unmeasured tasks, and what its memory
 // figures are (the CLI and the GUI compare runs the same way).
 CompareOptions compareOptionsFor(const RunRecord& run, int32_t top_tasks);
+inline constexpr size_t kMaxTotalCurvePoints = 4096;
+// The predicted and the measured memory over the step, as totals comparable the way
+// compareOptionsFor compares the peaks: the prediction's curve (`predicted`, recorded with its
+// curve) less its steady state where the run measured a rise, and the run's curve (its categories
+// summed, or memory_total_curve). Either is empty where there is no curve.
+struct MemoryCurves {
+    std::vector<TotalPoint> predicted;
+    std::vector<TotalPoint> measured;
+};
+MemoryCurves comparableMemoryCurves(const Program& program, const TimedMemory& predicted, const RunRecord& run);
 // Written atomically (core::writeFileAtomically).
 Status saveRunRecord(const std::filesystem::path& path, const RunRecord& run);
 

@@ -98,6 +98,33 @@ void MemoryTimer::orderPoints(const Program& program, const Timeline& timeline) 
     for (int s = kStreamCount - 1; s >= 0; --s) mergeRun(m_stream_points[s]);
 }
 
+std::vector<TotalPoint> thinCurve(const std::vector<TotalPoint>& points, size_t limit) {
+    limit = std::max<size_t>(limit, 4);
+    if (points.size() <= limit) return points;
+    const size_t runs = limit / 2;
+    std::vector<TotalPoint> out;
+    out.reserve(2 * runs);
+    for (size_t r = 0; r < runs; ++r) {
+        // Runs of near-equal length covering every point: [n*r/runs, n*(r+1)/runs).
+        const size_t begin = points.size() * r / runs, end = points.size() * (r + 1) / runs;
+        size_t lo = begin, hi = begin;
+        for (size_t i = begin + 1; i < end; ++i) {
+            if (points[i].bytes < points[lo].bytes) lo = i;
+            if (points[i].bytes > points[hi].bytes) hi = i;
+        }
+        out.push_back(points[std::min(lo, hi)]);
+        if (lo != hi) out.push_back(points[std::max(lo, hi)]);
+    }
+    return out;
+}
+
+std::vector<TotalPoint> totalCurve(const std::vector<MemoryPoint>& curve, int64_t offset) {
+    std::vector<TotalPoint> out;
+    out.reserve(curve.size());
+    for (const MemoryPoint& p : curve) out.push_back(TotalPoint{p.time_ns, std::max<int64_t>(0, sum(p.bytes) - offset)});
+    return out;
+}
+
 void MemoryTimer::compute(const Program& program, const Timeline& timeline, TimedMemory& out,
                           bool record_curve) {
     assert(static_cast<int32_t>(timeline.tasks.size()) == program.size());

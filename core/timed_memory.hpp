@@ -21,6 +21,21 @@ struct MemoryPoint {
     bool operator==(const MemoryPoint&) const = default;
 };
 
+// One total over time, where a measurement has no categories (a trace's [memory] events).
+struct TotalPoint {
+    int64_t time_ns = 0;
+    int64_t bytes = 0;
+    bool operator==(const TotalPoint&) const = default;
+};
+
+// At most about `limit` points of `points` (in time order): where there are more, each of
+// limit / 2 equal runs of points keeps its lowest and its highest, in time order, so the peak and
+// the troughs survive. limit < 4 is taken as 4.
+std::vector<TotalPoint> thinCurve(const std::vector<TotalPoint>& points, size_t limit);
+
+// The curve's totals (the sum of its categories at each point), less `offset` (clamped at 0).
+std::vector<TotalPoint> totalCurve(const std::vector<MemoryPoint>& curve, int64_t offset = 0);
+
 struct TimedMemory {
     int64_t peak_bytes = 0;
     int64_t peak_time_ns = 0;

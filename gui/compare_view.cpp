@@ -67,6 +67,7 @@ core::Result<std::shared_ptr<CompareData>> predictRun(const QString& run_path) {
             if (t.unit == f.unit && t.kind == core::TaskKind::AllGather) out->flagged[static_cast<size_t>(id)] = 1;
         }
     }
+    out->memory = core::comparableMemoryCurves(program, out->prediction.timed, out->run);
     out->task_error.resize(static_cast<size_t>(program.size()));
     for (int32_t id = 0; id < program.size(); ++id) {
         out->task_error[static_cast<size_t>(id)] =
@@ -105,6 +106,9 @@ CompareView::CompareView(QWidget* parent) : QWidget(parent) {
     layout->addWidget(m_summary);
     m_canvas = new TimelineCanvas;
     layout->addWidget(scrollable(m_canvas), 1);
+    m_memory = new MemoryOverlay;
+    m_memory->setFixedHeight(220);
+    layout->addWidget(m_memory);
     m_findings = new QLabel;
     m_findings->setWordWrap(true);
     m_findings->setTextInteractionFlags(Qt::TextSelectableByMouse);
@@ -135,7 +139,7 @@ core::Status CompareView::loadRun(const QString& path) {
                     .arg(d.run.world_size)
                     .arg(c.task_count)
                     .arg(formatDurationNs(c.predicted_step_ns), formatDurationNs(c.measured_step_ns),
-                         percent(c.step_time_error), formatGiB(c.predicted_peak_bytes), formatGiB(c.measured_peak_bytes),
+                         percent(c.step_time_error), formatMemory(c.predicted_peak_bytes), formatMemory(c.measured_peak_bytes),
                          percent(c.peak_memory_error));
     for (const core::StreamComparison& sc : c.streams) s += QString(" %1 %2;").arg(toQString(core::streamName(sc.stream)), percent(sc.error));
     if (c.excluded_task_count > 0) s += QString("<br>%1 emulated collective tasks left out of the time errors").arg(c.excluded_task_count);
@@ -165,6 +169,8 @@ core::Status CompareView::loadRun(const QString& path) {
     m_findings->setText(f);
 
     const sim::Evaluation& e = d.prediction;
+    m_memory->setCurves(d.memory, e.timeline.step_ns, d.run.timeline.step_ns,
+                        d.run.memory_kind == core::RunRecord::MemoryKind::Rise);
     std::vector<TimelineTrack> tracks;
     for (const core::StreamComparison& sc : c.streams) {
         tracks.push_back(TimelineTrack{toQString(core::streamName(sc.stream)) + " (pred.)", &e.timeline, sc.stream, false});

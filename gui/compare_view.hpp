@@ -3,7 +3,8 @@
 // compare PLAN|run RUN.json` does (the run's own plan on the run's own hardware profile), the
 // two timelines' lanes aligned stream by stream, measured tasks coloured by their duration error,
 // and the summary errors (core::compareStep); the per-unit diagnosis (simulator/diagnosis.hpp) with
-// its findings listed and their tasks marked on the measured lanes. A real PyTorch run comes in as
+// its findings listed and their tasks marked on the measured lanes; and the two memory curves
+// overlaid (gui/memory_overlay.hpp). A real PyTorch run comes in as
 // its torch.profiler traces (the button, or files dropped on the view), imported as `shardcast
 // import-trace` does (planstore/trace_run.hpp).
 #include <memory>
@@ -19,6 +20,7 @@
 #include "core/run_record.hpp"
 #include "simulator/diagnosis.hpp"
 #include "simulator/evaluation.hpp"
+#include "gui/memory_overlay.hpp"
 #include "gui/timeline_canvas.hpp"
 
 class QLabel;
@@ -36,6 +38,7 @@ struct CompareData {
     std::vector<std::optional<double>> task_error;  // per task id: (predicted - measured) / measured
     sim::Diagnosis diagnosis;
     std::vector<uint8_t> flagged;  // per task id: 1 for the all-gathers of a unit a finding names
+    core::MemoryCurves memory;     // predicted and measured memory over the step, comparable
 };
 
 // The whole compare computation, without widgets. Errors name the file and the field.
@@ -51,6 +54,7 @@ public:
     core::Status loadTraces(const QStringList& traces, const QString& plan_path = {});
     const CompareData* data() const { return m_data.get(); }
     TimelineCanvas* canvas() const { return m_canvas; }
+    MemoryOverlay* memoryOverlay() const { return m_memory; }
     QString summaryText() const;
 
 signals:
@@ -67,6 +71,7 @@ private:
     QLabel* m_tasks = nullptr;
     QLabel* m_error = nullptr;
     TimelineCanvas* m_canvas = nullptr;
+    MemoryOverlay* m_memory = nullptr;
     std::shared_ptr<const CompareData> m_data;
 };
 

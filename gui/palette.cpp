@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdlib>
 
 #include <QHeaderView>
 #include <QScrollArea>
@@ -85,6 +86,11 @@ QTableView* sortableTable(QAbstractItemModel* proxy, int column, Qt::SortOrder o
 
 QString formatGiB(int64_t bytes) {
     return QString::number(static_cast<double>(bytes) / static_cast<double>(core::kGiB), 'f', 2) + " GiB";
+}
+
+QString formatMemory(int64_t bytes) {
+    if (std::llabs(bytes) >= core::kGiB) return formatGiB(bytes);
+    return QString::number(static_cast<double>(bytes) / static_cast<double>(core::kGiB >> 10), 'f', 2) + " MiB";
 }
 
 QString formatMs(double seconds) { return QString::number(seconds * 1e3, 'f', 2) + " ms"; }

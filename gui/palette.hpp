@@ -27,6 +27,7 @@ QString toQString(std::string_view s);  // UTF-8
 double toGiB(int64_t bytes);            // bytes / 2^30, for chart scales
 
 QString formatGiB(int64_t bytes);      // "12.34 GiB"
+QString formatMemory(int64_t bytes);   // "12.34 GiB" from 1 GiB, else "35.97 MiB" (host runs)
 QString formatMs(double seconds);      // "123.45 ms"
 QString formatDurationNs(int64_t ns);  // picks ns / us / ms / s
 QString formatFlops(int64_t flops);    // "1.23 TFLOP"

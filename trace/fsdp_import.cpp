@@ -614,6 +614,7 @@ void importMemory(const RankTrace& t, const Window& w, TraceImport& out) {
     core::TimedMemory& mem = out.run.memory;
     bool any = false;
     std::optional<int64_t> start_level;
+    std::vector<core::TotalPoint> curve;
     for (const MemoryEvent* m : events) {
         if (m->ts_ns < w.start) {
             start_level = m->total_allocated;
@@ -625,6 +626,7 @@ void importMemory(const RankTrace& t, const Window& w, TraceImport& out) {
             mem.peak_bytes = m->total_allocated;
             mem.peak_time_ns = m->ts_ns - w.start;
         }
+        curve.push_back(core::TotalPoint{m->ts_ns - w.start, m->total_allocated});
         any = true;
     }
     if (!any) {
@@ -634,6 +636,7 @@ void importMemory(const RankTrace& t, const Window& w, TraceImport& out) {
     }
     if (device_type == 1) {
         out.run.memory_kind = core::RunRecord::MemoryKind::Total;
+        out.run.memory_total_curve = core::thinCurve(curve, core::kMaxTotalCurvePoints);
         return;
     }
     out.run.memory_kind = core::RunRecord::MemoryKind::Rise;
@@ -643,6 +646,8 @@ void importMemory(const RankTrace& t, const Window& w, TraceImport& out) {
         static_cast<double>(*start_level) / static_cast<double>(1 << 20),
         static_cast<double>(mem.peak_bytes) / static_cast<double>(1 << 20)));
     mem.peak_bytes = std::max<int64_t>(0, mem.peak_bytes - *start_level);
+    for (core::TotalPoint& p : curve) p.bytes = std::max<int64_t>(0, p.bytes - *start_level);
+    out.run.memory_total_curve = core::thinCurve(curve, core::kMaxTotalCurvePoints);
 }
 
 }  // namespace

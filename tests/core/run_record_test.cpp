@@ -2,6 +2,7 @@
 // name the file and the field.
 #include "core/run_record.hpp"
 
+#include <algorithm>
 #include <filesystem>
 #include <tuple>
 
@@ -86,12 +87,14 @@ TEST(RunRecordTest, EmulatedTasksAreOptionalAndChecked) {
 TEST(RunRecordTest, TraceFieldsAreOptionalRoundTripAndChecked) {
     RunRecord r = sampleRun();
     const nlohmann::json plain = runRecordToJson(r);
-    EXPECT_FALSE(plain.contains("unmeasured_tasks") || plain.contains("memory_kind") || plain.contains("reserved"));
+    EXPECT_FALSE(plain.contains("unmeasured_tasks") || plain.contains("memory_kind") || plain.contains("reserved") ||
+                 plain.contains("memory_total_curve"));
     r.unmeasured_tasks = {0};
     r.memory_kind = RunRecord::MemoryKind::Rise;
     r.reserved_peak_bytes = 20 << 20;
     r.reserved_fragmentation_bytes = 3 << 20;
     r.reserved_source = "snap.pickle";
+    r.memory_total_curve = {{0, 10}, {400, 64}, {400, 30}, {1000, 12}};
     const nlohmann::json j = runRecordToJson(r);
     EXPECT_EQ(j.at("memory_kind"), "rise");
     auto back = runRecordFromJson(j, "run.json");
@@ -104,13 +107,68 @@ TEST(RunRecordTest, TraceFieldsAreOptionalRoundTripAndChecked) {
     for (const auto& [key, value, needle] :
          {std::tuple{"memory_kind", nlohmann::json("relative"), "memory_kind"},
           std::tuple{"unmeasured_tasks", nlohmann::json{5}, "unmeasured_tasks"},
-          std::tuple{"reserved", nlohmann::json{{"peak_bytes", -1}, {"fragmentation_bytes", 0}, {"source", ""}}, "reserved.peak_bytes"}}) {
+          std::tuple{"reserved", nlohmann::json{{"peak_bytes", -1}, {"fragmentation_bytes", 0}, {"source", ""}}, "reserved.peak_bytes"},
+          std::tuple{"memory_total_curve", nlohmann::json{{0, 1}, {5}}, "memory_total_curve[1] must be a pair"},
+          std::tuple{"memory_total_curve", nlohmann::json{{10, 1}, {5, 2}}, "memory_total_curve[1]: time_ns"},
+          std::tuple{"memory_total_curve", nlohmann::json{{-1, 1}}, "memory_total_curve[0]: time_ns"},
+          std::tuple{"memory_total_curve", nlohmann::json{{0, -1}}, "memory_total_curve[0]: bytes"},
+          std::tuple{"memory_total_curve", nlohmann::json::object(), "memory_total_curve must be an array"}}) {
         nlohmann::json k = j;
         k[key] = value;
         auto bad = runRecordFromJson(k, "run.json");
         ASSERT_FALSE(bad.ok()) << key;
         EXPECT_NE(bad.error().message.find(needle), std::string::npos) << bad.error().message;
     }
+}
+
+// Thinning keeps every point up to the limit; past it, each run keeps its lowest and highest point in
+// time order, so the peak (and the lowest trough) survive exactly.
+TEST(RunRecordTest, ThinnedCurveKeepsThePeakAndTheTroughs) {
+    std::vector<TotalPoint> points;
+    for (int64_t i = 0; i < 1000; ++i) points.push_back(TotalPoint{i * 10, (i * 7919) % 1009});  // a scramble of 0..1008
+    points[613].bytes = 5000;  // the peak
+    points[128].bytes = 0;
+    EXPECT_EQ(thinCurve(points, 1000), points);
+    const std::vector<TotalPoint> thin = thinCurve(points, 100);
+    ASSERT_LE(thin.size(), 100U);
+    ASSERT_GE(thin.size(), 50U);  // 50 runs of 20 points, one or two kept from each
+    for (size_t i = 1; i < thin.size(); ++i) EXPECT_LT(thin[i - 1].time_ns, thin[i].time_ns);
+    const auto max = std::max_element(thin.begin(), thin.end(), [](auto a, auto b) { return a.bytes < b.bytes; });
+    EXPECT_EQ(max->time_ns, 6130);
+    EXPECT_EQ(max->bytes, 5000);
+    EXPECT_TRUE(std::any_of(thin.begin(), thin.end(), [](const TotalPoint& p) { return p.time_ns == 1280 && p.bytes == 0; }));
+    // Run 6 (points 120..139) keeps exactly its minimum and maximum.
+    int64_t hi = 0;
+    for (size_t i = 120; i < 140; ++i) hi = std::max(hi, points[i].bytes);
+    EXPECT_TRUE(std::any_of(thin.begin(), thin.end(), [&](const TotalPoint& p) { return p.time_ns >= 1200 && p.time_ns < 1400 && p.bytes == hi; }));
+}
+
+// The curves compare as the peaks do: a rise is held against the prediction less its steady state.
+TEST(RunRecordTest, ComparableCurvesFollowTheMemoryKind) {
+    Program program;
+    program.initial[index(MemCategory::ShardedParam)] = 100;
+    program.initial[index(MemCategory::OptState)] = 200;
+    TimedMemory predicted;
+    MemoryPoint a, b;
+    a.time_ns = 0;
+    a.bytes = program.initial;
+    b.time_ns = 50;
+    b.bytes = program.initial;
+    b.bytes[index(MemCategory::Activation)] = 70;
+    predicted.curve = {a, b};
+    RunRecord run = sampleRun();
+    run.memory.curve = {b};
+    MemoryCurves c = comparableMemoryCurves(program, predicted, run);  // categories: absolute, the run's own curve
+    EXPECT_EQ(c.predicted, (std::vector<TotalPoint>{{0, 300}, {50, 370}}));
+    EXPECT_EQ(c.measured, (std::vector<TotalPoint>{{50, 370}}));
+    run.memory_kind = RunRecord::MemoryKind::Rise;
+    run.memory_total_curve = {{0, 0}, {40, 65}};
+    c = comparableMemoryCurves(program, predicted, run);
+    EXPECT_EQ(c.predicted, (std::vector<TotalPoint>{{0, 0}, {50, 70}}));
+    EXPECT_EQ(c.measured, run.memory_total_curve);
+    run.memory_kind = RunRecord::MemoryKind::None;
+    c = comparableMemoryCurves(program, predicted, run);
+    EXPECT_TRUE(c.predicted.empty() && c.measured.empty());
 }
 
 }  // namespace

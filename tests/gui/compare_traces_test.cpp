@@ -38,6 +38,29 @@ private slots:
             if (t.kind != core::TaskKind::AllGather) QCOMPARE(d->flagged[static_cast<size_t>(id)], uint8_t{0});
         }
         QVERIFY(root_flagged);
+        // The two memory curves overlaid: the trace's [memory] totals as a rise above the step's
+        // start, the prediction less its steady state; their peaks are the compared peaks.
+        const auto peak = [](const std::vector<core::TotalPoint>& c) {
+            int64_t top = -1;
+            for (const core::TotalPoint& p : c) top = std::max(top, p.bytes);
+            return top;
+        };
+        QVERIFY(d->memory.measured.size() > 10);
+        QVERIFY(d->memory.measured == d->run.memory_total_curve);
+        QCOMPARE(peak(d->memory.measured), d->comparison.measured_peak_bytes);
+        QCOMPARE(peak(d->memory.predicted), d->comparison.predicted_peak_bytes);
+        QVERIFY(view.memoryOverlay()->curves().predicted == d->memory.predicted);
+        // Both curves are drawn: pixels of each colour in the rendered overlay.
+        const QImage image = view.memoryOverlay()->grab().toImage();
+        int predicted_px = 0, measured_px = 0;
+        for (int y = 0; y < image.height(); ++y) {
+            for (int x = 0; x < image.width(); ++x) {
+                const QColor c = image.pixelColor(x, y);
+                predicted_px += c == gui::MemoryOverlay::predictedColour() ? 1 : 0;
+                measured_px += c == gui::MemoryOverlay::measuredColour() ? 1 : 0;
+            }
+        }
+        QVERIFY2(predicted_px > 100 && measured_px > 100, qPrintable(QString("%1 %2").arg(predicted_px).arg(measured_px)));
         // The record the view wrote reads back as the same run.
         auto back = core::loadRunRecord(imported.front().front().toString().toStdString());
         QVERIFY(back.ok());

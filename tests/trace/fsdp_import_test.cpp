@@ -179,6 +179,18 @@ TEST(FsdpImportTest, CpuMemoryIsThePeakRiseAboveTheStepsStart) {
     }
     EXPECT_GT(start, 4 << 20);  // the model's sharded parameters were allocated before the step
     EXPECT_EQ(imp->run.memory.peak_bytes, peak - start);
+    // The curve: every [memory] event of the step (fewer than the thinning limit here), from the
+    // step's start, as its rise; its highest point is the peak.
+    size_t in_step = 0;
+    for (const MemoryEvent& m : t.memory) in_step += m.ts_ns >= root.ts_ns && m.ts_ns < opt.endNs() ? 1 : 0;
+    const std::vector<core::TotalPoint>& curve = imp->run.memory_total_curve;
+    ASSERT_EQ(curve.size(), in_step);
+    ASSERT_GT(in_step, 10U);
+    EXPECT_GE(curve.front().time_ns, 0);
+    EXPECT_LT(curve.back().time_ns, imp->run.timeline.step_ns);
+    const auto top = std::max_element(curve.begin(), curve.end(), [](auto a, auto b) { return a.bytes < b.bytes; });
+    EXPECT_EQ(top->bytes, peak - start);
+    EXPECT_EQ(top->time_ns, imp->run.memory.peak_time_ns);
 }
 
 // A whole-model unit exposes its all-gather (it gathers every parameter before any compute): the
