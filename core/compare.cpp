@@ -102,17 +102,17 @@ Result<Comparison> compareStep(const Program& program, const Timeline& predicted
     return c;
 }
 
-namespace {
-nlohmann::json orNull(const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); }
-}  // namespace
+nlohmann::json errorToJson(const std::optional<double>& error) {
+    return error ? nlohmann::json(*error) : nlohmann::json(nullptr);
+}
 
 nlohmann::json comparisonToJson(const Program& program, const Comparison& c) {
     using json = nlohmann::json;
     json j;
-    j["step_time_error"] = orNull(c.step_time_error);
+    j["step_time_error"] = errorToJson(c.step_time_error);
     j["predicted_step_ns"] = c.predicted_step_ns;
     j["measured_step_ns"] = c.measured_step_ns;
-    j["peak_memory_error"] = orNull(c.peak_memory_error);
+    j["peak_memory_error"] = errorToJson(c.peak_memory_error);
     j["predicted_peak_bytes"] = c.predicted_peak_bytes;
     j["measured_peak_bytes"] = c.measured_peak_bytes;
     j["task_count"] = c.task_count;
@@ -122,7 +122,7 @@ nlohmann::json comparisonToJson(const Program& program, const Comparison& c) {
     for (const StreamComparison& s : c.streams) {
         streams[std::string(streamName(s.stream))] = {{"predicted_busy_ns", s.predicted_busy_ns},
                                                       {"measured_busy_ns", s.measured_busy_ns},
-                                                      {"error", orNull(s.error)}};
+                                                      {"error", errorToJson(s.error)}};
     }
     j["streams"] = std::move(streams);
     json categories = json::object();
@@ -130,7 +130,7 @@ nlohmann::json comparisonToJson(const Program& program, const Comparison& c) {
         categories[std::string(categoryName(k.category))] = {{"predicted_bytes", k.predicted_bytes},
                                                              {"measured_bytes", k.measured_bytes},
                                                              {"error_bytes", k.errorBytes()},
-                                                             {"error", orNull(k.error)}};
+                                                             {"error", errorToJson(k.error)}};
     }
     j["categories"] = std::move(categories);
     json tasks = json::array();
@@ -142,7 +142,7 @@ nlohmann::json comparisonToJson(const Program& program, const Comparison& c) {
                          {"stream", std::string(streamName(task.stream))},
                          {"predicted_ns", t.predicted_ns},
                          {"measured_ns", t.measured_ns},
-                         {"error", orNull(t.error)}});
+                         {"error", errorToJson(t.error)}});
     }
     j["tasks"] = std::move(tasks);
     return j;

@@ -87,6 +87,8 @@ Result<Comparison> compareStep(const Program& program, const Timeline& predicted
 //  "error_bytes", "error"}}, "tasks": [{"id", "unit", "kind", "stream", "predicted_ns",
 //  "measured_ns", "error"}]}; an error without a measured value is null.
 nlohmann::json comparisonToJson(const Program& program, const Comparison& comparison);
+// A relative error as JSON: the number, or null where there is none (every "error" key).
+nlohmann::json errorToJson(const std::optional<double>& error);
 
 // The unit a task belongs to, "(step)" for step-level tasks.
 std::string taskUnitName(const Program& program, int32_t task);

@@ -235,7 +235,6 @@ Diagnosis diagnose(const core::Plan& plan, const HardwareProfile& profile, const
 
 nlohmann::json diagnosisUnitsToJson(const Diagnosis& d) {
     using json = nlohmann::json;
-    const auto orNull = [](const std::optional<double>& v) { return v ? json(*v) : json(nullptr); };
     json units = json::array();
     for (const UnitComparison& u : d.units) {
         const auto side = [](const UnitTimes& t) {
@@ -246,10 +245,10 @@ nlohmann::json diagnosisUnitsToJson(const Diagnosis& d) {
                          {"predicted", side(u.predicted)},
                          {"measured", side(u.measured)},
                          {"measured_complete", u.measured_complete},
-                         {"forward_error", orNull(u.forward_error)},
-                         {"backward_error", orNull(u.backward_error)},
-                         {"all_gather_error", orNull(u.all_gather_error)},
-                         {"reduce_error", orNull(u.reduce_error)}});
+                         {"forward_error", core::errorToJson(u.forward_error)},
+                         {"backward_error", core::errorToJson(u.backward_error)},
+                         {"all_gather_error", core::errorToJson(u.all_gather_error)},
+                         {"reduce_error", core::errorToJson(u.reduce_error)}});
     }
     return units;
 }

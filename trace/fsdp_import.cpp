@@ -423,8 +423,9 @@ private:
         }
     }
 
-    // Spans for the tasks of `unit` and `kind` in Program order; spans beyond them are dropped (and
-    // counted), tasks beyond the spans stay unmeasured.
+    // Spans for the tasks of `unit` and `kind` in Program order. More spans than tasks: the last task
+    // takes the rest as its busy time (from its first span's start, the sum of their durations; the
+    // gaps between them are not its work). Fewer: the tasks stay unmeasured.
     void assign(int32_t unit, TaskKind kind, const std::vector<std::pair<int64_t, int64_t>>& spans) {
         const auto it = m_tasks.find({unit, kind});
         if (it == m_tasks.end()) return;

@@ -73,7 +73,6 @@ std::string firstDifference(const nlohmann::json& a, const nlohmann::json& b, st
     return fmt::format("{} ({} in {}, {} in {})", path, valueIn(a), a_name, valueIn(b), b_name);
 }
 
-nlohmann::json orNullError(const std::optional<double>& e) { return e ? nlohmann::json(*e) : nlohmann::json(nullptr); }
 std::string percent(const std::optional<double>& e) { return e ? fmt::format("{:+.2f}%", *e * 100) : "n/a"; }
 double ms(int64_t ns) { return static_cast<double>(ns) / 1e6; }
 double us(int64_t ns) { return static_cast<double>(ns) / 1e3; }
@@ -340,7 +339,7 @@ int reportComparison(const CompareOptions& o, const core::RunRecord& run_record,
             const core::AllocatorStats& a = predicted_reserved.stats;
             j["reserved"] = {{"predicted_peak_bytes", a.peak_reserved_bytes},
                              {"measured_peak_bytes", run->reserved_peak_bytes},
-                             {"error", orNullError(core::relativeError(a.peak_reserved_bytes, run->reserved_peak_bytes))},
+                             {"error", core::errorToJson(core::relativeError(a.peak_reserved_bytes, run->reserved_peak_bytes))},
                              {"predicted_fragmentation_bytes", a.fragmentation_at_reserved_peak},
                              {"measured_fragmentation_bytes", run->reserved_fragmentation_bytes},
                              {"source", run->reserved_source}};
