@@ -17,6 +17,18 @@ struct TaskTime {
     bool operator==(const TaskTime&) const = default;
 };
 
+// What a measurement shows of one compute task's kernels (a trace's ops inside the task's span):
+// the time in GEMMs, in attention kernels and in everything else, and how many ops ran. The rest
+// of the task's measured time ran no op (host time between them).
+struct MeasuredOps {
+    bool measured = false;  // false: the measurement does not break this task down
+    int64_t gemm_ns = 0;
+    int64_t attention_ns = 0;
+    int64_t other_ns = 0;
+    int32_t count = 0;
+    bool operator==(const MeasuredOps&) const = default;
+};
+
 struct Timeline {
     std::vector<TaskTime> tasks;  // indexed by task id
     std::array<int64_t, kStreamCount> stream_busy_ns{};  // sum of task durations per stream

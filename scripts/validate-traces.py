@@ -45,7 +45,7 @@ CONFIGS = {
 }
 HEADERS = ["config", "ranks", "step meas. (ms)", "step pred. (ms)", "step err (%)",
            "peak meas. (MiB)", "peak pred. (MiB)", "peak err (%)", "worst unit fwd / bwd err (%)",
-           "unmapped"]
+           "worst block fwd / bwd err (%)", "unmapped"]
 
 
 def sh(cmd):
@@ -139,6 +139,9 @@ def compare(binary, d, profile, log):
         return None, []
     j = json.loads(out)
     units = j.get("units")
+    # The blocks: every unit but the root (whose forward also holds the model's own code around
+    # the blocks: embedding, masks, head and loss).
+    blocks = [u for u in units or [] if not (isinstance(u, dict) and u.get("unit") == "(root)")]
     row = {"ranks": j.get("world_size"),
            "step_m": j.get("measured_step_ns"), "step_p": j.get("predicted_step_ns"),
            "step_e": j.get("step_time_error"),
@@ -146,6 +149,8 @@ def compare(binary, d, profile, log):
            "peak_e": j.get("peak_memory_error"),
            "fwd": worst(units, ("forward", "fwd")) if units is not None else None,
            "bwd": worst(units, ("backward", "bwd")) if units is not None else None,
+           "block_fwd": worst(blocks, ("forward", "fwd")) if units is not None else None,
+           "block_bwd": worst(blocks, ("backward", "bwd")) if units is not None else None,
            "has_units": units is not None, "unmapped": unmapped(j)}
     findings = j.get("findings") or []
     return row, [f if isinstance(f, str) else
@@ -163,10 +168,11 @@ def cells(name, row):
     if row is None:
         return [name] + ["failed"] + [""] * (len(HEADERS) - 2)
     unit = f"{fmt(row['fwd'], pct=True)} / {fmt(row['bwd'], pct=True)}" if row["has_units"] else "n/a"
+    block = f"{fmt(row['block_fwd'], pct=True)} / {fmt(row['block_bwd'], pct=True)}" if row["has_units"] else "n/a"
     return [name + (" (calibration)" if name == "cal" else ""), str(row["ranks"]),
             fmt(row["step_m"], 1e6), fmt(row["step_p"], 1e6), fmt(row["step_e"], pct=True),
             fmt(row["peak_m"], MIB), fmt(row["peak_p"], MIB), fmt(row["peak_e"], pct=True),
-            unit, "-" if row["unmapped"] is None else str(row["unmapped"])]
+            unit, block, "-" if row["unmapped"] is None else str(row["unmapped"])]
 
 
 def text_table(rows):

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <tuple>
 #include <vector>
 
@@ -9,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "simulator/calibration_fit.hpp"
+#include "simulator/cost_model.hpp"
 #include "simulator/evaluation.hpp"
 
 namespace shardcast::sim {
@@ -50,11 +52,38 @@ void scaleEfficiency(HardwareProfile& p, double& eff, double k) {
     }
 }
 
+// A compute task's work, op by op, on one side (predicted or measured): GEMM and attention time
+// by direction (0 forward and recompute, 1 backward), the rest, the tasks' whole time and the ops.
+struct OpSums {
+    std::array<double, 2> gemm_s{}, attention_s{};
+    double other_s = 0, total_s = 0;
+    int64_t ops = 0, tasks = 0;
+};
+
+// The predicted side: each op's time less its launch (the launch is what is fitted from the rest).
+void addPredicted(const HardwareProfile& profile, const core::Program& program, const core::Task& task, OpSums& sums) {
+    const CostModel cost(profile);
+    const double launch = static_cast<double>(profile.kernel_launch_ns) * 1e-9;
+    const int dir = task.kind == TaskKind::Backward ? 1 : 0;
+    const core::OpShape* op = program.opsBegin(task);
+    for (uint32_t i = 0; i < task.ops.count; ++i, ++op) {
+        const double t = cost.opSeconds(*op, task.kind) - launch;
+        switch (op->kind) {
+        case core::OpShapeKind::Gemm: sums.gemm_s[static_cast<size_t>(dir)] += t; break;
+        case core::OpShapeKind::Attention:
+        case core::OpShapeKind::AttentionBackward: sums.attention_s[static_cast<size_t>(dir)] += t; break;
+        case core::OpShapeKind::Elementwise: sums.other_s += t; break;
+        }
+        ++sums.ops;
+    }
+    ++sums.tasks;
+}
+
 }  // namespace
 
 core::Result<RunCalibration> calibrateFromRun(const core::Plan& plan, const HardwareProfile& base,
                                               const core::Timeline& measured, const std::vector<uint8_t>& skip,
-                                              const std::string& source) {
+                                              const std::string& source, const std::vector<core::MeasuredOps>& ops) {
     RunCalibration out;
     out.profile = base;
     out.measured_step_ns = measured.step_ns;
@@ -81,6 +110,27 @@ core::Result<RunCalibration> calibrateFromRun(const core::Plan& plan, const Hard
         return core::makeError("the run times no forward or backward task: nothing to fit compute from");
     }
     const HardwareProfile start = base;
+    // The op-level side, where the run breaks its compute tasks down: which tasks, and what it
+    // measured of them.
+    const auto by_ops = [&](int32_t id) {
+        const core::Task& t = e.program.tasks[static_cast<size_t>(id)];
+        return static_cast<size_t>(id) < ops.size() && ops[static_cast<size_t>(id)].measured && timed(id) && t.ops.count > 0 &&
+               (t.kind == TaskKind::Forward || t.kind == TaskKind::Backward || t.kind == TaskKind::Recompute);
+    };
+    OpSums op_measured;
+    for (int32_t id = 0; id < e.program.size(); ++id) {
+        if (!by_ops(id)) continue;
+        const core::MeasuredOps& m = ops[static_cast<size_t>(id)];
+        const size_t dir = e.program.tasks[static_cast<size_t>(id)].kind == TaskKind::Backward ? 1 : 0;
+        op_measured.gemm_s[dir] += static_cast<double>(m.gemm_ns) * 1e-9;
+        op_measured.attention_s[dir] += static_cast<double>(m.attention_ns) * 1e-9;
+        op_measured.other_s += static_cast<double>(m.other_ns) * 1e-9;
+        op_measured.total_s += static_cast<double>(measured.tasks[static_cast<size_t>(id)].durationNs()) * 1e-9;
+        op_measured.ops += m.count;
+        ++op_measured.tasks;
+    }
+    const bool op_fit = op_measured.tasks > 0;
+    OpSums op_predicted;
     std::array<double, kWorkCount> total{1.0, 1.0, 1.0};
     for (int iter = 0; iter < kIterations; ++iter) {
         std::array<int64_t, kWorkCount> predicted_ns{};
@@ -99,11 +149,39 @@ core::Result<RunCalibration> calibrateFromRun(const core::Plan& plan, const Hard
             }
             total[static_cast<size_t>(w)] *= k[static_cast<size_t>(w)];
         }
-        scaleEfficiency(out.profile, out.profile.forward_efficiency_max, k[kForward]);
-        scaleEfficiency(out.profile, out.profile.attention_forward_efficiency, k[kForward]);
-        scaleEfficiency(out.profile, out.profile.backward_efficiency_max, k[kBackward]);
-        scaleEfficiency(out.profile, out.profile.attention_backward_efficiency, k[kBackward]);
         scaleEfficiency(out.profile, out.profile.hbm_efficiency, k[kMemory]);
+        if (!op_fit) {
+            scaleEfficiency(out.profile, out.profile.forward_efficiency_max, k[kForward]);
+            scaleEfficiency(out.profile, out.profile.attention_forward_efficiency, k[kForward]);
+            scaleEfficiency(out.profile, out.profile.backward_efficiency_max, k[kBackward]);
+            scaleEfficiency(out.profile, out.profile.attention_backward_efficiency, k[kBackward]);
+        } else {
+            // Op by op: each GEMM and attention efficiency closes its own ops' gap (time ~ 1 /
+            // efficiency), then the launch takes what the tasks spend outside them.
+            op_predicted = OpSums{};
+            for (int32_t id = 0; id < e.program.size(); ++id) {
+                if (by_ops(id)) addPredicted(out.profile, e.program, e.program.tasks[static_cast<size_t>(id)], op_predicted);
+            }
+            double fitted_s = op_predicted.other_s;
+            for (size_t dir = 0; dir < 2; ++dir) {
+                const auto fit = [&](double& eff, double predicted_s, double measured_s) {
+                    if (predicted_s > 0 && measured_s > 0) {
+                        scaleEfficiency(out.profile, eff, predicted_s / measured_s);
+                        fitted_s += measured_s;
+                    } else {
+                        fitted_s += predicted_s;
+                    }
+                };
+                fit(dir == 0 ? out.profile.forward_efficiency_max : out.profile.backward_efficiency_max, op_predicted.gemm_s[dir],
+                    op_measured.gemm_s[dir]);
+                fit(dir == 0 ? out.profile.attention_forward_efficiency : out.profile.attention_backward_efficiency,
+                    op_predicted.attention_s[dir], op_measured.attention_s[dir]);
+            }
+            if (op_predicted.ops > 0) {
+                const double launch_s = std::max(0.0, (op_measured.total_s - fitted_s) / static_cast<double>(op_predicted.ops));
+                out.profile.kernel_launch_ns = static_cast<int64_t>(std::llround(launch_s * 1e9));
+            }
+        }
         if (auto s = evaluator.evaluate(plan, &out.profile, options, e); !s) return s.error();
     }
     const auto line = [&](const char* key, double before, double after, std::string from, bool fitted) {
@@ -116,10 +194,30 @@ core::Result<RunCalibration> calibrateFromRun(const core::Plan& plan, const Hard
             line(key, before, after, fmt::format("kept: the run times no {} task", what), false);
         }
     };
-    computeLine("forward_efficiency_max", start.forward_efficiency_max, out.profile.forward_efficiency_max, kForward, "forward");
-    computeLine("attention_forward_efficiency", start.attention_forward_efficiency, out.profile.attention_forward_efficiency, kForward, "forward");
-    computeLine("backward_efficiency_max", start.backward_efficiency_max, out.profile.backward_efficiency_max, kBackward, "backward");
-    computeLine("attention_backward_efficiency", start.attention_backward_efficiency, out.profile.attention_backward_efficiency, kBackward, "backward");
+    if (!op_fit) {
+        computeLine("forward_efficiency_max", start.forward_efficiency_max, out.profile.forward_efficiency_max, kForward, "forward");
+        computeLine("attention_forward_efficiency", start.attention_forward_efficiency, out.profile.attention_forward_efficiency, kForward, "forward");
+        computeLine("backward_efficiency_max", start.backward_efficiency_max, out.profile.backward_efficiency_max, kBackward, "backward");
+        computeLine("attention_backward_efficiency", start.attention_backward_efficiency, out.profile.attention_backward_efficiency, kBackward, "backward");
+    } else {
+        const auto opLine = [&](const char* key, double before, double after, double predicted_s, double measured_s, const char* what) {
+            if (predicted_s > 0 && measured_s > 0) {
+                line(key, before, after, fmt::format("{} ops: measured {:.3f} ms in {} compute tasks", what, measured_s * 1e3, op_measured.tasks), true);
+            } else if (predicted_s > 0) {
+                line(key, before, after, fmt::format("kept: the run shows no {} op where the plan has some", what), false);
+            } else {
+                line(key, before, after, fmt::format("kept: the plan has no {} op", what), false);
+            }
+        };
+        opLine("forward_efficiency_max", start.forward_efficiency_max, out.profile.forward_efficiency_max, op_predicted.gemm_s[0],
+               op_measured.gemm_s[0], "forward GEMM");
+        opLine("attention_forward_efficiency", start.attention_forward_efficiency, out.profile.attention_forward_efficiency,
+               op_predicted.attention_s[0], op_measured.attention_s[0], "forward attention");
+        opLine("backward_efficiency_max", start.backward_efficiency_max, out.profile.backward_efficiency_max, op_predicted.gemm_s[1],
+               op_measured.gemm_s[1], "backward GEMM");
+        opLine("attention_backward_efficiency", start.attention_backward_efficiency, out.profile.attention_backward_efficiency,
+               op_predicted.attention_s[1], op_measured.attention_s[1], "backward attention");
+    }
     computeLine("hbm_efficiency", start.hbm_efficiency, out.profile.hbm_efficiency, kMemory, "copy, cast and optimizer");
     if (out.profile.gpu.peak_flops_fp32 != start.gpu.peak_flops_fp32) {
         line("gpu.peak_flops_*", start.gpu.peak_flops_fp32, out.profile.gpu.peak_flops_fp32,
@@ -174,8 +272,18 @@ core::Result<RunCalibration> calibrateFromRun(const core::Plan& plan, const Hard
          "kept: inter-node collectives are not fitted", false);
     line("overlap_compute_slowdown", out.profile.overlap_compute_slowdown, out.profile.overlap_compute_slowdown,
          out.profile.gpu.host_device ? "kept: a host device overlaps nothing" : "kept: not separable from one run's task sums", false);
-    line("kernel_launch_ns", static_cast<double>(out.profile.kernel_launch_ns), static_cast<double>(out.profile.kernel_launch_ns),
-         "kept: the trace is read per task, not per kernel", false);
+    if (op_fit && op_predicted.ops > 0) {
+        line("kernel_launch_ns", static_cast<double>(start.kernel_launch_ns), static_cast<double>(out.profile.kernel_launch_ns),
+             fmt::format("the compute tasks' {:.3f} ms outside GEMM and attention ops ({:.3f} ms in {} other ops, the rest "
+                         "between ops), less their elementwise bytes at hbm_efficiency, over the plan's {} ops",
+                         (op_measured.total_s - op_measured.gemm_s[0] - op_measured.gemm_s[1] - op_measured.attention_s[0] -
+                          op_measured.attention_s[1]) * 1e3,
+                         op_measured.other_s * 1e3, op_measured.ops, op_predicted.ops),
+             true);
+    } else {
+        line("kernel_launch_ns", static_cast<double>(out.profile.kernel_launch_ns), static_cast<double>(out.profile.kernel_launch_ns),
+             "kept: the run is read per task, not per op", false);
+    }
 
     out.profile.gpu.source = source;
     if (auto s = evaluator.evaluate(plan, &out.profile, options, e); !s) return s.error();

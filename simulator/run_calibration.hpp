@@ -37,9 +37,15 @@ struct RunCalibration {
 // latency and bandwidth by least squares over the measured all-gathers and reduce-scatters, when
 // they come in at least two sizes per kind inside one node. Errors: a plan the base profile cannot
 // evaluate, a run with nothing to fit.
+// `ops` (per task id; empty: none) breaks compute tasks down by op kind, as a trace's CPU ops do
+// (trace::TraceImport::task_ops). Where it does, the compute figures are fitted op by op instead:
+// GEMM efficiency (forward, backward) so the plan's GEMMs take the measured GEMM ops' time,
+// attention efficiency likewise, and kernel_launch_ns as the time per predicted op that the
+// compute tasks spend outside GEMM and attention ops beyond their elementwise bytes at
+// hbm_efficiency (on a CPU: the dispatch of every op and the module code between them).
 core::Result<RunCalibration> calibrateFromRun(const core::Plan& plan, const HardwareProfile& base,
                                               const core::Timeline& measured, const std::vector<uint8_t>& skip,
-                                              const std::string& source);
+                                              const std::string& source, const std::vector<core::MeasuredOps>& ops = {});
 
 nlohmann::json runCalibrationToJson(const RunCalibration& c);
 

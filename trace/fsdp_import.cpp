@@ -218,6 +218,7 @@ public:
             m_tasks[{task.unit, task.kind}].push_back(id);
         }
         m_spans.assign(program.tasks.size(), std::nullopt);
+        m_pieces.assign(program.tasks.size(), {});
     }
 
     Result<TraceImport> run() {
@@ -247,6 +248,7 @@ public:
         }
         for (const auto& [label, n] : unmapped) out.unmapped.push_back(LabelCount{label, n});
         buildTimeline(out);
+        taskOps(out);
         return out;
     }
 
@@ -271,6 +273,7 @@ private:
         for (const size_t i : order) {
             const Event& e = m_t.events[i];
             const std::string_view n = m_t.name(e);
+            if (onMain(e) && e.category == Category::CpuOp) m_ops.push_back(i);
             if (onMain(e) && e.category == Category::UserAnnotation) {
                 if (n.starts_with(kFsdp2Prefix)) {
                     const auto [kind, unit] = splitFsdp2(n);
@@ -433,17 +436,62 @@ private:
         if (spans.size() > ids.size() && !ids.empty()) {
             // More measured pieces than tasks (a unit the lowering runs as one segment): the last
             // task takes the rest, end to end.
-            for (size_t k = 0; k + 1 < ids.size(); ++k) m_spans[static_cast<size_t>(ids[k])] = spans[k];
+            for (size_t k = 0; k + 1 < ids.size(); ++k) setSpan(ids[k], {spans[k]});
             int64_t busy = 0;
             for (size_t k = ids.size() - 1; k < spans.size(); ++k) busy += spans[k].second - spans[k].first;
             const int64_t s = spans[ids.size() - 1].first;
+            setSpan(ids.back(), {spans.begin() + static_cast<std::ptrdiff_t>(ids.size() - 1), spans.end()});
             m_spans[static_cast<size_t>(ids.back())] = std::pair{s, s + busy};
             return;
         }
         // Fewer pieces than tasks: one hook window spans several of the lowering's segments (whole-model
         // units), which the trace does not split; those tasks stay unmeasured rather than guessed.
         if (spans.size() < ids.size()) return;
-        for (size_t k = 0; k < spans.size(); ++k) m_spans[static_cast<size_t>(ids[k])] = spans[k];
+        for (size_t k = 0; k < spans.size(); ++k) setSpan(ids[k], {spans[k]});
+    }
+
+    void setSpan(int32_t id, std::vector<std::pair<int64_t, int64_t>> pieces) {
+        m_spans[static_cast<size_t>(id)] = std::pair{pieces.front().first, pieces.back().second};
+        m_pieces[static_cast<size_t>(id)] = std::move(pieces);
+    }
+
+    // The ops of each compute task: the outermost CPU ops on the main thread that lie inside one of
+    // its measured pieces (an op that only partly does, e.g. one holding a hook, is looked into).
+    void taskOps(TraceImport& out) {
+        out.task_ops.assign(m_program.tasks.size(), core::MeasuredOps{});
+        struct Piece {
+            int64_t start, end;
+            int32_t task;
+        };
+        std::vector<Piece> pieces;
+        for (size_t id = 0; id < m_program.tasks.size(); ++id) {
+            const TaskKind k = m_program.tasks[id].kind;
+            if (k != TaskKind::Forward && k != TaskKind::Backward && k != TaskKind::Recompute) continue;
+            for (const auto& [a, b] : m_pieces[id]) pieces.push_back(Piece{a, b, static_cast<int32_t>(id)});
+            if (!m_pieces[id].empty()) out.task_ops[id].measured = true;
+        }
+        std::sort(pieces.begin(), pieces.end(), [](const Piece& a, const Piece& b) { return a.start < b.start; });
+        std::vector<std::pair<int64_t, bool>> open;  // enclosing ops: end, counted (or inside a counted one)
+        for (const size_t i : m_ops) {
+            const Event& e = m_t.events[i];
+            while (!open.empty() && open.back().first <= e.ts_ns) open.pop_back();
+            if (!open.empty() && open.back().second) {
+                open.emplace_back(e.endNs(), true);
+                continue;
+            }
+            auto p = std::upper_bound(pieces.begin(), pieces.end(), e.ts_ns, [](int64_t t, const Piece& x) { return t < x.start; });
+            const bool inside = p != pieces.begin() && e.endNs() <= std::prev(p)->end;
+            open.emplace_back(e.endNs(), inside);
+            if (!inside) continue;
+            core::MeasuredOps& m = out.task_ops[static_cast<size_t>(std::prev(p)->task)];
+            switch (opKindOfTraceOp(m_t.name(e))) {
+            case TraceOpKind::Gemm: m.gemm_ns += e.dur_ns; break;
+            case TraceOpKind::Attention: m.attention_ns += e.dur_ns; break;
+            case TraceOpKind::Communication: continue;
+            case TraceOpKind::Other: m.other_ns += e.dur_ns; break;
+            }
+            ++m.count;
+        }
     }
 
     // Labels on one thread nest: each label's parent is the innermost label containing it
@@ -593,9 +641,11 @@ private:
     std::unordered_map<std::string, int32_t> m_unit_of;
     std::map<std::pair<int32_t, TaskKind>, std::vector<int32_t>> m_tasks;
     std::vector<std::optional<std::pair<int64_t, int64_t>>> m_spans;
+    std::vector<std::vector<std::pair<int64_t, int64_t>>> m_pieces;  // per task: the measured pieces of its span
     std::vector<Label> m_labels;  // in time order (start, the longer first)
     std::vector<int32_t> m_parent;  // per label: the innermost label containing it, -1: none
     std::vector<size_t> m_issues, m_copy_in, m_gloo, m_nccl, m_optimizer;
+    std::vector<size_t> m_ops;  // CPU ops on the main thread, parents first
     bool m_fsdp1 = false;
     std::vector<int32_t> m_backward_order;  // FSDP1: units in pre-backward hook order (the root first)
 };
@@ -800,6 +850,30 @@ Result<std::vector<std::filesystem::path>> traceFiles(const std::vector<std::str
         }
     }
     return out;
+}
+
+TraceOpKind opKindOfTraceOp(std::string_view name) {
+    if (name.starts_with("c10d::") || name.starts_with("nccl:") || name.starts_with("gloo:") || name.starts_with("fsdp::") ||
+        name.starts_with("FSDP::") || name == "record_param_comms") {
+        return TraceOpKind::Communication;
+    }
+    // A backward node: "autograd::engine::evaluate_function: MmBackward0" (its kernels inside it).
+    constexpr std::string_view kNode = "autograd::engine::evaluate_function: ";
+    const std::string_view op = name.starts_with(kNode) ? name.substr(kNode.size()) : name;
+    const auto has = [&](std::string_view needle) { return op.find(needle) != std::string_view::npos; };
+    if (has("scaled_dot_product") || has("ScaledDotProduct") || has("flash_attention") || has("FlashAttention") ||
+        has("efficient_attention") || has("EfficientAttention") || has("cudnn_attention") || has("CudnnAttention")) {
+        return TraceOpKind::Attention;
+    }
+    for (const std::string_view g : {"aten::linear", "aten::matmul", "aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm",
+                                     "aten::addmv", "aten::mv", "aten::_addmm_activation"}) {
+        if (op == g) return TraceOpKind::Gemm;
+    }
+    for (const std::string_view g : {"MmBackward", "AddmmBackward", "BmmBackward", "BaddbmmBackward", "LinearBackward",
+                                     "MvBackward", "AddmvBackward"}) {
+        if (op.starts_with(g)) return TraceOpKind::Gemm;
+    }
+    return TraceOpKind::Other;
 }
 
 }  // namespace shardcast::trace

@@ -54,7 +54,18 @@ struct TraceImport {
     std::vector<LabelCount> unmeasured_by_kind;  // "CAST" -> n: the tasks the trace cannot time
     std::vector<RankSteps> ranks;      // the same step on every rank given, for stragglers
     std::vector<std::string> notes;    // what the trace cannot show, for people
+    // Per task id: the outermost CPU ops on the main thread inside a forward, backward or recompute
+    // task's measured pieces, by kind (opKindOfTraceOp); other tasks not measured. For calibration
+    // (simulator/run_calibration.hpp); GPU kernels are not broken down yet.
+    std::vector<core::MeasuredOps> task_ops;
 };
+
+// What kind of work a CPU op of a trace is, by its name: a GEMM (aten::linear, mm, addmm, bmm,
+// matmul and their autograd backward nodes), attention (scaled_dot_product_*, flash/efficient
+// attention and their backward nodes), communication or FSDP's own bookkeeping (c10d::, fsdp::,
+// record_param_comms, gloo:, nccl:), or other work (elementwise, reductions, indexing, views).
+enum class TraceOpKind : uint8_t { Gemm, Attention, Communication, Other };
+TraceOpKind opKindOfTraceOp(std::string_view name);
 
 // `traces` are one file per rank (distributedInfo.rank, or their order). Errors name the file:
 // a world size that is not the Program's, two files of one rank, files of different runs, a

@@ -475,7 +475,8 @@ int runCalibrateFromTrace(const CalibrateOptions& o) {
     for (const int32_t id : imported->import.run.unmeasured_tasks) skip[static_cast<size_t>(id)] = 1;
     const std::string source = fmt::format("fitted to a traced {} run of {} (step {}, rank {})", imported->import.flavour,
                                            o.plan, imported->import.step_number, imported->import.run.recorded_rank);
-    auto fit = sim::calibrateFromRun(imported->plan, imported->predicted.profile, imported->import.run.timeline, skip, source);
+    auto fit = sim::calibrateFromRun(imported->plan, imported->predicted.profile, imported->import.run.timeline, skip, source,
+                                     imported->import.task_ops);
     if (!fit) return reportInputError(o.plan + ": " + fit.error().message);
     if (auto saved = sim::saveProfile(o.out, fit->profile); !saved) {
         fmt::print(stderr, "shardcast: error: {}\n", saved.error().message);

@@ -157,6 +157,73 @@ TEST(FsdpImportTest, OtherFixturesMapEveryFsdpLabel) {
     }
 }
 
+TEST(FsdpImportTest, TraceOpsAreClassedByName) {
+    EXPECT_EQ(opKindOfTraceOp("aten::linear"), TraceOpKind::Gemm);
+    EXPECT_EQ(opKindOfTraceOp("aten::addmm"), TraceOpKind::Gemm);
+    EXPECT_EQ(opKindOfTraceOp("aten::bmm"), TraceOpKind::Gemm);
+    EXPECT_EQ(opKindOfTraceOp("autograd::engine::evaluate_function: MmBackward0"), TraceOpKind::Gemm);
+    EXPECT_EQ(opKindOfTraceOp("autograd::engine::evaluate_function: AddmmBackward0"), TraceOpKind::Gemm);
+    EXPECT_EQ(opKindOfTraceOp("aten::scaled_dot_product_attention"), TraceOpKind::Attention);
+    EXPECT_EQ(opKindOfTraceOp("autograd::engine::evaluate_function: ScaledDotProductFlashAttentionForCpuBackward0"),
+              TraceOpKind::Attention);
+    EXPECT_EQ(opKindOfTraceOp("aten::_efficient_attention_forward"), TraceOpKind::Attention);
+    EXPECT_EQ(opKindOfTraceOp("c10d::allgather_"), TraceOpKind::Communication);
+    EXPECT_EQ(opKindOfTraceOp("record_param_comms"), TraceOpKind::Communication);
+    EXPECT_EQ(opKindOfTraceOp("fsdp::all_gather_copy_in"), TraceOpKind::Communication);
+    EXPECT_EQ(opKindOfTraceOp("aten::mul"), TraceOpKind::Other);
+    EXPECT_EQ(opKindOfTraceOp("aten::mmx"), TraceOpKind::Other);  // whole names only
+    EXPECT_EQ(opKindOfTraceOp("autograd::engine::evaluate_function: MulBackward0"), TraceOpKind::Other);
+}
+
+// A compute task's ops are the outermost CPU ops on the main thread inside its span: a block's
+// forward has its seven projections (aten::linear) and its attention, with their exact times; its
+// backward, the autograd nodes of its matmuls and of the attention.
+TEST(FsdpImportTest, ComputeTasksBreakDownIntoTheirOps) {
+    Loaded l = load("llama-block-2r", 2);
+    auto imp = importTraces(l.ranks, l.e.program);
+    ASSERT_TRUE(imp) << imp.error().message;
+    ASSERT_EQ(imp->task_ops.size(), l.e.program.tasks.size());
+    const RankTrace& t = l.ranks[0];
+    const Event& step = only(t, "ProfilerStep#1");
+    const int64_t main_tid = only(t, "FSDP::pre_forward (model.layers.1)").tid;
+    const auto sumIn = [&](int32_t id, std::string_view name, int& n) {
+        const core::TaskTime& tt = imp->run.timeline.tasks[static_cast<size_t>(id)];
+        int64_t ns = 0;
+        n = 0;
+        for (const Event& e : t.events) {
+            if (e.tid == main_tid && t.name(e) == name && e.ts_ns >= step.ts_ns + tt.start_ns && e.endNs() <= step.ts_ns + tt.end_ns) {
+                ns += e.dur_ns;
+                ++n;
+            }
+        }
+        return ns;
+    };
+    int n = 0;
+    const int32_t fwd = taskOf(l.e.program, "model.layers.1", core::TaskKind::Forward);
+    const core::MeasuredOps& f = imp->task_ops[static_cast<size_t>(fwd)];
+    EXPECT_TRUE(f.measured);
+    EXPECT_EQ(f.gemm_ns, sumIn(fwd, "aten::linear", n));
+    EXPECT_EQ(n, 7);  // q, k, v, o, gate, up, down
+    EXPECT_EQ(f.attention_ns, sumIn(fwd, "aten::scaled_dot_product_attention", n));
+    EXPECT_EQ(n, 1);
+    EXPECT_GT(f.other_ns, 0);
+    EXPECT_GT(f.count, 8);
+    EXPECT_LE(f.gemm_ns + f.attention_ns + f.other_ns, imp->run.timeline.tasks[static_cast<size_t>(fwd)].durationNs());
+    const int32_t bwd = taskOf(l.e.program, "model.layers.1", core::TaskKind::Backward);
+    const core::MeasuredOps& b = imp->task_ops[static_cast<size_t>(bwd)];
+    EXPECT_EQ(b.gemm_ns, sumIn(bwd, "autograd::engine::evaluate_function: MmBackward0", n));
+    EXPECT_EQ(n, 7);
+    EXPECT_EQ(b.attention_ns, sumIn(bwd, "autograd::engine::evaluate_function: ScaledDotProductFlashAttentionForCpuBackward0", n));
+    EXPECT_EQ(n, 1);
+    // Collectives and copies are not compute: no breakdown.
+    for (size_t id = 0; id < l.e.program.tasks.size(); ++id) {
+        const core::TaskKind k = l.e.program.tasks[id].kind;
+        if (k != core::TaskKind::Forward && k != core::TaskKind::Backward && k != core::TaskKind::Recompute) {
+            EXPECT_FALSE(imp->task_ops[id].measured) << id;
+        }
+    }
+}
+
 // CPU memory is the step's peak Total Allocated less the level the step started from (the last
 // [memory] event before it), by the events' own totals.
 TEST(FsdpImportTest, CpuMemoryIsThePeakRiseAboveTheStepsStart) {
@@ -231,9 +298,18 @@ TEST(FsdpImportTest, ProfileFittedToOneRealRunPredictsAnother) {
     EXPECT_NE(cal_run->step_number, 0);  // the first step is not steady: never the one recorded
     auto cal_plan = core::loadPlanFile(kTraces + "llama-block-2r-5steps/plan.json");
     ASSERT_TRUE(cal_plan);
-    auto fit = sim::calibrateFromRun(*cal_plan, cal.e.profile, cal_run->run.timeline, {}, "test");
+    // As `calibrate --from-trace` does: op by op, from the trace's CPU ops.
+    auto fit = sim::calibrateFromRun(*cal_plan, cal.e.profile, cal_run->run.timeline, {}, "test", cal_run->task_ops);
     ASSERT_TRUE(fit) << fit.error().message;
     EXPECT_NEAR(static_cast<double>(fit->predicted_step_after_ns) / static_cast<double>(cal_run->run.timeline.step_ns), 1.0, 0.01);
+    const auto fitted = [&](const std::string& figure) {
+        for (const sim::RunFitLine& line : fit->lines) {
+            if (line.figure == figure) return line.fitted;
+        }
+        return false;
+    };
+    EXPECT_TRUE(fitted("forward_efficiency_max") && fitted("attention_forward_efficiency") && fitted("backward_efficiency_max") &&
+                fitted("attention_backward_efficiency") && fitted("kernel_launch_ns"));
 
     Loaded held = load("llama-noreshard-2r-5steps", 2);
     auto held_run = importTraces(held.ranks, held.e.program);
