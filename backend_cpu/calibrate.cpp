@@ -17,8 +17,8 @@
 #include <nlohmann/json.hpp>
 
 #include "backend_cpu/mpi_session.hpp"
-#include "core/host_info.hpp"
 #include "backend_cpu/mpi_wait.hpp"
+#include "core/base/host_info.hpp"
 
 namespace shardcast::cpu {
 namespace {

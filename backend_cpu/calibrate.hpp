@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/result.hpp"
+#include "core/base/result.hpp"
 #include "simulator/calibration_fit.hpp"
 #include "simulator/hardware_profile.hpp"
 

@@ -14,8 +14,8 @@
 #include <fmt/ranges.h>
 
 #include "backend_cpu/mpi_wait.hpp"
-#include "core/compare.hpp"
-#include "core/verify_data.hpp"
+#include "core/base/verify_data.hpp"
+#include "core/results/compare.hpp"
 
 namespace shardcast::cpu {
 namespace {
@@ -35,7 +35,7 @@ void gemm(float* a, float* b, float* c, int64_t m, int64_t n, int64_t k, int64_t
     for (int64_t i = 0; i < batch; ++i) C.noalias() = A * B;
 }
 
-// Verify data and bf16 conversions: core/verify_data.hpp (shared with the CUDA backend).
+// Verify data and bf16 conversions: core/base/verify_data.hpp (shared with the CUDA backend).
 using core::verify::fromBf16;
 using core::verify::gradValue;
 using core::verify::paramValue;

@@ -4,7 +4,7 @@
 
 #include <mpi.h>
 
-#include "core/result.hpp"
+#include "core/base/result.hpp"
 
 namespace shardcast::cpu {
 

@@ -19,9 +19,9 @@
 #include "backend_cuda/cuda_check.hpp"
 #include "backend_cuda/gemm.hpp"
 #include "backend_cuda/kernels.hpp"
-#include "core/cluster.hpp"
-#include "core/host_info.hpp"
-#include "core/plan_build.hpp"
+#include "core/base/host_info.hpp"
+#include "core/plan/cluster.hpp"
+#include "core/plan/plan_build.hpp"
 
 namespace shardcast::cuda {
 namespace {

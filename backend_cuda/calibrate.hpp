@@ -15,9 +15,9 @@
 #include <string_view>
 #include <vector>
 
-#include "core/program.hpp"
-#include "core/result.hpp"
-#include "core/units.hpp"
+#include "core/base/result.hpp"
+#include "core/base/units.hpp"
+#include "core/program/program.hpp"
 #include "simulator/calibration_fit.hpp"
 #include "simulator/hardware_profile.hpp"
 

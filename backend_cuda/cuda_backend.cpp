@@ -15,9 +15,9 @@
 #include "backend_cuda/cuda_check.hpp"
 #include "backend_cuda/gemm.hpp"
 #include "backend_cuda/kernels.hpp"
-#include "core/compare.hpp"
-#include "core/units.hpp"
-#include "core/verify_data.hpp"
+#include "core/base/units.hpp"
+#include "core/base/verify_data.hpp"
+#include "core/results/compare.hpp"
 
 namespace shardcast::cuda {
 namespace {
@@ -71,7 +71,7 @@ core::Status keepReserved(cudaMemPool_t pool) {
 
 ncclRedOp_t avg() { return ncclAvg; }
 
-// Verify data in the collective's element type (core/verify_data.hpp).
+// Verify data in the collective's element type (core/base/verify_data.hpp).
 using F32Codec = core::verify::F32Values;
 using Bf16Codec = core::verify::Bf16Values;
 

@@ -55,7 +55,7 @@
 // every kernel for real, each collective's output (its receive buffer of the real size) filled
 // locally by a fill kernel instead of communicated. Those tasks are reported by emulatedTasks().
 //
-// Verify mode (`verify`): every collective sends the deterministic data of core/verify_data.hpp
+// Verify mode (`verify`): every collective sends the deterministic data of core/base/verify_data.hpp
 // (as the CPU backend does: parameters for all-gathers, per-rank gradients for reductions; 2-byte
 // dtypes as bf16), and the received buffer is copied back and checked: the gathered parameters
 // exactly, the averaged gradients within NCCL's bf16 / fp32 rounding (ncclAvg may scale each

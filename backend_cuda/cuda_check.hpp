@@ -3,7 +3,7 @@
 // library's own text for the code.
 #include <string_view>
 
-#include "core/result.hpp"
+#include "core/base/result.hpp"
 
 namespace shardcast::cuda {
 

@@ -4,7 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/result.hpp"
+#include "core/base/result.hpp"
 
 namespace shardcast::cuda {
 

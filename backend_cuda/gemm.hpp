@@ -9,8 +9,8 @@
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
-#include "core/result.hpp"
-#include "core/units.hpp"
+#include "core/base/result.hpp"
+#include "core/base/units.hpp"
 
 namespace shardcast::cuda {
 

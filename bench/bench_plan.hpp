@@ -5,8 +5,8 @@
 #include <cstdlib>
 #include <memory>
 
-#include "core/model_io.hpp"
-#include "core/plan.hpp"
+#include "core/model/model_io.hpp"
+#include "core/plan/plan.hpp"
 
 namespace shardcast::bench {
 

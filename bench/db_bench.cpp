@@ -14,8 +14,8 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/bench_plan.hpp"
-#include "core/plan.hpp"
-#include "core/step_io.hpp"
+#include "core/plan/plan.hpp"
+#include "core/results/step_io.hpp"
 #include "db/store.hpp"
 #include "simulator/evaluation.hpp"
 

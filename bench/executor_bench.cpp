@@ -5,8 +5,8 @@
 
 #include <cstdio>
 
-#include "core/lower.hpp"
-#include "core/plan_build.hpp"
+#include "core/lower/lower.hpp"
+#include "core/plan/plan_build.hpp"
 #include "executor/executor.hpp"
 #include "executor/null_backend.hpp"
 

@@ -13,7 +13,7 @@
 #include <QImage>
 #include <QPainter>
 
-#include "core/plan_build.hpp"
+#include "core/plan/plan_build.hpp"
 #include "gui/fit_view.hpp"
 #include "gui/memory_view.hpp"
 #include "gui/plan_results.hpp"

@@ -7,8 +7,8 @@
 #include <benchmark/benchmark.h>
 
 #include "bench/bench_plan.hpp"
+#include "search/optimize.hpp"
 #include "simulator/hardware_profile.hpp"
-#include "simulator/optimize.hpp"
 
 using namespace shardcast;
 

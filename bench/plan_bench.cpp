@@ -6,11 +6,11 @@
 #include <cstdlib>
 #include <memory>
 
-#include "core/lower.hpp"
-#include "core/memory.hpp"
 #include "bench/bench_plan.hpp"
-#include "core/model_io.hpp"
-#include "core/plan.hpp"
+#include "core/lower/lower.hpp"
+#include "core/memory/memory.hpp"
+#include "core/model/model_io.hpp"
+#include "core/plan/plan.hpp"
 
 using namespace shardcast::core;
 

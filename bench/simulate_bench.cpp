@@ -10,14 +10,14 @@
 #include <vector>
 
 #include "bench/bench_plan.hpp"
-#include "core/model_io.hpp"
-#include "core/plan.hpp"
-#include "core/lower.hpp"
-#include "core/timed_memory.hpp"
+#include "core/lower/lower.hpp"
+#include "core/memory/timed_memory.hpp"
+#include "core/model/model_io.hpp"
+#include "core/plan/plan.hpp"
+#include "search/sweep.hpp"
+#include "search/wrap_search.hpp"
 #include "simulator/evaluation.hpp"
 #include "simulator/simulator.hpp"
-#include "simulator/sweep.hpp"
-#include "simulator/wrap_search.hpp"
 
 using namespace shardcast;
 

@@ -4,7 +4,7 @@
 
 #include <zlib.h>
 
-#include "core/json_text.hpp"
+#include "core/base/json_text.hpp"
 
 namespace shardcast::db {
 

@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/result.hpp"
+#include "core/base/result.hpp"
 
 namespace shardcast::db {
 

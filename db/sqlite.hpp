@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/result.hpp"
+#include "core/base/result.hpp"
 
 struct sqlite3;
 struct sqlite3_stmt;

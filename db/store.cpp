@@ -10,8 +10,8 @@
 #include <unordered_map>
 #include <utility>
 
-#include "core/file_io.hpp"
-#include "core/version.hpp"
+#include "core/base/file_io.hpp"
+#include "core/base/version.hpp"
 #include "db/blob.hpp"
 #include "db/schema.hpp"
 #include "db/sha256.hpp"

@@ -12,8 +12,8 @@
 #include <string>
 #include <string_view>
 
-#include "core/program.hpp"
-#include "core/result.hpp"
+#include "core/base/result.hpp"
+#include "core/program/program.hpp"
 
 namespace shardcast::exec {
 

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-#include "core/result.hpp"
+#include "core/base/result.hpp"
 
 namespace shardcast::exec {
 

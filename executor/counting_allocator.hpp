@@ -7,8 +7,8 @@
 #include <map>
 #include <vector>
 
-#include "core/program.hpp"
-#include "core/units.hpp"
+#include "core/base/units.hpp"
+#include "core/program/program.hpp"
 #include "executor/backend.hpp"
 
 namespace shardcast::exec {

@@ -18,10 +18,10 @@
 #include <utility>
 #include <vector>
 
-#include "core/program.hpp"
-#include "core/result.hpp"
-#include "core/timed_memory.hpp"
-#include "core/timeline.hpp"
+#include "core/base/result.hpp"
+#include "core/memory/timed_memory.hpp"
+#include "core/program/program.hpp"
+#include "core/program/timeline.hpp"
 #include "executor/backend.hpp"
 
 namespace shardcast::exec {

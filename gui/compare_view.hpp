@@ -14,14 +14,14 @@
 #include <QString>
 #include <QWidget>
 
-#include "core/compare.hpp"
-#include "core/plan.hpp"
-#include "core/result.hpp"
-#include "core/run_record.hpp"
-#include "simulator/diagnosis.hpp"
-#include "simulator/evaluation.hpp"
+#include "core/base/result.hpp"
+#include "core/plan/plan.hpp"
+#include "core/results/compare.hpp"
+#include "core/results/run_record.hpp"
 #include "gui/memory_overlay.hpp"
 #include "gui/timeline_canvas.hpp"
+#include "simulator/diagnosis.hpp"
+#include "simulator/evaluation.hpp"
 
 class QLabel;
 class QDragEnterEvent;

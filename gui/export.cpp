@@ -10,7 +10,7 @@
 
 #include <string_view>
 
-#include "core/file_io.hpp"
+#include "core/base/file_io.hpp"
 
 namespace shardcast::gui {
 

@@ -3,7 +3,7 @@
 // or SVG (QSvgGenerator) when the name ends in .svg. Used by --screenshot and File > Export.
 #include <QString>
 
-#include "core/result.hpp"
+#include "core/base/result.hpp"
 
 class QWidget;
 

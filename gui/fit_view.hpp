@@ -8,7 +8,7 @@
 #include <QRectF>
 #include <QWidget>
 
-#include "core/sharding.hpp"
+#include "core/plan/sharding.hpp"
 #include "gui/plan_results.hpp"
 
 class QLabel;

@@ -11,7 +11,7 @@
 #include <QWidget>
 #include <nlohmann/json.hpp>
 
-#include "core/result.hpp"
+#include "core/base/result.hpp"
 #include "db/store.hpp"
 
 class QComboBox;

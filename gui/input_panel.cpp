@@ -15,10 +15,10 @@
 #include <QSpinBox>
 #include <QVBoxLayout>
 
-#include "core/cluster.hpp"
-#include "core/model_io.hpp"
-#include "core/sharding.hpp"
-#include "core/training.hpp"
+#include "core/model/model_io.hpp"
+#include "core/plan/cluster.hpp"
+#include "core/plan/sharding.hpp"
+#include "core/plan/training.hpp"
 #include "gui/palette.hpp"
 
 namespace shardcast::gui {
@@ -136,7 +136,7 @@ InputPanel::InputPanel(QWidget* parent) : QWidget(parent) {
             box->setCurrentIndex(i);
         };
         connect(box, &QComboBox::currentIndexChanged, this, &InputPanel::emitChanged);
-        connect(box->lineEdit(), &QLineEdit::editingFinished, this, [this, box] {
+        connect(box->lineEdit(), &QLineEdit::editingFinished, this, [box] {
             if (box->findText(box->currentText(), Qt::MatchFixedString) < 0) {
                 box->addItem(box->currentText());
                 box->setCurrentIndex(box->count() - 1);

@@ -8,10 +8,10 @@
 #include <QString>
 #include <QWidget>
 
-#include "core/plan.hpp"
-#include "core/plan_build.hpp"
-#include "core/result.hpp"
-#include "simulator/sweep.hpp"
+#include "core/base/result.hpp"
+#include "core/plan/plan.hpp"
+#include "core/plan/plan_build.hpp"
+#include "search/sweep.hpp"
 
 class QComboBox;
 class QFormLayout;

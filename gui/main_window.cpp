@@ -24,6 +24,7 @@
 #include <QThread>
 #include <QVBoxLayout>
 
+#include "core/base/file_io.hpp"
 #include "gui/compare_view.hpp"
 #include "gui/export.hpp"
 #include "gui/fit_view.hpp"
@@ -35,7 +36,6 @@
 #include "gui/timeline_canvas.hpp"
 #include "gui/timeline_view.hpp"
 #include "gui/wrap_view.hpp"
-#include "core/file_io.hpp"
 #include "simulator/chrome_trace.hpp"
 #ifdef SHARDCAST_GUI_WITH_STORE
 

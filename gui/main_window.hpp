@@ -9,7 +9,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "core/result.hpp"
+#include "core/base/result.hpp"
 #include "gui/plan_results.hpp"
 
 class QLabel;

@@ -9,7 +9,7 @@
 #include <QString>
 #include <QWidget>
 
-#include "core/run_record.hpp"
+#include "core/results/run_record.hpp"
 
 namespace shardcast::gui {
 

@@ -7,8 +7,8 @@
 #include <QColor>
 #include <QString>
 
-#include "core/program.hpp"
-#include "core/units.hpp"
+#include "core/base/units.hpp"
+#include "core/program/program.hpp"
 
 class QAbstractItemModel;
 class QScrollArea;

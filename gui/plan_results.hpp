@@ -9,14 +9,14 @@
 #include <string>
 #include <vector>
 
-#include "core/plan.hpp"
-#include "core/plan_build.hpp"
-#include "core/result.hpp"
+#include "core/base/result.hpp"
+#include "core/plan/plan.hpp"
+#include "core/plan/plan_build.hpp"
 #include "planstore/planstore.hpp"
+#include "search/optimize.hpp"
+#include "search/sweep.hpp"
+#include "search/wrap_search.hpp"
 #include "simulator/evaluation.hpp"
-#include "simulator/optimize.hpp"
-#include "simulator/sweep.hpp"
-#include "simulator/wrap_search.hpp"
 
 namespace shardcast::gui {
 
@@ -61,7 +61,7 @@ struct WrapResult {
 };
 
 // `shardcast optimize` on the current inputs: the same model, cluster, profile and global batch
-// (micro-batch x accumulation x GPUs), over the whole space (simulator/optimize.hpp).
+// (micro-batch x accumulation x GPUs), over the whole space (search/optimize.hpp).
 struct OptimizeRun {
     int64_t global_batch = 0;
     sim::OptimizeResult result;

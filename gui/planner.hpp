@@ -14,7 +14,7 @@
 #include <QObject>
 #include <QString>
 
-#include "core/plan_build.hpp"
+#include "core/plan/plan_build.hpp"
 #include "gui/plan_results.hpp"
 
 namespace shardcast::gui {

@@ -9,8 +9,8 @@
 #include <QToolTip>
 #include <QWheelEvent>
 
-#include "core/compare.hpp"
-#include "core/memory.hpp"
+#include "core/memory/memory.hpp"
+#include "core/results/compare.hpp"
 #include "gui/palette.hpp"
 #include "gui/plot_axes.hpp"
 

@@ -14,9 +14,9 @@
 #include <QString>
 #include <QWidget>
 
-#include "core/program.hpp"
-#include "core/timed_memory.hpp"
-#include "core/timeline.hpp"
+#include "core/memory/timed_memory.hpp"
+#include "core/program/program.hpp"
+#include "core/program/timeline.hpp"
 #include "gui/time_axis.hpp"
 
 namespace shardcast::gui {

@@ -8,10 +8,10 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "core/host_info.hpp"
-#include "core/sharding.hpp"
-#include "core/step_io.hpp"
-#include "core/units.hpp"
+#include "core/base/host_info.hpp"
+#include "core/base/units.hpp"
+#include "core/plan/sharding.hpp"
+#include "core/results/step_io.hpp"
 
 namespace shardcast::planstore {
 

@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "core/cluster.hpp"
-#include "core/plan.hpp"
-#include "core/result.hpp"
+#include "core/base/result.hpp"
+#include "core/plan/cluster.hpp"
+#include "core/plan/plan.hpp"
 #include "db/store.hpp"
 #include "simulator/evaluation.hpp"
 #include "simulator/hardware_profile.hpp"

@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "core/units.hpp"
+#include "core/base/units.hpp"
 #include "simulator/hardware_profile.hpp"
 #include "trace/kineto_reader.hpp"
 #include "trace/memory_snapshot.hpp"

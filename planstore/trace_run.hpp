@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "core/plan.hpp"
-#include "core/result.hpp"
-#include "core/run_record.hpp"
+#include "core/base/result.hpp"
+#include "core/plan/plan.hpp"
+#include "core/results/run_record.hpp"
 #include "db/store.hpp"
 #include "planstore/planstore.hpp"
 #include "simulator/evaluation.hpp"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the fuzz targets of a fuzzing build (clang, -DSHARDCAST_FUZZ=ON; scripts/test.sh makes one in
+# Runs the fuzz targets of a fuzzing build (clang, -DSHARDCAST_FUZZ=ON; scripts/ci.sh makes one in
 # build-clang/) for a bounded time each, one after the other, from the checked-in corpus and the
 # seeds tests/fuzz/<target>.seeds lists. New inputs go to BUILD_DIR/fuzz-work/<target>/, never into
 # the source tree; a finding (crash, leak, timeout, out of memory) is written there as crash-*,

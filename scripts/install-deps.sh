@@ -6,7 +6,7 @@
 set -euo pipefail
 
 # clang (clang-14 on Debian 12, with libFuzzer and its sanitizer runtimes): the second compiler CI
-# builds with, and the fuzzing build (scripts/test.sh, scripts/fuzz.sh).
+# builds with, and the fuzzing build (scripts/ci.sh, scripts/fuzz.sh).
 core_packages=(
     build-essential clang cmake ninja-build pkg-config
     nlohmann-json3-dev libcli11-dev libfmt-dev

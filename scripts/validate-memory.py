@@ -54,7 +54,7 @@ PEER_ARGS = {
                   "dropout unchanged"),
 }
 
-# FSDPMemTracker's category names (_FSDPRefType values) -> shardcast's (core/units.cpp).
+# FSDPMemTracker's category names (_FSDPRefType values) -> shardcast's (core/base/units.cpp).
 CATEGORIES = [
     ("Sharded Param", "Sharded Param"), ("Unsharded Param", "Unsharded Param"), ("Buffer", "Buffer"),
     ("Sharded Grad", "Sharded Grad"), ("Unsharded Grad", "Unsharded Grad"), ("Activation", "Activation"),

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "core/program.hpp"
-#include "core/result.hpp"
+#include "core/base/result.hpp"
+#include "core/program/program.hpp"
 #include "simulator/hardware_profile.hpp"
 
 namespace shardcast::sim {

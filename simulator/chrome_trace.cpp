@@ -3,7 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/file_io.hpp"
+#include "core/base/file_io.hpp"
 
 namespace shardcast::sim {
 namespace {

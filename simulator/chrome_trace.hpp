@@ -7,10 +7,10 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "core/program.hpp"
-#include "core/result.hpp"
-#include "core/timed_memory.hpp"
-#include "core/timeline.hpp"
+#include "core/base/result.hpp"
+#include "core/memory/timed_memory.hpp"
+#include "core/program/program.hpp"
+#include "core/program/timeline.hpp"
 
 namespace shardcast::sim {
 

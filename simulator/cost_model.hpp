@@ -3,8 +3,8 @@
 // simulator's event loop, which knows what runs at the same time.
 #include <cstdint>
 
-#include "core/program.hpp"
-#include "core/result.hpp"
+#include "core/base/result.hpp"
+#include "core/program/program.hpp"
 #include "simulator/hardware_profile.hpp"
 
 namespace shardcast::sim {

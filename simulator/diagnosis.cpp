@@ -6,7 +6,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "core/compare.hpp"
+#include "core/results/compare.hpp"
 #include "simulator/evaluation.hpp"
 
 namespace shardcast::sim {

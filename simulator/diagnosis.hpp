@@ -12,9 +12,9 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "core/plan.hpp"
-#include "core/program.hpp"
-#include "core/timeline.hpp"
+#include "core/plan/plan.hpp"
+#include "core/program/program.hpp"
+#include "core/program/timeline.hpp"
 #include "simulator/hardware_profile.hpp"
 
 namespace shardcast::sim {

@@ -7,15 +7,15 @@
 #include <functional>
 #include <string_view>
 
-#include "core/fit.hpp"
-#include "core/lower.hpp"
-#include "core/memory.hpp"
-#include "core/plan.hpp"
-#include "core/program.hpp"
-#include "core/result.hpp"
-#include "core/step_summary.hpp"
-#include "core/timed_memory.hpp"
-#include "core/timeline.hpp"
+#include "core/base/result.hpp"
+#include "core/lower/lower.hpp"
+#include "core/memory/fit.hpp"
+#include "core/memory/memory.hpp"
+#include "core/memory/timed_memory.hpp"
+#include "core/plan/plan.hpp"
+#include "core/program/program.hpp"
+#include "core/program/timeline.hpp"
+#include "core/results/step_summary.hpp"
 #include "simulator/hardware_profile.hpp"
 #include "simulator/simulator.hpp"
 

@@ -8,17 +8,17 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "core/file_io.hpp"
-#include "core/json_text.hpp"
-#include "core/limits.hpp"
-#include "core/model_io.hpp"
+#include "core/base/file_io.hpp"
+#include "core/base/json_text.hpp"
+#include "core/base/limits.hpp"
+#include "core/model/model_io.hpp"
 
 namespace shardcast::sim {
 namespace {
 
 // GEMM kernel efficiency relative to the clocked peak (peak * GpuSpec::computeClockScale()): 1. The
 // measured best-shape matmul rate (reference-cases.json max_achievable_matmul_bf16) is what the
-// GPU's sustained clock and the GEMM shape factors explain (core/cluster.cpp derives the clock),
+// GPU's sustained clock and the GEMM shape factors explain (core/plan/cluster.cpp derives the clock),
 // so no further factor is applied; a calibrated profile replaces these with measured values.
 constexpr double kForwardEfficiencyMax = 1.0;
 constexpr double kBackwardEfficiencyMax = 1.0;

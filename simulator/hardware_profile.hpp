@@ -8,9 +8,9 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "core/cluster.hpp"
-#include "core/result.hpp"
-#include "core/units.hpp"
+#include "core/base/result.hpp"
+#include "core/base/units.hpp"
+#include "core/plan/cluster.hpp"
 
 namespace shardcast::sim {
 

@@ -7,7 +7,7 @@
 
 #include <fmt/format.h>
 
-#include "core/wrap.hpp"
+#include "core/plan/wrap.hpp"
 
 namespace shardcast::sim {
 namespace {

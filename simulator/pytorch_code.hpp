@@ -4,7 +4,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/plan.hpp"
+#include "core/plan/plan.hpp"
 
 namespace shardcast::sim {
 

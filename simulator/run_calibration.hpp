@@ -9,9 +9,9 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "core/plan.hpp"
-#include "core/result.hpp"
-#include "core/timeline.hpp"
+#include "core/base/result.hpp"
+#include "core/plan/plan.hpp"
+#include "core/program/timeline.hpp"
 #include "simulator/hardware_profile.hpp"
 
 namespace shardcast::sim {

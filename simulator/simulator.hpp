@@ -28,10 +28,10 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/program.hpp"
+#include "core/program/program.hpp"
+#include "core/program/timeline.hpp"
 #include "simulator/cost_model.hpp"
 #include "simulator/hardware_profile.hpp"
-#include "core/timeline.hpp"
 
 namespace shardcast::sim {
 

@@ -15,9 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "core/program.hpp"
-#include "core/result.hpp"
-#include "core/run_record.hpp"
+#include "core/base/result.hpp"
+#include "core/program/program.hpp"
+#include "core/results/run_record.hpp"
 #include "trace/kineto_reader.hpp"
 
 namespace shardcast::trace {

@@ -14,7 +14,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/result.hpp"
+#include "core/base/result.hpp"
 
 namespace shardcast::trace {
 

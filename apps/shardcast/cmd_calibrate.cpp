@@ -19,8 +19,8 @@
 #include "apps/shardcast/commands.hpp"
 #include "apps/shardcast/store_cli.hpp"
 #include "apps/shardcast/trace_import_cli.hpp"
-#include "core/launch_env.hpp"
-#include "core/result.hpp"
+#include "core/base/launch_env.hpp"
+#include "core/base/result.hpp"
 #include "simulator/hardware_profile.hpp"
 #include "simulator/run_calibration.hpp"
 #ifdef SHARDCAST_WITH_CUDA_BACKEND
@@ -28,16 +28,16 @@
 
 #include "backend_cuda/calibrate.hpp"
 #include "backend_cuda/device_info.hpp"
-#include "core/plan_build.hpp"
-#include "core/program.hpp"
-#include "core/units.hpp"
+#include "core/base/units.hpp"
+#include "core/plan/plan_build.hpp"
+#include "core/program/program.hpp"
 #include "simulator/cost_model.hpp"
 #include "simulator/evaluation.hpp"
 #endif
 #ifdef SHARDCAST_WITH_CPU_BACKEND
 #include "backend_cpu/calibrate.hpp"
 #include "backend_cpu/mpi_session.hpp"
-#include "core/program.hpp"
+#include "core/program/program.hpp"
 #include "simulator/cost_model.hpp"
 #endif
 

@@ -1,5 +1,5 @@
 // `shardcast compare PLAN|run RUN.json`: predicts exactly what a measured run ran (the run's own plan
-// on the run's own hardware profile) and reports the prediction's errors (core/compare.hpp); a PLAN
+// on the run's own hardware profile) and reports the prediction's errors (core/results/compare.hpp); a PLAN
 // given is only checked to be the plan the run ran. docs/compare.md has the details.
 #include <cstdio>
 #include <filesystem>
@@ -16,16 +16,16 @@
 #include "apps/shardcast/commands.hpp"
 #include "apps/shardcast/store_cli.hpp"
 #include "apps/shardcast/trace_import_cli.hpp"
-#include "core/compare.hpp"
-#include "core/file_io.hpp"
-#include "core/model_io.hpp"
-#include "core/plan.hpp"
-#include "core/run_record.hpp"
-#include "core/step_io.hpp"
+#include "core/base/file_io.hpp"
+#include "core/model/model_io.hpp"
+#include "core/plan/plan.hpp"
+#include "core/results/compare.hpp"
+#include "core/results/run_record.hpp"
+#include "core/results/step_io.hpp"
 #include "planstore/planstore.hpp"
 #include "simulator/chrome_trace.hpp"
-#include "simulator/evaluation.hpp"
 #include "simulator/diagnosis.hpp"
+#include "simulator/evaluation.hpp"
 #include "simulator/hardware_profile.hpp"
 
 namespace shardcast::cli {

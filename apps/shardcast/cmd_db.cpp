@@ -14,11 +14,11 @@
 
 #include "apps/shardcast/commands.hpp"
 #include "apps/shardcast/store_cli.hpp"
-#include "core/file_io.hpp"
-#include "core/model_io.hpp"
-#include "core/plan.hpp"
-#include "core/run_record.hpp"
-#include "core/units.hpp"
+#include "core/base/file_io.hpp"
+#include "core/base/units.hpp"
+#include "core/model/model_io.hpp"
+#include "core/plan/plan.hpp"
+#include "core/results/run_record.hpp"
 #include "simulator/hardware_profile.hpp"
 
 namespace shardcast::cli {

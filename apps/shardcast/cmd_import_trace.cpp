@@ -13,8 +13,8 @@
 #include "apps/shardcast/commands.hpp"
 #include "apps/shardcast/store_cli.hpp"
 #include "apps/shardcast/trace_import_cli.hpp"
-#include "core/plan.hpp"
-#include "core/run_record.hpp"
+#include "core/plan/plan.hpp"
+#include "core/results/run_record.hpp"
 #include "planstore/trace_run.hpp"
 #include "trace/fsdp_import.hpp"
 

@@ -7,8 +7,8 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/shardcast/commands.hpp"
-#include "core/cluster.hpp"
-#include "core/model_io.hpp"
+#include "core/model/model_io.hpp"
+#include "core/plan/cluster.hpp"
 
 namespace shardcast::cli {
 

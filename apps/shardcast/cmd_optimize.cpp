@@ -15,11 +15,11 @@
 #include "apps/shardcast/plan_options.hpp"
 #include "apps/shardcast/report.hpp"
 #include "apps/shardcast/store_cli.hpp"
-#include "core/file_io.hpp"
-#include "core/plan_build.hpp"
-#include "core/wrap.hpp"
+#include "core/base/file_io.hpp"
+#include "core/plan/plan_build.hpp"
+#include "core/plan/wrap.hpp"
+#include "search/optimize.hpp"
 #include "simulator/evaluation.hpp"
-#include "simulator/optimize.hpp"
 #include "simulator/pytorch_code.hpp"
 
 namespace shardcast::cli {

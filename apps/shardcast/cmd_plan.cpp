@@ -9,7 +9,7 @@
 #include "apps/shardcast/plan_options.hpp"
 #include "apps/shardcast/report.hpp"
 #include "apps/shardcast/store_cli.hpp"
-#include "core/plan_build.hpp"
+#include "core/plan/plan_build.hpp"
 #include "simulator/evaluation.hpp"
 
 namespace shardcast::cli {
@@ -34,11 +34,13 @@ int runPlan(const PlanCommandOptions& o) {
     sim::EvaluationOptions options;
     options.headroom = o.headroom;
     options.record_curve = o.save.requested;
+    StageProgress progress;
+    options.progress = progress.callback();
     sim::Evaluator evaluator;
     sim::Evaluation evaluation;
-    if (auto s = evaluator.evaluate(*plan, &profile->profile, options, evaluation); !s) {
-        return reportInputError(s.error().message);
-    }
+    const core::Status evaluated = evaluator.evaluate(*plan, &profile->profile, options, evaluation);
+    progress.done();
+    if (!evaluated) return reportInputError(evaluated.error().message);
 
     if (!o.write_plan.empty()) {
         if (auto written = core::writePlanFile(*plan, o.write_plan); !written) {

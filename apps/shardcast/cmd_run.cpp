@@ -19,13 +19,13 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/shardcast/commands.hpp"
-#include "apps/shardcast/store_cli.hpp"
-#include "planstore/trace_run.hpp"
 #include "apps/shardcast/plan_options.hpp"
-#include "core/host_info.hpp"
-#include "core/launch_env.hpp"
-#include "core/plan_build.hpp"
-#include "core/run_record.hpp"
+#include "apps/shardcast/store_cli.hpp"
+#include "core/base/host_info.hpp"
+#include "core/base/launch_env.hpp"
+#include "core/plan/plan_build.hpp"
+#include "core/results/run_record.hpp"
+#include "planstore/trace_run.hpp"
 #include "simulator/chrome_trace.hpp"
 #include "simulator/evaluation.hpp"
 #ifdef SHARDCAST_WITH_CPU_BACKEND
@@ -551,7 +551,7 @@ int runCuda(const RunOptions& o) {
 }
 #endif
 
-constexpr const char* kInstallMpi =
+[[maybe_unused]] constexpr const char* kInstallMpi =
     "install MPI and Eigen (Debian/Ubuntu: apt-get install libopenmpi-dev openmpi-bin libeigen3-dev), "
     "rebuild shardcast (cmake finds them and builds the CPU backend), and launch one process per rank with "
     "`scripts/mpirun.sh -np N shardcast run ...`";

@@ -1,5 +1,5 @@
 // `shardcast search`: the fastest contiguous grouping of blocks into FSDP units that fits
-// (simulator/wrap_search.hpp), checked with the full simulation, and the PyTorch code applying it.
+// (search/wrap_search.hpp), checked with the full simulation, and the PyTorch code applying it.
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -11,11 +11,11 @@
 #include "apps/shardcast/commands.hpp"
 #include "apps/shardcast/plan_options.hpp"
 #include "apps/shardcast/store_cli.hpp"
-#include "core/file_io.hpp"
-#include "core/plan_build.hpp"
+#include "core/base/file_io.hpp"
+#include "core/plan/plan_build.hpp"
+#include "search/wrap_search.hpp"
 #include "simulator/hardware_profile.hpp"
 #include "simulator/pytorch_code.hpp"
-#include "simulator/wrap_search.hpp"
 
 namespace shardcast::cli {
 namespace {

@@ -10,7 +10,7 @@
 #include "apps/shardcast/plan_options.hpp"
 #include "apps/shardcast/report.hpp"
 #include "apps/shardcast/store_cli.hpp"
-#include "core/plan_build.hpp"
+#include "core/plan/plan_build.hpp"
 #include "simulator/chrome_trace.hpp"
 #include "simulator/evaluation.hpp"
 
@@ -79,9 +79,13 @@ int runSimulate(const SimulateOptions& o) {
     options.headroom = o.headroom;
     options.issue_order_memory = false;
     options.record_curve = !o.trace.empty() || o.save.requested;
+    StageProgress progress;
+    options.progress = progress.callback();
     sim::Evaluator evaluator;
     sim::Evaluation e;
-    if (auto s = evaluator.evaluate(*plan, profile, options, e); !s) return reportInputError(s.error().message);
+    const core::Status evaluated = evaluator.evaluate(*plan, profile, options, e);
+    progress.done();
+    if (!evaluated) return reportInputError(evaluated.error().message);
     if (!o.trace.empty()) {
         if (auto written = sim::writeChromeTrace(o.trace, e.program, e.timeline, &e.timed); !written) {
             return reportInputError("--trace: " + written.error().message);

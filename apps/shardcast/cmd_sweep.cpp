@@ -14,9 +14,9 @@
 #include "apps/shardcast/commands.hpp"
 #include "apps/shardcast/plan_options.hpp"
 #include "apps/shardcast/store_cli.hpp"
-#include "core/plan_build.hpp"
+#include "core/plan/plan_build.hpp"
+#include "search/sweep.hpp"
 #include "simulator/hardware_profile.hpp"
-#include "simulator/sweep.hpp"
 
 namespace shardcast::cli {
 namespace {

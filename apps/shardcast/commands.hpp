@@ -33,7 +33,7 @@ std::optional<int64_t> envInt(const char* name);
 constexpr int kOtherRankExit = kExitOk;
 
 // Bad input seen by every rank of an mpirun / srun job before MPI starts: rank 0 (by the
-// launcher's environment, core/launch_env.hpp; 0 without a launcher) reports it and returns kExitBadInput, the others return kOtherRankExit quietly,
+// launcher's environment, core/base/launch_env.hpp; 0 without a launcher) reports it and returns kExitBadInput, the others return kOtherRankExit quietly,
 // so the user reads one line however many ranks were started.
 int rankZeroInputError(std::string_view message);
 

@@ -10,10 +10,10 @@
 #include <fmt/format.h>
 
 #include "apps/shardcast/commands.hpp"
-#include "apps/shardcast/trace_import_cli.hpp"
 #include "apps/shardcast/store_cli.hpp"
-#include "core/launch_env.hpp"
-#include "core/version.hpp"
+#include "apps/shardcast/trace_import_cli.hpp"
+#include "core/base/launch_env.hpp"
+#include "core/base/version.hpp"
 
 namespace shardcast::cli {
 

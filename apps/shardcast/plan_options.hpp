@@ -1,8 +1,8 @@
 #pragma once
 // The flags that describe a plan, shared by `plan`, `simulate`, `sweep` and `search`: a plan file as
 // the base, then every flag the user gave overrides the matching field (core::buildPlan).
-#include "core/fit.hpp"
-#include "core/plan_build.hpp"
+#include "core/memory/fit.hpp"
+#include "core/plan/plan_build.hpp"
 
 namespace CLI {
 class App;

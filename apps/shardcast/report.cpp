@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdio>
 #include <string_view>
 #include <vector>
 
 #include <fmt/format.h>
 
-#include "core/units.hpp"
+#include "apps/shardcast/commands.hpp"
+#include "core/base/units.hpp"
 
 namespace shardcast::cli {
 
@@ -409,6 +411,26 @@ std::string planReportText(const core::Plan& plan, const sim::Evaluation& e) {
                      gb(c.volumeBytes())));
     appendTimeSection(out, e);
     return out;
+}
+
+StageProgress::StageProgress() : m_start(std::chrono::steady_clock::now()), m_enabled(stderrIsTerminal()) {}
+
+std::function<void(sim::EvaluationStage)> StageProgress::callback() {
+    if (!m_enabled) return {};
+    return [this](sim::EvaluationStage stage) {
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - m_start).count();
+        if (s < 0.5) return;
+        fmt::print(stderr, "\r\033[Kshardcast: {} ({:.1f} s so far)", sim::stageName(stage), s);
+        std::fflush(stderr);
+        m_drawn = true;
+    };
+}
+
+void StageProgress::done() {
+    if (!m_drawn) return;
+    fmt::print(stderr, "\r\033[K");
+    std::fflush(stderr);
+    m_drawn = false;
 }
 
 }  // namespace shardcast::cli

@@ -10,11 +10,11 @@
 #include <fmt/ranges.h>
 
 #include "apps/shardcast/commands.hpp"
-#include "core/sharding.hpp"
-#include "core/host_info.hpp"
-#include "core/step_io.hpp"
-#include "core/units.hpp"
-#include "core/version.hpp"
+#include "core/base/host_info.hpp"
+#include "core/base/units.hpp"
+#include "core/base/version.hpp"
+#include "core/plan/sharding.hpp"
+#include "core/results/step_io.hpp"
 
 namespace shardcast::cli {
 namespace {

@@ -8,8 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/plan.hpp"
-#include "core/result.hpp"
+#include "core/base/result.hpp"
+#include "core/plan/plan.hpp"
 #include "db/store.hpp"
 #include "planstore/planstore.hpp"
 #include "simulator/evaluation.hpp"

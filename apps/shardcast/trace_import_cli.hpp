@@ -6,8 +6,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "core/plan.hpp"
-#include "core/result.hpp"
+#include "core/base/result.hpp"
+#include "core/plan/plan.hpp"
 #include "planstore/trace_run.hpp"
 #include "simulator/evaluation.hpp"
 #include "trace/fsdp_import.hpp"

@@ -15,7 +15,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "core/cluster.hpp"
+#include "core/plan/cluster.hpp"
 #include "simulator/hardware_profile.hpp"
 
 namespace shardcast {

@@ -11,9 +11,9 @@
 
 #include <fmt/format.h>
 
-#include "core/plan.hpp"
-#include "core/run_record.hpp"
-#include "core/units.hpp"
+#include "core/base/units.hpp"
+#include "core/plan/plan.hpp"
+#include "core/results/run_record.hpp"
 #include "simulator/evaluation.hpp"
 #include "simulator/hardware_profile.hpp"
 

@@ -9,7 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "backend_cuda/calibrate.hpp"
-#include "core/plan_build.hpp"
+#include "core/plan/plan_build.hpp"
 #include "simulator/evaluation.hpp"
 
 namespace shardcast::cuda {
@@ -41,7 +41,7 @@ std::vector<Shape> asTuples(const PlanShapes& shapes) {
 }
 
 // Linear layers over T = 64 tokens: forward (T, out, in), dgrad (T, in, out), wgrad (out, in, T)
-// (core/lower_segments.cpp); k and v project to 4 x 32 = 128 features.
+// (core/lower/lower_segments.cpp); k and v project to 4 x 32 = 128 features.
 TEST(CudaCalibrateTest, PlanShapesAreTheLinearLayersOnceEachPass) {
     const std::vector<Shape> shapes = asTuples(tinyLlamaShapes("flash"));
     const std::vector<Shape> expected_subset = {

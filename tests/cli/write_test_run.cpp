@@ -1,4 +1,4 @@
-// Writes a measured-run record (core/run_record.hpp) for the compare CLI tests: the prediction of
+// Writes a measured-run record (core/results/run_record.hpp) for the compare CLI tests: the prediction of
 // PLAN.json on a machine twice as slow in everything, with twice the bytes in every memory
 // category (tests/simulator/perturbed_run.hpp), so every error compare reports is exactly -1/2.
 //   write_test_run PLAN.json OUT.json [exact|drop-task|newer-version]
@@ -8,9 +8,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/file_io.hpp"
-#include "core/plan.hpp"
-#include "core/run_record.hpp"
+#include "core/base/file_io.hpp"
+#include "core/plan/plan.hpp"
+#include "core/results/run_record.hpp"
 #include "simulator/evaluation.hpp"
 #include "tests/simulator/perturbed_run.hpp"
 

@@ -7,8 +7,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "core/model.hpp"
-#include "core/model_io.hpp"
+#include "core/model/model.hpp"
+#include "core/model/model_io.hpp"
 
 namespace sc = shardcast::core;
 namespace v = shardcast::core::variant;

@@ -7,10 +7,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/lower.hpp"
-#include "core/model_io.hpp"
-#include "core/plan.hpp"
-#include "core/program.hpp"
+#include "core/lower/lower.hpp"
+#include "core/model/model_io.hpp"
+#include "core/plan/plan.hpp"
+#include "core/program/program.hpp"
 #include "tests/core/lowered_program.hpp"
 
 using namespace shardcast::core;

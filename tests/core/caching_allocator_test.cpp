@@ -1,13 +1,13 @@
-// The caching allocator model (core/caching_allocator.hpp) on hand-derived allocation sequences.
+// The caching allocator model (core/memory/caching_allocator.hpp) on hand-derived allocation sequences.
 // Constants and rules from PyTorch's c10/cuda/CUDACachingAllocator.cpp: kMinBlockSize 512,
 // kSmallSize 1 MiB, kSmallBuffer 2 MiB, kLargeBuffer 20 MiB, kMinLargeAlloc 10 MiB, kRoundLarge
 // 2 MiB (round_size, get_allocation_size, should_split, get_free_block, free_block,
 // release_cached_blocks, ExpandableSegment).
-#include "core/caching_allocator.hpp"
+#include "core/memory/caching_allocator.hpp"
 
 #include <gtest/gtest.h>
 
-#include "core/timed_memory.hpp"
+#include "core/memory/timed_memory.hpp"
 
 namespace shardcast::core {
 namespace {

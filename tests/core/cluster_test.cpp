@@ -1,4 +1,4 @@
-#include "core/cluster.hpp"
+#include "core/plan/cluster.hpp"
 
 #include <cmath>
 #include <cstdio>

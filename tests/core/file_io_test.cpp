@@ -1,6 +1,6 @@
 // core/file_io: bounded reads of files the user names, and atomic writes of files the user keeps
 // (issue 12, item 3).
-#include "core/file_io.hpp"
+#include "core/base/file_io.hpp"
 
 #include <fcntl.h>
 #include <signal.h>

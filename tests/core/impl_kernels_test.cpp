@@ -5,8 +5,8 @@
 
 #include <gtest/gtest.h>
 
-#include "core/model_io.hpp"
-#include "core/plan.hpp"
+#include "core/model/model_io.hpp"
+#include "core/plan/plan.hpp"
 #include "tests/core/lowered_program.hpp"
 
 namespace shardcast::core {

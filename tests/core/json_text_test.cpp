@@ -7,10 +7,10 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "core/checked_math.hpp"
-#include "core/json_text.hpp"
-#include "core/limits.hpp"
-#include "core/model_io.hpp"
+#include "core/base/checked_math.hpp"
+#include "core/base/json_text.hpp"
+#include "core/base/limits.hpp"
+#include "core/model/model_io.hpp"
 
 namespace sc = shardcast::core;
 using nlohmann::json;

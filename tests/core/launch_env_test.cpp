@@ -1,11 +1,11 @@
-// The launcher's environment -> rank, world, local rank and size (core/launch_env.hpp).
+// The launcher's environment -> rank, world, local rank and size (core/base/launch_env.hpp).
 #include <cstdint>
 #include <map>
 #include <string>
 
 #include <gtest/gtest.h>
 
-#include "core/launch_env.hpp"
+#include "core/base/launch_env.hpp"
 
 namespace shardcast::core {
 namespace {

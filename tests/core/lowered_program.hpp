@@ -3,9 +3,9 @@
 // step refuses it.
 #include <gtest/gtest.h>
 
-#include "core/lower.hpp"
-#include "core/plan.hpp"
-#include "core/program.hpp"
+#include "core/lower/lower.hpp"
+#include "core/plan/plan.hpp"
+#include "core/program/program.hpp"
 
 namespace shardcast::core::testing {
 

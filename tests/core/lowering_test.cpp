@@ -8,11 +8,11 @@
 #include <string>
 #include <vector>
 
-#include "core/lower.hpp"
-#include "core/memory.hpp"
-#include "core/model_io.hpp"
-#include "core/plan.hpp"
-#include "core/program.hpp"
+#include "core/lower/lower.hpp"
+#include "core/memory/memory.hpp"
+#include "core/model/model_io.hpp"
+#include "core/plan/plan.hpp"
+#include "core/program/program.hpp"
 
 using namespace shardcast::core;
 

@@ -1,6 +1,6 @@
-// --scale: a large model shrunk with its shape of units kept (core/model_scale.hpp), through
+// --scale: a large model shrunk with its shape of units kept (core/model/model_scale.hpp), through
 // buildPlan and through a plan file.
-#include "core/model_scale.hpp"
+#include "core/model/model_scale.hpp"
 
 #include <filesystem>
 #include <string>
@@ -8,10 +8,10 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "core/lower.hpp"
-#include "core/model_io.hpp"
-#include "core/plan.hpp"
-#include "core/plan_build.hpp"
+#include "core/lower/lower.hpp"
+#include "core/model/model_io.hpp"
+#include "core/plan/plan.hpp"
+#include "core/plan/plan_build.hpp"
 
 namespace sc = shardcast::core;
 

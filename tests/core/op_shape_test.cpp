@@ -5,11 +5,11 @@
 #include <memory>
 #include <vector>
 
-#include "core/lower.hpp"
+#include "core/lower/lower.hpp"
+#include "core/model/model_io.hpp"
+#include "core/plan/plan.hpp"
+#include "core/program/program.hpp"
 #include "lowered_program.hpp"
-#include "core/model_io.hpp"
-#include "core/plan.hpp"
-#include "core/program.hpp"
 
 using namespace shardcast::core;
 

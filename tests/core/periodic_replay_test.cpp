@@ -1,9 +1,9 @@
-// PeriodicReplay (core/allocator_replay.hpp) on hand-made tapes whose periods sit on the edges of
+// PeriodicReplay (core/memory/allocator_replay.hpp) on hand-made tapes whose periods sit on the edges of
 // its skip conditions: the skip must give the full replay's figures exactly, and figures worked out
-// by hand from the allocator's rules (core/caching_allocator.hpp: segments of 20 MiB under 10 MiB,
+// by hand from the allocator's rules (core/memory/caching_allocator.hpp: segments of 20 MiB under 10 MiB,
 // else rounded to 2 MiB; a large-pool remainder stays in its block unless over 1 MiB; best fit,
 // lowest address first).
-#include "core/allocator_replay.hpp"
+#include "core/memory/allocator_replay.hpp"
 
 #include <vector>
 

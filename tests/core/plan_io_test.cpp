@@ -1,5 +1,5 @@
-#include "core/plan.hpp"
-#include "core/model_io.hpp"
+#include "core/model/model_io.hpp"
+#include "core/plan/plan.hpp"
 
 #include <filesystem>
 #include <fstream>
@@ -313,7 +313,7 @@ TEST(PlanIoTest, ValidationAcceptsEdgeCases) {
     EXPECT_TRUE(sc::validatePlan(no_blocks));
 }
 
-// The tests below load bundled models through resolveModel (core/model_io.cpp).
+// The tests below load bundled models through resolveModel (core/model/model_io.cpp).
 
 TEST(PlanIoTest, ExamplePlanLoadsAndValidates) {
     auto plan = sc::loadPlanFile(kExamplePlan);

@@ -4,10 +4,10 @@
 
 #include <memory>
 
-#include "core/lower.hpp"
-#include "core/model_io.hpp"
-#include "core/plan.hpp"
-#include "core/program.hpp"
+#include "core/lower/lower.hpp"
+#include "core/model/model_io.hpp"
+#include "core/plan/plan.hpp"
+#include "core/program/program.hpp"
 
 using namespace shardcast::core;
 

@@ -1,4 +1,4 @@
-// validateProgram: every lowered Program keeps the contracts of core/program.hpp, and each check
+// validateProgram: every lowered Program keeps the contracts of core/program/program.hpp, and each check
 // rejects a Program broken on purpose with a message that names the task.
 #include <gtest/gtest.h>
 
@@ -7,12 +7,12 @@
 #include <memory>
 #include <string>
 
-#include "core/lower.hpp"
+#include "core/lower/lower.hpp"
+#include "core/model/model_io.hpp"
+#include "core/plan/plan.hpp"
+#include "core/program/program.hpp"
+#include "core/program/program_check.hpp"
 #include "lowered_program.hpp"
-#include "core/model_io.hpp"
-#include "core/plan.hpp"
-#include "core/program.hpp"
-#include "core/program_check.hpp"
 
 using namespace shardcast::core;
 

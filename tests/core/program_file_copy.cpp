@@ -2,7 +2,7 @@
 //   usage: program_file_copy IN.json OUT.json
 #include <cstdio>
 
-#include "core/program_io.hpp"
+#include "core/program/program_io.hpp"
 
 int main(int argc, char** argv) {
     using namespace shardcast::core;

@@ -11,12 +11,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/file_io.hpp"
-#include "core/lower.hpp"
+#include "core/base/file_io.hpp"
+#include "core/lower/lower.hpp"
+#include "core/model/model_io.hpp"
+#include "core/plan/plan.hpp"
+#include "core/program/program_io.hpp"
 #include "lowered_program.hpp"
-#include "core/model_io.hpp"
-#include "core/plan.hpp"
-#include "core/program_io.hpp"
 
 using namespace shardcast::core;
 using nlohmann::json;

@@ -1,4 +1,4 @@
-// The allocator replay's shortcuts (core/allocator_replay.hpp: PeriodicReplay skipping proven
+// The allocator replay's shortcuts (core/memory/allocator_replay.hpp: PeriodicReplay skipping proven
 // repeats of a block, TwoStepReplay setting the second step from the first) against the literal
 // replay of every call, on thousands of random transformer-shaped tapes: a forward of identical
 // blocks keeping buffers and freeing scratch, a backward in reverse block order freeing them and
@@ -25,8 +25,8 @@
 
 #include <gtest/gtest.h>
 
-#include "core/allocator_replay.hpp"
-#include "core/caching_allocator.hpp"
+#include "core/memory/allocator_replay.hpp"
+#include "core/memory/caching_allocator.hpp"
 
 namespace shardcast::core {
 namespace {

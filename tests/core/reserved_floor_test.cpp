@@ -1,8 +1,8 @@
 // core::reservedFloorBytes on hand-made Programs and timed figures: each of its two bounds
-// worked out by hand (the argument is in core/reserved_floor.hpp).
+// worked out by hand (the argument is in core/memory/reserved_floor.hpp).
 #include <gtest/gtest.h>
 
-#include "core/reserved_floor.hpp"
+#include "core/memory/reserved_floor.hpp"
 
 namespace shardcast::core {
 namespace {

@@ -1,6 +1,6 @@
-// The measured-run record (core/run_record.hpp): an exact round trip through a file, and errors that
+// The measured-run record (core/results/run_record.hpp): an exact round trip through a file, and errors that
 // name the file and the field.
-#include "core/run_record.hpp"
+#include "core/results/run_record.hpp"
 
 #include <algorithm>
 #include <filesystem>

@@ -1,6 +1,6 @@
-// Versioned JSON of a step's Timeline, timed memory and summary (core/step_io.hpp): exact round
+// Versioned JSON of a step's Timeline, timed memory and summary (core/results/step_io.hpp): exact round
 // trips and errors that name the file and the field.
-#include "core/step_io.hpp"
+#include "core/results/step_io.hpp"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>

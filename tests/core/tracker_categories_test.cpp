@@ -6,10 +6,10 @@
 #include <filesystem>
 #include <memory>
 
-#include "core/memory.hpp"
-#include "core/model_io.hpp"
-#include "core/plan.hpp"
-#include "core/program.hpp"
+#include "core/memory/memory.hpp"
+#include "core/model/model_io.hpp"
+#include "core/plan/plan.hpp"
+#include "core/program/program.hpp"
 #include "lowered_program.hpp"
 
 using namespace shardcast::core;

@@ -1,4 +1,4 @@
-// TwoStepReplay (core/allocator_replay.hpp): the second step's figures set from the first step's
+// TwoStepReplay (core/memory/allocator_replay.hpp): the second step's figures set from the first step's
 // where its best-fit decisions prove the second repeats them, on hand-derived tapes. Constants
 // from PyTorch's c10/cuda/CUDACachingAllocator.cpp: requests of 10 MiB or more get a segment of
 // their size rounded up to 2 MiB; the large pool splits a block when more than 1 MiB remains;
@@ -8,8 +8,8 @@
 
 #include <gtest/gtest.h>
 
-#include "core/allocator_replay.hpp"
-#include "core/caching_allocator.hpp"
+#include "core/memory/allocator_replay.hpp"
+#include "core/memory/caching_allocator.hpp"
 
 namespace shardcast::core {
 namespace {

@@ -1,5 +1,5 @@
-#include "core/training.hpp"
-#include "core/units.hpp"
+#include "core/base/units.hpp"
+#include "core/plan/training.hpp"
 
 #include <gtest/gtest.h>
 

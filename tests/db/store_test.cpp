@@ -8,8 +8,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "core/step_io.hpp"
-#include "core/version.hpp"
+#include "core/base/version.hpp"
+#include "core/results/step_io.hpp"
 #include "tests/db/temp_store.hpp"
 
 namespace {

@@ -9,8 +9,8 @@
 
 #include <gtest/gtest.h>
 
-#include "core/lower.hpp"
-#include "core/plan_build.hpp"
+#include "core/lower/lower.hpp"
+#include "core/plan/plan_build.hpp"
 #include "executor/null_backend.hpp"
 
 namespace shardcast::exec {

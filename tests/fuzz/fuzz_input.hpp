@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/model_io.hpp"
+#include "core/model/model_io.hpp"
 
 namespace shardcast::fuzz {
 

@@ -2,7 +2,7 @@
 // must write back to JSON that loads to the same GPU.
 #include <cstdlib>
 
-#include "core/cluster.hpp"
+#include "core/plan/cluster.hpp"
 #include "tests/fuzz/fuzz_input.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

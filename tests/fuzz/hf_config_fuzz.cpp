@@ -2,7 +2,7 @@
 // "format". An import that succeeds must give a model with at least one block and one parameter.
 #include <cstdlib>
 
-#include "core/model_io.hpp"
+#include "core/model/model_io.hpp"
 #include "tests/fuzz/fuzz_input.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -1,6 +1,6 @@
 // Module-tree import (core::importModuleTree, docs/module-tree-format.md), as `--model FILE` reads a
 // file with "format".
-#include "core/model_io.hpp"
+#include "core/model/model_io.hpp"
 #include "tests/fuzz/fuzz_input.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -1,7 +1,7 @@
 // Plan files (core::planFromJson, docs/plan-format.md): every section, validation, and the model,
 // GPU and wrap references a plan names. Relative paths resolve against a folder that does not
 // exist, so only bundled names, inline objects and absolute paths reach the file system.
-#include "core/plan.hpp"
+#include "core/plan/plan.hpp"
 #include "tests/fuzz/fuzz_input.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

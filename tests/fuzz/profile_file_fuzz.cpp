@@ -3,7 +3,7 @@
 // same profile.
 #include <cstdlib>
 
-#include "core/cluster.hpp"
+#include "core/plan/cluster.hpp"
 #include "simulator/hardware_profile.hpp"
 #include "tests/fuzz/fuzz_input.hpp"
 

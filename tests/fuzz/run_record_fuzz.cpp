@@ -1,8 +1,8 @@
 // Run records (core::runRecordFromJson, what `compare` and `db import` read) and the step documents
-// inside them and beside a prediction (core/step_io.hpp: timeline, timed memory, step summary). Each
+// inside them and beside a prediction (core/results/step_io.hpp: timeline, timed memory, step summary). Each
 // reader refuses a document of another kind by its "format", so one input exercises the one it names.
-#include "core/run_record.hpp"
-#include "core/step_io.hpp"
+#include "core/results/run_record.hpp"
+#include "core/results/step_io.hpp"
 #include "tests/fuzz/fuzz_input.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

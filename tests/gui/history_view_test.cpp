@@ -8,7 +8,7 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
-#include "core/plan.hpp"
+#include "core/plan/plan.hpp"
 #include "db/store.hpp"
 #include "gui/history_view.hpp"
 #include "gui/input_panel.hpp"

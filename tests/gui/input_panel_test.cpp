@@ -4,8 +4,8 @@
 #include <QSignalSpy>
 #include <QtTest>
 
-#include "core/plan_build.hpp"
-#include "core/sharding.hpp"
+#include "core/plan/plan_build.hpp"
+#include "core/plan/sharding.hpp"
 #include "gui/input_panel.hpp"
 
 using namespace shardcast;

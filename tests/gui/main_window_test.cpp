@@ -9,7 +9,7 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
-#include "core/plan_build.hpp"
+#include "core/plan/plan_build.hpp"
 #include "gui/fit_view.hpp"
 #include "gui/input_panel.hpp"
 #include "gui/main_window.hpp"
@@ -20,8 +20,8 @@
 #include "gui/timeline_view.hpp"
 #include "gui/wrap_table_model.hpp"
 #include "gui/wrap_view.hpp"
+#include "search/optimize.hpp"
 #include "simulator/evaluation.hpp"
-#include "simulator/optimize.hpp"
 
 using namespace shardcast;
 

@@ -8,8 +8,8 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
-#include "core/plan.hpp"
-#include "core/run_record.hpp"
+#include "core/plan/plan.hpp"
+#include "core/results/run_record.hpp"
 #include "simulator/evaluation.hpp"
 #include "tests/simulator/perturbed_run.hpp"
 #ifdef SHARDCAST_GUI_WITH_STORE

@@ -3,8 +3,8 @@
 // memory curve's hover lists the category sizes of the curve point in effect.
 #include <QtTest>
 
-#include "core/compare.hpp"
-#include "core/plan_build.hpp"
+#include "core/plan/plan_build.hpp"
+#include "core/results/compare.hpp"
 #include "gui/memory_view.hpp"
 #include "gui/module_tree.hpp"
 #include "gui/palette.hpp"

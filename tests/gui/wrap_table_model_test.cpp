@@ -4,7 +4,7 @@
 #include <QSortFilterProxyModel>
 #include <QtTest>
 
-#include "core/plan_build.hpp"
+#include "core/plan/plan_build.hpp"
 #include "gui/plan_results.hpp"
 #include "gui/wrap_table_model.hpp"
 

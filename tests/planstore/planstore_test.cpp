@@ -6,7 +6,7 @@
 
 #include <gtest/gtest.h>
 
-#include "core/plan.hpp"
+#include "core/plan/plan.hpp"
 #include "tests/db/temp_store.hpp"
 
 namespace {

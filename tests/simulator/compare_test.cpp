@@ -1,6 +1,6 @@
-// Prediction against measurement (core/compare.hpp), on a "measured" run made from the prediction
+// Prediction against measurement (core/results/compare.hpp), on a "measured" run made from the prediction
 // with known perturbations (tests/simulator/perturbed_run.hpp), so every error is known exactly.
-#include "core/compare.hpp"
+#include "core/results/compare.hpp"
 
 #include <algorithm>
 #include <array>
@@ -12,7 +12,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "core/model_io.hpp"
+#include "core/model/model_io.hpp"
 #include "simulator/chrome_trace.hpp"
 #include "simulator/evaluation.hpp"
 #include "tests/simulator/perturbed_run.hpp"

@@ -7,7 +7,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "core/model_io.hpp"
+#include "core/model/model_io.hpp"
 #include "simulator/evaluation.hpp"
 
 namespace shardcast::sim {

@@ -18,10 +18,10 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "core/file_io.hpp"
-#include "core/model_io.hpp"
-#include "core/program_io.hpp"
-#include "core/step_io.hpp"
+#include "core/base/file_io.hpp"
+#include "core/model/model_io.hpp"
+#include "core/program/program_io.hpp"
+#include "core/results/step_io.hpp"
 #include "simulator/evaluation.hpp"
 
 namespace shardcast::sim {

@@ -16,10 +16,10 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "core/file_io.hpp"
-#include "core/model_io.hpp"
-#include "core/step_io.hpp"
-#include "simulator/sweep.hpp"
+#include "core/base/file_io.hpp"
+#include "core/model/model_io.hpp"
+#include "core/results/step_io.hpp"
+#include "search/sweep.hpp"
 
 namespace shardcast::sim {
 namespace {

@@ -1,4 +1,4 @@
-// The fast allocator replay (core/allocator_replay.hpp, PeriodicReplay) gives exactly the full
+// The fast allocator replay (core/memory/allocator_replay.hpp, PeriodicReplay) gives exactly the full
 // replay's ReservedMemory on lowered plans: every bundled model the planner accepts, across
 // strategies, FSDP versions, activation checkpointing, micro-batches, sequence lengths,
 // reshard_after_forward and allocator modes, and plans near and past the device's memory.
@@ -10,9 +10,9 @@
 
 #include <gtest/gtest.h>
 
-#include "core/model_io.hpp"
-#include "core/plan.hpp"
-#include "core/timed_memory.hpp"
+#include "core/memory/timed_memory.hpp"
+#include "core/model/model_io.hpp"
+#include "core/plan/plan.hpp"
 #include "simulator/evaluation.hpp"
 
 namespace shardcast::sim {
@@ -221,7 +221,7 @@ TEST(FastReplayEqualityTest, GradientAccumulationMatchesTheFullReplay) {
 }
 
 // Mixtral-8x7B as one FSDP unit at 8,192 tokens: without the proof's check of what a reference
-// leaves behind (core/allocator_replay.hpp, condition 4: no free block it leaves could change a
+// leaves behind (core/memory/allocator_replay.hpp, condition 4: no free block it leaves could change a
 // best fit) the fast replay differs from the full one on these plans; no other test here fails
 // without that check.
 TEST(FastReplayEqualityTest, WholeModelUnitsWhoseLeftoverBlocksWouldBeBestFits) {

@@ -20,7 +20,7 @@ HardwareProfile h100() {
 TEST(HardwareProfileTest, DefaultsComeFromTheGpuAndPublishedEfficiencies) {
     const HardwareProfile p = h100();
     // reference-cases.json: the best-shape bf16 matmul reaches 792.1 of 989 TFLOP/s (0.801); the
-    // sustained clock carries that gap (1,565 of 1,830 MHz, core/cluster.cpp), not the GEMM factor.
+    // sustained clock carries that gap (1,565 of 1,830 MHz, core/plan/cluster.cpp), not the GEMM factor.
     EXPECT_DOUBLE_EQ(p.forward_efficiency_max, 1.0);
     EXPECT_NEAR(p.gpu.computeClockScale(), 1565.0 / 1830.0, 1e-12);
     EXPECT_LT(p.gpu.computeClockScale(), 792.1 / 989.0 + 0.06);

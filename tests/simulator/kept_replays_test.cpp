@@ -5,9 +5,9 @@
 
 #include <gtest/gtest.h>
 
-#include "core/model_io.hpp"
-#include "core/plan.hpp"
-#include "core/timed_memory.hpp"
+#include "core/memory/timed_memory.hpp"
+#include "core/model/model_io.hpp"
+#include "core/plan/plan.hpp"
 #include "simulator/evaluation.hpp"
 
 namespace shardcast::sim {

@@ -4,14 +4,14 @@
 
 #include <memory>
 
-#include "core/lower.hpp"
-#include "core/memory.hpp"
-#include "core/model_io.hpp"
-#include "core/plan.hpp"
+#include "core/lower/lower.hpp"
+#include "core/memory/memory.hpp"
+#include "core/memory/timed_memory.hpp"
+#include "core/model/model_io.hpp"
+#include "core/plan/plan.hpp"
+#include "core/program/timeline.hpp"
 #include "simulator/hardware_profile.hpp"
-#include "core/timed_memory.hpp"
 #include "simulator/simulator.hpp"
-#include "core/timeline.hpp"
 
 using namespace shardcast;
 using core::Stream;

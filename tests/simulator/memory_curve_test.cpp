@@ -1,4 +1,4 @@
-#include "core/timed_memory.hpp"
+#include "core/memory/timed_memory.hpp"
 
 #include <set>
 #include <string>

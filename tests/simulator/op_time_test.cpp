@@ -7,7 +7,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "core/program.hpp"
+#include "core/program/program.hpp"
 #include "simulator/cost_model.hpp"
 #include "simulator/hardware_profile.hpp"
 

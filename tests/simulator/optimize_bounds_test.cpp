@@ -1,9 +1,9 @@
-// The optimizer's bounds (simulator/optimize_bounds.hpp) on hand-built Programs whose figures are
+// The optimizer's bounds (search/optimize_bounds.hpp) on hand-built Programs whose figures are
 // worked out on paper, and their combination.
 #include <gtest/gtest.h>
 
+#include "search/optimize_bounds.hpp"
 #include "simulator/cost_model.hpp"
-#include "simulator/optimize_bounds.hpp"
 #include "simulator/simulator.hpp"
 #include "tests/simulator/program_builder.hpp"
 

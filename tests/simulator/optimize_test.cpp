@@ -10,10 +10,10 @@
 
 #include <gtest/gtest.h>
 
-#include "core/model_io.hpp"
-#include "core/model_scale.hpp"
+#include "core/model/model_io.hpp"
+#include "core/model/model_scale.hpp"
+#include "search/optimize.hpp"
 #include "simulator/evaluation.hpp"
-#include "simulator/optimize.hpp"
 
 namespace shardcast::sim {
 namespace {

@@ -9,8 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/plan.hpp"
-#include "core/run_record.hpp"
+#include "core/plan/plan.hpp"
+#include "core/results/run_record.hpp"
 #include "simulator/evaluation.hpp"
 
 namespace shardcast::sim::testing {

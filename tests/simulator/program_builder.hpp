@@ -5,7 +5,7 @@
 #include <string>
 #include <utility>
 
-#include "core/program.hpp"
+#include "core/program/program.hpp"
 #include "simulator/hardware_profile.hpp"
 
 namespace shardcast::sim::testing {

@@ -1,16 +1,16 @@
 // core::reservedFloorBytes is a lower bound on the judged peak (reserved + Runtime Overhead) of
 // every lowered plan whose allocator replay releases nothing: checked against the replay over
 // models, strategies, checkpointing, micro-batches, accumulation, reshard_after_forward and both
-// allocator modes. The optimizer prunes by it (simulator/optimize.cpp), so a plan where it is
+// allocator modes. The optimizer prunes by it (search/optimize.cpp), so a plan where it is
 // above the replay would be wrongly ruled out.
 #include <memory>
 #include <string>
 
 #include <gtest/gtest.h>
 
-#include "core/model_io.hpp"
-#include "core/plan.hpp"
-#include "core/reserved_floor.hpp"
+#include "core/memory/reserved_floor.hpp"
+#include "core/model/model_io.hpp"
+#include "core/plan/plan.hpp"
 #include "simulator/evaluation.hpp"
 
 namespace shardcast::sim {

@@ -1,12 +1,12 @@
-// Reserved memory on lowered plans: the caching allocator model (core/caching_allocator.hpp)
-// replayed by the evaluation over the timed events, and "fits" judged on it (core/fit.hpp).
+// Reserved memory on lowered plans: the caching allocator model (core/memory/caching_allocator.hpp)
+// replayed by the evaluation over the timed events, and "fits" judged on it (core/memory/fit.hpp).
 #include <memory>
 #include <string>
 
 #include <gtest/gtest.h>
 
-#include "core/model_io.hpp"
-#include "core/plan.hpp"
+#include "core/model/model_io.hpp"
+#include "core/plan/plan.hpp"
 #include "simulator/evaluation.hpp"
 
 namespace shardcast::sim {

@@ -7,7 +7,7 @@
 
 #include <gtest/gtest.h>
 
-#include "core/model_io.hpp"
+#include "core/model/model_io.hpp"
 #include "simulator/cost_model.hpp"
 #include "simulator/evaluation.hpp"
 

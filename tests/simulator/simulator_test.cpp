@@ -2,10 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include "core/memory/timed_memory.hpp"
+#include "core/results/step_summary.hpp"
 #include "program_builder.hpp"
 #include "simulator/cost_model.hpp"
-#include "core/timed_memory.hpp"
-#include "core/step_summary.hpp"
 
 namespace shardcast::sim {
 namespace {

@@ -8,8 +8,8 @@
 
 #include <gtest/gtest.h>
 
-#include "core/model_io.hpp"
-#include "core/plan.hpp"
+#include "core/model/model_io.hpp"
+#include "core/plan/plan.hpp"
 #include "simulator/evaluation.hpp"
 #include "simulator/simulator.hpp"
 #include "tests/simulator/program_builder.hpp"

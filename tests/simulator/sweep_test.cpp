@@ -4,10 +4,10 @@
 
 #include <gtest/gtest.h>
 
-#include "core/fit.hpp"
-#include "core/model_io.hpp"
+#include "core/memory/fit.hpp"
+#include "core/model/model_io.hpp"
+#include "search/sweep.hpp"
 #include "simulator/hardware_profile.hpp"
-#include "simulator/sweep.hpp"
 
 namespace shardcast::sim {
 namespace {

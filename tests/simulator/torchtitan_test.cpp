@@ -26,8 +26,8 @@
 
 #include <gtest/gtest.h>
 
-#include "core/model_io.hpp"
-#include "core/plan.hpp"
+#include "core/model/model_io.hpp"
+#include "core/plan/plan.hpp"
 #include "simulator/evaluation.hpp"
 
 namespace shardcast::sim {

@@ -4,12 +4,12 @@
 
 #include <gtest/gtest.h>
 
-#include "core/lower.hpp"
-#include "core/model_io.hpp"
+#include "core/lower/lower.hpp"
+#include "core/model/model_io.hpp"
+#include "search/wrap_search.hpp"
 #include "simulator/evaluation.hpp"
 #include "simulator/pytorch_code.hpp"
 #include "simulator/simulator.hpp"
-#include "simulator/wrap_search.hpp"
 
 namespace shardcast::sim {
 namespace {

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "core/plan.hpp"
+#include "core/plan/plan.hpp"
 #include "simulator/diagnosis.hpp"
 #include "simulator/evaluation.hpp"
 #include "simulator/hardware_profile.hpp"

@@ -1,0 +1,231 @@
+// The lowering's driver: plan-wide settings, the Program header and the primitives that append
+// tasks and memory events. The FSDP rules live in lower_sizes.cpp, lower_segments.cpp and
+// lower_schedule.cpp (see core/lower/lower_internal.hpp).
+#include "core/lower/lower.hpp"
+
+#include <algorithm>
+#include <cassert>
+#include <numeric>
+
+#include "core/lower/lower_internal.hpp"
+
+namespace shardcast::core {
+namespace detail {
+namespace {
+
+// Nodes spanned by the ranks first, first + stride, ... (count of them).
+int nodesOfRun(int64_t first, int64_t stride, int64_t count, int64_t gpus_per_node) {
+    if (count <= 0) return 0;
+    if (stride == 1) return static_cast<int>((first + count - 1) / gpus_per_node - first / gpus_per_node + 1);
+    if (stride >= gpus_per_node) return static_cast<int>(count);
+    int nodes = 0;
+    int64_t last = -1;
+    for (int64_t i = 0; i < count; ++i) {
+        const int64_t node = (first + i * stride) / gpus_per_node;
+        if (node != last) {
+            ++nodes;
+            last = node;
+        }
+    }
+    return nodes;
+}
+
+// The most nodes any instance of a group spans. Two instances whose first ranks differ by a
+// multiple of the node size span alike, so one period of lcm(size * stride, gpus_per_node) ranks
+// and at most gpus_per_node offsets cover every case.
+int widestInstanceNodes(int64_t size, int64_t stride, int64_t world, int64_t gpus_per_node) {
+    const int64_t span = size * stride;
+    const int64_t period = std::min(world, std::lcm(span, gpus_per_node));
+    int widest = 1;
+    for (int64_t block = 0; block < period; block += span) {
+        for (int64_t offset = 0; offset < stride && offset < gpus_per_node; ++offset) {
+            widest = std::max(widest, nodesOfRun(block + offset, stride, size, gpus_per_node));
+        }
+    }
+    return widest;
+}
+
+}  // namespace
+
+Lowering::Lowering(const Plan& plan, const Mesh& mesh, Program& out, LowerScratch& scratch)
+    : m_plan(plan), m_model(*plan.model), m_tr(plan.training), m_sh(plan.sharding), m_mesh(mesh), m_p(out),
+      m_s(scratch) {
+    m_s.host_pending.clear();
+    m_s.free_queue.clear();
+}
+
+Status Lowering::run() {
+    m_p.clear();
+    configure();
+    if (auto s = resolveUnits(m_model, m_sh.wrap, m_s.ua); !s) return s;
+    orderUnits();
+    if (auto s = findFrozenParams(); !s) return s;
+    unitSizes();
+    reshardAfterForwardPerUnit();
+    buildSegments();
+    buildItems();
+    fillProgramHeader();
+    for (int mb = 0; mb < m_tr.grad_accum; ++mb) {
+        forwardPass(mb);
+        backwardPass(mb);
+    }
+    optimizerStep();
+    // On a host device (CPUs, gloo) the host runs each kernel itself, and FSDP waits for each
+    // collective as soon as it has issued it: every task blocks the host, nothing overlaps.
+    if (m_plan.cluster.gpu.host_device) {
+        for (Task& t : m_p.tasks) t.host_blocks = true;
+    }
+    return Ok{};
+}
+
+void Lowering::configure() {
+    m_W = m_mesh.shard_size;
+    m_R = m_mesh.replicate_size;
+    m_fsdp1 = m_sh.fsdp_version == 1;
+    m_sharded = m_sh.strategy != Strategy::NoShard && m_W > 1;
+    m_master = m_tr.master_dtype;
+    m_pdt = m_tr.computeDtype();
+    m_rdt = m_tr.reduceDtype();
+    m_mp = m_pdt != m_master;
+    m_offload = m_tr.offload == Offload::Cpu;
+    m_tokens = m_tr.tokens();
+    m_seq = m_tr.seq_len;
+    m_last_on_stream.fill(-1);
+    m_last_collective.fill(-1);
+    // The process groups the step's collectives run on (ranks laid out rank = r * W + s).
+    m_p.world_size = m_mesh.world_size;
+    m_group.fill(-1);
+    addGroup(GroupKind::World, m_mesh.world_size, 1);
+    if (m_sharded) addGroup(GroupKind::Shard, m_W, 1);
+    if (m_sharded && m_R > 1) addGroup(GroupKind::Replicate, m_R, m_W);
+    if (m_sharded && postForwardK() > 0) addGroup(GroupKind::PostForward, postForwardK(), 1);
+}
+
+void Lowering::addGroup(GroupKind kind, int64_t size, int64_t stride) {
+    ProcessGroup g;
+    g.kind = kind;
+    g.size = static_cast<int32_t>(size);
+    g.stride = static_cast<int32_t>(stride);
+    g.nodes = widestInstanceNodes(size, stride, m_mesh.world_size, m_plan.cluster.gpus_per_node);
+    m_group[static_cast<size_t>(kind)] = static_cast<int32_t>(m_p.groups.size());
+    m_p.groups.push_back(g);
+}
+
+void Lowering::fillProgramHeader() {
+    m_p.compute_dtype = m_pdt;
+    m_p.micro_batches = static_cast<int>(m_tr.grad_accum);
+    m_p.tokens_per_micro_batch = m_tokens;
+    if (m_s.flops_model != m_plan.model || m_s.flops_seq != m_seq) {
+        m_s.flops_model = m_plan.model;
+        m_s.flops_seq = m_seq;
+        m_s.flops_per_token = m_model.modelFlopsPerToken(m_seq);
+    }
+    m_p.model_flops_per_step = m_s.flops_per_token * static_cast<double>(m_tokens) *
+                               static_cast<double>(m_tr.grad_accum);
+    m_p.units.resize(m_s.us.size());
+    const int states = optimizerStatesPerParam(m_tr.optimizer);
+    int64_t sharded = 0, opt = 0, buffers = 0;
+    for (size_t u = 0; u < m_s.us.size(); ++u) {
+        const UnitSizes& us = m_s.us[u];
+        UnitInfo& info = m_p.units[u];
+        const UnitSpec& spec = m_s.ua.units[static_cast<size_t>(m_s.order[u])];
+        info.name = spec.name;
+        info.is_root = u == 0;
+        info.reshard_after_forward = us.reshard_after_forward;
+        info.blocks = us.blocks;
+        info.params = us.params;
+        info.trainable_params = us.trainable;
+        info.sharded_bytes = us.sharded_bytes;
+        info.unsharded_bytes = m_sharded ? us.unsharded_bytes : (m_mp ? us.unsharded_bytes : us.sharded_bytes);
+        info.grad_shard_bytes = us.grad_shard_elems * itemSize(m_master);
+        info.fwd_flops = 0;
+        info.activation_bytes = 0;
+        unitBufferTable(static_cast<int32_t>(u), info);
+        sharded += us.sharded_bytes;
+        opt += us.opt_elems * states * itemSize(m_master);
+    }
+    for (const Segment& seg : m_s.segs) {
+        m_p.units[seg.unit].fwd_flops += seg.fwd_flops;
+        m_p.units[seg.unit].activation_bytes += seg.saved + seg.sac_kept;
+    }
+    for (const BufferSpec& b : m_model.buffers) buffers += b.numel * itemSize(b.dtype);
+    const GpuSpec& gpu = m_plan.cluster.gpu;
+    int communicators = 1;  // the default (world) process group
+    if (m_sharded && m_W != m_mesh.world_size) ++communicators;
+    if (m_R > 1 && m_sharded) ++communicators;
+    m_p.initial[index(MemCategory::RuntimeOverhead)] =
+        gpu.cuda_context_bytes + gpu.cublas_workspace_bytes + communicators * gpu.nccl_bytes_per_communicator;
+    m_p.initial[index(MemCategory::Buffer)] = buffers;
+    if (m_offload) {
+        m_p.host_param_bytes = sharded;
+        m_p.host_optimizer_bytes = opt;
+        int64_t grads = 0;
+        for (const UnitSizes& us : m_s.us) grads += us.grad_shard_elems * itemSize(m_master);
+        m_p.host_grad_bytes = grads;
+    } else {
+        m_p.initial[index(MemCategory::ShardedParam)] = sharded;
+        m_p.initial[index(MemCategory::OptState)] = opt;
+    }
+}
+
+int32_t Lowering::newTask(TaskKind kind, Stream stream, int32_t unit, int mb) {
+    // Built in place: a Task assembled on the stack and copied in stalls on store forwarding.
+    // Copied from a constant blank task: value-initialising one in place zero-fills it with
+    // `rep stos`, whose start-up cost was most of this function's time.
+    static const Task kBlank{};
+    Task& t = m_p.tasks.emplace_back(kBlank);
+    t.kind = kind;
+    t.stream = stream;
+    t.unit = unit;
+    t.micro_batch = static_cast<int16_t>(mb);
+    t.dtype = m_pdt;
+    t.deps.offset = static_cast<uint32_t>(m_p.deps.size());
+    t.mem_start.offset = static_cast<uint32_t>(m_p.mem.size());
+    t.mem_peak.offset = t.mem_start.offset;
+    t.mem_end.offset = t.mem_start.offset;
+    m_phase = Phase::Start;
+    const auto id = static_cast<int32_t>(m_p.tasks.size() - 1);
+    if (!m_s.host_pending.empty() && (stream == Stream::Compute || stream == Stream::Host)) {
+        // The end-of-backward callback: the compute stream waits for the last reductions,
+        // then their buffers are freed.
+        for (int32_t d : m_host_pending_deps) dep(d);
+        m_host_pending_deps = {-1, -1};
+        for (const MemEvent& e : m_s.host_pending) push(cur().mem_start, e.bytes, e.category, e.timed_after, e.buffer, e.stream);
+        m_s.host_pending.clear();
+    }
+    m_last_on_stream[static_cast<size_t>(stream)] = id;
+    if (stream == Stream::Compute) m_last_compute = id;
+    return id;
+}
+
+void Lowering::collectiveOn(GroupKind kind) {
+    const auto k = static_cast<size_t>(kind);
+    assert(m_group[k] >= 0 && "the lowering uses a process group it did not create");
+    dep(m_last_collective[k]);
+    m_last_collective[k] = curId();
+    const ProcessGroup& g = m_p.groups[static_cast<size_t>(m_group[k])];
+    Task& t = cur();
+    t.group = m_group[k];
+    t.group_size = g.size;
+    t.group_nodes = g.nodes;
+}
+
+}  // namespace detail
+
+Lowerer::Lowerer() : m_scratch(std::make_unique<LowerScratch>()) {}
+Lowerer::~Lowerer() = default;
+Lowerer::Lowerer(Lowerer&&) noexcept = default;
+Lowerer& Lowerer::operator=(Lowerer&&) noexcept = default;
+
+Status Lowerer::lower(const Plan& plan, const Mesh& mesh, Program& out) {
+    assert(plan.model && "lower() needs a model");
+    detail::Lowering lowering(plan, mesh, out, *m_scratch);
+    return lowering.run();
+}
+
+Status lower(const Plan& plan, const Mesh& mesh, Program& out) {
+    Lowerer lowerer;
+    return lowerer.lower(plan, mesh, out);
+}
+
+}  // namespace shardcast::core

@@ -1,0 +1,554 @@
+// Segments and activation memory: the forward ops cut into runs of one unit inside one block,
+// their FLOPs and HBM bytes, what each keeps for backward under activation checkpointing (none,
+// full per block, every K-th block, torchtitan's per-op SAC, Megatron's attention core), its
+// transient peaks, and the order in which FSDP's forward and backward hooks fire around them.
+#include <algorithm>
+#include <cmath>
+#include <string_view>
+#include <vector>
+
+#include "core/lower/lower_internal.hpp"
+
+namespace shardcast::core::detail {
+
+// Bytes of a tensor set given per dtype: activations in param_dtype, fp32, 1-byte and int64.
+int64_t Lowering::elementBytes(const Coef& act, const Coef& f32, const Coef& u8, const Coef& i64) const {
+    const int64_t t = m_tokens, s = m_seq;
+    return static_cast<int64_t>(act.at(t, s)) * itemSize(m_pdt) + static_cast<int64_t>(f32.at(t, s)) * itemSize(DType::F32) +
+           static_cast<int64_t>(u8.at(t, s)) * itemSize(DType::U8) + static_cast<int64_t>(i64.at(t, s)) * itemSize(DType::I64);
+}
+
+void Lowering::buildSegments() {
+    splitIntoSegments();
+    opCosts();
+    for (size_t si = 0; si < m_s.segs.size(); ++si) {
+        Segment& seg = m_s.segs[si];
+        if (sameAsPrevious(si)) {
+            // The next block of a uniform model: copy the costs, keep its own identity.
+            const Segment& prev = m_s.segs[si - 1];
+            const int64_t kept = seg.saved;
+            const Segment copy = seg;
+            seg = prev;
+            seg.unit = copy.unit;
+            seg.op_begin = copy.op_begin;
+            seg.op_end = copy.op_end;
+            seg.saved = seg.checkpointed ? kept : seg.saved_full;
+            continue;
+        }
+        segmentCosts(seg);
+        segmentTensors(seg);
+        segmentOps(seg);
+    }
+    const size_t n = m_s.segs.size();
+    m_s.seg_saved.assign(n, BufferRef{});
+    m_s.seg_recomputed.assign(n, BufferRef{});
+    m_s.seg_grad.assign(n, BufferRef{});
+    m_s.seg_kept.assign(n, BufferRef{});
+    m_s.seg_grad_next.assign(n, -1);
+}
+
+// A new segment starts where the unit or the block changes. A checkpointed block (full: every
+// block; layer: every ac_every-th; op: every block; blocks: those whose run is full or op) keeps
+// its input once, with its first segment.
+// Per-op SAC also marks the ops whose outputs it keeps: torchtitan's _save_list policy
+// (torchtitan/models/llama/parallelize_llama.py, _apply_ac_to_transformer_block) saves the
+// outputs of aten.mm except every second one, counted from 1 within each block's forward, and of
+// SDPA's flash / efficient attention; everything else is recomputed.
+void Lowering::splitIntoSegments() {
+    const auto n_mod = m_model.modules.size();
+    m_s.segs.clear();
+    int32_t cur_unit = -1, cur_block = -2;
+    int32_t last_block_seen = -1;
+    // The mode of each block (by index): the whole-model mode, or the block's own under Blocks.
+    const auto block_count = static_cast<int64_t>(m_model.blocks.size());
+    bool op_sac = m_tr.ac == Checkpointing::Op;
+    for (int64_t i = 0; m_tr.ac == Checkpointing::Blocks && i < block_count && !op_sac; ++i) op_sac = blockCheckpointing(m_tr, i) == Checkpointing::Op;
+    m_s.sac_keep.assign(m_s.active.size(), 0);
+    // A linear layer with a bias runs aten.addmm, which the save list does not name (nor count).
+    std::vector<uint8_t> has_bias;
+    if (op_sac) {
+        has_bias.assign(n_mod, 0);
+        for (const Param& prm : m_model.params) {
+            const std::string_view name = prm.name;
+            if (name.size() >= 5 && name.substr(name.size() - 5) == ".bias") has_bias[static_cast<size_t>(prm.module)] = 1;
+        }
+    }
+    int mm_count = 0;
+    // Ops [begin, end) of one unit inside one block (or outside every block).
+    auto visit = [&](size_t begin, size_t end, int32_t unit, int32_t block) {
+        const Checkpointing mode = block >= 0 ? blockCheckpointing(m_tr, m_s.block_index[static_cast<size_t>(block)]) : Checkpointing::None;
+        if (mode == Checkpointing::Op) {
+            if (block != last_block_seen) mm_count = 0;
+            for (size_t ai = begin; ai < end; ++ai) {
+                const Op& op = m_model.ops[static_cast<size_t>(m_s.active[ai])];
+                if (op.kernel == KernelShape::Linear && !has_bias[static_cast<size_t>(op.module)])
+                    m_s.sac_keep[ai] = ++mm_count % 2 == 1;
+                if (op.kernel == KernelShape::FlashAttention) m_s.sac_keep[ai] = 1;
+            }
+        }
+        if (unit != cur_unit || block != cur_block) {
+            Segment& seg = m_s.segs.emplace_back();
+            seg.unit = unit;
+            seg.op_begin = static_cast<int64_t>(begin);
+            seg.checkpointed = mode == Checkpointing::Full || mode == Checkpointing::Op;
+            seg.op_sac = mode == Checkpointing::Op;
+            if (seg.checkpointed && block != last_block_seen) {
+                const Op& op = m_model.ops[static_cast<size_t>(m_s.active[begin])];
+                seg.saved = m_model.arch.hidden > 0 ? m_tokens * m_model.arch.hidden * itemSize(m_pdt)
+                                                    : elementBytes(op.saved_act, op.saved_f32, op.saved_u8, op.saved_i64);
+            }
+            if (block >= 0) last_block_seen = block;
+            cur_unit = unit;
+            cur_block = block;
+        }
+        m_s.segs.back().op_end = static_cast<int64_t>(end);
+    };
+    // A module without a unit of its own is in its parent's (resolveUnits), so a block holds one
+    // unit unless the root of another lies inside it: only such a block, and the ops outside
+    // every block, are walked module by module.
+    auto& split = m_s.block_split;
+    split.assign(m_model.blocks.size(), 0);
+    for (const UnitSpec& unit : m_s.ua.units) {
+        for (int32_t root : unit.modules) {
+            const int32_t block = m_s.block_of[static_cast<size_t>(root)];
+            if (block >= 0 && block != root) split[static_cast<size_t>(m_s.block_index[static_cast<size_t>(block)])] = 1;
+        }
+    }
+    const std::vector<int32_t>& runs = m_s.block_runs;
+    for (size_t r = 0; r + 1 < runs.size(); ++r) {
+        const auto begin = static_cast<size_t>(runs[r]), end = static_cast<size_t>(runs[r + 1]);
+        const int32_t block = m_s.active_block[begin];
+        if (block >= 0 && !split[static_cast<size_t>(m_s.block_index[static_cast<size_t>(block)])]) {
+            visit(begin, end, m_s.pidx[m_s.ua.module_unit[block]], block);
+            continue;
+        }
+        for (size_t ai = begin; ai < end;) {
+            const int32_t module = m_s.active_module[ai];
+            size_t next = ai + 1;
+            while (next < end && m_s.active_module[next] == module) ++next;
+            visit(ai, next, m_s.pidx[m_s.ua.module_unit[module]], block);
+            ai = next;
+        }
+    }
+}
+
+// Op costs for this plan's tokens and dtypes, once per cost class (a repeated block's ops share
+// classes), then per op where the class cannot be shared.
+void Lowering::opCosts() {
+    const Coef none{};
+    const int64_t t = m_tokens, s = m_seq;
+    // The same ops (model and variants) at the same sizes and dtypes cost the same: keep them.
+    const LowerScratch::OpCostKey key{m_plan.model, m_s.active_bits, t, s, m_pdt, m_tr.impl, m_tr.hf_mask, m_tr.kernels};
+    if (m_s.op_frozen.empty() && m_s.op_cost_key == key) return;
+    m_s.op_cost_key = m_s.op_frozen.empty() ? key : LowerScratch::OpCostKey{};
+    auto& cost = m_s.op_cost;
+    cost.resize(m_s.active.size());
+    auto& class_cost = m_s.class_cost;
+    auto& class_done = m_s.class_done;
+    class_cost.resize(m_model.ops.size());
+    class_done.assign(m_model.ops.size(), 0);
+    auto opCost = [&](const Op& op) {
+        OpCost c;
+        c.saved = elementBytes(op.saved_act, op.saved_f32, op.saved_u8, op.saved_i64);
+        if (m_tr.impl == ModelImpl::Torchtitan) {
+            c.saved += elementBytes(op.saved_act_repeat_kv, none, none, none);
+        } else if (m_tr.hf_mask == HfMask::V4) {
+            c.saved += elementBytes(op.saved_act_hf_mask, none, none, none) + elementBytes(op.saved_act_repeat_kv, none, none, none);
+        }
+        c.temp = elementBytes(op.temp_act, op.temp_f32, none, none);
+        c.bwd_temp = elementBytes(op.bwd_temp_act, op.bwd_temp_f32, none, none);
+        c.temp_act = elementBytes(op.temp_act, none, none, none);
+        c.bwd_temp_act = elementBytes(op.bwd_temp_act, none, none, none);
+        c.temp_f32_tensors = op.temp_f32_tensors;
+        c.bwd_temp_f32_tensors = op.bwd_temp_f32_tensors;
+        // FLOPs executed: a causal kernel skips the masked half of the s^2 work (flash-attention's
+        // benchmarks/benchmark_flash_attention.py, flops(): "// (2 if causal else 1)").
+        Coef executed = op.flops;
+        if (op.causal) executed.per_token_seq /= 2;
+        c.flops = static_cast<int64_t>(executed.at(t, s));
+        if (op.kernel == KernelShape::Linear) {
+            c.out = static_cast<int64_t>(static_cast<double>(op.out_features) * op.token_share * static_cast<double>(t)) *
+                    itemSize(m_pdt);
+        } else if (op.kernel == KernelShape::FlashAttention) {
+            // SDPA's output [b, heads, s, head_dim] and its fp32 logsumexp [b, heads, s].
+            c.out = t * op.heads * op.head_dim * itemSize(m_pdt) + t * op.heads * itemSize(DType::F32);
+        }
+        c.bwd_flops = static_cast<int64_t>(static_cast<double>(c.flops) * op.bwd_flops_factor);
+        c.io = static_cast<int64_t>(op.io_act.at(t, s)) * itemSize(m_pdt);
+        c.io_bwd = op.io_bwd_act.zero() ? 2 * c.io : static_cast<int64_t>(op.io_bwd_act.at(t, s)) * itemSize(m_pdt);
+        if (m_tr.kernels != KernelImpl::Eager && !op.io_fused_act.zero()) {
+            c.io = c.io_bwd = static_cast<int64_t>(op.io_fused_act.at(t, s)) * itemSize(m_pdt);
+        }
+        return c;
+    };
+    for (size_t ai = 0; ai < m_s.active.size(); ++ai) {
+        const auto oi = static_cast<size_t>(m_s.active[ai]);
+        const Op& op = m_model.ops[oi];
+        const int32_t cls = op.cost_class;
+        if (cls < 0) {
+            cost[ai] = opCost(op);
+        } else {
+            if (!class_done[static_cast<size_t>(cls)]) {
+                class_cost[static_cast<size_t>(cls)] = opCost(op);
+                class_done[static_cast<size_t>(cls)] = 1;
+            }
+            cost[ai] = class_cost[static_cast<size_t>(cls)];
+        }
+        if (!m_s.op_frozen.empty() && m_s.op_frozen[oi]) {
+            // A frozen weight needs no weight gradient: the backward keeps only dgrad.
+            cost[ai].bwd_flops = static_cast<int64_t>(static_cast<double>(cost[ai].flops) *
+                                                      std::max(0.0, op.bwd_flops_factor - 1.0));
+        }
+    }
+}
+
+// Same op classes, gradients, weights and frozen flags as the previous segment: the next block
+// of a uniform model, whose costs need not be worked out again.
+bool Lowering::sameAsPrevious(size_t si) const {
+    if (si == 0) return false;
+    const Segment& a = m_s.segs[si - 1];
+    const Segment& b = m_s.segs[si];
+    if (a.op_end - a.op_begin != b.op_end - b.op_begin || a.checkpointed != b.checkpointed || a.op_sac != b.op_sac) return false;
+    const auto n = static_cast<size_t>(a.op_end - a.op_begin);
+    if (m_s.op_frozen.empty()) {
+        // Every parameter trainable: each op's gradient elements are its weight elements, which
+        // the signatures cover with the cost classes.
+        const auto ia = static_cast<size_t>(a.op_begin), ib = static_cast<size_t>(b.op_begin);
+        return std::equal(m_s.sac_keep.begin() + ia, m_s.sac_keep.begin() + ia + n, m_s.sac_keep.begin() + ib) &&
+               std::equal(m_s.active_signature.begin() + ia, m_s.active_signature.begin() + ia + n,
+                          m_s.active_signature.begin() + ib);
+    }
+    for (int64_t k = 0; k < a.op_end - a.op_begin; ++k) {
+        const auto ia = static_cast<size_t>(a.op_begin + k), ib = static_cast<size_t>(b.op_begin + k);
+        if (m_s.sac_keep[ia] != m_s.sac_keep[ib]) return false;
+        const int32_t ca = m_s.active_class[ia];
+        if (ca < 0 || ca != m_s.active_class[ib]) return false;
+        const auto oa = static_cast<size_t>(m_s.active[ia]);
+        const auto ob = static_cast<size_t>(m_s.active[ib]);
+        if (m_s.op_grad_elems[oa] != m_s.op_grad_elems[ob] || m_s.op_weight_elems[oa] != m_s.op_weight_elems[ob]) return false;
+        if (!m_s.op_frozen.empty() && m_s.op_frozen[oa] != m_s.op_frozen[ob]) return false;
+    }
+    return true;
+}
+
+// Work and activation memory of one segment. Forward: saved tensors accumulate op by op; the
+// transient peak is the largest (saved so far + the op's temporaries). Attention-core recompute
+// drops the marked ops' tensors and recomputes those ops inside the backward. A checkpointed
+// segment's recompute runs its forward again, under per-op SAC less the ops whose outputs were
+// kept. Backward, in reverse op order: gradients appear while saved tensors are released.
+void Lowering::segmentCosts(Segment& seg) {
+    const bool selective = m_tr.ac == Checkpointing::AttnCore;
+    const int64_t grad_item = itemSize(m_pdt);
+    int64_t cum = 0, best = -1, sel_saved = 0;
+    for (int64_t ai = seg.op_begin; ai < seg.op_end; ++ai) {
+        const auto oi = static_cast<size_t>(m_s.active[static_cast<size_t>(ai)]);
+        const OpCost& c = m_s.op_cost[static_cast<size_t>(ai)];
+        seg.fwd_flops += c.flops;
+        seg.bwd_flops += c.bwd_flops;
+        seg.fwd_hbm += c.io;
+        seg.bwd_hbm += c.io_bwd;
+        seg.grad_bytes += m_s.op_grad_elems[oi] * grad_item;
+        seg.weight_bytes += m_s.op_weight_elems[oi] * grad_item;
+        if (m_s.sac_keep[static_cast<size_t>(ai)]) {
+            seg.sac_kept += c.out;
+        } else {
+            seg.rec_flops += c.flops;
+            seg.rec_hbm += c.io;
+            seg.rec_weight_bytes += m_s.op_weight_elems[oi] * grad_item;
+        }
+        const bool dropped = selective && m_model.ops[oi].selective_recompute;
+        if (dropped) {
+            sel_saved += c.saved;
+            seg.bwd_flops += c.flops;  // recomputed inside the backward
+        }
+        cum += c.saved;
+        if (cum + c.temp > best) {
+            best = cum + c.temp;
+            seg.fwd_peak_act = cum;
+            seg.fwd_peak_temp = c.temp;
+            seg.fwd_peak_op = ai;
+        }
+        if (c.temp + c.saved > seg.ckpt_peak_temp) {
+            seg.ckpt_peak_temp = c.temp + c.saved;
+            seg.ckpt_peak_op = ai;
+        }
+        if (!dropped) seg.saved_full += c.saved;
+    }
+    if (selective) {
+        // Dropped tensors are never held past their op: the forward peak shrinks to match.
+        seg.fwd_peak_act = std::min(seg.fwd_peak_act, seg.saved_full);
+    }
+    if (!seg.checkpointed) seg.saved = seg.saved_full;
+    int64_t freed = 0, grads = 0, bbest = INT64_MIN;
+    bool sel_pending = sel_saved > 0;
+    for (int64_t ai = seg.op_end - 1; ai >= seg.op_begin; --ai) {
+        const auto oi = static_cast<size_t>(m_s.active[static_cast<size_t>(ai)]);
+        const OpCost& c = m_s.op_cost[static_cast<size_t>(ai)];
+        const bool dropped = selective && m_model.ops[oi].selective_recompute;
+        int64_t temp = c.bwd_temp;
+        if (dropped && sel_pending) {
+            temp += sel_saved;  // the attention core is recomputed at once
+            sel_pending = false;
+        }
+        grads += m_s.op_grad_elems[oi] * grad_item;
+        const int64_t extra = grads + temp - freed;
+        if (extra > bbest) {
+            bbest = extra;
+            seg.bwd_peak_grad = grads;
+            seg.bwd_peak_temp = temp;
+            seg.bwd_peak_freed = freed;
+            seg.bwd_peak_op = ai;
+        }
+        if (!dropped) freed += c.saved;
+    }
+}
+
+// Autograd saves tensors op by op and PyTorch allocates each on its own; so are a backward's
+// gradients (one per parameter; per op here, a module's weight and bias together). The spans
+// list them in forward order: the backward frees saved tensors from the end.
+void Lowering::segmentTensors(Segment& seg) {
+    const bool selective = m_tr.ac == Checkpointing::AttnCore;
+    const int64_t grad_item = itemSize(m_pdt);
+    auto pushEach = [&](Span& span, auto bytesOf) {
+        span = Span{static_cast<uint32_t>(m_p.tensor_bytes.size()), 0};
+        for (int64_t ai = seg.op_begin; ai < seg.op_end; ++ai) {
+            const int64_t bytes = bytesOf(static_cast<size_t>(ai));
+            if (bytes <= 0) continue;
+            m_p.tensor_bytes.push_back(bytes);
+            ++span.count;
+        }
+    };
+    pushEach(seg.saved_tensors, [&](size_t ai) {
+        const bool dropped = selective && m_model.ops[static_cast<size_t>(m_s.active[ai])].selective_recompute;
+        return dropped ? 0 : m_s.op_cost[ai].saved;
+    });
+    pushEach(seg.kept_tensors, [&](size_t ai) { return m_s.sac_keep[ai] ? m_s.op_cost[ai].out : 0; });
+    pushEach(seg.grad_tensors, [&](size_t ai) { return m_s.op_grad_elems[static_cast<size_t>(m_s.active[ai])] * grad_item; });
+
+    // The transient peaks. A list whose bytes do not add up to the peak's figure (attention-core
+    // recompute folds dropped tensors in) stays one tensor.
+    auto listOf = [&](Span& span, int64_t expected, auto fill) {
+        span = Span{static_cast<uint32_t>(m_p.tensor_bytes.size()), 0};
+        int64_t sum = 0;
+        fill([&](int64_t bytes) {
+            if (bytes <= 0) return;
+            m_p.tensor_bytes.push_back(bytes);
+            ++span.count;
+            sum += bytes;
+        });
+        if (sum != expected || span.count < 2) {
+            m_p.tensor_bytes.resize(span.offset);
+            span = Span{};
+        }
+    };
+    auto temps = [&](auto&& push, int64_t act, int64_t total, int16_t f32_tensors) {
+        push(act);
+        const int64_t f32 = total - act;
+        const int64_t n = std::max<int16_t>(1, f32_tensors);
+        for (int64_t k = 0; k < n; ++k) push(f32 / n + (k < f32 % n ? 1 : 0));
+    };
+    if (seg.fwd_peak_op >= 0) {
+        listOf(seg.fwd_peak_act_tensors, seg.fwd_peak_act, [&](auto&& push) {
+            for (int64_t ai = seg.op_begin; ai <= seg.fwd_peak_op; ++ai) push(m_s.op_cost[static_cast<size_t>(ai)].saved);
+        });
+        const OpCost& c = m_s.op_cost[static_cast<size_t>(seg.fwd_peak_op)];
+        listOf(seg.fwd_peak_temp_tensors, seg.fwd_peak_temp,
+               [&](auto&& push) { temps(push, c.temp_act, c.temp, c.temp_f32_tensors); });
+    }
+    if (seg.ckpt_peak_op >= 0) {
+        const OpCost& c = m_s.op_cost[static_cast<size_t>(seg.ckpt_peak_op)];
+        listOf(seg.ckpt_peak_tensors, seg.ckpt_peak_temp, [&](auto&& push) {
+            push(c.saved);
+            temps(push, c.temp_act, c.temp, c.temp_f32_tensors);
+        });
+    }
+    if (seg.bwd_peak_op >= 0) {
+        listOf(seg.bwd_peak_grad_tensors, seg.bwd_peak_grad, [&](auto&& push) {
+            for (int64_t ai = seg.op_end - 1; ai >= seg.bwd_peak_op; --ai) {
+                push(m_s.op_grad_elems[static_cast<size_t>(m_s.active[static_cast<size_t>(ai)])] * grad_item);
+            }
+        });
+        const OpCost& c = m_s.op_cost[static_cast<size_t>(seg.bwd_peak_op)];
+        listOf(seg.bwd_peak_temp_tensors, seg.bwd_peak_temp,
+               [&](auto&& push) { temps(push, c.bwd_temp_act, c.bwd_temp, c.bwd_temp_f32_tensors); });
+    }
+}
+
+// The kernels of a segment (program.hpp OpShape): its forward, which a recompute repeats, and
+// its backward in reverse op order. Under attention-core recompute the dropped ops run forward
+// again inside the backward, all at once where the backward reaches the first of them. Under
+// per-op SAC the recompute runs the ops whose outputs were not kept.
+void Lowering::segmentOps(Segment& seg) {
+    const bool selective = m_tr.ac == Checkpointing::AttnCore;
+    auto dropped = [&](int64_t ai) {
+        return selective && m_model.ops[static_cast<size_t>(m_s.active[static_cast<size_t>(ai)])].selective_recompute;
+    };
+    auto opAt = [&](int64_t ai) -> const Op& { return m_model.ops[static_cast<size_t>(m_s.active[static_cast<size_t>(ai)])]; };
+    m_compile = m_tr.kernels == KernelImpl::Compile;
+    seg.fwd_ops.offset = static_cast<uint32_t>(m_p.ops.size());
+    m_chain_from = m_p.ops.size();
+    for (int64_t ai = seg.op_begin; ai < seg.op_end; ++ai) pushForwardOps(opAt(ai), m_s.op_cost[static_cast<size_t>(ai)]);
+    seg.fwd_ops.count = static_cast<uint32_t>(m_p.ops.size()) - seg.fwd_ops.offset;
+    seg.rec_ops = seg.fwd_ops;
+    if (seg.op_sac) {
+        seg.rec_ops.offset = static_cast<uint32_t>(m_p.ops.size());
+        m_chain_from = m_p.ops.size();
+        for (int64_t ai = seg.op_begin; ai < seg.op_end; ++ai) {
+            if (!m_s.sac_keep[static_cast<size_t>(ai)]) pushForwardOps(opAt(ai), m_s.op_cost[static_cast<size_t>(ai)]);
+        }
+        seg.rec_ops.count = static_cast<uint32_t>(m_p.ops.size()) - seg.rec_ops.offset;
+    }
+    seg.bwd_ops.offset = static_cast<uint32_t>(m_p.ops.size());
+    m_chain_from = m_p.ops.size();
+    bool recomputed = false;
+    for (int64_t ai = seg.op_end - 1; ai >= seg.op_begin; --ai) {
+        if (dropped(ai) && !recomputed) {
+            for (int64_t aj = seg.op_begin; aj < seg.op_end; ++aj) {
+                if (dropped(aj)) pushForwardOps(opAt(aj), m_s.op_cost[static_cast<size_t>(aj)]);
+            }
+            recomputed = true;
+        }
+        const auto oi = static_cast<size_t>(m_s.active[static_cast<size_t>(ai)]);
+        const bool frozen = !m_s.op_frozen.empty() && m_s.op_frozen[oi];
+        pushBackwardOps(opAt(ai), m_s.op_cost[static_cast<size_t>(ai)], frozen);
+    }
+    seg.bwd_ops.count = static_cast<uint32_t>(m_p.ops.size()) - seg.bwd_ops.offset;
+}
+
+// Tokens a linear layer sees: all of them, or an MoE expert's share rounded to whole tokens.
+int64_t Lowering::linearRows(const Op& op) const {
+    if (op.token_share == 1) return m_tokens;
+    return std::max<int64_t>(1, std::llround(static_cast<double>(m_tokens) * op.token_share));
+}
+
+void Lowering::pushForwardOps(const Op& op, const OpCost& c) {
+    const int64_t b = m_tr.micro_batch, s = m_seq;
+    switch (op.kernel) {
+        case KernelShape::Linear: {
+            pushGemm(linearRows(op), op.out_features, op.in_features, 1);
+            return;
+        }
+        case KernelShape::FlashAttention:
+            pushAttention(OpShapeKind::Attention, op);
+            return;
+        case KernelShape::AttnScores:
+            pushGemm(s, s, op.head_dim, b * op.heads);
+            return;
+        case KernelShape::AttnValues:
+            pushGemm(s, op.head_dim, s, b * op.heads);
+            return;
+        case KernelShape::Elementwise: break;
+    }
+    pushEagerKernels(c.io, c.flops, m_tr.kernels == KernelImpl::Eager ? op.fwd_kernels : 1);
+}
+
+// Backward of each kernel: a linear layer's input gradient (dgrad) and, unless its weight is
+// frozen, its weight gradient (wgrad); eager attention's two products per GEMM; the flash
+// backward kernel; an elementwise op reads and writes twice what its forward moved.
+void Lowering::pushBackwardOps(const Op& op, const OpCost& c, bool frozen) {
+    const int64_t b = m_tr.micro_batch, s = m_seq;
+    switch (op.kernel) {
+        case KernelShape::Linear: {
+            const int64_t rows = linearRows(op);
+            pushGemm(rows, op.in_features, op.out_features, 1);
+            if (!frozen) pushGemm(op.out_features, op.in_features, rows, 1);
+            return;
+        }
+        case KernelShape::FlashAttention:
+            pushAttention(OpShapeKind::AttentionBackward, op);
+            return;
+        case KernelShape::AttnScores:  // dQ = dS K, dK = dS^T Q
+            pushGemm(s, op.head_dim, s, b * op.heads);
+            pushGemm(s, op.head_dim, s, b * op.heads);
+            return;
+        case KernelShape::AttnValues:  // dP = dO V^T, dV = P^T dO
+            pushGemm(s, s, op.head_dim, b * op.heads);
+            pushGemm(s, op.head_dim, s, b * op.heads);
+            return;
+        case KernelShape::Elementwise: break;
+    }
+    pushEagerKernels(c.io_bwd, c.bwd_flops, m_tr.kernels == KernelImpl::Eager ? op.bwd_kernels : 1);
+}
+
+// An elementwise op: in eager mode the kernels PyTorch launches for it, its bytes and FLOPs split
+// evenly over them; under torch.compile joined to the fused kernel of the chain it continues (the
+// chain's kernel moves the bytes of its ops, intermediates included: an upper bound).
+void Lowering::pushEagerKernels(int64_t bytes, int64_t flops, int kernels) {
+    if (m_compile) {
+        if (m_p.ops.size() > m_chain_from && m_p.ops.back().kind == OpShapeKind::Elementwise) {
+            m_p.ops.back().bytes += bytes;
+            m_p.ops.back().flops += flops;
+        } else {
+            pushElementwise(bytes, flops, m_pdt);
+        }
+        return;
+    }
+    const int64_t n = std::max(1, kernels);
+    for (int64_t i = 0; i < n; ++i) {
+        // The last kernel takes the remainders, so the op's bytes and FLOPs are kept exactly.
+        const bool last = i == n - 1;
+        pushElementwise(bytes / n + (last ? bytes % n : 0), flops / n + (last ? flops % n : 0), m_pdt);
+    }
+}
+
+// Kernel shapes are written in place (no temporary copied in: see newTask).
+void Lowering::pushGemm(int64_t m, int64_t n, int64_t k, int64_t batch) {
+    OpShape& o = m_p.ops.emplace_back();
+    o.kind = OpShapeKind::Gemm;
+    o.dtype = m_pdt;
+    o.m = m;
+    o.n = n;
+    o.k = k;
+    o.batch = batch;
+}
+
+void Lowering::pushAttention(OpShapeKind kind, const Op& op) {
+    OpShape& o = m_p.ops.emplace_back();
+    o.kind = kind;
+    o.dtype = m_pdt;
+    o.causal = op.causal;
+    o.batch = m_tr.micro_batch;
+    o.heads = op.heads;
+    o.kv_heads = op.kv_heads;
+    o.head_dim = op.head_dim;
+    o.seq = m_seq;
+}
+
+Span Lowering::pushElementwise(int64_t bytes, int64_t flops, DType dtype) {
+    OpShape& o = m_p.ops.emplace_back();
+    o.kind = OpShapeKind::Elementwise;
+    o.dtype = dtype;
+    o.bytes = bytes;
+    o.flops = flops;
+    return Span{static_cast<uint32_t>(m_p.ops.size() - 1), 1};
+}
+
+// The forward schedule: before a segment, the pre-forward hooks of the units that start with it
+// (outermost first); after it, the post-forward hooks of the units that end with it (innermost
+// first). Backward pre-hooks fire in reverse post-forward order.
+void Lowering::buildItems() {
+    m_s.items.clear();
+    auto& chain = m_s.chain;
+    for (size_t si = 0; si < m_s.segs.size(); ++si) {
+        const Segment& seg = m_s.segs[si];
+        const int64_t first = m_s.active[static_cast<size_t>(seg.op_begin)];
+        const int64_t last = m_s.active[static_cast<size_t>(seg.op_end - 1)];
+        chain.clear();
+        for (int32_t u = seg.unit; u >= 0; u = m_s.parent[u]) {
+            if (m_s.us[u].first_op == first) chain.push_back(u);
+        }
+        for (auto it = chain.rbegin(); it != chain.rend(); ++it) m_s.items.push_back({ItemKind::Pre, *it});
+        m_s.items.push_back({ItemKind::Seg, static_cast<int32_t>(si)});
+        for (int32_t u = seg.unit; u >= 0; u = m_s.parent[u]) {
+            if (m_s.us[u].last_op == last) m_s.items.push_back({ItemKind::Post, u});
+        }
+    }
+    m_s.bwd_order.clear();
+    for (auto it = m_s.items.rbegin(); it != m_s.items.rend(); ++it) {
+        if (it->kind == ItemKind::Post) m_s.bwd_order.push_back(it->index);
+    }
+    m_s.bwd_pos.assign(m_s.us.size(), -1);
+    for (size_t i = 0; i < m_s.bwd_order.size(); ++i) m_s.bwd_pos[m_s.bwd_order[i]] = static_cast<int32_t>(i);
+}
+
+}  // namespace shardcast::core::detail

@@ -1,0 +1,37 @@
+#pragma once
+// Replays a Program's allocations and frees in issue order: what torch.cuda.memory_allocated
+// (and PyTorch's FSDP2 memory tracker) would report over one steady-state step.
+#include <cstdint>
+#include <vector>
+
+#include "core/base/units.hpp"
+#include "core/program/program.hpp"
+
+namespace shardcast::core {
+
+struct MemorySample {
+    int32_t task = 0;       // after (or inside, for a transient peak) this task
+    CategoryBytes bytes{};
+};
+
+struct ModelStates {
+    int64_t params = 0;     // sharded (or full) parameters in the master dtype
+    int64_t grads = 0;      // gradients held when the optimizer steps
+    int64_t optimizer = 0;  // optimizer state
+};
+
+struct MemoryReport {
+    int64_t peak_bytes = 0;
+    int32_t peak_task = -1;
+    CategoryBytes at_peak{};
+    CategoryBytes max_per_category{};
+    ModelStates model_states;
+    std::vector<MemorySample> curve;  // filled only when asked
+};
+
+int64_t total(const CategoryBytes& b);
+
+// Asserts (debug) that no category goes negative: every free matches an earlier allocation.
+void replayMemory(const Program& program, MemoryReport& out, bool record_curve = false);
+
+}  // namespace shardcast::core

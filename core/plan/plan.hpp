@@ -1,0 +1,70 @@
+#pragma once
+// A Plan is the model, the cluster, the training setup and the sharding plan, validated.
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "core/base/result.hpp"
+#include "core/model/model.hpp"
+#include "core/model/model_scale.hpp"
+#include "core/plan/cluster.hpp"
+#include "core/plan/sharding.hpp"
+#include "core/plan/training.hpp"
+
+namespace shardcast::core {
+
+struct Plan {
+    std::shared_ptr<const Model> model;
+    std::string model_ref;  // how the plan names the model: bundled name or path (or the embedded model's name)
+    // The model's config (HF config.json or module tree) when the plan embedded it (a self-contained
+    // plan); null when model_ref names a bundled model or a file. planToJson writes it back embedded.
+    std::shared_ptr<const nlohmann::json> model_config;
+    ModelScale scale;       // applied to model_ref's config (`--scale`); `model` is the scaled model
+    ClusterSpec cluster;
+    TrainingSpec training;
+    ShardingSpec sharding;
+};
+
+// Derived sizes of a validated plan.
+struct Mesh {
+    int world_size = 1;
+    int shard_size = 1;      // ranks a parameter is sharded over (1 for NO_SHARD)
+    int replicate_size = 1;  // world_size / shard_size
+};
+
+// Checks every field against the others; the error names the field and what would be valid.
+Result<Mesh> validatePlan(const Plan& plan);
+
+// The last micro-batch work bound validatePlan found within limits: that check walks every op of
+// the model, and depends only on the model object (immutable behind the Plan's shared_ptr; held
+// here, so its address is not reused), the micro-batch, the sequence length and the op variants.
+// An evaluator that validates many plans of one model passes one memo to skip repeating it.
+struct PlanCheckMemo {
+    std::shared_ptr<const Model> model;
+    int64_t micro_batch = 0, seq_len = 0;
+    AttentionKernel attention = AttentionKernel::Flash;
+    KernelImpl kernels = KernelImpl::Eager;
+};
+Result<Mesh> validatePlan(const Plan& plan, PlanCheckMemo* memo);
+
+// Plan files (docs/plan-format.md). Relative paths inside a plan file resolve against its folder.
+// planToJson writes {"format": "shardcast-plan", "version": kPlanFormatVersion, ...}; planFromJson
+// accepts files without that header (hand-written) and refuses a newer version.
+inline constexpr int kPlanFormatVersion = 1;
+Result<Plan> planFromJson(const nlohmann::json& j, const std::string& where,
+                          const std::filesystem::path& base_dir);
+Result<Plan> loadPlanFile(const std::filesystem::path& path);
+nlohmann::json planToJson(const Plan& plan);
+
+// planToJson with nothing left outside the document, for a store that must read it back anywhere,
+// later: a model that is not bundled is embedded as {"name": NAME, "config": <its config.json or
+// module-tree object>} (read again from the file it was loaded from), and a modules:FILE wrap policy
+// becomes the inline module list. Bundled models stay by name. Errors name the file that cannot be read.
+Result<nlohmann::json> selfContainedPlanJson(const Plan& plan);
+
+// Wrap policy strings: "whole", "block", "every:K", "min-params:N", "modules:FILE".
+Result<WrapPolicy> parseWrapPolicy(const std::string& text, const std::string& where);
+
+}  // namespace shardcast::core

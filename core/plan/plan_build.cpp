@@ -1,0 +1,292 @@
+#include "core/plan/plan_build.hpp"
+
+#include <algorithm>
+#include <filesystem>
+#include <memory>
+#include <string_view>
+#include <system_error>
+#include <utility>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "core/base/file_io.hpp"
+#include "core/base/json_text.hpp"
+#include "core/base/limits.hpp"
+#include "core/model/model_io.hpp"
+#include "core/model/model_scale.hpp"
+
+namespace shardcast::core {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// For fields stored as int: keeps nodes * gpus_per_node well inside int range.
+Status checkRange(const std::optional<int64_t>& v, int64_t min, int64_t max, std::string_view flag) {
+    if (v && (*v < min || *v > max)) {
+        return makeError(fmt::format("{}: must be an integer from {} to {} (got {})", flag, min, max, *v));
+    }
+    return Ok{};
+}
+
+constexpr int64_t kMaxNodes = 1'000'000;
+constexpr int64_t kMaxGpusPerNode = 1024;
+constexpr int64_t kMaxPrefetchDepth = 1024;  // units ahead; more than a model's units changes nothing
+
+std::optional<DType> parseMixedDType(std::string_view s) {
+    auto t = parseDType(s);
+    if (t && (*t == DType::F32 || *t == DType::BF16 || *t == DType::F16)) return t;
+    return std::nullopt;
+}
+
+// A model or modules-file reference that is a file (not a bundled name), made absolute so it
+// still resolves after the plan is written elsewhere. Tries the working directory, then the
+// plan file's folder.
+std::string absolutizeRef(const std::string& ref, const fs::path& plan_dir) {
+    if (ref.empty()) return ref;
+    std::error_code ec;
+    fs::path p(ref);
+    if (p.is_relative() && !fs::exists(p, ec) && !plan_dir.empty() && fs::exists(plan_dir / p, ec)) {
+        p = plan_dir / p;
+    }
+    if (!fs::exists(p, ec)) return ref;
+    fs::path abs = fs::absolute(p, ec);
+    return ec ? ref : abs.lexically_normal().string();
+}
+
+bool isBundledModel(const std::string& ref) {
+    const auto names = bundledModelNames();
+    return std::find(names.begin(), names.end(), ref) != names.end();
+}
+
+std::string relativeTo(const std::string& ref, const fs::path& dir) {
+    fs::path p(ref);
+    if (!p.is_absolute()) return ref;
+    std::error_code ec;
+    fs::path rel = fs::relative(p, dir, ec);
+    return (ec || rel.empty()) ? ref : rel.generic_string();
+}
+
+}  // namespace
+
+Result<Plan> buildPlan(const PlanOverrides& o) {
+    Plan plan;
+    fs::path plan_dir;
+    if (!o.plan_file.empty()) {
+        auto loaded = loadPlanFile(o.plan_file);
+        if (!loaded) return loaded.error();
+        plan = std::move(loaded).value();
+        plan_dir = fs::path(o.plan_file).parent_path();
+    } else {
+        if (!o.model) {
+            return makeError(
+                "plan: give a plan file or --model NAME|CONFIG.json (bundled models: see `shardcast models`)");
+        }
+        auto gpu = resolveGpu(kDefaultGpu);
+        if (!gpu) return gpu.error();
+        plan.cluster.gpu = std::move(gpu).value();
+        plan.cluster.nodes = kDefaultNodes;
+        plan.cluster.gpus_per_node = kDefaultGpusPerNode;
+    }
+
+    // Flag-level checks first, so the message names the flag rather than the plan field.
+    for (auto status : {checkRange(o.nodes, 1, kMaxNodes, "--nodes"),
+                        checkRange(o.gpus_per_node, 1, kMaxGpusPerNode, "--gpus-per-node"),
+                        checkRange(o.shard_size, 0, kMaxNodes * kMaxGpusPerNode, "--shard-size"),
+                        checkRange(o.micro_batch, 1, limits::kMaxMicroBatch, "--micro-batch"),
+                        checkRange(o.seq_len, 1, limits::kMaxSeqLen, "--seq-len"),
+                        checkRange(o.grad_accum, 1, limits::kMaxGradAccum, "--grad-accum"),
+                        checkRange(o.prefetch_depth, 1, kMaxPrefetchDepth, "--prefetch-depth")}) {
+        if (!status) return status.error();
+    }
+    // File names and patterns end up in plans, traces and the store, which are UTF-8 JSON.
+    struct TextFlag {
+        const std::optional<std::string>& value;
+        const char* flag;
+    };
+    for (const TextFlag& f : {TextFlag{o.model, "--model"}, TextFlag{o.gpu, "--gpu"}, TextFlag{o.wrap, "--wrap"},
+                              TextFlag{o.scale, "--scale"}}) {
+        if (!f.value) continue;
+        if (auto utf8 = checkUtf8(*f.value, f.flag); !utf8) return utf8.error();
+    }
+
+    std::optional<ScaleSpec> scale;
+    if (o.scale) {
+        auto parsed = parseScale(*o.scale, "--scale");
+        if (!parsed) return parsed.error();
+        if (parsed->seq_len && o.seq_len && *parsed->seq_len != *o.seq_len) {
+            return makeError(fmt::format("--scale: seq={} and --seq-len {} both set the sequence length; give one",
+                                         *parsed->seq_len, *o.seq_len));
+        }
+        scale = std::move(parsed).value();
+    }
+
+    if (o.model) {
+        auto model = resolveModel(*o.model);
+        if (!model) return makeError("--model: " + model.error().message);
+        plan.model = std::make_shared<const Model>(std::move(model).value());
+        plan.model_ref = isBundledModel(*o.model) ? *o.model : absolutizeRef(*o.model, {});
+        plan.scale = {};
+    } else if (!isBundledModel(plan.model_ref)) {
+        plan.model_ref = absolutizeRef(plan.model_ref, plan_dir);
+    }
+    // --scale keys override the plan file's one by one; scaling always starts from the config file.
+    if (scale && !scale->model.empty()) {
+        if (scale->model.hidden) plan.scale.hidden = scale->model.hidden;
+        if (scale->model.layers) plan.scale.layers = scale->model.layers;
+        auto scaled = scaleModel(*plan.model, plan.scale);
+        if (!scaled) return makeError("--scale: " + scaled.error().message);
+        plan.model = std::make_shared<const Model>(std::move(scaled).value());
+    }
+    if (o.gpu) {
+        auto gpu = resolveGpu(*o.gpu);
+        if (!gpu) return makeError("--gpu: " + gpu.error().message);
+        plan.cluster.gpu = std::move(gpu).value();
+    }
+    if (o.nodes) plan.cluster.nodes = static_cast<int>(*o.nodes);
+    if (o.gpus_per_node) plan.cluster.gpus_per_node = static_cast<int>(*o.gpus_per_node);
+
+    ShardingSpec& s = plan.sharding;
+    if (o.strategy) {
+        auto strategy = parseStrategy(*o.strategy);
+        if (!strategy) {
+            return makeError(fmt::format(
+                "--strategy: unknown strategy '{}'; valid: NO_SHARD, SHARD_GRAD_OP, FULL_SHARD, "
+                "HYBRID_SHARD, _HYBRID_SHARD_ZERO2 (aliases ddp, zero2, zero3, hsdp, hsdp-zero2)",
+                textExcerpt(*o.strategy)));
+        }
+        s.strategy = *strategy;
+    }
+    if (o.shard_size) s.shard_size = static_cast<int>(*o.shard_size);
+    if (o.fsdp) {
+        if (*o.fsdp != 1 && *o.fsdp != 2) {
+            return makeError(fmt::format("--fsdp: must be 1 or 2 (got {})", *o.fsdp));
+        }
+        s.fsdp_version = static_cast<int>(*o.fsdp);
+    }
+    if (o.wrap) {
+        auto wrap = parseWrapPolicy(*o.wrap, "--wrap");
+        if (!wrap) return wrap.error();
+        s.wrap = std::move(wrap).value();
+    }
+    if (!s.wrap.modules_file.empty()) s.wrap.modules_file = absolutizeRef(s.wrap.modules_file, plan_dir);
+    if (o.reshard_after_forward) {
+        const std::string& v = *o.reshard_after_forward;
+        if (v == "true") {
+            s.reshard_after_forward = ReshardMode::True;
+        } else if (v == "false") {
+            s.reshard_after_forward = ReshardMode::False;
+        } else {
+            int k = 0;
+            const bool digits = !v.empty() && v.size() < 9 &&
+                                std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; });
+            if (digits) k = std::stoi(v);
+            if (k < 1) {
+                return makeError(fmt::format(
+                    "--reshard-after-forward: expected true, false or a positive rank count K (got '{}')", textExcerpt(v)));
+            }
+            s.reshard_after_forward = ReshardMode::Count;
+            s.reshard_after_forward_k = k;
+        }
+    }
+
+    if (o.prefetch_depth) s.prefetch_depth = static_cast<int>(*o.prefetch_depth);
+    if (o.forward_prefetch) {
+        if (*o.forward_prefetch != "true" && *o.forward_prefetch != "false") {
+            return makeError(fmt::format("--forward-prefetch: expected true or false (got '{}')", textExcerpt(*o.forward_prefetch)));
+        }
+        s.forward_prefetch = *o.forward_prefetch == "true";
+    }
+    if (o.backward_prefetch) {
+        auto p = parseBackwardPrefetch(*o.backward_prefetch);
+        if (!p) {
+            return makeError(
+                fmt::format("--backward-prefetch: expected pre, post or none (got '{}')", textExcerpt(*o.backward_prefetch)));
+        }
+        s.backward_prefetch = *p;
+    }
+
+    TrainingSpec& t = plan.training;
+    if (o.micro_batch) t.micro_batch = *o.micro_batch;
+    if (scale && scale->seq_len) t.seq_len = *scale->seq_len;
+    if (o.seq_len) t.seq_len = *o.seq_len;
+    if (o.grad_accum) t.grad_accum = *o.grad_accum;
+    if (o.no_sync) t.no_sync = true;
+
+    struct DTypeFlag {
+        const std::optional<std::string>& value;
+        std::string_view flag;
+    };
+    for (const DTypeFlag& f : {DTypeFlag{o.param_dtype, "--param-dtype"},
+                               DTypeFlag{o.reduce_dtype, "--reduce-dtype"},
+                               DTypeFlag{o.master_dtype, "--master-dtype"}}) {
+        if (!f.value) continue;
+        auto d = parseMixedDType(*f.value);
+        if (!d) return makeError(fmt::format("{}: unknown dtype '{}'; valid: fp32, bf16, fp16", f.flag, textExcerpt(*f.value)));
+        if (f.flag == "--param-dtype") t.param_dtype = *d;
+        else if (f.flag == "--reduce-dtype") t.reduce_dtype = *d;
+        else t.master_dtype = *d;
+    }
+    if (o.optimizer) {
+        auto v = parseOptimizer(*o.optimizer);
+        if (!v) return makeError(fmt::format("--optimizer: unknown optimizer '{}'; valid: adamw, sgd, sgd-momentum", textExcerpt(*o.optimizer)));
+        t.optimizer = *v;
+    }
+    if (o.ac) {
+        auto v = parseAcSpec(*o.ac);
+        if (!v) return makeError("--ac: " + acSpecError(*o.ac));
+        if (plan.model) {
+            if (auto e = resolveAcBlocks(*v, static_cast<int64_t>(plan.model->blocks.size()), "--ac")) return makeError(*e);
+        }
+        applyAc(t, *v);
+    }
+    if (o.attention) {
+        auto v = parseAttention(*o.attention);
+        if (!v) return makeError(fmt::format("--attention: unknown kernel '{}'; valid: flash, eager", textExcerpt(*o.attention)));
+        t.attention = *v;
+    }
+    if (o.kernels) {
+        auto v = parseKernelImpl(*o.kernels);
+        if (!v) return makeError(fmt::format("--kernels: unknown implementation '{}'; valid: eager, fused, compile", textExcerpt(*o.kernels)));
+        t.kernels = *v;
+    }
+    if (o.impl) {
+        auto v = parseModelImpl(*o.impl);
+        if (!v) return makeError(fmt::format("--impl: unknown implementation '{}'; valid: hf, torchtitan", textExcerpt(*o.impl)));
+        t.impl = *v;
+    }
+    if (o.allocator) {
+        auto v = parseAllocatorMode(*o.allocator);
+        if (!v) return makeError(fmt::format("--allocator: unknown mode '{}'; valid: caching, expandable", textExcerpt(*o.allocator)));
+        t.allocator = *v;
+    }
+    if (o.hf_mask) {
+        auto v = parseHfMask(*o.hf_mask);
+        if (!v) return makeError(fmt::format("--hf-mask: unknown transformers behaviour '{}'; valid: 5.x, 4.5x", textExcerpt(*o.hf_mask)));
+        t.hf_mask = *v;
+    }
+    if (o.offload) {
+        auto v = parseOffload(*o.offload);
+        if (!v) return makeError(fmt::format("--offload: unknown offload '{}'; valid: none, cpu", textExcerpt(*o.offload)));
+        t.offload = *v;
+    }
+    if (o.frozen) {
+        if (auto pattern = limits::checkFrozenPattern(*o.frozen, "--frozen"); !pattern) return pattern.error();
+        t.frozen_regex = *o.frozen;
+    }
+    return plan;
+}
+
+Status writePlanFile(const Plan& plan, const fs::path& path) {
+    std::error_code ec;
+    const fs::path out_dir = fs::absolute(path, ec).parent_path();
+    Plan copy = plan;
+    if (!isBundledModel(copy.model_ref)) copy.model_ref = relativeTo(copy.model_ref, out_dir);
+    if (!copy.sharding.wrap.modules_file.empty()) {
+        copy.sharding.wrap.modules_file = relativeTo(copy.sharding.wrap.modules_file, out_dir);
+    }
+    return writeFileAtomically(path, planToJson(copy).dump(2) + "\n");
+}
+
+}  // namespace shardcast::core
