@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "core/base/result.hpp"
-#include "simulator/calibration_fit.hpp"
+#include "measured/calibration_fit.hpp"
 #include "simulator/hardware_profile.hpp"
 
 namespace shardcast::cpu {

@@ -18,7 +18,7 @@
 #include "core/base/result.hpp"
 #include "core/base/units.hpp"
 #include "core/program/program.hpp"
-#include "simulator/calibration_fit.hpp"
+#include "measured/calibration_fit.hpp"
 #include "simulator/hardware_profile.hpp"
 
 namespace shardcast::cuda {

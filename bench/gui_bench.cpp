@@ -14,11 +14,11 @@
 #include <QPainter>
 
 #include "core/plan/plan_build.hpp"
-#include "gui/fit_view.hpp"
-#include "gui/memory_view.hpp"
-#include "gui/plan_results.hpp"
-#include "gui/timeline_view.hpp"
-#include "gui/wrap_view.hpp"
+#include "gui/state/plan_results.hpp"
+#include "gui/views/fit_view.hpp"
+#include "gui/views/memory_view.hpp"
+#include "gui/views/timeline_view.hpp"
+#include "gui/views/wrap_view.hpp"
 
 using namespace shardcast;
 

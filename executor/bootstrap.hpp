@@ -1,7 +1,7 @@
 #pragma once
 // How the ranks of a multi-rank backend meet: world rank and size, an all-gather of a few bytes
 // over all ranks (NCCL's unique ids travel through it), a barrier, and an abort that ends the run
-// on every rank. Implemented over MPI (one process per rank, apps/shardcast/cmd_run.cpp) and by
+// on every rank. Implemented over MPI (one process per rank, apps/shardcast/cmd/cmd_run.cpp) and by
 // InProcessWorld (one thread per rank, executor/in_process_world.hpp).
 #include <cstdint>
 #include <string>

@@ -11,6 +11,8 @@ import re
 import sys
 
 CORE = ["core/base", "core/model", "core/program", "core/memory", "core/plan", "core/lower", "core/results"]
+# What the GUI's rooms may use outside gui/.
+GUI_BELOW = CORE + ["simulator", "search", "measured", "trace", "db", "planstore"]
 # room -> the rooms its sources may include (besides their own)
 ALLOWED = {
     "core/base": [],
@@ -22,14 +24,19 @@ ALLOWED = {
     "core/results": ["core/base", "core/model", "core/program", "core/memory"],
     "simulator": CORE,
     "search": CORE + ["simulator"],
+    "measured": CORE + ["simulator"],
     "executor": CORE,
     "db": CORE,
     "trace": CORE,
     "planstore": CORE + ["simulator", "trace", "db"],
-    "backend_cpu": CORE + ["simulator", "executor"],
-    "backend_cuda": CORE + ["simulator", "executor"],
-    "gui": CORE + ["simulator", "search", "trace", "db", "planstore"],
-    "apps": CORE + ["simulator", "search", "executor", "db", "trace", "planstore", "backend_cpu", "backend_cuda"],
+    "backend_cpu": CORE + ["simulator", "measured", "executor"],
+    "backend_cuda": CORE + ["simulator", "measured", "executor"],
+    "gui/widgets": GUI_BELOW,
+    "gui/state": GUI_BELOW + ["gui/widgets"],
+    "gui/views": GUI_BELOW + ["gui/widgets", "gui/state"],
+    "gui/app": GUI_BELOW + ["gui/widgets", "gui/state", "gui/views"],
+    "apps": CORE + ["simulator", "search", "measured", "executor", "db", "trace", "planstore", "backend_cpu",
+                    "backend_cuda"],
 }
 SOURCE = (".cpp", ".hpp", ".cu", ".h")
 INCLUDE = re.compile(r'\s*#\s*include\s+"([^"]+)"')
@@ -38,10 +45,10 @@ INCLUDE = re.compile(r'\s*#\s*include\s+"([^"]+)"')
 def room_of(path):
     """The room a repository path (or an include path) belongs to, or None."""
     parts = path.split("/")
-    if parts[0] == "core" and len(parts) > 2:
-        return "core/" + parts[1]
-    if parts[0] == "core":
-        return "core"  # a file left in core/ itself: belongs to no room
+    if parts[0] in ("core", "gui") and len(parts) > 2:
+        return parts[0] + "/" + parts[1]
+    if parts[0] in ("core", "gui"):
+        return parts[0]  # a file left in core/ or gui/ itself: belongs to no room
     return parts[0] if parts[0] in ALLOWED else None
 
 
@@ -60,8 +67,9 @@ def main():
                 path = os.path.join(dirpath, name)
                 rel = os.path.relpath(path, root).replace(os.sep, "/")
                 here = room_of(rel)
-                if here == "core":
-                    broken.append(f"{rel}: a source directly in core/; put it in one of its rooms ({', '.join(CORE)})")
+                if here in ("core", "gui"):
+                    rooms = [r for r in ALLOWED if r.startswith(here + "/")]
+                    broken.append(f"{rel}: a source directly in {here}/; put it in one of its rooms ({', '.join(rooms)})")
                     continue
                 with open(path, encoding="utf-8", errors="replace") as f:
                     lines = f.readlines()

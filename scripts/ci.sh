@@ -18,7 +18,7 @@ fi
 
 export ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:print_stacktrace=1
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
-stage "configure clang ASan+UBSan+libFuzzer (build-clang/)" \
+stage "configure clang sanitizers (build-clang/)" \
     env CC=clang CXX=clang++ cmake -S . -B build-clang -G Ninja -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-g -O1" \
     -DSHARDCAST_SANITIZE=ON -DSHARDCAST_FUZZ=ON -DSHARDCAST_WITH_CUDA=OFF -DSHARDCAST_BUILD_BENCH=OFF \
     -DSHARDCAST_WERROR="$werror"

@@ -56,7 +56,7 @@ struct TraceImport {
     std::vector<std::string> notes;    // what the trace cannot show, for people
     // Per task id: the outermost CPU ops on the main thread inside a forward, backward or recompute
     // task's measured pieces, by kind (opKindOfTraceOp); other tasks not measured. For calibration
-    // (simulator/run_calibration.hpp); GPU kernels are not broken down yet.
+    // (measured/run_calibration.hpp); GPU kernels are not broken down yet.
     std::vector<core::MeasuredOps> task_ops;
 };
 

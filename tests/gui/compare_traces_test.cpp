@@ -6,7 +6,7 @@
 #include <QStandardPaths>
 #include <QtTest>
 
-#include "gui/compare_view.hpp"
+#include "gui/views/compare_view.hpp"
 
 using namespace shardcast;
 

@@ -1,4 +1,4 @@
-// The input dock (gui/input_panel.hpp): overrides hold only what the user changed from the base
+// The input dock (gui/app/input_panel.hpp): overrides hold only what the user changed from the base
 // plan; errors land under the knob their message names; every knob explains itself.
 #include <QLabel>
 #include <QSignalSpy>
@@ -6,7 +6,7 @@
 
 #include "core/plan/plan_build.hpp"
 #include "core/plan/sharding.hpp"
-#include "gui/input_panel.hpp"
+#include "gui/app/input_panel.hpp"
 
 using namespace shardcast;
 

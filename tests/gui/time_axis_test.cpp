@@ -1,7 +1,7 @@
-// The time <-> pixel mapping of the timeline and memory views (gui/time_axis.hpp).
+// The time <-> pixel mapping of the timeline and memory views (gui/widgets/time_axis.hpp).
 #include <QtTest>
 
-#include "gui/time_axis.hpp"
+#include "gui/widgets/time_axis.hpp"
 
 using shardcast::gui::TimeAxis;
 

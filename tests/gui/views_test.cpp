@@ -5,11 +5,11 @@
 
 #include "core/plan/plan_build.hpp"
 #include "core/results/compare.hpp"
-#include "gui/memory_view.hpp"
-#include "gui/module_tree.hpp"
-#include "gui/palette.hpp"
-#include "gui/plan_results.hpp"
-#include "gui/timeline_view.hpp"
+#include "gui/app/module_tree.hpp"
+#include "gui/state/plan_results.hpp"
+#include "gui/views/memory_view.hpp"
+#include "gui/views/timeline_view.hpp"
+#include "gui/widgets/palette.hpp"
 
 #include <QListWidget>
 

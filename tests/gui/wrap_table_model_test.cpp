@@ -1,12 +1,12 @@
-// The wrap view's table model over a real sweep (gui/wrap_table_model.hpp), checked with
+// The wrap view's table model over a real sweep (gui/views/wrap_table_model.hpp), checked with
 // QAbstractItemModelTester, and its numbers against the sweep's.
 #include <QAbstractItemModelTester>
 #include <QSortFilterProxyModel>
 #include <QtTest>
 
 #include "core/plan/plan_build.hpp"
-#include "gui/plan_results.hpp"
-#include "gui/wrap_table_model.hpp"
+#include "gui/state/plan_results.hpp"
+#include "gui/views/wrap_table_model.hpp"
 
 using namespace shardcast;
 

@@ -1,4 +1,4 @@
-#include "simulator/calibration_fit.hpp"
+#include "measured/calibration_fit.hpp"
 
 #include <vector>
 

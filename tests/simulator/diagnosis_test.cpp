@@ -1,6 +1,6 @@
-// Diagnosis of a measured run (simulator/diagnosis.hpp) on timelines made from a prediction with a
+// Diagnosis of a measured run (measured/diagnosis.hpp) on timelines made from a prediction with a
 // known change, so each wait, finding and unit figure is known by construction.
-#include "simulator/diagnosis.hpp"
+#include "measured/diagnosis.hpp"
 
 #include <memory>
 

@@ -1,6 +1,6 @@
-// Fitting a profile to one measured run (simulator/run_calibration.hpp): the "measured" run is the
+// Fitting a profile to one measured run (measured/run_calibration.hpp): the "measured" run is the
 // prediction on a known profile, so the fit must find that profile's figures and reproduce its step.
-#include "simulator/run_calibration.hpp"
+#include "measured/run_calibration.hpp"
 
 #include <cmath>
 #include <memory>

@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "core/plan/plan.hpp"
-#include "simulator/diagnosis.hpp"
+#include "measured/diagnosis.hpp"
+#include "measured/run_calibration.hpp"
 #include "simulator/evaluation.hpp"
 #include "simulator/hardware_profile.hpp"
-#include "simulator/run_calibration.hpp"
 #include "trace/fsdp_import.hpp"
 
 namespace shardcast::trace {
