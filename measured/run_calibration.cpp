@@ -131,7 +131,6 @@ core::Result<RunCalibration> calibrateFromRun(const core::Plan& plan, const Hard
     }
     const bool op_fit = op_measured.tasks > 0;
     OpSums op_predicted;
-    std::array<double, kWorkCount> total{1.0, 1.0, 1.0};
     for (int iter = 0; iter < kIterations; ++iter) {
         std::array<int64_t, kWorkCount> predicted_ns{};
         for (int32_t id = 0; id < e.program.size(); ++id) {
@@ -147,7 +146,6 @@ core::Result<RunCalibration> calibrateFromRun(const core::Plan& plan, const Hard
                 k[static_cast<size_t>(w)] = static_cast<double>(predicted_ns[static_cast<size_t>(w)]) /
                                             static_cast<double>(measured_ns[static_cast<size_t>(w)]);
             }
-            total[static_cast<size_t>(w)] *= k[static_cast<size_t>(w)];
         }
         scaleEfficiency(out.profile, out.profile.hbm_efficiency, k[kMemory]);
         if (!op_fit) {

@@ -41,8 +41,6 @@ void MemoryOverlay::setCurves(core::MemoryCurves curves, int64_t predicted_step_
     update();
 }
 
-void MemoryOverlay::clear() { setCurves({}, 0, 0, false); }
-
 QRectF MemoryOverlay::plotRect() const { return QRectF(80, 26, width() - 80 - 210, height() - 26 - 44); }
 
 QColor MemoryOverlay::predictedColour() { return kPredicted; }

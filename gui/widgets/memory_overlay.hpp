@@ -19,7 +19,6 @@ public:
     explicit MemoryOverlay(QWidget* parent = nullptr);
     // `rise`: the curves are rises above the step's start (the y axis says so).
     void setCurves(core::MemoryCurves curves, int64_t predicted_step_ns, int64_t measured_step_ns, bool rise);
-    void clear();
     const core::MemoryCurves& curves() const { return m_curves; }
     // The colours of the two curves (the legend's).
     static QColor predictedColour();
