@@ -68,6 +68,12 @@ std::string planSummaryLine(const core::Plan& plan) {
 
 core::Result<SavedPrediction> savePrediction(db::Store& store, const core::Plan& plan, const sim::Evaluation& e,
                                              const ResolvedProfile& profile, const std::string& name) {
+    if (e.period.byPeriod()) {
+        return core::makeError(fmt::format(
+            "this evaluation simulated {} of the step's {} micro-batches and took the rest from their period; a saved "
+            "prediction keeps every micro-batch's timeline: evaluate the plan whole (EvaluationOptions::period_over 0)",
+            e.period.simulated, e.period.micro_batches));
+    }
     auto plan_json = core::selfContainedPlanJson(plan);
     if (!plan_json) return plan_json.error();
     // The plan first, with its one-line summary: the store finds it again by its hash.

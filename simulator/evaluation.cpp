@@ -1,9 +1,15 @@
 #include "simulator/evaluation.hpp"
 
+#include <algorithm>
 #include <cassert>
+#include <cmath>
+#include <limits>
 #include <string>
 #include <utility>
 
+#include <fmt/format.h>
+
+#include "core/base/checked_math.hpp"
 #include "simulator/cost_model.hpp"
 
 namespace shardcast::sim {
@@ -22,8 +28,17 @@ std::string_view stageName(EvaluationStage stage) {
 
 Evaluator::Evaluator() : m_simulator(HardwareProfile{}) {}
 
-core::Status Evaluator::evaluate(const core::Plan& given, const HardwareProfile* profile,
+core::Status Evaluator::evaluate(const core::Plan& plan, const HardwareProfile* profile,
                                  const EvaluationOptions& options, Evaluation& out) {
+    if (options.period_over > 0 && plan.training.grad_accum > options.period_over) {
+        return evaluateByPeriod(plan, profile, options, out);
+    }
+    out.period = PeriodicStep{};
+    return evaluateWhole(plan, profile, options, out);
+}
+
+core::Status Evaluator::evaluateWhole(const core::Plan& given, const HardwareProfile* profile,
+                                      const EvaluationOptions& options, Evaluation& out) {
     // Returns true when the caller asked to stop; reports the stage about to run otherwise.
     auto enter = [&options](EvaluationStage stage) {
         if (options.cancel && options.cancel->cancelled()) return true;
@@ -55,6 +70,7 @@ core::Status Evaluator::evaluate(const core::Plan& given, const HardwareProfile*
 
     if (enter(EvaluationStage::Lower)) return core::cancelledError();
     if (auto lowered = m_lowerer.lower(*plan, out.mesh, out.program); !lowered) return lowered.error();
+    out.program.step_micro_batches = 0;
 
     if (options.issue_order_memory) {
         if (enter(EvaluationStage::ReplayMemory)) return core::cancelledError();
@@ -92,6 +108,7 @@ core::Status Evaluator::evaluate(const core::Plan& given, const HardwareProfile*
 
 void Evaluator::judgeReserved(double headroom, Evaluation& out) {
     assert(m_last == &out && "judgeReserved: `out` must be this Evaluator's last evaluation");
+    assert(!out.period.byPeriod() && "judgeReserved: the period's proof needs the reserved figures of its probes");
     const int64_t capacity = out.profile.gpu.memory_bytes;
     const int64_t overhead = out.program.initial[core::index(core::MemCategory::RuntimeOverhead)];
     if (out.profile.gpu.host_device) {
@@ -108,6 +125,172 @@ void Evaluator::judgeReserved(double headroom, Evaluation& out) {
     const core::AllocatorStats& a = out.reserved.stats;
     out.fit = core::judgeFit(out.summary.peak_bytes, a.peak_reserved_bytes + overhead, capacity, headroom,
                              a.releases > 0 || a.out_of_memory);
+}
+
+namespace {
+
+// What a step simulated with a given number of micro-batches adds up (extrapolated by the period)
+// and what it reaches (the same once the period shows).
+struct PeriodSample {
+    core::StepTotals totals;
+    std::vector<core::UnitTime> units;
+    core::CommTotals comm;
+    double model_flops = 0, hardware_flops = 0;
+
+    int64_t peak_bytes = 0, issue_order_peak_bytes = 0;
+    std::string peak_label;
+    core::CategoryBytes at_peak{}, max_per_category{};
+    core::ModelStates model_states;
+    core::AllocatorStats reserved;
+
+    void take(const Evaluation& e) {
+        totals = core::stepTotals(e.program, e.timeline);
+        units = e.summary.units;
+        comm = e.comm;
+        model_flops = e.program.model_flops_per_step;
+        hardware_flops = e.program.hardware_flops_per_step;
+        peak_bytes = e.summary.peak_bytes;
+        issue_order_peak_bytes = e.issue_order_peak_bytes;
+        peak_label = e.summary.peak_task >= 0 ? e.program.taskLabel(e.summary.peak_task) : std::string();
+        at_peak = e.summary.at_peak;
+        max_per_category = e.timed.max_per_category;
+        model_states = e.memory.model_states;
+        reserved = e.reserved.stats;
+    }
+    // The allocator's cache releases (cudaMalloc retries near the device's limit) add up like the
+    // totals; everything else it reports is reached.
+    bool reachesAsMuchAs(const PeriodSample& o) const {
+        core::AllocatorStats mine = reserved;
+        mine.releases = o.reserved.releases;
+        return peak_bytes == o.peak_bytes && issue_order_peak_bytes == o.issue_order_peak_bytes &&
+               peak_label == o.peak_label && at_peak == o.at_peak && max_per_category == o.max_per_category &&
+               model_states.params == o.model_states.params && model_states.grads == o.model_states.grads &&
+               model_states.optimizer == o.model_states.optimizer && mine == o.reserved;
+    }
+};
+
+// a, b, c: consecutive micro-batch counts. Whether b - a == c - b.
+bool sameStep(int64_t a, int64_t b, int64_t c) { return b - a == c - b; }
+bool sameStep(double a, double b, double c) {
+    const double d1 = b - a, d2 = c - b;
+    return std::abs(d1 - d2) <= 1e-9 * std::max({std::abs(a), std::abs(b), std::abs(c), 1.0});
+}
+
+bool addsTheSame(const PeriodSample& a, const PeriodSample& b, const PeriodSample& c) {
+    const core::StepTotals &ta = a.totals, &tb = b.totals, &tc = c.totals;
+    bool same = sameStep(ta.step_ns, tb.step_ns, tc.step_ns) &&
+                sameStep(ta.all_gather_ns, tb.all_gather_ns, tc.all_gather_ns) &&
+                sameStep(ta.reduce_scatter_ns, tb.reduce_scatter_ns, tc.reduce_scatter_ns) &&
+                sameStep(ta.all_reduce_ns, tb.all_reduce_ns, tc.all_reduce_ns) &&
+                sameStep(a.comm.all_gather_bytes, b.comm.all_gather_bytes, c.comm.all_gather_bytes) &&
+                sameStep(a.comm.reduce_scatter_bytes, b.comm.reduce_scatter_bytes, c.comm.reduce_scatter_bytes) &&
+                sameStep(a.comm.all_reduce_bytes, b.comm.all_reduce_bytes, c.comm.all_reduce_bytes) &&
+                sameStep(a.model_flops, b.model_flops, c.model_flops) &&
+                sameStep(a.hardware_flops, b.hardware_flops, c.hardware_flops) &&
+                sameStep(int64_t{a.reserved.releases}, int64_t{b.reserved.releases}, int64_t{c.reserved.releases}) &&
+                a.units.size() == b.units.size() && b.units.size() == c.units.size();
+    for (int s = 0; same && s < core::kStreamCount; ++s) {
+        same = sameStep(ta.stream_busy_ns[s], tb.stream_busy_ns[s], tc.stream_busy_ns[s]);
+    }
+    for (size_t u = 0; same && u < a.units.size(); ++u) {
+        const core::UnitTime &ua = a.units[u], &ub = b.units[u], &uc = c.units[u];
+        same = sameStep(ua.compute_ns, ub.compute_ns, uc.compute_ns) &&
+               sameStep(ua.all_gather_ns, ub.all_gather_ns, uc.all_gather_ns) &&
+               sameStep(ua.reduce_scatter_ns, ub.reduce_scatter_ns, uc.reduce_scatter_ns) &&
+               sameStep(ua.all_reduce_ns, ub.all_reduce_ns, uc.all_reduce_ns) &&
+               sameStep(ua.host_copy_ns, ub.host_copy_ns, uc.host_copy_ns);
+    }
+    return same;
+}
+
+// x at c plus `repeats` more periods of (c - b). Checked: false on overflow.
+bool extend(int64_t b, int64_t& c, int64_t repeats) {
+    const auto more = core::checkedMul(c - b, repeats);
+    if (!more) return false;
+    const auto sum = core::checkedAdd(c, *more);
+    if (!sum) return false;
+    c = *sum;
+    return true;
+}
+
+}  // namespace
+
+// The probes simulate k, k + 1 and k + 2 micro-batches for k = 3, 7, 15, 31 until a period shows:
+// every total the step adds up (time per stream, per collective and per unit, communication
+// bytes, FLOPs) grows by the same amount from k to k + 1 as from k + 1 to k + 2, and everything it
+// reaches (the allocated and reserved peaks with their breakdown and task, the allocator's state
+// at the end) is the same at k + 1 and k + 2. Micro-batches k .. N - 2 then repeat micro-batch k
+// (each adds the same to every total) and the step's last is the probe's last. The totals are
+// extended by N - (k + 2) periods and the figures set from them; the Program, timeline and curves
+// stay those of the k + 2 micro-batches, with the last labelled N - 1. tests/simulator/
+// periodic_step_test.cpp holds this against whole-step simulation.
+core::Status Evaluator::evaluateByPeriod(const core::Plan& given, const HardwareProfile* profile,
+                                         const EvaluationOptions& options, Evaluation& out) {
+    const int64_t n = given.training.grad_accum;
+    core::Plan probe = given;
+    EvaluationOptions probe_options = options;
+    probe_options.period_over = 0;
+    PeriodSample samples[3];
+    for (int64_t k = 3; k + 2 < n && k <= 31; k = 2 * k + 1) {
+        for (int i = 0; i < 3; ++i) {
+            probe.training.grad_accum = k + i;
+            if (auto s = evaluateWhole(probe, profile, probe_options, out); !s) return s;
+            out.program.step_micro_batches = static_cast<int>(n);  // labels as in the whole step
+            samples[i].take(out);
+        }
+        if (!addsTheSame(samples[0], samples[1], samples[2]) || !samples[1].reachesAsMuchAs(samples[2])) continue;
+
+        const PeriodSample& b = samples[1];
+        PeriodSample c = samples[2];
+        const int64_t repeats = n - (k + 2);
+        // Bounded first in seconds, so that no total below leaves int64.
+        const double step_s = 1e-9 * (static_cast<double>(c.totals.step_ns) +
+                                      static_cast<double>(repeats) * static_cast<double>(c.totals.step_ns - b.totals.step_ns));
+        if (auto bounded = checkStepBound(step_s); !bounded) return bounded;
+        bool ok = extend(b.totals.step_ns, c.totals.step_ns, repeats) &&
+                  extend(b.totals.all_gather_ns, c.totals.all_gather_ns, repeats) &&
+                  extend(b.totals.reduce_scatter_ns, c.totals.reduce_scatter_ns, repeats) &&
+                  extend(b.totals.all_reduce_ns, c.totals.all_reduce_ns, repeats) &&
+                  extend(b.comm.all_gather_bytes, c.comm.all_gather_bytes, repeats) &&
+                  extend(b.comm.reduce_scatter_bytes, c.comm.reduce_scatter_bytes, repeats) &&
+                  extend(b.comm.all_reduce_bytes, c.comm.all_reduce_bytes, repeats);
+        for (int s = 0; ok && s < core::kStreamCount; ++s) {
+            ok = extend(b.totals.stream_busy_ns[s], c.totals.stream_busy_ns[s], repeats);
+        }
+        int64_t releases = c.reserved.releases;
+        ok = ok && extend(b.reserved.releases, releases, repeats);
+        for (size_t u = 0; ok && u < c.units.size(); ++u) {
+            const core::UnitTime& ub = b.units[u];
+            core::UnitTime& uc = c.units[u];
+            ok = extend(ub.compute_ns, uc.compute_ns, repeats) && extend(ub.all_gather_ns, uc.all_gather_ns, repeats) &&
+                 extend(ub.reduce_scatter_ns, uc.reduce_scatter_ns, repeats) &&
+                 extend(ub.all_reduce_ns, uc.all_reduce_ns, repeats) &&
+                 extend(ub.host_copy_ns, uc.host_copy_ns, repeats);
+        }
+        if (!ok) return checkStepBound(std::numeric_limits<double>::infinity());
+        const double r = static_cast<double>(repeats);
+        out.program.model_flops_per_step = c.model_flops + r * (c.model_flops - b.model_flops);
+        out.program.hardware_flops_per_step = c.hardware_flops + r * (c.hardware_flops - b.hardware_flops);
+        out.summary.units = std::move(c.units);
+        core::setStepFigures(c.totals, out.program.model_flops_per_step, out.program.hardware_flops_per_step,
+                             static_cast<double>(n) * static_cast<double>(out.program.tokens_per_micro_batch),
+                             out.profile.peakFlops(out.program.compute_dtype), out.summary);
+        out.comm = c.comm;
+        // Counted as an int32 by the allocator model; a step of kMaxGradAccum micro-batches stays
+        // far below (a release per block and micro-batch at most).
+        out.reserved.stats.releases = static_cast<int32_t>(std::min<int64_t>(releases, std::numeric_limits<int32_t>::max()));
+        out.period = PeriodicStep{n, static_cast<int32_t>(k + 2), samples[2].totals.step_ns - b.totals.step_ns};
+        return core::Ok{};
+    }
+    if (n <= kWholeStepLimit) {
+        out.period = PeriodicStep{};
+        return evaluateWhole(given, profile, probe_options, out);
+    }
+    return core::makeError(fmt::format(
+        "training.grad_accum: {} micro-batches per step did not settle into a repeating period within the first 33 "
+        "simulated, and a step is simulated micro-batch by micro-batch only up to {} (about a second for a 405B "
+        "model): lower grad_accum to at most {}",
+        n, kWholeStepLimit, kWholeStepLimit));
 }
 
 core::Result<Evaluation> evaluatePlan(const core::Plan& plan, const HardwareProfile* profile,

@@ -43,8 +43,30 @@ struct EvaluationOptions {
     bool per_unit = true;            // per-unit time breakdown in the summary
     bool reserved_memory = true;     // replay the timed events through the caching allocator model;
                                      // "fits" is then judged on reserved memory
+    // A step of more micro-batches than this is simulated by its period (Evaluator::evaluate):
+    // the figures are the whole step's, the Program and timeline hold its first micro-batches and
+    // its last. 0: every micro-batch is simulated, as a run, a comparison or a saved prediction
+    // needs. kPeriodOver is what front-ends that only report use.
+    int32_t period_over = 0;
     const CancelToken* cancel = nullptr;
     std::function<void(EvaluationStage)> progress;  // on the evaluating thread, before each stage
+};
+
+// EvaluationOptions::period_over for front-ends that report: from 17 micro-batches on, the probes
+// (at most 3 + 4 + 5 micro-batches where the period shows at once) cost less than the whole step.
+inline constexpr int32_t kPeriodOver = 16;
+// Where the period does not show within the probes, a step of at most this many micro-batches is
+// simulated whole (about 1 s for Llama-3.1-405B, 3.75 ms per micro-batch); a longer one is refused.
+inline constexpr int64_t kWholeStepLimit = 256;
+
+// How a step simulated by its period was assembled: micro-batches 0 .. simulated - 2 and the
+// step's last were simulated; each of the repeats between them adds what micro-batch
+// simulated - 2 added to the one before it.
+struct PeriodicStep {
+    int64_t micro_batches = 0;  // of the step; 0: the step was simulated whole
+    int32_t simulated = 0;      // in the Program and timeline
+    int64_t period_ns = 0;      // step time each repeated micro-batch adds
+    bool byPeriod() const { return micro_batches > 0; }
 };
 
 // Everything a front-end shows for one plan. Reused between evaluations: its vectors keep their
@@ -66,6 +88,7 @@ struct Evaluation {
     // EvaluationOptions::reserved_memory. Its figures exclude Runtime Overhead.
     core::ReservedMemory reserved;
     core::FitVerdict fit;           // reserved (else allocated) peak against profile.gpu.memory_bytes
+    PeriodicStep period;            // set when the step was simulated by its period
 };
 
 class Evaluator {
@@ -82,7 +105,7 @@ public:
                           Evaluation& out);
 
     // Replays the caching allocator over `out`, this Evaluator's last successful evaluation, made
-    // without reserved_memory, and judges fit on reserved memory: `out` then equals what evaluate()
+    // without reserved_memory and simulated whole (not by its period), and judges fit on reserved memory: `out` then equals what evaluate()
     // gives with reserved_memory. Lets a search judge on reserved memory only where the allocated
     // peak cannot decide (reserved >= allocated: an allocated peak over the budget cannot fit).
     void judgeReserved(double headroom, Evaluation& out);
@@ -92,6 +115,11 @@ public:
     int64_t replaysReused() const { return m_timer.replaysReused(); }
 
 private:
+    core::Status evaluateWhole(const core::Plan& plan, const HardwareProfile* profile, const EvaluationOptions& options,
+                               Evaluation& out);
+    core::Status evaluateByPeriod(const core::Plan& plan, const HardwareProfile* profile,
+                                  const EvaluationOptions& options, Evaluation& out);
+
     core::Lowerer m_lowerer;
     Simulator m_simulator;
     core::MemoryTimer m_timer;

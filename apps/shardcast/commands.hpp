@@ -46,6 +46,10 @@ int reportNoUsableGpu(std::string_view why);
 // failure, with the exit code (2: no shardcast-cuda was built). Not defined in `shardcast-cuda`.
 int execCudaBinary();
 
+// What to do for the CPU backend: install MPI and Eigen, rebuild, launch under mpirun (`command`:
+// "run", "calibrate --backend cpu").
+std::string installMpiHint(std::string_view command);
+
 void registerPlanCommand(CLI::App& app, int& exit_code);
 void registerModelsCommand(CLI::App& app, int& exit_code);
 void registerGpusCommand(CLI::App& app, int& exit_code);

@@ -30,6 +30,13 @@ int rankZeroInputError(std::string_view message) {
     return core::processLaunchEnv().rank == 0 ? reportInputError(message) : kOtherRankExit;
 }
 
+std::string installMpiHint(std::string_view command) {
+    return fmt::format("install MPI and Eigen (Debian/Ubuntu: apt-get install libopenmpi-dev openmpi-bin libeigen3-dev), "
+                       "rebuild shardcast (cmake finds them and builds the CPU backend), and launch one process per rank "
+                       "with `scripts/mpirun.sh -np N shardcast {} ...`",
+                       command);
+}
+
 int reportNoUsableGpu(std::string_view why) {
     fmt::print(stderr, "shardcast: error: --backend cuda needs a usable NVIDIA GPU and driver, and this process has none: "
                        "{}\n", why);

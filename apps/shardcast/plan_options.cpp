@@ -7,6 +7,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "simulator/evaluation.hpp"
+
 namespace shardcast::cli {
 
 namespace {
@@ -97,6 +99,14 @@ void addPlanOptions(CLI::App& cmd, core::PlanOverrides& o) {
            "");
     addOpt(cmd, "--frozen", o.frozen, "REGEX",
            "Regex (std::regex_search on parameter FQNs) of frozen parameters", "");
+}
+
+void addWholeStepOption(CLI::App& cmd, bool& whole_step) {
+    cmd.add_flag("--whole-step", whole_step,
+                 fmt::format("Simulate every micro-batch of the step. By default a step of more than {} micro-batches is "
+                             "simulated by its repeating period: the same figures, with the timeline and --trace holding "
+                             "its first micro-batches and its last. --save always simulates the whole step",
+                             sim::kPeriodOver));
 }
 
 void addHeadroomOption(CLI::App& cmd, double& headroom) {

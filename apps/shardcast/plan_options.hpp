@@ -15,5 +15,7 @@ void addPlanOptions(CLI::App& cmd, core::PlanOverrides& overrides);
 
 // Adds --headroom (the fraction of GPU memory that "fits" keeps free; default core::kDefaultHeadroom).
 void addHeadroomOption(CLI::App& cmd, double& headroom);
+// --whole-step: simulate every micro-batch rather than the step's period past sim::kPeriodOver.
+void addWholeStepOption(CLI::App& cmd, bool& whole_step);
 
 }  // namespace shardcast::cli

@@ -62,6 +62,7 @@ void appendTimeSection(std::string& out, const sim::Evaluation& e) {
     line("Time per step (simulated with the cost models; ms = 1e-3 s)");
     line(fmt::format("  step            {:>10.2f} ms   compute stream busy {:.2f} ms, exposed communication {:.2f} ms",
                      ms(ts.step_s), ms(ts.compute_s), ms(ts.exposed_comm_s)));
+    if (const std::string period = periodText(e); !period.empty()) line("  " + period);
     line(fmt::format("  MFU             {:>10.3f}      over {} {} peak", ts.mfu, core::formatFlopRate(ts.peak_flops),
                      core::dtypeName(prog.compute_dtype)));
     line(fmt::format("  HFU             {:>10.3f}", ts.hfu));
@@ -217,8 +218,27 @@ nlohmann::ordered_json planResultJson(const core::Plan& plan, const sim::Evaluat
                                 {"all_reduce_s", static_cast<double>(ut.all_reduce_ns) * 1e-9}});
         }
         j["time"]["units"] = std::move(per_unit);
+        j["time"]["period"] = periodJson(e);
     }
     return j;
+}
+
+std::string periodText(const sim::Evaluation& e) {
+    const sim::PeriodicStep& p = e.period;
+    if (!p.byPeriod()) return {};
+    return fmt::format(
+        "simulated by its period: micro-batches 0-{} and {} of {}; {}-{} each repeat micro-batch {} (+{:.2f} ms each); the "
+        "timeline and trace hold the simulated ones",
+        p.simulated - 2, p.micro_batches - 1, p.micro_batches, p.simulated - 1, p.micro_batches - 2, p.simulated - 2,
+        ms(p.period_ns));
+}
+
+nlohmann::ordered_json periodJson(const sim::Evaluation& e) {
+    const sim::PeriodicStep& p = e.period;
+    if (!p.byPeriod()) return nullptr;
+    return {{"micro_batches", p.micro_batches},
+            {"simulated_micro_batches", p.simulated},
+            {"period_s", static_cast<double>(p.period_ns) * 1e-9}};
 }
 
 nlohmann::ordered_json reservedMemoryJson(const core::Plan& plan, const sim::Evaluation& e) {

@@ -21,6 +21,10 @@ nlohmann::ordered_json reservedMemoryJson(const core::Plan& plan, const sim::Eva
 // One line: "fits", "AT RISK" or "does NOT fit", with the reserved figures behind it.
 std::string fitVerdictText(const sim::Evaluation& e);
 std::string planReportText(const core::Plan& plan, const sim::Evaluation& e);
+// For a step simulated by its period (sim::PeriodicStep): one line saying which micro-batches were
+// simulated and what each repeat adds; empty otherwise. The JSON form ("period", null when whole).
+std::string periodText(const sim::Evaluation& e);
+nlohmann::ordered_json periodJson(const sim::Evaluation& e);
 
 // An evaluation's progress on a terminal (stderr): once it has run for half a second, one line
 // naming the stage it has reached and the time so far, rewritten at each stage and cleared by

@@ -104,6 +104,7 @@ void Program::clear() {
     world_size = 1;
     initial.fill(0);
     micro_batches = 1;
+    step_micro_batches = 0;
     tokens_per_micro_batch = 0;
     model_flops_per_step = 0;
     hardware_flops_per_step = 0;
@@ -120,7 +121,10 @@ std::string Program::taskLabel(int32_t id) const {
         label += ' ';
         label += name;
     }
-    if (micro_batches > 1) label += " mb" + std::to_string(t.micro_batch);
+    if (micro_batches > 1) {
+        const bool step_last = step_micro_batches > micro_batches && t.micro_batch == micro_batches - 1;
+        label += " mb" + std::to_string(step_last ? step_micro_batches - 1 : int{t.micro_batch});
+    }
     return label;
 }
 

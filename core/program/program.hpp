@@ -252,6 +252,10 @@ struct Program {
     CategoryBytes initial{};        // live when the step starts (steady state)
     DType compute_dtype = DType::BF16;
     int micro_batches = 1;
+    // A step simulated by its period (sim::Evaluator): the step's micro-batches, more than the
+    // Program's. Its last micro-batch then stands for the step's last and is labelled so. 0: the
+    // Program is the whole step.
+    int step_micro_batches = 0;
     int64_t tokens_per_micro_batch = 0;
     // Per-step sums are doubles: a real plan exceeds int64 (Llama-3.1-405B at 131072 tokens and
     // 64 micro-batches does 2e19 FLOPs per rank and step). Each task's FLOPs fit int64 (limits).

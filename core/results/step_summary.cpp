@@ -6,51 +6,75 @@
 
 namespace shardcast::core {
 
+namespace {
 
-void summarizeStep(const Program& program, const Timeline& timeline, const TimedMemory& memory,
-                   double peak_flops, StepSummary& out, bool per_unit) {
-    constexpr double kNsPerS = 1e9;
-    const int64_t step_ns = timeline.step_ns;
-    const int64_t compute_ns = timeline.busyNs(Stream::Compute);
-    out.step_s = static_cast<double>(step_ns) / kNsPerS;
-    out.compute_s = static_cast<double>(compute_ns) / kNsPerS;
-    out.exposed_comm_s = static_cast<double>(std::max<int64_t>(0, step_ns - compute_ns)) / kNsPerS;
-    for (int s = 0; s < kStreamCount; ++s) {
-        out.stream_busy_s[s] = static_cast<double>(timeline.stream_busy_ns[s]) / kNsPerS;
-    }
-    int64_t ag = 0, rs = 0, ar = 0;
-    if (per_unit) out.units.assign(program.units.size(), UnitTime{});
+constexpr double kNsPerS = 1e9;
+
+// Adds each task's duration to its collective's total and, with `units`, to its unit's.
+void addTaskTimes(const Program& program, const Timeline& timeline, StepTotals& totals, std::vector<UnitTime>* units) {
     for (int32_t id = 0; id < program.size(); ++id) {
         const Task& t = program.tasks[id];
         const int64_t d = timeline.tasks[id].durationNs();
         int64_t* unit_slot = nullptr;
-        UnitTime* u = per_unit && t.unit >= 0 && static_cast<size_t>(t.unit) < out.units.size()
-                          ? &out.units[t.unit] : nullptr;
+        UnitTime* u = units && t.unit >= 0 && static_cast<size_t>(t.unit) < units->size() ? &(*units)[t.unit] : nullptr;
         switch (t.kind) {
-            case TaskKind::AllGather: ag += d; if (u) unit_slot = &u->all_gather_ns; break;
-            case TaskKind::ReduceScatter: rs += d; if (u) unit_slot = &u->reduce_scatter_ns; break;
-            case TaskKind::AllReduce: ar += d; if (u) unit_slot = &u->all_reduce_ns; break;
+            case TaskKind::AllGather: totals.all_gather_ns += d; if (u) unit_slot = &u->all_gather_ns; break;
+            case TaskKind::ReduceScatter: totals.reduce_scatter_ns += d; if (u) unit_slot = &u->reduce_scatter_ns; break;
+            case TaskKind::AllReduce: totals.all_reduce_ns += d; if (u) unit_slot = &u->all_reduce_ns; break;
             case TaskKind::HostToDevice:
             case TaskKind::DeviceToHost: if (u) unit_slot = &u->host_copy_ns; break;
             default: if (u) unit_slot = &u->compute_ns; break;
         }
         if (unit_slot) *unit_slot += d;
     }
-    out.all_gather_s = static_cast<double>(ag) / kNsPerS;
-    out.reduce_scatter_s = static_cast<double>(rs) / kNsPerS;
-    out.all_reduce_s = static_cast<double>(ar) / kNsPerS;
-    const double peak = peak_flops;
+}
+
+StepTotals timelineTotals(const Timeline& timeline) {
+    StepTotals totals;
+    totals.step_ns = timeline.step_ns;
+    totals.stream_busy_ns = timeline.stream_busy_ns;
+    return totals;
+}
+
+}  // namespace
+
+StepTotals stepTotals(const Program& program, const Timeline& timeline) {
+    StepTotals totals = timelineTotals(timeline);
+    addTaskTimes(program, timeline, totals, nullptr);
+    return totals;
+}
+
+void setStepFigures(const StepTotals& totals, double model_flops, double hardware_flops, double tokens,
+                    double peak_flops, StepSummary& out) {
+    const int64_t step_ns = totals.step_ns;
+    const int64_t compute_ns = totals.stream_busy_ns[static_cast<int>(Stream::Compute)];
+    out.step_s = static_cast<double>(step_ns) / kNsPerS;
+    out.compute_s = static_cast<double>(compute_ns) / kNsPerS;
+    out.exposed_comm_s = static_cast<double>(std::max<int64_t>(0, step_ns - compute_ns)) / kNsPerS;
+    for (int s = 0; s < kStreamCount; ++s) {
+        out.stream_busy_s[s] = static_cast<double>(totals.stream_busy_ns[s]) / kNsPerS;
+    }
+    out.all_gather_s = static_cast<double>(totals.all_gather_ns) / kNsPerS;
+    out.reduce_scatter_s = static_cast<double>(totals.reduce_scatter_ns) / kNsPerS;
+    out.all_reduce_s = static_cast<double>(totals.all_reduce_ns) / kNsPerS;
     out.peak_flops = peak_flops;
-    if (step_ns > 0 && peak > 0) {
-        out.mfu = program.model_flops_per_step / (out.step_s * peak);
-        out.hfu = program.hardware_flops_per_step / (out.step_s * peak);
+    if (step_ns > 0 && peak_flops > 0) {
+        out.mfu = model_flops / (out.step_s * peak_flops);
+        out.hfu = hardware_flops / (out.step_s * peak_flops);
     } else {
         out.mfu = out.hfu = 0;
     }
-    out.tokens_per_s_per_gpu =
-        step_ns > 0 ? static_cast<double>(program.micro_batches) * static_cast<double>(program.tokens_per_micro_batch) /
-                          out.step_s
-                    : 0;
+    out.tokens_per_s_per_gpu = step_ns > 0 ? tokens / out.step_s : 0;
+}
+
+void summarizeStep(const Program& program, const Timeline& timeline, const TimedMemory& memory,
+                   double peak_flops, StepSummary& out, bool per_unit) {
+    StepTotals totals = timelineTotals(timeline);
+    if (per_unit) out.units.assign(program.units.size(), UnitTime{});
+    addTaskTimes(program, timeline, totals, per_unit ? &out.units : nullptr);
+    setStepFigures(totals, program.model_flops_per_step, program.hardware_flops_per_step,
+                   static_cast<double>(program.micro_batches) * static_cast<double>(program.tokens_per_micro_batch),
+                   peak_flops, out);
     out.peak_bytes = memory.peak_bytes;
     out.peak_task = memory.peak_task;
     out.at_peak = memory.at_peak;

@@ -53,6 +53,20 @@ inline constexpr const char* kHfuConvention =
     "HFU: FLOPs executed, recompute included; causal flash attention does half the s^2 work, its backward "
     "2.5x its forward; eager attention computes the full s x s";
 
+// The step's time totals its scalar figures derive from (summarizeStep). A step simulated by its
+// period (sim::Evaluator) extrapolates these, then sets the figures from them.
+struct StepTotals {
+    int64_t step_ns = 0;
+    std::array<int64_t, kStreamCount> stream_busy_ns{};
+    int64_t all_gather_ns = 0, reduce_scatter_ns = 0, all_reduce_ns = 0;
+    bool operator==(const StepTotals&) const = default;
+};
+StepTotals stepTotals(const Program& program, const Timeline& timeline);
+// The time figures of `out` (step, compute, exposed, per collective, per stream, MFU, HFU,
+// throughput) from `totals`, the step's FLOPs per rank and its tokens per rank.
+void setStepFigures(const StepTotals& totals, double model_flops, double hardware_flops, double tokens,
+                    double peak_flops, StepSummary& out);
+
 // `peak_flops` is the GPU's dense peak in the Program's compute dtype (the denominator of MFU and HFU),
 // from the hardware profile that timed the step or the GPU that ran it.
 StepSummary summarize(const Program& program, const Timeline& timeline, const TimedMemory& memory,

@@ -433,8 +433,19 @@ core::Result<std::string> MainWindow::saveToStore() {
     if (!path) return path.error();
     auto store = db::Store::open(*path, true);
     if (!store) return store.error();
-    // The same prediction `shardcast simulate --save` stores: plan, profile, summary, timeline, curve.
-    auto saved = planstore::savePrediction(**store, m_plan->plan, m_plan->eval, m_plan->profile, "");
+    // The same prediction `shardcast simulate --save` stores: plan, profile, summary, timeline, curve,
+    // every micro-batch simulated (the view may show a step simulated by its period).
+    const sim::Evaluation* e = &m_plan->eval;
+    sim::Evaluation whole;
+    if (e->period.byPeriod()) {
+        sim::EvaluationOptions options;
+        options.headroom = e->fit.headroom;
+        options.record_curve = true;
+        sim::Evaluator evaluator;
+        if (auto s = evaluator.evaluate(m_plan->plan, &m_plan->profile.profile, options, whole); !s) return s.error();
+        e = &whole;
+    }
+    auto saved = planstore::savePrediction(**store, m_plan->plan, *e, m_plan->profile, "");
     if (!saved) return core::makeError((*store)->path().string() + ": " + saved.error().message);
     if (m_history) (void)m_history->refresh();
     refreshStoredProfiles();

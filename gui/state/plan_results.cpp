@@ -30,6 +30,7 @@ core::Result<std::shared_ptr<PlanResult>> computePlan(const core::PlanOverrides&
     out->profile = std::move(resolved).value();
     sim::EvaluationOptions options;
     options.record_curve = true;
+    options.period_over = sim::kPeriodOver;  // saving evaluates the step whole (MainWindow::saveToStore)
     options.cancel = cancel;
     if (auto s = evaluator.evaluate(out->plan, &out->profile.profile, options, out->eval); !s) return s.error();
     return out;
@@ -44,6 +45,7 @@ core::Result<std::shared_ptr<StrategyComparison>> computeStrategies(const PlanRe
     sim::EvaluationOptions options;
     options.issue_order_memory = false;
     options.per_unit = false;
+    options.period_over = sim::kPeriodOver;
     options.cancel = cancel;
     sim::Evaluation e;
     for (core::Strategy s : kStrategies) {

@@ -53,10 +53,20 @@ void TimelineView::setPlan(std::shared_ptr<const PlanResult> plan) {
         for (const core::TaskTime& t : e.timeline.tasks) used = used || t.stream == stream;
         if (used) tracks.push_back(TimelineTrack{toQString(core::streamName(stream)), &e.timeline, stream, true});
     }
-    m_summary->setText(QString("step %1: compute stream busy %2, exposed communication %3; %4 tasks")
-                           .arg(formatMs(e.summary.step_s), formatMs(e.summary.compute_s),
-                                formatMs(e.summary.exposed_comm_s))
-                           .arg(e.program.size()));
+    QString summary = QString("step %1: compute stream busy %2, exposed communication %3; %4 tasks")
+                          .arg(formatMs(e.summary.step_s), formatMs(e.summary.compute_s), formatMs(e.summary.exposed_comm_s))
+                          .arg(e.program.size());
+    if (e.period.byPeriod()) {
+        // The step was simulated by its period (sim::PeriodicStep): the lanes hold what was simulated.
+        summary += QString("; simulated by its period, shown: micro-batches 0-%1 and %2 of %3 (each of the %4 between "
+                           "adds %5)")
+                       .arg(e.period.simulated - 2)
+                       .arg(e.period.micro_batches - 1)
+                       .arg(e.period.micro_batches)
+                       .arg(e.period.micro_batches - e.period.simulated)
+                       .arg(formatMs(static_cast<double>(e.period.period_ns) * 1e-9));
+    }
+    m_summary->setText(summary);
     m_canvas->setData(m_plan, &e.program, std::move(tracks), &e.timed);
 }
 

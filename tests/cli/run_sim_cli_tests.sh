@@ -103,6 +103,35 @@ d = json.load(open(sys.argv[1]))
 assert d["fits"] is False and "--ac full" in d["message"], d["message"]
 ' "$tmp/out"
 
+# --- long gradient accumulation: simulated by its period, the same figures as every micro-batch ---
+expect_exit "simulate 405B x 4096 micro-batches exits 0" 0 "$bin" simulate --model llama-3.1-405b --nodes 16 \
+    --grad-accum 4096 --json
+check "405B x 4096: by its period, 5 micro-batches simulated, step = 4091 periods beyond them" '
+import json, sys
+d = json.load(open(sys.argv[1]))
+p = d["period"]
+assert p["micro_batches"] == 4096 and p["simulated_micro_batches"] == 5, p
+assert d["step_s"] > 4091 * p["period_s"] > 0, (d["step_s"], p)
+' "$tmp/out"
+expect_exit "simulate 40 micro-batches by its period exits 0" 0 "$bin" simulate "${plan[@]}" --grad-accum 40 --json
+cp "$tmp/out" "$tmp/period.json"
+expect_exit "simulate 40 micro-batches --whole-step exits 0" 0 "$bin" simulate "${plan[@]}" --grad-accum 40 \
+    --whole-step --json
+check "the period gives the whole step: time, MFU, peak, its task, reserved" '
+import json, os, sys
+a = json.load(open(os.path.join(os.path.dirname(sys.argv[1]), "period.json"))); b = json.load(open(sys.argv[1]))
+assert a["period"]["micro_batches"] == 40 and b["period"] is None, (a["period"], b["period"])
+for k in ("step_s", "compute_s", "exposed_comm_s", "comm_s", "peak_bytes", "peak_task", "at_peak_bytes", "stream_busy_s", "fits"):
+    assert a[k] == b[k], (k, a[k], b[k])
+assert abs(a["mfu"] - b["mfu"]) < 1e-12 and a["reserved"] == b["reserved"]
+' "$tmp/out"
+expect_exit "plan 40 micro-batches exits 0" 0 "$bin" plan "${plan[@]}" --grad-accum 40
+check "plan: the report says the step was simulated by its period" '
+import sys
+t = open(sys.argv[1]).read()
+assert "simulated by its period: micro-batches 0-3 and 39 of 40" in t, t
+' "$tmp/out"
+
 # --- bad input: exit 2 ---------------------------------------------------------------------------
 expect_exit "simulate: unknown model is exit 2" 2 "$bin" simulate --model no-such-model
 expect_exit "sweep: bad --strategies is exit 2" 2 "$bin" sweep "${plan[@]}" --strategies zero9

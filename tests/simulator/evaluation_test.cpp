@@ -2,6 +2,7 @@
 // reusable, reports progress, can be cancelled, reads every GPU figure from the profile, judges fit
 // one way, and its results round-trip through JSON across processes.
 #include "simulator/evaluation.hpp"
+#include "tests/simulator/test_plan.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -26,19 +27,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-core::Plan planOf(const char* model, int nodes, int64_t seq_len) {
-    auto m = core::resolveModel(model);
-    EXPECT_TRUE(m.ok()) << m.error().message;
-    core::Plan plan;
-    plan.model = std::make_shared<const core::Model>(std::move(*m));
-    plan.model_ref = model;
-    plan.cluster.gpu = *core::findGpuPreset("H100-SXM");
-    plan.cluster.nodes = nodes;
-    plan.cluster.gpus_per_node = 8;
-    plan.training.seq_len = seq_len;
-    plan.sharding.wrap.kind = core::WrapKind::Block;
-    return plan;
-}
+core::Plan planOf(const char* model, int nodes, int64_t seq_len) { return testing::h100Plan(model, nodes, seq_len); }
 
 TEST(EvaluationTest, MatchesTheStepsChainedByHand) {
     const core::Plan plan = planOf("llama-3.1-8b", 1, 4096);

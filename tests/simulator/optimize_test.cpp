@@ -14,21 +14,13 @@
 #include "core/model/model_scale.hpp"
 #include "search/optimize.hpp"
 #include "simulator/evaluation.hpp"
+#include "tests/simulator/test_plan.hpp"
 
 namespace shardcast::sim {
 namespace {
 
 core::Plan basePlan(const char* model_name, int nodes, int64_t seq_len) {
-    auto model = core::resolveModel(model_name);
-    EXPECT_TRUE(model) << model.error().message;
-    core::Plan plan;
-    plan.model = std::make_shared<const core::Model>(std::move(*model));
-    plan.model_ref = model_name;
-    plan.cluster.gpu = *core::findGpuPreset("H100-SXM");
-    plan.cluster.nodes = nodes;
-    plan.cluster.gpus_per_node = 8;
-    plan.training.seq_len = seq_len;
-    return plan;
+    return testing::h100Plan(model_name, nodes, seq_len);
 }
 
 core::WrapPolicy wrap(const char* text) { return *core::parseWrapPolicy(text, "test"); }

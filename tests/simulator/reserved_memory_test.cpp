@@ -8,22 +8,14 @@
 #include "core/model/model_io.hpp"
 #include "core/plan/plan.hpp"
 #include "simulator/evaluation.hpp"
+#include "tests/simulator/test_plan.hpp"
 
 namespace shardcast::sim {
 namespace {
 
 core::Plan planOf(const char* model, core::Strategy strategy) {
-    auto m = core::resolveModel(model);
-    EXPECT_TRUE(m.ok()) << m.error().message;
-    core::Plan plan;
-    plan.model = std::make_shared<const core::Model>(std::move(*m));
-    plan.model_ref = model;
-    plan.cluster.gpu = *core::findGpuPreset("H100-SXM");
-    plan.cluster.nodes = 2;
-    plan.cluster.gpus_per_node = 8;
-    plan.training.seq_len = 2048;
+    core::Plan plan = testing::h100Plan(model, 2, 2048);
     plan.sharding.strategy = strategy;
-    plan.sharding.wrap.kind = core::WrapKind::Block;
     return plan;
 }
 

@@ -22,6 +22,7 @@ struct PlanCommandOptions {
     std::string write_plan;
     std::string profile;
     double headroom = core::kDefaultHeadroom;
+    bool whole_step = false;
     SaveRequest save;
 };
 
@@ -34,6 +35,7 @@ int runPlan(const PlanCommandOptions& o) {
     sim::EvaluationOptions options;
     options.headroom = o.headroom;
     options.record_curve = o.save.requested;
+    options.period_over = o.save.requested || o.whole_step ? 0 : sim::kPeriodOver;  // saved: every micro-batch
     StageProgress progress;
     options.progress = progress.callback();
     sim::Evaluator evaluator;
@@ -73,6 +75,7 @@ void registerPlanCommand(CLI::App& app, int& exit_code) {
         "plan", "Per-GPU memory, communication and step time of one plan: will it fit, what each rank holds, where the time goes");
     addPlanOptions(*cmd, opts->plan);
     addHeadroomOption(*cmd, opts->headroom);
+    addWholeStepOption(*cmd, opts->whole_step);
     cmd->add_flag("--json", opts->json, "Print one JSON object instead of the text report");
     cmd->add_option("--write-plan", opts->write_plan,
                     "Also write the resulting plan (plan file + flags) to FILE")

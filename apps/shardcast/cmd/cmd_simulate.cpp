@@ -22,6 +22,7 @@ struct SimulateOptions {
     std::string trace, profile, save_profile;
     bool json = false;
     double headroom = core::kDefaultHeadroom;
+    bool whole_step = false;
     SaveRequest save;
 };
 
@@ -31,6 +32,7 @@ void printText(const sim::Evaluation& e) {
     const core::StepSummary& s = e.summary;
     const core::Program& program = e.program;
     fmt::print("Step time           {:10.2f} ms\n", s.step_s * 1e3);
+    if (const std::string period = periodText(e); !period.empty()) fmt::print("  {}\n", period);
     fmt::print("  compute (busy)    {:10.2f} ms\n", s.compute_s * 1e3);
     fmt::print("  exposed comm      {:10.2f} ms\n", s.exposed_comm_s * 1e3);
     fmt::print("Collectives (summed durations)\n");
@@ -79,6 +81,7 @@ int runSimulate(const SimulateOptions& o) {
     options.headroom = o.headroom;
     options.issue_order_memory = false;
     options.record_curve = !o.trace.empty() || o.save.requested;
+    options.period_over = o.save.requested || o.whole_step ? 0 : sim::kPeriodOver;  // saved: every micro-batch
     StageProgress progress;
     options.progress = progress.callback();
     sim::Evaluator evaluator;
@@ -105,6 +108,7 @@ int runSimulate(const SimulateOptions& o) {
         j["budget_bytes"] = e.fit.budget_bytes;
         j["at_risk"] = e.fit.at_risk;
         j["reserved"] = reservedMemoryJson(*plan, e);
+        j["period"] = periodJson(e);
         if (!o.trace.empty()) j["trace"] = o.trace;
         fmt::print("{}\n", j.dump(2));
     } else {
@@ -124,6 +128,7 @@ void registerSimulateCommand(CLI::App& app, int& exit_code) {
                                                    "communication, MFU, memory over time");
     addPlanOptions(*cmd, opts->plan);
     addHeadroomOption(*cmd, opts->headroom);
+    addWholeStepOption(*cmd, opts->whole_step);
     cmd->add_option("--trace", opts->trace, "Write a Chrome trace (Perfetto, chrome://tracing) to FILE")
         ->type_name("FILE");
     addProfileOption(*cmd, opts->profile);

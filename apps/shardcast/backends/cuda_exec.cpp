@@ -1,5 +1,6 @@
 // `--backend cuda` in the `shardcast` executable, which links no CUDA library: hands the command
-// line to `shardcast-cuda` (run and calibrate share this one way in).
+// line to `shardcast-cuda` (run and calibrate share this one way in). Linked into `shardcast`
+// only; `shardcast-cuda` links backends/run_cuda.cpp and backends/calibrate_cuda.cpp instead.
 #include <unistd.h>
 
 #include <cerrno>
@@ -11,11 +12,12 @@
 
 #include <fmt/format.h>
 
+#include "apps/shardcast/backends/calibrate_backend.hpp"
+#include "apps/shardcast/backends/run_backend.hpp"
 #include "apps/shardcast/commands.hpp"
 
 namespace shardcast::cli {
 
-#ifndef SHARDCAST_WITH_CUDA_BACKEND
 // `shardcast` links no CUDA library; `shardcast-cuda`, built beside it when cmake found the CUDA
 // toolkit with cuBLASLt and NCCL, is the same program with the CUDA backend. Replaces this process
 // with it, same command line and same PID (so an mpirun rank stays that rank); returns only on
@@ -46,6 +48,8 @@ int execCudaBinary() {
     fmt::print(stderr, "shardcast: error: --backend cuda: starting {} failed: {}\n", cuda.string(), std::strerror(errno));
     return kExitRuntimeFailure;
 }
-#endif
+
+int runOnCuda(const RunOptions&) { return execCudaBinary(); }
+int calibrateOnCuda(const CalibrateOptions&) { return execCudaBinary(); }
 
 }  // namespace shardcast::cli
