@@ -4,7 +4,7 @@
 #            [--micro-batch B] [--seq S] [--reshard true|false] [--ac none|full|op] [--attn sdpa|eager]
 #            [--layers L] [--device auto|cuda|cpu] [--steps K] [--param-dtype bf16|fp32]
 #            [--reduce-dtype fp32|bf16] [--hf-unpacked-mask keep|skip] [--dropout-impl auto|native|default]
-#            [--attn-dropout P]
+#            [--attn-dropout P] [--tp T [--no-sp] [--loss-parallel]]
 #            [--json OUT.json]      (JSON result on stdout, a per-category table on stderr)
 """Peer measurement: real PyTorch FSDP2 (fully_shard) training steps of a HuggingFace causal LM,
 under FakeTensorMode (no real memory) with a fake process group (FakeStore, rank 0 of N), and
@@ -47,6 +47,32 @@ GQA). 'skip' reproduces the 5.x behaviour. Default 'keep' = what the installed t
 SDPA has no fused kernel with dropout and runs the math path, which saves the s x s scores per
 layer; a CUDA flash kernel with dropout saves no s x s tensor (its RNG state only), so with 0 the
 CPU run keeps what a CUDA run keeps (the residual and embedding dropouts are unchanged).
+
+--tp T (default 1: plain FSDP2 over a 1-D mesh of --world ranks, unchanged): FSDP2 composed with tensor
+parallelism, Llama-family models only (q/k/v/o_proj, gate/up/down_proj, input/post_attention_layernorm;
+GPT-2's fused Conv1D c_attn is not supported). A 2-D mesh init_device_mesh(device, (world/T, T),
+mesh_dim_names=("dp", "tp")); TP is applied first with parallelize_module(.., mesh["tp"], plan) using
+torchtitan's Llama plan (models/llama3/infra/parallelize.py apply_tp): embed_tokens RowwiseParallel
+(Replicate -> Shard(1)), final norm and both block norms SequenceParallel, self_attn / mlp
+PrepareModuleInput Shard(1) -> Replicate, q/k/v and gate/up ColwiseParallel, o_proj and down_proj
+RowwiseParallel(output Shard(1)), lm_head ColwiseParallel(input Shard(1), output Replicate, or Shard(-1)
+kept as a DTensor with --loss-parallel, forward and backward then run inside loss_parallel()); then
+AC wrapping and fully_shard over mesh["dp"] as above. Two HF-specific adaptations: (1) the embedding
+output stays a DTensor (use_local_output=False) so that LlamaModel's mask / cache_position / rotary
+bookkeeping, which reads inputs_embeds.shape[1], sees the global sequence; a pre-hook on each block turns
+it into the local Shard(1) tensor torchtitan passes between blocks (only the first block sees a DTensor);
+(2) transformers 4.57.6's decoder layer calls self_attn with keyword arguments only, so its
+PrepareModuleInput uses input_kwarg_layouts={"hidden_states": Shard(1)} (position_embeddings, the mask
+etc. pass through as plain tensors); a check hook makes sure hidden_states does arrive as Replicate.
+Heads: 4.57.6's LlamaAttention reshapes with view(*input_shape, -1, head_dim) and only keeps
+num_key_value_groups (a ratio, unchanged by TP), so no head count needs changing; older versions' integer
+num_heads / num_key_value_heads attributes on self_attn, if present, are divided by T (listed in the JSON
+as tp_attn_attrs_divided). --no-sp: no sequence parallelism (embedding and o/down_proj outputs Replicate,
+norms not parallelized, no PrepareModuleInput). T must divide --world, the attention and KV head counts
+and, with SP, --seq; tied input/output embeddings are refused. Extra JSON keys (tp>1 only): tp, dp,
+sequence_parallel, loss_parallel, tp_attn_attrs_divided. With T > 1, DeviceMesh's rank-tensor bookkeeping
+runs with the fake mode set aside (patch_device_mesh_tensor), since FSDP2 builds a dp+tp DeviceMesh inside
+fully_shard. FSDP2 warns that the root returns a view tensor (the local logits); harmless here.
 
 Needs torch >= 2.6 and transformers >= 4.45 (Llama-3.1 rope_scaling); measured with torch 2.15 and
 transformers 4.57.6. A full-size 8B model takes 15-30 s per run on 2 CPU cores and ~10 GB of RAM.
@@ -197,6 +223,119 @@ def decoder_layers(model):
     raise SystemExit("cannot find the decoder block list of this model")
 
 
+def _fqn(root, mod):
+    for name, m in root.named_modules():
+        if m is mod:
+            return name
+    raise SystemExit("--tp: module not found in the model")
+
+
+def _blocks_to_local(mod, args, kwargs):
+    """Block pre-hook (SP): the embedding's Shard(1) DTensor becomes the local sequence shard, as
+    torchtitan passes it between blocks (its backward wraps the grad back as Shard(1))."""
+    if args and isinstance(args[0], DTensor):
+        args = (args[0].to_local(),) + tuple(args[1:])
+    if isinstance(kwargs.get("hidden_states"), DTensor):
+        kwargs = dict(kwargs, hidden_states=kwargs["hidden_states"].to_local())
+    return args, kwargs
+
+
+def _check_attn_replicated(mod, args, kwargs):
+    from torch.distributed.tensor import Replicate
+    hs = kwargs["hidden_states"] if "hidden_states" in kwargs else (args[0] if args else None)
+    if not (isinstance(hs, DTensor) and tuple(hs.placements) == (Replicate(),)):
+        raise SystemExit(f"--tp: self_attn got hidden_states as {type(hs).__name__} "
+                         f"{getattr(hs, 'placements', '')}, not a Replicate DTensor; this transformers "
+                         "version calls self_attn differently from 4.57.6")
+
+
+def patch_device_mesh_tensor():
+    """DeviceMesh keeps its ranks in a real int tensor (_rank_map) and recomputes the mesh tensor and this
+    rank's coordinates from it in __init__ and on every .mesh access; FSDP2 concatenates the dp and tp
+    meshes into a new DeviceMesh inside fully_shard, i.e. inside FakeTensorMode, which refuses the real
+    tensor. That tensor is mesh metadata, not model memory: run these with the fake mode set aside."""
+    import functools
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    def real(fn):
+        @functools.wraps(fn)
+        def inner(*args, **kwargs):
+            with unset_fake_temporarily():
+                return fn(*args, **kwargs)
+        return inner
+
+    DeviceMesh.__init__ = real(DeviceMesh.__init__)
+    DeviceMesh.__repr__ = real(DeviceMesh.__repr__)
+    DeviceMesh.mesh = property(real(DeviceMesh.mesh.fget))
+
+
+def apply_tp(model, layers, cfg, tp_mesh, tp, sp, loss_par):
+    """TP (+SP) with torchtitan's Llama plan, HF module names. Returns the attention attributes divided by tp."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
+                                                   SequenceParallel, parallelize_module)
+    base = getattr(model, "model", None)
+    need_blk = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj", "input_layernorm", "post_attention_layernorm")
+    def has(mod, path):
+        for part in path.split("."):
+            if not hasattr(mod, part):
+                return False
+            mod = getattr(mod, part)
+        return isinstance(mod, torch.nn.Module)
+
+    if not (base is not None and has(base, "embed_tokens") and has(base, "norm") and has(model, "lm_head")
+            and all(has(blk, n) for blk in layers for n in need_blk)):
+        raise SystemExit(f"--tp > 1 supports Llama-family models only ({cfg.model_type} does not have the "
+                         "q/k/v/o_proj, gate/up/down_proj, *_layernorm, embed_tokens, norm, lm_head modules)")
+    if model.get_output_embeddings().weight is model.get_input_embeddings().weight:
+        raise SystemExit("--tp > 1: tied input/output embeddings are not supported")
+
+    divided = []
+    for blk in layers:
+        attn = blk.self_attn
+        for attr in ("num_heads", "num_key_value_heads", "num_attention_heads"):
+            v = getattr(attn, attr, None)
+            if isinstance(v, int) and not isinstance(v, bool):
+                setattr(attn, attr, v // tp)
+                if attr not in divided:
+                    divided.append(attr)
+
+    seq_l = Shard(1) if sp else Replicate()
+    root_plan = {
+        # SP: keep the DTensor so HF's mask / position bookkeeping sees the global sequence (see header)
+        _fqn(model, base.embed_tokens): RowwiseParallel(input_layouts=Replicate(), output_layouts=seq_l,
+                                                        use_local_output=not sp),
+        _fqn(model, model.lm_head): ColwiseParallel(input_layouts=seq_l,
+                                                    output_layouts=Shard(-1) if loss_par else Replicate(),
+                                                    use_local_output=not loss_par),
+    }
+    if sp:
+        root_plan[_fqn(model, base.norm)] = SequenceParallel()
+    parallelize_module(model, tp_mesh, root_plan)
+    for blk in layers:
+        plan = {
+            "self_attn.q_proj": ColwiseParallel(), "self_attn.k_proj": ColwiseParallel(),
+            "self_attn.v_proj": ColwiseParallel(), "self_attn.o_proj": RowwiseParallel(output_layouts=seq_l),
+            "mlp.gate_proj": ColwiseParallel(), "mlp.up_proj": ColwiseParallel(),
+            "mlp.down_proj": RowwiseParallel(output_layouts=seq_l),
+        }
+        if sp:
+            plan.update({
+                "input_layernorm": SequenceParallel(), "post_attention_layernorm": SequenceParallel(),
+                # transformers 4.57.6 calls self_attn with keywords only, mlp with one positional argument
+                "self_attn": PrepareModuleInput(input_kwarg_layouts={"hidden_states": Shard(1)},
+                                                desired_input_kwarg_layouts={"hidden_states": Replicate()}),
+                "mlp": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
+            })
+        parallelize_module(blk, tp_mesh, plan)
+        if sp:
+            blk.self_attn.register_forward_pre_hook(_check_attn_replicated, with_kwargs=True)
+            blk.register_forward_pre_hook(_blocks_to_local, with_kwargs=True)
+    return divided
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("config", help="HuggingFace config.json")
@@ -219,10 +358,19 @@ def main():
                     help="auto: on the cpu device, run dropout as CUDA does (native_dropout, bool mask)")
     ap.add_argument("--attn-dropout", type=float, default=None,
                     help="override the attention dropout probability (attn_pdrop / attention_dropout)")
+    ap.add_argument("--tp", type=int, default=1,
+                    help="tensor-parallel degree (Llama family): 2-D mesh (world/tp, tp), TP then FSDP2 over dp")
+    ap.add_argument("--no-sp", action="store_true", help="with --tp > 1: no sequence parallelism")
+    ap.add_argument("--loss-parallel", action="store_true",
+                    help="with --tp > 1: lm_head output stays vocab-sharded, loss under loss_parallel()")
     ap.add_argument("--no-gc-disable", action="store_true", help="keep Python gc enabled (torchtitan disables it)")
     ap.add_argument("--json", default="", help="also write the result JSON here")
     a = ap.parse_args()
 
+    if a.tp < 1 or a.world % a.tp:
+        raise SystemExit(f"--tp {a.tp} must be >= 1 and divide --world {a.world}")
+    if a.tp == 1 and (a.no_sp or a.loss_parallel):
+        raise SystemExit("--no-sp / --loss-parallel need --tp > 1")
     from transformers import AutoConfig, AutoModelForCausalLM
     import transformers
     if a.hf_unpacked_mask == "skip":
@@ -253,11 +401,25 @@ def main():
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=a.world)
     if device == "cuda":
         torch.cuda.set_device(0)
-    mesh = init_device_mesh(device, (a.world,))  # outside FakeTensorMode, as torchtitan does
+    # outside FakeTensorMode, as torchtitan does
+    if a.tp == 1:
+        mesh = init_device_mesh(device, (a.world,))
+        tp_mesh = None
+    else:
+        patch_device_mesh_tensor()
+        mesh2d = init_device_mesh(device, (a.world // a.tp, a.tp), mesh_dim_names=("dp", "tp"))
+        mesh, tp_mesh = mesh2d["dp"], mesh2d["tp"]
 
     cfg = AutoConfig.from_pretrained(a.config)
     if a.layers:
         cfg.num_hidden_layers = a.layers
+    if a.tp > 1:
+        heads = cfg.num_attention_heads
+        kv = getattr(cfg, "num_key_value_heads", None) or heads
+        if heads % a.tp or kv % a.tp:
+            raise SystemExit(f"--tp {a.tp} must divide the attention heads ({heads}) and KV heads ({kv})")
+        if not a.no_sp and a.seq % a.tp:
+            raise SystemExit(f"--tp {a.tp} with sequence parallelism must divide --seq {a.seq}")
     cfg.use_cache = False
     attn_dropout_fields = [f for f in ("attn_pdrop", "attention_dropout") if hasattr(cfg, f)]
     if a.attn_dropout is not None:
@@ -275,6 +437,8 @@ def main():
         with torch.device("meta"):
             model = AutoModelForCausalLM.from_config(cfg, torch_dtype=torch.float32, attn_implementation=a.attn)
         layers = decoder_layers(model)
+        if a.tp > 1:
+            tp_divided = apply_tp(model, layers, cfg, tp_mesh, a.tp, not a.no_sp, a.loss_parallel)
         for i in range(len(layers)):
             blk = layers[i]
             if a.ac == "full":
@@ -295,15 +459,21 @@ def main():
 
         fmt = Tracker(model, optim)
         fmt.track_inputs((ids, labels))
+        if a.tp > 1 and a.loss_parallel:
+            from torch.distributed.tensor.parallel import loss_parallel
+            loss_ctx = loss_parallel
+        else:
+            from contextlib import nullcontext as loss_ctx
         with fmt:
             for it in range(a.steps):
                 fmt.reset_peaks()
                 t1 = time.time()
-                out = model(input_ids=ids, labels=labels, use_cache=False)
-                loss = out.loss
-                del out
-                loss.backward()
-                del loss
+                with loss_ctx():
+                    out = model(input_ids=ids, labels=labels, use_cache=False)
+                    loss = out.loss
+                    del out
+                    loss.backward()
+                    del loss
                 optim.step()
                 optim.zero_grad()
                 dt = time.time() - t1
@@ -338,9 +508,14 @@ def main():
         "timings": {**timings, "steps_s": [s["wall_s"] for s in steps_out],
                     "process_s": round(time.time() - T_START, 3)},
     }
+    tp_note = ""
+    if a.tp > 1:
+        res.update({"tp": a.tp, "dp": a.world // a.tp, "sequence_parallel": not a.no_sp,
+                    "loss_parallel": a.loss_parallel, "tp_attn_attrs_divided": tp_divided})
+        tp_note = f", dp {a.world // a.tp} x tp {a.tp}" + ("" if a.no_sp else " (SP)") + (" loss-parallel" if a.loss_parallel else "")
     # human-readable summary on stderr; the JSON on stdout is the machine-readable result
     last = steps_out[-1]
-    print(f"FSDPMemTracker, step {last['step']} (steady state), device {device}, bytes; peak at {last['peak_where']}",
+    print(f"FSDPMemTracker, step {last['step']} (steady state), device {device}{tp_note}, bytes; peak at {last['peak_where']}",
           file=sys.stderr)
     print(f"{'category':16s} {'at peak':>16s} {'own max':>16s}  max reached at", file=sys.stderr)
     for k, v in last["at_peak"].items():
