@@ -3,12 +3,11 @@
 # everything is installed it says so and changes nothing; otherwise it runs `apt-get update` and
 # installs only what is missing (as root, or through sudo).
 #   SHARDCAST_CORE_DEPS_ONLY=1  skip the optional layers (Qt6 GUI, OpenMPI backend, Xvfb).
+#   --with-clang                 also clang, for CI's sanitizer and fuzzing build (scripts/ci.sh).
 set -euo pipefail
 
-# clang (clang-14 on Debian 12, with libFuzzer and its sanitizer runtimes): the second compiler CI
-# builds with, and the fuzzing build (scripts/ci.sh, scripts/fuzz.sh).
 core_packages=(
-    build-essential clang cmake ninja-build pkg-config
+    build-essential cmake ninja-build pkg-config
     nlohmann-json3-dev libcli11-dev libfmt-dev
     libgtest-dev libgmock-dev libbenchmark-dev
     libeigen3-dev libsqlite3-dev zlib1g-dev libsimdjson-dev
@@ -25,6 +24,15 @@ optional_packages=(
 packages=("${core_packages[@]}")
 if [ "${SHARDCAST_CORE_DEPS_ONLY:-0}" != 1 ]; then
     packages+=("${optional_packages[@]}")
+fi
+# clang (clang-14 on Debian 12, with libFuzzer and its sanitizer runtimes): the second compiler CI
+# builds with, and the fuzzing build (scripts/ci.sh, scripts/fuzz.sh). The README's test command
+# (scripts/test.sh) builds with GCC only and does not install it.
+if [ "${1:-}" = --with-clang ]; then
+    packages+=(clang)
+elif [ -n "${1:-}" ]; then
+    echo "install-deps: unknown argument '$1' (valid: --with-clang)" >&2
+    exit 2
 fi
 
 if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then
