@@ -515,7 +515,8 @@ void Search::enterStage(int stage) {
             case EvaluationStage::Lower: m_stats.lower_seconds += s; break;
             case EvaluationStage::Simulate: m_stats.simulate_seconds += s; break;
             case EvaluationStage::ReplayMemory:
-            case EvaluationStage::TimeMemory: m_stats.memory_seconds += s; break;
+            case EvaluationStage::TimeMemory:
+            case EvaluationStage::ReplayAllocator: m_stats.memory_seconds += s; break;
             case EvaluationStage::Validate:
             case EvaluationStage::Summarize: m_stats.other_evaluation_seconds += s; break;
         }

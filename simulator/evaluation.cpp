@@ -22,6 +22,7 @@ std::string_view stageName(EvaluationStage stage) {
         case EvaluationStage::Simulate: return "simulate";
         case EvaluationStage::TimeMemory: return "time memory";
         case EvaluationStage::Summarize: return "summarize";
+        case EvaluationStage::ReplayAllocator: return "replay the caching allocator";
     }
     return "?";
 }
@@ -102,7 +103,13 @@ core::Status Evaluator::evaluateWhole(const core::Plan& given, const HardwarePro
     out.fit = core::judgeFit(out.summary.peak_bytes, out.profile.gpu.memory_bytes, options.headroom);
     m_allocator_mode = plan->training.allocator;
     m_last = &out;
-    if (options.reserved_memory) judgeReserved(options.headroom, out);
+    if (options.reserved_memory) {
+        if (enter(EvaluationStage::ReplayAllocator)) {
+            m_last = nullptr;
+            return core::cancelledError();
+        }
+        judgeReserved(options.headroom, out);
+    }
     return core::Ok{};
 }
 

@@ -33,7 +33,8 @@ private:
     std::atomic<bool> m_cancelled{false};
 };
 
-enum class EvaluationStage : uint8_t { Validate, Lower, ReplayMemory, Simulate, TimeMemory, Summarize };
+// ReplayAllocator: PyTorch's caching allocator over the timed events (EvaluationOptions::reserved_memory).
+enum class EvaluationStage : uint8_t { Validate, Lower, ReplayMemory, Simulate, TimeMemory, Summarize, ReplayAllocator };
 std::string_view stageName(EvaluationStage stage);  // "validate", "lower", ...
 
 struct EvaluationOptions {

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdio>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -433,24 +434,47 @@ std::string planReportText(const core::Plan& plan, const sim::Evaluation& e) {
     return out;
 }
 
-StageProgress::StageProgress() : m_start(std::chrono::steady_clock::now()), m_enabled(stderrIsTerminal()) {}
+StageProgress::StageProgress(std::string first_stage)
+    : m_start(std::chrono::steady_clock::now()), m_stage(std::move(first_stage)) {
+    if (stderrIsTerminal()) m_thread = std::thread([this] { tick(); });
+}
 
-std::function<void(sim::EvaluationStage)> StageProgress::callback() {
-    if (!m_enabled) return {};
-    return [this](sim::EvaluationStage stage) {
-        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - m_start).count();
-        if (s < 0.5) return;
-        fmt::print(stderr, "\r\033[Kshardcast: {} ({:.1f} s so far)", sim::stageName(stage), s);
+void StageProgress::tick() {
+    constexpr auto kShowAfter = std::chrono::milliseconds(500);
+    constexpr auto kRedraw = std::chrono::milliseconds(200);
+    std::unique_lock lock(m_mutex);
+    while (!m_wake.wait_for(lock, kRedraw, [this] { return m_stop; })) {
+        const auto elapsed = std::chrono::steady_clock::now() - m_start;
+        if (elapsed < kShowAfter) continue;
+        fmt::print(stderr, "\r\033[Kshardcast: {} ({:.1f} s so far)", m_stage,
+                   std::chrono::duration<double>(elapsed).count());
         std::fflush(stderr);
         m_drawn = true;
-    };
+    }
+}
+
+std::function<void(sim::EvaluationStage)> StageProgress::callback() {
+    if (!m_thread.joinable()) return {};
+    return [this](sim::EvaluationStage stage) { setStage(sim::stageName(stage)); };
+}
+
+void StageProgress::setStage(std::string_view stage) {
+    std::lock_guard lock(m_mutex);
+    m_stage = stage;
 }
 
 void StageProgress::done() {
-    if (!m_drawn) return;
-    fmt::print(stderr, "\r\033[K");
-    std::fflush(stderr);
-    m_drawn = false;
+    if (!m_thread.joinable()) return;
+    {
+        std::lock_guard lock(m_mutex);
+        m_stop = true;
+    }
+    m_wake.notify_one();
+    m_thread.join();
+    if (m_drawn) {
+        fmt::print(stderr, "\r\033[K");
+        std::fflush(stderr);
+    }
 }
 
 }  // namespace shardcast::cli

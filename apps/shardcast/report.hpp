@@ -2,8 +2,12 @@
 // The plan report: a readable text form and the JSON of `shardcast plan --json`, both printed from
 // one sim::Evaluation so every front-end shows one truth.
 #include <chrono>
+#include <condition_variable>
 #include <functional>
+#include <mutex>
 #include <string>
+#include <string_view>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -26,23 +30,31 @@ std::string planReportText(const core::Plan& plan, const sim::Evaluation& e);
 std::string periodText(const sim::Evaluation& e);
 nlohmann::ordered_json periodJson(const sim::Evaluation& e);
 
-// An evaluation's progress on a terminal (stderr): once it has run for half a second, one line
-// naming the stage it has reached and the time so far, rewritten at each stage and cleared by
-// done() (or the destructor), so a long plan (a large model over thousands of micro-batches) is
-// seen working. Nothing when stderr is not a terminal.
+// Long work's progress on a terminal (stderr): once it has run for half a second, one line naming
+// the stage it is in and the time so far, redrawn every 0.2 s by a thread of its own (so a single
+// long stage is seen working too) and cleared by done() (or the destructor), before the report.
+// Nothing, and no thread, when stderr is not a terminal.
 class StageProgress {
 public:
-    StageProgress();
+    explicit StageProgress(std::string first_stage = "working");
     ~StageProgress() { done(); }
     StageProgress(const StageProgress&) = delete;
     StageProgress& operator=(const StageProgress&) = delete;
+    // For EvaluationOptions::progress: names each stage of an evaluation as it starts.
     std::function<void(sim::EvaluationStage)> callback();
+    void setStage(std::string_view stage);
     void done();
 
 private:
+    void tick();
+
     std::chrono::steady_clock::time_point m_start;
-    bool m_enabled = false;
-    bool m_drawn = false;
+    std::mutex m_mutex;
+    std::condition_variable m_wake;
+    std::string m_stage;
+    bool m_stop = false;
+    bool m_drawn = false;  // a line is on the terminal
+    std::thread m_thread;
 };
 
 }  // namespace shardcast::cli

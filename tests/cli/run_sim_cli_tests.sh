@@ -132,6 +132,24 @@ t = open(sys.argv[1]).read()
 assert "simulated by its period: micro-batches 0-3 and 39 of 40" in t, t
 ' "$tmp/out"
 
+# --- progress on a terminal: a second-long evaluation names its stage while it runs, then clears ---
+SHARDCAST_STDERR_IS_TTY=1 "$bin" simulate --model llama-3.1-405b --nodes 16 --grad-accum 300 --whole-step \
+    >"$tmp/progress.out" 2>"$tmp/progress.err"
+check "progress: stage lines redrawn on stderr while it runs, the line cleared before the report" '
+import sys
+err = open(sys.argv[1], "rb").read().decode()
+lines = [l for l in err.split("\r") if l]
+assert len(lines) >= 3, err  # first drawn after 0.5 s, redrawn every 0.2 s
+assert all(l.startswith("\x1b[Kshardcast: ") and "s so far)" in l for l in lines[:-1]), lines
+assert lines[-1] == "\x1b[K", lines[-1]  # cleared
+' "$tmp/progress.err"
+expect_exit "progress: nothing on stderr when it is not a terminal" 0 "$bin" simulate --model llama-3.1-405b --nodes 16 \
+    --grad-accum 300 --whole-step
+check "progress: stderr empty off a terminal" '
+import sys
+assert open(sys.argv[1]).read() == ""
+' "$tmp/err"
+
 # --- bad input: exit 2 ---------------------------------------------------------------------------
 expect_exit "simulate: unknown model is exit 2" 2 "$bin" simulate --model no-such-model
 expect_exit "sweep: bad --strategies is exit 2" 2 "$bin" sweep "${plan[@]}" --strategies zero9

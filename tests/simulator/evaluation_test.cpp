@@ -83,7 +83,8 @@ TEST(EvaluationTest, ReportsEachStageInOrder) {
     ASSERT_TRUE(evaluatePlan(planOf("gpt2", 1, 1024), nullptr, options).ok());
     EXPECT_EQ(stages, (std::vector<EvaluationStage>{EvaluationStage::Validate, EvaluationStage::Lower,
                                                     EvaluationStage::ReplayMemory, EvaluationStage::Simulate,
-                                                    EvaluationStage::TimeMemory, EvaluationStage::Summarize}));
+                                                    EvaluationStage::TimeMemory, EvaluationStage::Summarize,
+                                                    EvaluationStage::ReplayAllocator}));
 }
 
 TEST(EvaluationTest, CancelStopsBetweenStages) {

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/shardcast/commands.hpp"
+#include "apps/shardcast/report.hpp"
 #include "apps/shardcast/store_cli.hpp"
 #include "apps/shardcast/trace_import_cli.hpp"
 #include "core/base/file_io.hpp"
@@ -273,11 +274,13 @@ int runCompare(const CompareOptions& o) {
     options.issue_order_memory = false;
     options.per_unit = false;
     options.record_curve = !o.trace.empty();
+    StageProgress progress;
+    options.progress = progress.callback();
     sim::Evaluator evaluator;
     sim::Evaluation e;
-    if (auto s = evaluator.evaluate(*plan, &*profile, options, e); !s) {
-        return reportInputError(o.run + ": plan: " + s.error().message);
-    }
+    const core::Status evaluated = evaluator.evaluate(*plan, &*profile, options, e);
+    progress.done();
+    if (!evaluated) return reportInputError(o.run + ": plan: " + evaluated.error().message);
     return reportComparison(o, *run, e.program, e.timeline, e.timed, o.run, std::nullopt, *plan, e.profile, e.reserved);
 }
 

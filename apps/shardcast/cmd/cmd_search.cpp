@@ -10,6 +10,7 @@
 
 #include "apps/shardcast/commands.hpp"
 #include "apps/shardcast/plan_options.hpp"
+#include "apps/shardcast/report.hpp"
 #include "apps/shardcast/store_cli.hpp"
 #include "core/base/file_io.hpp"
 #include "core/plan/plan_build.hpp"
@@ -41,7 +42,9 @@ int runSearch(const SearchOptions& o) {
     const sim::HardwareProfile& profile = resolved->profile;
     sim::WrapSearchOptions options;
     options.headroom = o.headroom;
+    StageProgress progress("searching wrap units");
     auto searched = sim::searchWrap(plan, profile, options);
+    progress.done();
     if (!searched) return reportInputError(searched.error().message);
     const sim::WrapSearchResult& r = *searched;
 
