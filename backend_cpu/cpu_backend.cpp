@@ -280,6 +280,11 @@ core::Status CpuBackend::compute(const core::Program& program, const core::Task&
                 if (half > 0) std::memcpy(grow(s.dst, half), grow(s.src, half), static_cast<size_t>(half));
                 break;
             }
+            case core::OpShapeKind::TpAllGather:
+            case core::OpShapeKind::TpReduceScatter:
+            case core::OpShapeKind::TpAllReduce:
+                return core::makeError("the CPU backend does not execute tensor-parallel collectives yet (a plan with "
+                                       "tp > 1); plan and simulate it instead");
         }
     }
     return core::Ok{};

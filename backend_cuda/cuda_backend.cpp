@@ -563,6 +563,11 @@ core::Status CudaBackend::compute(const core::Program& program, const core::Task
                 }
                 break;
             }
+            case core::OpShapeKind::TpAllGather:
+            case core::OpShapeKind::TpReduceScatter:
+            case core::OpShapeKind::TpAllReduce:
+                return core::makeError("the CUDA backend does not execute tensor-parallel collectives yet (a plan with "
+                                       "tp > 1); plan and simulate it instead");
         }
     }
     return core::Ok{};

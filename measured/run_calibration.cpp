@@ -73,6 +73,9 @@ void addPredicted(const HardwareProfile& profile, const core::Program& program, 
         case core::OpShapeKind::Attention:
         case core::OpShapeKind::AttentionBackward: sums.attention_s[static_cast<size_t>(dir)] += t; break;
         case core::OpShapeKind::Elementwise: sums.other_s += t; break;
+        case core::OpShapeKind::TpAllGather:
+        case core::OpShapeKind::TpReduceScatter:
+        case core::OpShapeKind::TpAllReduce: continue;  // communication: not a kernel figure
         }
         ++sums.ops;
     }

@@ -43,6 +43,21 @@ MATRIX = {
     "l2-7b-4k": ("llama-2-7b", 4096, 8, True, "none", "sdpa"),
     "gpt2-sdpa": ("gpt2", 1024, 8, True, "none", "sdpa"),
     "gpt2-eager": ("gpt2", 1024, 8, True, "none", "eager"),
+    # FSDP2 + tensor parallelism (torchtitan's Llama plan, sequence parallel; TP below).
+    "8b-2k-tp2": ("llama-3.1-8b", 2048, 8, True, "none", "sdpa"),
+    "8b-2k-tp4": ("llama-3.1-8b", 2048, 8, True, "none", "sdpa"),
+    "8b-2k-w16-tp2-acfull": ("llama-3.1-8b", 2048, 16, True, "full", "sdpa"),
+    "8b-2k-w16-tp4-acfull": ("llama-3.1-8b", 2048, 16, True, "full", "sdpa"),
+    "8b-2k-w16-tp4": ("llama-3.1-8b", 2048, 16, True, "none", "sdpa"),
+    "8b-2k-w16-tp2-acfull-nosp": ("llama-3.1-8b", 2048, 16, True, "full", "sdpa"),
+}
+
+# Tensor-parallel rows: (tp, sequence parallel). Both sides run loss_parallel off (the logits
+# all-gathered before the loss): under FakeTensorMode the tracker counts the vocab-sharded DTensor
+# logits that loss_parallel keeps at their global size (see docs/validation-memory.md).
+TP = {
+    "8b-2k-tp2": (2, True), "8b-2k-tp4": (4, True), "8b-2k-w16-tp2-acfull": (2, True),
+    "8b-2k-w16-tp4-acfull": (4, True), "8b-2k-w16-tp4": (4, True), "8b-2k-w16-tp2-acfull-nosp": (2, False),
 }
 
 # Extra arguments of the PyTorch side for a row, and why (printed under its table). On the CPU,
@@ -105,7 +120,16 @@ def run_peer(venv: Path, row, layers: int, hf_mask: str, cache: str, extra: list
     return json.loads(out.stdout)
 
 
-def run_shardcast(binary: str, row, layers: int, hf_mask: str) -> dict:
+def tp_args(name: str, peer: bool) -> list:
+    if name not in TP:
+        return []
+    tp, sp = TP[name]
+    if peer:
+        return ["--tp", str(tp)] + ([] if sp else ["--no-sp"])
+    return ["--tp", str(tp), "--sequence-parallel", "true" if sp else "false", "--loss-parallel", "false"]
+
+
+def run_shardcast(binary: str, row, layers: int, hf_mask: str, extra: list) -> dict:
     model, seq, world, reshard, ac, attn = row
     cmd = [binary, "plan", "--json", "--model", str(ROOT / "models" / f"{model}.json"), "--gpu", "H100-SXM",
            "--nodes", str(max(1, world // 8)), "--gpus-per-node", str(min(world, 8)), "--strategy", "FULL_SHARD",
@@ -114,6 +138,7 @@ def run_shardcast(binary: str, row, layers: int, hf_mask: str) -> dict:
            "--attention", "eager" if attn == "eager" else "flash", "--kernels", "eager", "--hf-mask", hf_mask]
     if layers:
         cmd += ["--scale", f"layers={layers}"]
+    cmd += extra
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode not in (0,):
         raise RuntimeError(f"shardcast failed ({' '.join(cmd)}):\n{out.stderr[-3000:]}")
@@ -198,8 +223,11 @@ def main() -> int:
             row = MATRIX[name]
             try:
                 extra, note = PEER_ARGS.get(name, ([], ""))
-                peer = run_peer(venv, row, a.layers, mask, a.peer_cache, extra)
-                sc = run_shardcast(binary, row, a.layers, mask)
+                peer = run_peer(venv, row, a.layers, mask, a.peer_cache, extra + tp_args(name, True))
+                sc = run_shardcast(binary, row, a.layers, mask, tp_args(name, False))
+                if name in TP:
+                    tp, sp = TP[name]
+                    note = (note + "; " if note else "") + f"tp {tp} ({'SP' if sp else 'no SP'}), dp {row[2] // tp}, loss_parallel off"
             except RuntimeError as e:
                 failures += 1
                 lines += [f"### {name} ({mask}): not run", "", "```", str(e)[-1500:], "```", ""]

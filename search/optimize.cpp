@@ -81,6 +81,10 @@ core::Result<Space> buildSpace(const core::Plan& base, const OptimizeSpace& in, 
     const int world = base.cluster.nodes * base.cluster.gpus_per_node;
     const int gpn = base.cluster.gpus_per_node;
     if (world < 1) return core::makeError("cluster: the world size must be positive");
+    if (base.sharding.tp != 1 || base.sharding.pp != 1) {
+        return core::makeError("optimize: the search space has no tensor- or pipeline-parallel dimension yet (issue 25); "
+                               "give --tp 1 --pp 1, or compare tensor-parallel plans with `sweep` or `plan`");
+    }
     if (global_batch < 1) {
         return core::makeError("--global-batch must be a positive number of sequences per optimizer step (got " +
                                std::to_string(global_batch) + ")");

@@ -417,6 +417,10 @@ core::Result<WrapCostModel> WrapCostModel::fromPlan(const core::Plan& plan, cons
     const core::Model& model = *plan.model;
     const auto L = static_cast<int32_t>(model.blocks.size());
     if (L == 0) return core::makeError("wrap search: model '" + model.name + "' has no transformer blocks to group");
+    if (plan.sharding.tp != 1) {
+        return core::makeError("wrap search: its unit cost model is not checked under tensor parallelism yet; give --tp 1, "
+                               "or compare wrap policies of a tensor-parallel plan with `sweep`");
+    }
     core::Plan per_block = plan;
     per_block.sharding.wrap = core::WrapPolicy{};
     per_block.sharding.wrap.kind = core::WrapKind::Block;

@@ -129,6 +129,11 @@ double CostModel::opSeconds(const core::OpShape& op, TaskKind kind) const {
             const double flop_s = static_cast<double>(op.flops) / (p.gpu.peakFlops(core::DType::F32) * clock);
             return std::max(static_cast<double>(op.bytes) / hbm, flop_s) + launch;
         }
+        case core::OpShapeKind::TpAllGather:
+        case core::OpShapeKind::TpReduceScatter:
+        case core::OpShapeKind::TpAllReduce:
+            // The compute stream waits for it: its time on the tp group, as any collective's.
+            return collectiveSeconds(core::tpCollectiveTaskKind(op.kind), op.bytes, op.group_size, op.group_nodes);
     }
     return 0.0;
 }

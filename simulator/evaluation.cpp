@@ -29,6 +29,19 @@ std::string_view stageName(EvaluationStage stage) {
 
 Evaluator::Evaluator() : m_simulator(HardwareProfile{}) {}
 
+double tpCommSecondsPerMicroBatch(const core::Program& program, const HardwareProfile& profile) {
+    if (program.tp_size <= 1) return 0;
+    const CostModel cost(profile);
+    double s = 0;
+    for (const core::Task& t : program.tasks) {
+        if (t.micro_batch != 0) continue;
+        const core::OpShape* ops = program.opsBegin(t);
+        for (uint32_t i = 0; i < t.ops.count; ++i)
+            if (core::isTpCollective(ops[i].kind)) s += cost.opSeconds(ops[i], t.kind);
+    }
+    return s;
+}
+
 core::Status Evaluator::evaluate(const core::Plan& plan, const HardwareProfile* profile,
                                  const EvaluationOptions& options, Evaluation& out) {
     if (options.period_over > 0 && plan.training.grad_accum > options.period_over) {
@@ -99,6 +112,7 @@ core::Status Evaluator::evaluateWhole(const core::Plan& given, const HardwarePro
                         out.summary, options.per_unit);
     if (!options.per_unit) out.summary.units.clear();
     out.comm = core::communicationTotals(out.program);
+    out.tp_comm_s = tpCommSecondsPerMicroBatch(out.program, out.profile) * out.program.micro_batches;
     out.reserved = core::ReservedMemory{};
     out.fit = core::judgeFit(out.summary.peak_bytes, out.profile.gpu.memory_bytes, options.headroom);
     m_allocator_mode = plan->training.allocator;
@@ -280,13 +294,14 @@ core::Status Evaluator::evaluateByPeriod(const core::Plan& given, const Hardware
         out.program.hardware_flops_per_step = c.hardware_flops + r * (c.hardware_flops - b.hardware_flops);
         out.summary.units = std::move(c.units);
         core::setStepFigures(c.totals, out.program.model_flops_per_step, out.program.hardware_flops_per_step,
-                             static_cast<double>(n) * static_cast<double>(out.program.tokens_per_micro_batch),
+                             out.program.rankTokens(static_cast<double>(n)),
                              out.profile.peakFlops(out.program.compute_dtype), out.summary);
         out.comm = c.comm;
         // Counted as an int32 by the allocator model; a step of kMaxGradAccum micro-batches stays
         // far below (a release per block and micro-batch at most).
         out.reserved.stats.releases = static_cast<int32_t>(std::min<int64_t>(releases, std::numeric_limits<int32_t>::max()));
         out.period = PeriodicStep{n, static_cast<int32_t>(k + 2), samples[2].totals.step_ns - b.totals.step_ns};
+        out.tp_comm_s = tpCommSecondsPerMicroBatch(out.program, out.profile) * static_cast<double>(n);
         return core::Ok{};
     }
     if (n <= kWholeStepLimit) {

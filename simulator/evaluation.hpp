@@ -90,7 +90,14 @@ struct Evaluation {
     core::ReservedMemory reserved;
     core::FitVerdict fit;           // reserved (else allocated) peak against profile.gpu.memory_bytes
     PeriodicStep period;            // set when the step was simulated by its period
+    // Tensor-parallel collectives the compute stream waits for, per step, uncontended (0 without
+    // tensor parallelism): part of compute_s, shown on their own.
+    double tp_comm_s = 0;
 };
+
+// The seconds of tensor-parallel collectives inside the compute tasks of one micro-batch of
+// `program` (micro-batch 0), uncontended.
+double tpCommSecondsPerMicroBatch(const core::Program& program, const HardwareProfile& profile);
 
 class Evaluator {
 public:

@@ -157,6 +157,18 @@ std::string pythonModuleExpr(std::string_view fqn, std::string_view root) {
     return out;
 }
 
+std::vector<std::vector<std::string>> unitsOfPlan(const core::Plan& plan) {
+    core::UnitAssignment ua;
+    std::vector<std::vector<std::string>> units;
+    if (!core::resolveUnits(*plan.model, plan.sharding.wrap, ua)) return units;
+    for (size_t u = 1; u < ua.units.size(); ++u) {
+        std::vector<std::string> mods;
+        for (int32_t m : ua.units[u].modules) mods.push_back(plan.model->modules[static_cast<size_t>(m)].name);
+        units.push_back(std::move(mods));
+    }
+    return units;
+}
+
 std::vector<std::vector<std::string>> unitsOfPolicy(const core::WrapPolicy& wrap) {
     std::vector<std::vector<std::string>> units;
     for (const std::string& entry : wrap.modules) {
@@ -165,6 +177,67 @@ std::vector<std::vector<std::string>> unitsOfPolicy(const core::WrapPolicy& wrap
         units.push_back(std::move(mods));
     }
     return units;
+}
+
+// The device mesh (dp_replicate, dp_shard, tp) and torchtitan's Llama TP plan on HuggingFace's
+// module names (torchtitan/models/llama3/infra/parallelize.py, apply_tp); `mesh` is then the dp
+// part that fully_shard shards over.
+std::string tensorParallelCode(const core::Plan& plan, const core::Mesh& mesh) {
+    const core::ShardingSpec& sh = plan.sharding;
+    std::string s;
+    s += "from torch.distributed.tensor import DTensor, Replicate, Shard\n";
+    s += "from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,\n";
+    s += "                                               SequenceParallel, parallelize_module)\n";
+    s += fmt::format("world = init_device_mesh(\"cuda\", ({}, {}, {}), mesh_dim_names=(\"dp_replicate\", \"dp_shard\", \"tp\"))\n",
+                     mesh.replicate_size, mesh.shard_size, mesh.tp);
+    s += "tp_mesh = world[\"tp\"]\n";
+    const bool sp = sh.sequence_parallel;
+    const std::string seq = sp ? "Shard(1)" : "Replicate()";
+    s += fmt::format("parallelize_module(model, tp_mesh, {{\n"
+                     "    \"model.embed_tokens\": RowwiseParallel(input_layouts=Replicate(), output_layouts={0}, use_local_output={4}),\n"
+                     "{1}"
+                     "    \"lm_head\": ColwiseParallel(input_layouts={0}, output_layouts={2}, use_local_output={3}),\n"
+                     "}})\n",
+                     seq, sp ? "    \"model.norm\": SequenceParallel(),\n" : "", sh.loss_parallel ? "Shard(-1)" : "Replicate()",
+                     sh.loss_parallel ? "False" : "True", sp ? "False" : "True");
+    if (sp) {
+        // HuggingFace's LlamaModel reads the sequence length off the embedding output (mask, positions,
+        // rotary): it stays a DTensor there, and each block takes its local sequence shard, as
+        // torchtitan passes activations between blocks.
+        s += "def _local_shard(mod, args, kwargs):  # the embedding's Shard(1) DTensor -> this rank's shard\n";
+        s += "    if args and isinstance(args[0], DTensor):\n";
+        s += "        args = (args[0].to_local(),) + tuple(args[1:])\n";
+        s += "    if isinstance(kwargs.get(\"hidden_states\"), DTensor):\n";
+        s += "        kwargs = dict(kwargs, hidden_states=kwargs[\"hidden_states\"].to_local())\n";
+        s += "    return args, kwargs\n";
+    }
+    s += "for block in model.model.layers:\n";
+    s += "    plan = {\n";
+    if (sp) {
+        s += "        \"input_layernorm\": SequenceParallel(),\n";
+        s += "        \"post_attention_layernorm\": SequenceParallel(),\n";
+        s += "        \"self_attn\": PrepareModuleInput(input_kwarg_layouts={\"hidden_states\": Shard(1)},\n";
+        s += "                                         desired_input_kwarg_layouts={\"hidden_states\": Replicate()}),\n";
+        s += "        \"mlp\": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),\n";
+    }
+    s += "        \"self_attn.q_proj\": ColwiseParallel(), \"self_attn.k_proj\": ColwiseParallel(),\n";
+    s += "        \"self_attn.v_proj\": ColwiseParallel(),\n";
+    s += fmt::format("        \"self_attn.o_proj\": RowwiseParallel(output_layouts={}),\n", seq);
+    s += "        \"mlp.gate_proj\": ColwiseParallel(), \"mlp.up_proj\": ColwiseParallel(),\n";
+    s += fmt::format("        \"mlp.down_proj\": RowwiseParallel(output_layouts={}),\n", seq);
+    s += "    }\n";
+    s += "    parallelize_module(block, tp_mesh, plan)\n";
+    if (sp) s += "    block.register_forward_pre_hook(_local_shard, with_kwargs=True)\n";
+    s += "    for attr in (\"num_heads\", \"num_key_value_heads\", \"num_attention_heads\"):  # each rank: heads / tp\n";
+    s += fmt::format("        if isinstance(getattr(block.self_attn, attr, None), int):\n"
+                     "            setattr(block.self_attn, attr, getattr(block.self_attn, attr) // {})\n",
+                     mesh.tp);
+    if (sh.loss_parallel) {
+        s += "# loss_parallel: run the forward (HF computes the loss) and backward inside\n";
+        s += "# `with torch.distributed.tensor.parallel.loss_parallel():`\n";
+    }
+    s += mesh.replicate_size > 1 ? "mesh = world[\"dp_replicate\", \"dp_shard\"]\n" : "mesh = world[\"dp_shard\"]\n";
+    return s;
 }
 
 std::string pytorchCode(const core::Plan& plan, const core::Mesh& mesh, const std::vector<std::vector<std::string>>& units) {
@@ -178,7 +251,10 @@ std::string pytorchCode(const core::Plan& plan, const core::Mesh& mesh, const st
     s += "import torch\n";
     s += "from torch.distributed.device_mesh import init_device_mesh\n";
     s += "from torch.distributed.fsdp import fully_shard, MixedPrecisionPolicy\n\n";
-    if (two_d) {
+    if (mesh.tp > 1) {
+        // FSDP over TP (torchtitan's apply_tp, then fully_shard on the dp dimensions): tp innermost.
+        s += tensorParallelCode(plan, mesh);
+    } else if (two_d) {
         const int shard = plan.sharding.strategy == core::Strategy::NoShard ? 1 : mesh.shard_size;
         const int replicate = mesh.world_size / shard;
         s += fmt::format("mesh = init_device_mesh(\"cuda\", ({}, {}), mesh_dim_names=(\"replicate\", \"shard\"))\n", replicate,

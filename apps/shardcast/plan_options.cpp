@@ -45,6 +45,21 @@ void addPlanOptions(CLI::App& cmd, core::PlanOverrides& o) {
            "FULL_SHARD");
     addOpt(cmd, "--shard-size", o.shard_size, "N",
            "Ranks a parameter is sharded over; 0: world size (GPUs per node for hybrid)", "0");
+    addOpt(cmd, "--tp", o.tp, "T",
+           "Tensor-parallel degree: torchtitan's Llama plan (parallelize_module) over T consecutive ranks inside a "
+           "node, then fully_shard over the world / T data-parallel ranks; T divides the GPUs per node and the "
+           "attention and KV heads",
+           "1");
+    addOpt(cmd, "--sequence-parallel", o.sequence_parallel, "true|false",
+           "With --tp: norms and residual adds on sequence shards (all-gather / reduce-scatter around each "
+           "block half); false: replicated, with all-reduces",
+           "true");
+    addOpt(cmd, "--loss-parallel", o.loss_parallel, "true|false",
+           "With --tp: cross-entropy on vocab-sharded logits (torchtitan's default); false: the logits are "
+           "all-gathered first",
+           "true");
+    addOpt(cmd, "--pp", o.pp, "P", "Pipeline stages (not modelled yet: only 1 is accepted)", "1");
+    addOpt(cmd, "--cp", o.cp, "C", "Context-parallel degree (not modelled: only 1 is accepted)", "1");
     addOpt(cmd, "--fsdp", o.fsdp, "1|2", "FSDP flavour: 2 (fully_shard) or 1 (FullyShardedDataParallel)",
            "2");
     addOpt(cmd, "--wrap", o.wrap, "POLICY",

@@ -52,6 +52,24 @@ double ms(double seconds) { return seconds * 1e3; }
 double ms(int64_t ns) { return static_cast<double>(ns) * 1e-6; }
 
 // Where the step's time goes: per stream, then per unit (abbreviated like the units table).
+// The device mesh in PyTorch's init_device_mesh order (outermost first), each dimension with its size.
+nlohmann::json meshDims(const core::Plan& plan, const core::Mesh& mesh) {
+    (void)plan;
+    return nlohmann::json::array({nlohmann::json{{"name", "dp_replicate"}, {"size", mesh.replicate_size}},
+                                  nlohmann::json{{"name", "dp_shard"}, {"size", mesh.shard_size}},
+                                  nlohmann::json{{"name", "tp"}, {"size", mesh.tp}}});
+}
+
+std::string meshText(const core::Plan& plan, const core::Mesh& mesh) {
+    const core::ShardingSpec& s = plan.sharding;
+    const int per_node = plan.cluster.gpus_per_node;
+    const int dp_in_node = std::max(1, per_node / mesh.tp);
+    return fmt::format("dp_replicate {} x dp_shard {} x tp {} (init_device_mesh order); tp inside a node over NVLink, the "
+                       "{} dp ranks {} apart ({} per node); sequence parallel {}, loss parallel {}",
+                       mesh.replicate_size, mesh.shard_size, mesh.tp, mesh.dp(), mesh.tp, std::min(dp_in_node, mesh.dp()),
+                       s.sequence_parallel ? "on" : "off", s.loss_parallel ? "on" : "off");
+}
+
 void appendTimeSection(std::string& out, const sim::Evaluation& e) {
     const core::StepSummary& ts = e.summary;
     const core::Program& prog = e.program;
@@ -64,6 +82,10 @@ void appendTimeSection(std::string& out, const sim::Evaluation& e) {
     line(fmt::format("  step            {:>10.2f} ms   compute stream busy {:.2f} ms, exposed communication {:.2f} ms",
                      ms(ts.step_s), ms(ts.compute_s), ms(ts.exposed_comm_s)));
     if (const std::string period = periodText(e); !period.empty()) line("  " + period);
+    if (prog.tp_size > 1) {
+        line(fmt::format("  tensor parallel {:>10.2f} ms   of the compute stream's time: the tp group's collectives it waits for",
+                         ms(e.tp_comm_s)));
+    }
     line(fmt::format("  MFU             {:>10.3f}      over {} {} peak", ts.mfu, core::formatFlopRate(ts.peak_flops),
                      core::dtypeName(prog.compute_dtype)));
     line(fmt::format("  HFU             {:>10.3f}", ts.hfu));
@@ -126,6 +148,10 @@ nlohmann::ordered_json planResultJson(const core::Plan& plan, const sim::Evaluat
         {"world_size", e.mesh.world_size},
         {"shard_size", e.mesh.shard_size},
         {"replicate_size", e.mesh.replicate_size},
+        {"tp", e.mesh.tp},
+        {"sequence_parallel", plan.sharding.sequence_parallel},
+        {"loss_parallel", plan.sharding.loss_parallel},
+        {"mesh", meshDims(plan, e.mesh)},
         {"wrap", core::wrapPolicyString(plan.sharding.wrap)},
         {"reshard_after_forward", reshardString(plan.sharding)},
         {"units", static_cast<int64_t>(e.program.units.size())},
@@ -196,6 +222,7 @@ nlohmann::ordered_json planResultJson(const core::Plan& plan, const sim::Evaluat
             {"compute_s", ts.compute_s},
             {"exposed_comm_s", ts.exposed_comm_s},
             {"comm_s", {{"all_gather", ts.all_gather_s}, {"reduce_scatter", ts.reduce_scatter_s}, {"all_reduce", ts.all_reduce_s}}},
+            {"tp_comm_s", e.tp_comm_s},
             {"mfu", ts.mfu},
             {"hfu", ts.hfu},
             {"tokens_per_s_per_gpu", ts.tokens_per_s_per_gpu},
@@ -328,6 +355,9 @@ std::string planReportText(const core::Plan& plan, const sim::Evaluation& e) {
     line(fmt::format("  strategy     {} (FSDP{}), shard {} x replicate {}, reshard after forward: {}",
                      core::strategyName(s.strategy), s.fsdp_version, e.mesh.shard_size, e.mesh.replicate_size,
                      reshardString(s)));
+    if (e.mesh.tp > 1) {
+        line(fmt::format("  mesh         {}", meshText(plan, e.mesh)));
+    }
     line(fmt::format("  wrap         {} -> {} units", core::wrapPolicyString(s.wrap), prog.units.size()));
     line(fmt::format("  batch        micro-batch {} x seq {} = {} tokens; grad accum {}{}", t.micro_batch,
                      t.seq_len, core::formatCount(t.tokens()), t.grad_accum,

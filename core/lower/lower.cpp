@@ -81,6 +81,9 @@ Status Lowering::run() {
 void Lowering::configure() {
     m_W = m_mesh.shard_size;
     m_R = m_mesh.replicate_size;
+    m_tp = m_mesh.tp;
+    m_sp = m_sh.sequence_parallel;
+    m_lp = m_sh.loss_parallel;
     m_fsdp1 = m_sh.fsdp_version == 1;
     m_sharded = m_sh.strategy != Strategy::NoShard && m_W > 1;
     m_master = m_tr.master_dtype;
@@ -92,13 +95,18 @@ void Lowering::configure() {
     m_seq = m_tr.seq_len;
     m_last_on_stream.fill(-1);
     m_last_collective.fill(-1);
-    // The process groups the step's collectives run on (ranks laid out rank = r * W + s).
+    // The process groups the step's collectives run on (ranks laid out rank = (r * W + s) * tp + t).
     m_p.world_size = m_mesh.world_size;
+    m_p.tp_size = static_cast<int32_t>(m_tp);
     m_group.fill(-1);
     addGroup(GroupKind::World, m_mesh.world_size, 1);
-    if (m_sharded) addGroup(GroupKind::Shard, m_W, 1);
-    if (m_sharded && m_R > 1) addGroup(GroupKind::Replicate, m_R, m_W);
-    if (m_sharded && postForwardK() > 0) addGroup(GroupKind::PostForward, postForwardK(), 1);
+    if (m_sharded) addGroup(GroupKind::Shard, m_W, m_tp);
+    if (m_sharded && m_R > 1) addGroup(GroupKind::Replicate, m_R, m_W * m_tp);
+    if (m_sharded && postForwardK() > 0) addGroup(GroupKind::PostForward, postForwardK(), m_tp);
+    if (m_tp > 1) {
+        addGroup(GroupKind::Tensor, m_tp, 1);
+        tpLocalOps();
+    }
 }
 
 void Lowering::addGroup(GroupKind kind, int64_t size, int64_t stride) {
@@ -120,8 +128,9 @@ void Lowering::fillProgramHeader() {
         m_s.flops_seq = m_seq;
         m_s.flops_per_token = m_model.modelFlopsPerToken(m_seq);
     }
+    // A tp group shares its micro-batches' work: each rank does 1 / tp of it.
     m_p.model_flops_per_step = m_s.flops_per_token * static_cast<double>(m_tokens) *
-                               static_cast<double>(m_tr.grad_accum);
+                               static_cast<double>(m_tr.grad_accum) / static_cast<double>(m_tp);
     m_p.units.resize(m_s.us.size());
     const int states = optimizerStatesPerParam(m_tr.optimizer);
     int64_t sharded = 0, opt = 0, buffers = 0;
@@ -153,6 +162,7 @@ void Lowering::fillProgramHeader() {
     int communicators = 1;  // the default (world) process group
     if (m_sharded && m_W != m_mesh.world_size) ++communicators;
     if (m_R > 1 && m_sharded) ++communicators;
+    if (m_tp > 1) ++communicators;
     m_p.initial[index(MemCategory::RuntimeOverhead)] =
         gpu.cuda_context_bytes + gpu.cublas_workspace_bytes + communicators * gpu.nccl_bytes_per_communicator;
     m_p.initial[index(MemCategory::Buffer)] = buffers;

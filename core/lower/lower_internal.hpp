@@ -7,6 +7,7 @@
 //   lower_segments.cpp  op costs, segments, activation memory and checkpointing, hook order
 //   lower_schedule.cpp  forward, backward, unshard, reshard, reduce, offload, optimizer: rules 2-11
 //                       and FSDP1's schedule differences
+//   lower_tp.cpp        tensor parallelism under FSDP: rules TP1-TP3 (its header)
 //
 // Where each rule is:
 //   1  padded dim-0 shards; optimizer state on unpadded rows   addParamFsdp2
@@ -208,9 +209,22 @@ struct LowerScratch {
         ModelImpl impl = ModelImpl::Hf;
         HfMask hf_mask = HfMask::V5;
         KernelImpl kernels = KernelImpl::Eager;
+        int tp = 1;
+        bool sp = true, lp = true;
         bool operator==(const OpCostKey&) const = default;
     };
     OpCostKey op_cost_key;
+    // Tensor parallelism: the model's ops as one tp rank sees them (tpLocalOp), kept while the
+    // model and the TP settings repeat.
+    struct TpKey {
+        std::shared_ptr<const Model> model;
+        int tp = 1;
+        bool sp = true, lp = true;
+        bool operator==(const TpKey&) const = default;
+    };
+    TpKey tp_key;
+    std::vector<Op> tp_ops;
+    int active_tp = 1;  // the tp the parameter shapes of activeOpTables were taken for
     std::shared_ptr<const Model> flops_model;
     int64_t flops_seq = -1;
     double flops_per_token = 0;
@@ -221,6 +235,9 @@ struct LowerScratch {
 };
 
 namespace detail {
+
+// The op as one of `tp` tensor-parallel ranks runs it (lower_tp.cpp, rule TP2).
+Op tpLocalOp(const Op& op, int tp, bool sp, bool lp);
 
 class Lowering {
 public:
@@ -264,6 +281,17 @@ private:
     void pushEagerKernels(int64_t bytes, int64_t flops, int kernels);
     void buildItems();
     int64_t elementBytes(const Coef& act, const Coef& f32, const Coef& u8, const Coef& i64) const;
+
+    // lower_tp.cpp
+    void tpLocalOps();
+    void tpBefore(int64_t ai, bool backward);
+    void tpAfter(int64_t ai, bool backward);
+    void pushTpCollective(OpShapeKind kind, int64_t bytes);
+    // Active op `ai` as this rank runs it: the model's, or its TP-local view.
+    const Op& opAt(int64_t ai) const {
+        const auto oi = static_cast<size_t>(m_s.active[static_cast<size_t>(ai)]);
+        return m_tp > 1 ? m_s.tp_ops[oi] : m_model.ops[oi];
+    }
 
     // lower_schedule.cpp: the step.
     void forwardPass(int mb);
@@ -388,6 +416,8 @@ private:
 
     // Plan-wide settings (configure()). W and R as in DESIGN.md: shard and replicate group sizes.
     int64_t m_W = 1, m_R = 1, m_tokens = 0, m_seq = 0;
+    int64_t m_tp = 1;            // tensor-parallel ranks (Mesh::tp)
+    bool m_sp = true, m_lp = true;  // sequence parallelism, loss parallelism (with m_tp > 1)
     DType m_pdt = DType::BF16;     // param_dtype: unsharded parameters, activations, local grads
     DType m_rdt = DType::F32;      // reduce_dtype
     DType m_master = DType::F32;   // sharded parameters, sharded grads, optimizer state

@@ -94,7 +94,9 @@ void Lowering::splitIntoSegments() {
             seg.op_sac = mode == Checkpointing::Op;
             if (seg.checkpointed && block != last_block_seen) {
                 const Op& op = m_model.ops[static_cast<size_t>(m_s.active[begin])];
-                seg.saved = m_model.arch.hidden > 0 ? m_tokens * m_model.arch.hidden * itemSize(m_pdt)
+                // The block's input: under sequence parallelism, its tokens / tp (rule TP2).
+                const int64_t tokens = m_tp > 1 && m_sp ? m_tokens / m_tp : m_tokens;
+                seg.saved = m_model.arch.hidden > 0 ? tokens * m_model.arch.hidden * itemSize(m_pdt)
                                                     : elementBytes(op.saved_act, op.saved_f32, op.saved_u8, op.saved_i64);
             }
             if (block >= 0) last_block_seen = block;
@@ -138,7 +140,8 @@ void Lowering::opCosts() {
     const Coef none{};
     const int64_t t = m_tokens, s = m_seq;
     // The same ops (model and variants) at the same sizes and dtypes cost the same: keep them.
-    const LowerScratch::OpCostKey key{m_plan.model, m_s.active_bits, t, s, m_pdt, m_tr.impl, m_tr.hf_mask, m_tr.kernels};
+    const LowerScratch::OpCostKey key{m_plan.model, m_s.active_bits, t, s, m_pdt, m_tr.impl, m_tr.hf_mask, m_tr.kernels,
+                                      static_cast<int>(m_tp), m_sp, m_lp};
     if (m_s.op_frozen.empty() && m_s.op_cost_key == key) return;
     m_s.op_cost_key = m_s.op_frozen.empty() ? key : LowerScratch::OpCostKey{};
     auto& cost = m_s.op_cost;
@@ -183,7 +186,7 @@ void Lowering::opCosts() {
     };
     for (size_t ai = 0; ai < m_s.active.size(); ++ai) {
         const auto oi = static_cast<size_t>(m_s.active[ai]);
-        const Op& op = m_model.ops[oi];
+        const Op& op = opAt(static_cast<int64_t>(ai));
         const int32_t cls = op.cost_class;
         if (cls < 0) {
             cost[ai] = opCost(op);
@@ -383,18 +386,23 @@ void Lowering::segmentOps(Segment& seg) {
     auto dropped = [&](int64_t ai) {
         return selective && m_model.ops[static_cast<size_t>(m_s.active[static_cast<size_t>(ai)])].selective_recompute;
     };
-    auto opAt = [&](int64_t ai) -> const Op& { return m_model.ops[static_cast<size_t>(m_s.active[static_cast<size_t>(ai)])]; };
+    // An op's forward kernels between the TP collectives around it (rule TP3; none without TP).
+    auto forward = [&](int64_t ai) {
+        tpBefore(ai, false);
+        pushForwardOps(opAt(ai), m_s.op_cost[static_cast<size_t>(ai)]);
+        tpAfter(ai, false);
+    };
     m_compile = m_tr.kernels == KernelImpl::Compile;
     seg.fwd_ops.offset = static_cast<uint32_t>(m_p.ops.size());
     m_chain_from = m_p.ops.size();
-    for (int64_t ai = seg.op_begin; ai < seg.op_end; ++ai) pushForwardOps(opAt(ai), m_s.op_cost[static_cast<size_t>(ai)]);
+    for (int64_t ai = seg.op_begin; ai < seg.op_end; ++ai) forward(ai);
     seg.fwd_ops.count = static_cast<uint32_t>(m_p.ops.size()) - seg.fwd_ops.offset;
     seg.rec_ops = seg.fwd_ops;
     if (seg.op_sac) {
         seg.rec_ops.offset = static_cast<uint32_t>(m_p.ops.size());
         m_chain_from = m_p.ops.size();
         for (int64_t ai = seg.op_begin; ai < seg.op_end; ++ai) {
-            if (!m_s.sac_keep[static_cast<size_t>(ai)]) pushForwardOps(opAt(ai), m_s.op_cost[static_cast<size_t>(ai)]);
+            if (!m_s.sac_keep[static_cast<size_t>(ai)]) forward(ai);
         }
         seg.rec_ops.count = static_cast<uint32_t>(m_p.ops.size()) - seg.rec_ops.offset;
     }
@@ -410,7 +418,9 @@ void Lowering::segmentOps(Segment& seg) {
         }
         const auto oi = static_cast<size_t>(m_s.active[static_cast<size_t>(ai)]);
         const bool frozen = !m_s.op_frozen.empty() && m_s.op_frozen[oi];
+        tpBefore(ai, true);
         pushBackwardOps(opAt(ai), m_s.op_cost[static_cast<size_t>(ai)], frozen);
+        tpAfter(ai, true);
     }
     seg.bwd_ops.count = static_cast<uint32_t>(m_p.ops.size()) - seg.bwd_ops.offset;
 }

@@ -31,9 +31,10 @@ void Lowering::orderUnits() {
     auto& first_of_module = m_s.first_op_of_module;
     auto& last_of_module = m_s.last_op_of_module;
     const std::array<uint8_t, 3> bits{attn_bit, kern_bit, norm_bit};
-    if (m_s.active_model != m_plan.model || m_s.active_bits != bits) {
+    if (m_s.active_model != m_plan.model || m_s.active_bits != bits || m_s.active_tp != m_tp) {
         m_s.active_model = m_plan.model;
         m_s.active_bits = bits;
+        m_s.active_tp = static_cast<int>(m_tp);
         m_s.active.clear();
         for (size_t i = 0; i < m_model.ops.size(); ++i) {
             const Op& op = m_model.ops[i];
@@ -133,6 +134,14 @@ void Lowering::activeOpTables() {
         ps.numel = prm.numel();
         ps.dim0 = prm.dim0();
         ps.row = prm.rowNumel();
+        if (m_tp > 1 && prm.tp_dim == 0) {
+            // TP1: the TP-local shard, which fully_shard shards again over the dp ranks.
+            ps.dim0 = ceilDiv(ps.dim0, m_tp);
+            ps.numel = ps.dim0 * ps.row;
+        } else if (m_tp > 1 && prm.tp_dim == 1 && prm.shape.size() == 2) {
+            ps.row = ceilDiv(ps.row, m_tp);
+            ps.numel = ps.dim0 * ps.row;
+        }
         int32_t grad_op_module = prm.module;
         while (grad_op_module >= 0 && m_s.last_op_of_module[grad_op_module] < 0) {
             grad_op_module = m_model.modules[grad_op_module].parent;

@@ -98,7 +98,7 @@ bool sameCosts(const Op& a, const Op& b) {
            a.temp_f32_tensors == b.temp_f32_tensors && a.bwd_temp_f32_tensors == b.bwd_temp_f32_tensors &&
            sameCoef(a.io_act, b.io_act) && a.kernel == b.kernel && a.in_features == b.in_features &&
            a.out_features == b.out_features && a.token_share == b.token_share && a.heads == b.heads &&
-           a.kv_heads == b.kv_heads && a.head_dim == b.head_dim;
+           a.kv_heads == b.kv_heads && a.head_dim == b.head_dim && a.tp == b.tp;
 }
 
 }  // namespace

@@ -27,6 +27,9 @@ struct Param {
     std::vector<int64_t> shape;  // as stored (GPT-2's Conv1D keeps [in, out]); dim 0 is sharded
     int32_t module = 0;          // owning module (index into Model::modules)
     std::optional<DType> dtype;  // unset: the training's master dtype
+    // Tensor parallelism (Model::tp_plan): the dim the TP plan shards (0: ColwiseParallel's
+    // weight and bias, an embedding's vocab rows; 1: RowwiseParallel's weight); -1 replicated.
+    int8_t tp_dim = -1;
     int64_t numel() const;
     int64_t dim0() const { return shape.empty() ? 1 : shape[0]; }
     int64_t rowNumel() const;  // numel / dim0
@@ -47,6 +50,23 @@ struct Module {
 };
 
 enum class OpKind : uint8_t { Matmul, Attention, Norm, Elementwise, Dropout, Embedding, Loss, Other };
+
+// How a tensor-parallel plan (torchtitan's Llama plan, models/llama3/infra/parallelize.py
+// apply_tp) splits an op over the tp ranks. The importer sets it for architectures with a plan.
+//  Sequence  on the residual stream (norms, residual adds): its tokens are sharded under
+//            sequence parallelism (SequenceParallel, Shard(1)) and replicated without it
+//  Heads     between a colwise and a rowwise linear (RoPE, attention core, the MLP activation):
+//            on head- or feature-sharded tensors, so every per-token figure divides by tp
+//  Colwise   ColwiseParallel linear: output features sharded; its input is all-gathered over
+//            the sequence under SP (the saved input is the whole [tokens, in]) or replicated
+//  Rowwise   RowwiseParallel linear: input features sharded; its partial output is
+//            reduce-scattered to the sequence shards under SP, all-reduced without
+//  Vocab     the token embedding over a vocab shard (RowwiseParallel on nn.Embedding): its
+//            partial output is reduce-scattered (SP) or all-reduced
+//  Loss      cross-entropy over the logits: vocab-sharded under loss_parallel, else over the
+//            all-gathered logits
+enum class TpRole : uint8_t { Replicated, Sequence, Heads, Colwise, Rowwise, Vocab, Loss };
+
 std::string_view opKindName(OpKind k);
 
 // Implementation choices an op exists under (bit masks).
@@ -111,6 +131,7 @@ struct Op {
     int16_t bwd_kernels = 1;
     bool selective_recompute = false;  // dropped and recomputed under selective AC (attention core)
     int32_t cost_class = -1;  // ops with identical costs share a class (Model::assignCostClasses); -1: unique
+    TpRole tp = TpRole::Replicated;  // Model::tp_plan: how tensor parallelism splits it
     // Kernel shapes. Linear: flops = 2 * in_features * out_features * token_share per token and
     // bwd_flops_factor 2 (dgrad + wgrad); attention kernels: flops per token per position =
     // 4 (flash) or 2 (scores, values) * heads * head_dim, bwd_flops_factor 2.
@@ -141,6 +162,9 @@ struct Model {
     std::vector<BufferSpec> buffers;
     std::vector<Op> ops;            // forward execution order
     std::vector<int32_t> blocks;    // indices of block modules, in forward order
+    // The tensor-parallel plan Op::tp and Param::tp_dim follow ("torchtitan-llama"); empty: the
+    // model has none and refuses tp > 1.
+    std::string tp_plan;
 
     int64_t numParams() const;
     int32_t findModule(std::string_view fqn) const;  // -1 if absent

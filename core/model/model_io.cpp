@@ -531,6 +531,49 @@ ActImpl readAct(ConfigReader& r, const char* key, const char* def) {
     return ActImpl::Silu;
 }
 
+// torchtitan's tensor-parallel plan for Llama (torchtitan/models/llama3/infra/parallelize.py,
+// apply_tp), on HuggingFace's module names: the token embedding RowwiseParallel (vocab rows
+// sharded), q/k/v and gate/up ColwiseParallel, o_proj and down_proj RowwiseParallel, the norms
+// SequenceParallel, lm_head ColwiseParallel (vocab rows sharded). Ops take their role from the
+// module that runs them; what sits between a colwise and a rowwise linear (RoPE, the attention
+// core, the MLP activation) runs on sharded heads or features. Models with experts (no expert
+// parallelism here) or tied input and output embeddings (the two plans shard one weight two
+// ways) get no plan.
+void applyLlamaTpPlan(Model& model) {
+    if (model.arch.experts > 0 || model.arch.tied_embeddings) return;
+    auto leaf = [&](int32_t m) -> std::string_view {
+        const std::string_view name = model.modules[static_cast<size_t>(m)].name;
+        const size_t dot = name.rfind('.');
+        return dot == std::string_view::npos ? name : name.substr(dot + 1);
+    };
+    auto style = [&](int32_t m) -> TpRole {
+        const std::string_view l = leaf(m);
+        if (l == "q_proj" || l == "k_proj" || l == "v_proj" || l == "gate_proj" || l == "up_proj" || l == "lm_head")
+            return TpRole::Colwise;
+        if (l == "o_proj" || l == "down_proj") return TpRole::Rowwise;
+        if (l == "embed_tokens") return TpRole::Vocab;
+        if (l == "self_attn" || l == "mlp" || l == "act_fn") return TpRole::Heads;
+        return TpRole::Sequence;  // norms, residual adds (the block), the embedding scale (the model)
+    };
+    for (Param& p : model.params) {
+        const TpRole r = style(p.module);
+        const bool bias = p.shape.size() == 1;
+        if (r == TpRole::Colwise || r == TpRole::Vocab) p.tp_dim = 0;
+        if (r == TpRole::Rowwise && !bias) p.tp_dim = 1;
+    }
+    for (Op& op : model.ops) {
+        if (op.kind == OpKind::Loss || op.name == "logit_softcap") {
+            op.tp = TpRole::Loss;
+            continue;
+        }
+        op.tp = op.module == 0 ? TpRole::Sequence : style(op.module);
+        if (op.tp == TpRole::Colwise || op.tp == TpRole::Rowwise) {
+            if (op.kernel != KernelShape::Linear) return;  // not the layout the plan names
+        }
+    }
+    model.tp_plan = "torchtitan-llama";
+}
+
 // Llama family: llama, mistral, qwen2, gemma2, mixtral (LlamaForCausalLM layout).
 
 Result<Model> buildLlamaFamily(const json& cfg, Model model) {
@@ -683,6 +726,7 @@ Result<Model> buildLlamaFamily(const json& cfg, Model model) {
     }
     addNorm(b, final_norm, h, norm);
     addHeadAndLoss(b, head, h, vocab, final_softcap);
+    applyLlamaTpPlan(model);
     return model;
 }
 

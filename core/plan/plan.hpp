@@ -28,10 +28,14 @@ struct Plan {
 };
 
 // Derived sizes of a validated plan.
+// PyTorch's init_device_mesh order (dp_replicate, dp_shard, tp): rank = (r * W + s) * tp + t,
+// so the tp ranks of a group are consecutive (inside a node) and a dp group strides over them.
 struct Mesh {
     int world_size = 1;
-    int shard_size = 1;      // ranks a parameter is sharded over (1 for NO_SHARD)
-    int replicate_size = 1;  // world_size / shard_size
+    int shard_size = 1;      // dp_shard: ranks a parameter is sharded over (1 for NO_SHARD)
+    int replicate_size = 1;  // dp_replicate: world_size / (shard_size * tp)
+    int tp = 1;              // tensor-parallel ranks
+    int dp() const { return shard_size * replicate_size; }
 };
 
 // Checks every field against the others; the error names the field and what would be valid.

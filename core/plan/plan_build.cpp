@@ -5,6 +5,7 @@
 #include <memory>
 #include <string_view>
 #include <system_error>
+#include <tuple>
 #include <utility>
 
 #include <fmt/format.h>
@@ -97,7 +98,9 @@ Result<Plan> buildPlan(const PlanOverrides& o) {
                         checkRange(o.micro_batch, 1, limits::kMaxMicroBatch, "--micro-batch"),
                         checkRange(o.seq_len, 1, limits::kMaxSeqLen, "--seq-len"),
                         checkRange(o.grad_accum, 1, limits::kMaxGradAccum, "--grad-accum"),
-                        checkRange(o.prefetch_depth, 1, kMaxPrefetchDepth, "--prefetch-depth")}) {
+                        checkRange(o.prefetch_depth, 1, kMaxPrefetchDepth, "--prefetch-depth"),
+                        checkRange(o.tp, 1, kMaxGpusPerNode, "--tp"), checkRange(o.pp, 1, limits::kMaxLayers, "--pp"),
+                        checkRange(o.cp, 1, kMaxGpusPerNode, "--cp")}) {
         if (!status) return status.error();
     }
     // File names and patterns end up in plans, traces and the store, which are UTF-8 JSON.
@@ -192,6 +195,17 @@ Result<Plan> buildPlan(const PlanOverrides& o) {
     }
 
     if (o.prefetch_depth) s.prefetch_depth = static_cast<int>(*o.prefetch_depth);
+    if (o.tp) s.tp = static_cast<int>(*o.tp);
+    if (o.pp) s.pp = static_cast<int>(*o.pp);
+    if (o.cp) s.cp = static_cast<int>(*o.cp);
+    for (auto [value, flag, target] : {std::tuple{&o.sequence_parallel, "--sequence-parallel", &s.sequence_parallel},
+                                       std::tuple{&o.loss_parallel, "--loss-parallel", &s.loss_parallel}}) {
+        if (!*value) continue;
+        if (**value != "true" && **value != "false") {
+            return makeError(fmt::format("{}: expected true or false (got '{}')", flag, textExcerpt(**value)));
+        }
+        *target = **value == "true";
+    }
     if (o.forward_prefetch) {
         if (*o.forward_prefetch != "true" && *o.forward_prefetch != "false") {
             return makeError(fmt::format("--forward-prefetch: expected true or false (got '{}')", textExcerpt(*o.forward_prefetch)));

@@ -26,6 +26,10 @@ struct PlanOverrides {
     std::optional<std::string> scale;  // "hidden=H,layers=L,seq=S" (core/model/model_scale.hpp)
     std::optional<int64_t> nodes, gpus_per_node, shard_size, fsdp, micro_batch, seq_len, grad_accum;
     bool no_sync = false;
+    // Mesh dimensions besides dp: --tp, --pp, --cp; --sequence-parallel and --loss-parallel
+    // ("true"/"false").
+    std::optional<int64_t> tp, pp, cp;
+    std::optional<std::string> sequence_parallel, loss_parallel;
 };
 
 // Defaults used when there is no plan file.

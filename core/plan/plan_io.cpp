@@ -4,6 +4,7 @@
 #include <cctype>
 #include <charconv>
 #include <fstream>
+#include <functional>
 #include <regex>
 #include <sstream>
 #include <set>
@@ -220,7 +221,13 @@ Status readSharding(const json& j, const std::string& where, const std::filesyst
                     ShardingSpec& s) {
     SectionReader r(j, where, "sharding");
     r.checkKeys({"strategy", "shard_size", "fsdp", "wrap", "reshard_after_forward", "prefetch_depth",
-                 "forward_prefetch", "backward_prefetch", "limit_all_gathers"});
+                 "forward_prefetch", "backward_prefetch", "limit_all_gathers", "tp", "sequence_parallel",
+                 "loss_parallel", "pp", "cp"});
+    r.integer("tp", s.tp, "a positive integer (tensor-parallel degree)");
+    r.boolean("sequence_parallel", s.sequence_parallel);
+    r.boolean("loss_parallel", s.loss_parallel);
+    r.integer("pp", s.pp, "a positive integer (pipeline stages)");
+    r.integer("cp", s.cp, "a positive integer (context-parallel degree)");
     r.enumeration("strategy", s.strategy, parseStrategy, kStrategyChoices);
     r.integer("shard_size", s.shard_size, "a positive integer (or 0 for the default)");
     r.integer("fsdp", s.fsdp_version, "1 or 2");
@@ -455,6 +462,81 @@ Status checkMicroBatchWork(const Model& model, const TrainingSpec& t) {
 
 }  // namespace
 
+namespace {
+
+std::string divisorsOf(int64_t n, int64_t cap, const std::function<bool(int64_t)>& also) {
+    std::vector<std::string> out;
+    for (int64_t d = 1; d <= std::min(n, cap); ++d)
+        if (n % d == 0 && also(d)) out.push_back(std::to_string(d));
+    return join(out);
+}
+
+// The mesh dimensions besides data parallelism: tp (with its sequence and loss parallelism),
+// and pp and cp, which are named but not modelled yet.
+Status checkParallelDims(const Plan& plan, int world) {
+    const ShardingSpec& s = plan.sharding;
+    const ClusterSpec& c = plan.cluster;
+    const Model& m = *plan.model;
+    if (s.pp < 1) return makeError(fmt::format("sharding.pp must be a positive integer (got {})", s.pp));
+    if (s.pp > 1) {
+        if (s.pp > static_cast<int64_t>(m.blocks.size()))
+            return makeError(fmt::format("sharding.pp {} is more pipeline stages than model '{}' has blocks ({}); "
+                                         "valid: 1 to {}",
+                                         s.pp, m.name, m.blocks.size(), m.blocks.size()));
+        return makeError(fmt::format("sharding.pp {}: pipeline parallelism is not modelled yet (issue 25); use pp 1",
+                                     s.pp));
+    }
+    if (s.cp != 1) {
+        return makeError(fmt::format("sharding.cp {}: context parallelism is not modelled; use cp 1", s.cp));
+    }
+    if (s.tp < 1) return makeError(fmt::format("sharding.tp must be a positive integer (got {})", s.tp));
+    if (s.tp == 1) return Ok{};
+    if (m.tp_plan.empty()) {
+        return makeError(fmt::format(
+            "sharding.tp {}: model '{}' has no tensor-parallel plan (torchtitan's Llama plan covers llama, mistral "
+            "and qwen2 configs without experts or tied embeddings); use tp 1",
+            s.tp, m.name));
+    }
+    const int64_t heads = m.arch.heads, kv = m.arch.kv_heads;
+    auto valid = [&](int64_t d) {
+        return c.gpus_per_node % d == 0 && heads % d == 0 && kv % d == 0 && world % d == 0;
+    };
+    const std::string choices = divisorsOf(c.gpus_per_node, c.gpus_per_node, valid);
+    if (c.gpus_per_node % s.tp != 0) {
+        return makeError(fmt::format("sharding.tp {} must divide the {} GPUs per node (a tp group runs inside a node "
+                                     "over NVLink); valid: {}",
+                                     s.tp, c.gpus_per_node, choices));
+    }
+    if (heads % s.tp != 0 || kv % s.tp != 0) {
+        return makeError(fmt::format("sharding.tp {} must divide the attention heads ({}) and key-value heads ({}) of "
+                                     "model '{}'; valid: {}",
+                                     s.tp, heads, kv, m.name, choices));
+    }
+    if (world % s.tp != 0) {
+        return makeError(fmt::format("sharding.tp {} must divide the world size {}; valid: {}", s.tp, world, choices));
+    }
+    if (s.sequence_parallel && plan.training.seq_len % s.tp != 0) {
+        return makeError(fmt::format("sharding.tp {} with sequence_parallel must divide training.seq_len {} (each tp "
+                                     "rank holds seq_len / tp tokens of the residual stream); change the sequence "
+                                     "length or set sequence_parallel false",
+                                     s.tp, plan.training.seq_len));
+    }
+    if (s.strategy == Strategy::NoShard) {
+        return makeError("sharding.tp > 1 needs a sharded strategy (FULL_SHARD, SHARD_GRAD_OP or a hybrid one): "
+                         "fully_shard over the dp mesh; NO_SHARD with tensor parallelism is not modelled");
+    }
+    if (s.fsdp_version != 2) {
+        return makeError("sharding.tp > 1 needs fsdp 2: fully_shard composes with DTensor tensor parallelism, "
+                         "FullyShardedDataParallel (fsdp 1) is not modelled with it");
+    }
+    if (plan.training.offload == Offload::Cpu) {
+        return makeError("sharding.tp > 1 with training.offload cpu is not modelled; use offload none");
+    }
+    return Ok{};
+}
+
+}  // namespace
+
 Result<Mesh> validatePlan(const Plan& plan) { return validatePlan(plan, nullptr); }
 
 Result<Mesh> validatePlan(const Plan& plan, PlanCheckMemo* memo) {
@@ -543,7 +625,10 @@ Result<Mesh> validatePlan(const Plan& plan, PlanCheckMemo* memo) {
 
     Mesh mesh;
     mesh.world_size = c.worldSize();
-    const int world = mesh.world_size;
+    if (auto tp = checkParallelDims(plan, mesh.world_size); !tp) return tp.error();
+    mesh.tp = s.tp;
+    // The data-parallel ranks: FSDP's mesh is the world's dp part (world / tp).
+    const int world = mesh.world_size / mesh.tp;
     if (s.shard_size < 0) {
         return makeError("sharding.shard_size must be a positive integer or 0 for the default (got " +
                          std::to_string(s.shard_size) + ")");
@@ -569,7 +654,7 @@ Result<Mesh> validatePlan(const Plan& plan, PlanCheckMemo* memo) {
             break;
         case Strategy::HybridShard:
         case Strategy::HybridShardZero2:
-            mesh.shard_size = s.shard_size == 0 ? std::min(c.gpus_per_node, world) : s.shard_size;
+            mesh.shard_size = s.shard_size == 0 ? std::min(std::max(c.gpus_per_node / mesh.tp, 1), world) : s.shard_size;
             if (world % mesh.shard_size != 0) {
                 return makeError("sharding.shard_size: world size " + std::to_string(world) +
                                  " is not divisible by shard_size " + std::to_string(mesh.shard_size) +
@@ -796,6 +881,15 @@ nlohmann::json planToJson(const Plan& plan) {
     sharding["forward_prefetch"] = s.forward_prefetch;
     sharding["backward_prefetch"] = std::string(backwardPrefetchName(s.backward_prefetch));
     sharding["limit_all_gathers"] = s.limit_all_gathers;
+    // Written when set, so that a plan without tensor parallelism keeps its document (and its
+    // store hash) from before the field existed.
+    if (s.tp != 1) {
+        sharding["tp"] = s.tp;
+        sharding["sequence_parallel"] = s.sequence_parallel;
+        sharding["loss_parallel"] = s.loss_parallel;
+    }
+    if (s.pp != 1) sharding["pp"] = s.pp;
+    if (s.cp != 1) sharding["cp"] = s.cp;
     j["sharding"] = std::move(sharding);
     return j;
 }

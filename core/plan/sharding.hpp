@@ -42,6 +42,15 @@ struct ShardingSpec {
     bool forward_prefetch = false;
     enum class BackwardPrefetch : uint8_t { Pre, Post, None } backward_prefetch = BackwardPrefetch::Pre;
     bool limit_all_gathers = true;  // FSDP1 rate limiter
+    // The device mesh's other dimensions, in PyTorch's init_device_mesh order (pp, dp_replicate,
+    // dp_shard, cp, tp): tp ranks are consecutive, so a tp group sits inside a node.
+    // Tensor parallelism (torchtitan's plan, Model::tp_plan): parallelize_module over tp ranks
+    // first, then fully_shard over the dp dimensions, which shards each TP-local shard.
+    int tp = 1;
+    bool sequence_parallel = true;  // norms and residual adds on sequence shards (SequenceParallel)
+    bool loss_parallel = true;      // cross-entropy on vocab-sharded logits (torchtitan's default)
+    int pp = 1;  // pipeline stages: named, not yet modelled (refused above 1)
+    int cp = 1;  // context parallelism: named, not yet modelled (refused above 1)
 };
 
 // Whether non-root units reshard after forward (rule 5): per strategy (FULL_SHARD, HYBRID_SHARD

@@ -52,6 +52,7 @@ std::string_view groupKindName(GroupKind k) {
         case GroupKind::Shard: return "shard";
         case GroupKind::Replicate: return "replicate";
         case GroupKind::PostForward: return "post-forward";
+        case GroupKind::Tensor: return "tensor";
     }
     return "?";
 }
@@ -62,8 +63,19 @@ std::string_view opShapeKindName(OpShapeKind k) {
         case OpShapeKind::Attention: return "attention";
         case OpShapeKind::AttentionBackward: return "attention-backward";
         case OpShapeKind::Elementwise: return "elementwise";
+        case OpShapeKind::TpAllGather: return "tp-all-gather";
+        case OpShapeKind::TpReduceScatter: return "tp-reduce-scatter";
+        case OpShapeKind::TpAllReduce: return "tp-all-reduce";
     }
     return "?";
+}
+
+TaskKind tpCollectiveTaskKind(OpShapeKind k) {
+    switch (k) {
+        case OpShapeKind::TpAllGather: return TaskKind::AllGather;
+        case OpShapeKind::TpReduceScatter: return TaskKind::ReduceScatter;
+        default: return TaskKind::AllReduce;
+    }
 }
 
 int64_t opFlops(const OpShape& op) {
@@ -74,6 +86,9 @@ int64_t opFlops(const OpShape& op) {
         case OpShapeKind::AttentionBackward:
             return 10 * op.batch * op.heads * op.seq * op.seq * op.head_dim / (op.causal ? 2 : 1);
         case OpShapeKind::Elementwise: return op.flops;
+        case OpShapeKind::TpAllGather:
+        case OpShapeKind::TpReduceScatter:
+        case OpShapeKind::TpAllReduce: return 0;
     }
     return 0;
 }
@@ -102,6 +117,7 @@ void Program::clear() {
     units.clear();
     groups.clear();
     world_size = 1;
+    tp_size = 1;
     initial.fill(0);
     micro_batches = 1;
     step_micro_batches = 0;

@@ -97,9 +97,11 @@ struct MemEvent {
 // Shard: size W, stride 1 ({r*W .. r*W + W-1}); Replicate: size R, stride W ({s, W+s, ...});
 // PostForward (reshard_after_forward=k): size k, stride 1, k consecutive ranks inside the shard
 // group; World: every rank.
-enum class GroupKind : uint8_t { World, Shard, Replicate, PostForward };
-constexpr int kGroupKindCount = 4;
-std::string_view groupKindName(GroupKind k);  // "world", "shard", "replicate", "post-forward"
+// Tensor: the tp ranks of a 2-D mesh (size tp, stride 1); with tp > 1 the Shard and Replicate
+// groups stride over them (Shard: size W, stride tp; Replicate: size R, stride W * tp).
+enum class GroupKind : uint8_t { World, Shard, Replicate, PostForward, Tensor };
+constexpr int kGroupKindCount = 5;
+std::string_view groupKindName(GroupKind k);  // "world", "shard", "replicate", "post-forward", "tensor"
 std::optional<GroupKind> parseGroupKind(std::string_view name);
 
 struct ProcessGroup {
@@ -123,11 +125,22 @@ struct ProcessGroup {
 //    (FlashAttention-2's backward recomputes Q K^T: 5 GEMMs for the forward's 2), halved when
 //    `causal` (the masked half is skipped); flash-attention benchmarks/benchmark_flash_attention.py.
 //  - Elementwise: a bandwidth-bound kernel moving `bytes` (read + written) and doing `flops`.
+//  - TpAllGather / TpReduceScatter / TpAllReduce: a tensor-parallel collective the compute stream
+//    waits for (DTensor's redistributions between a sequence-sharded and a replicated activation,
+//    or a partial sum): `bytes` is its size S in nccl-tests' sense (the gathered size for
+//    all-gather and reduce-scatter, the buffer for all-reduce) on process group `group`
+//    (Program::groups; its size and nodes copied for the cost model). No FLOPs.
 // A task's FLOPs are the sum of its ops' FLOPs (opFlops); a Linear GEMM over a fraction of the
 // tokens (an MoE expert) rounds m to whole tokens.
-enum class OpShapeKind : uint8_t { Gemm, Attention, AttentionBackward, Elementwise };
-constexpr int kOpShapeKindCount = 4;
-std::string_view opShapeKindName(OpShapeKind k);  // "gemm", "attention", "attention-backward", "elementwise"
+enum class OpShapeKind : uint8_t { Gemm, Attention, AttentionBackward, Elementwise, TpAllGather, TpReduceScatter, TpAllReduce };
+constexpr int kOpShapeKindCount = 7;
+// "gemm", "attention", "attention-backward", "elementwise", "tp-all-gather", "tp-reduce-scatter", "tp-all-reduce"
+std::string_view opShapeKindName(OpShapeKind k);
+inline bool isTpCollective(OpShapeKind k) {
+    return k == OpShapeKind::TpAllGather || k == OpShapeKind::TpReduceScatter || k == OpShapeKind::TpAllReduce;
+}
+// The collective task kind a TP collective op runs as (AllGather, ReduceScatter or AllReduce).
+TaskKind tpCollectiveTaskKind(OpShapeKind k);
 std::optional<OpShapeKind> parseOpShapeKind(std::string_view name);
 
 struct OpShape {
@@ -138,7 +151,8 @@ struct OpShape {
     int64_t batch = 0;               // Gemm: products; Attention: sequences
     int32_t heads = 0, kv_heads = 0, head_dim = 0;  // Attention
     int64_t seq = 0;                 // Attention
-    int64_t bytes = 0, flops = 0;    // Elementwise
+    int64_t bytes = 0, flops = 0;    // Elementwise; TP collectives: bytes
+    int32_t group = -1, group_size = 0, group_nodes = 0;  // TP collectives
     bool operator==(const OpShape&) const = default;
 };
 int64_t opFlops(const OpShape& op);
@@ -249,6 +263,7 @@ struct Program {
     std::vector<UnitInfo> units;    // forward order; units[0] is the root
     std::vector<ProcessGroup> groups;  // the process groups the collectives run on
     int32_t world_size = 1;         // ranks of the mesh
+    int32_t tp_size = 1;            // tensor-parallel ranks sharing each micro-batch's tokens
     CategoryBytes initial{};        // live when the step starts (steady state)
     DType compute_dtype = DType::BF16;
     int micro_batches = 1;
@@ -265,6 +280,11 @@ struct Program {
     int64_t host_param_bytes = 0, host_grad_bytes = 0, host_optimizer_bytes = 0;
 
     void clear();
+    // Tokens one rank trains on in `micro_batches` micro-batches: a tp group shares each
+    // micro-batch's tokens (torchtitan's tokens per second per GPU divides by tp).
+    double rankTokens(double micro_batches_in_step) const {
+        return micro_batches_in_step * static_cast<double>(tokens_per_micro_batch) / static_cast<double>(tp_size);
+    }
     int32_t size() const { return static_cast<int32_t>(tasks.size()); }
     const int32_t* depsBegin(const Task& t) const { return deps.data() + t.deps.offset; }
     const MemEvent* memBegin(Span s) const { return mem.data() + s.offset; }

@@ -43,6 +43,8 @@ public:
 private:
     Status checkHeader() const {
         if (m_p.world_size < 1) return makeError("program: world_size must be at least 1, got " + std::to_string(m_p.world_size));
+        if (m_p.tp_size < 1 || m_p.world_size % m_p.tp_size != 0)
+            return makeError("program: tp_size " + std::to_string(m_p.tp_size) + " must be at least 1 and divide the world size " + std::to_string(m_p.world_size));
         if (m_p.micro_batches < 1)
             return makeError("program: micro_batches must be at least 1, got " + std::to_string(m_p.micro_batches));
         // Every buffer has at least one event, so more buffers than events is a corrupt count.
@@ -178,6 +180,18 @@ private:
                 case OpShapeKind::Elementwise:
                     if (o.bytes < 0 || o.flops < 0) return fail(id, at + ": bytes and flops must not be negative");
                     break;
+                case OpShapeKind::TpAllGather:
+                case OpShapeKind::TpReduceScatter:
+                case OpShapeKind::TpAllReduce: {
+                    if (o.group < 0 || static_cast<size_t>(o.group) >= m_p.groups.size())
+                        return fail(id, at + ": group " + std::to_string(o.group) + " is not one of the program's " +
+                                            std::to_string(m_p.groups.size()) + " process groups");
+                    const ProcessGroup& g = m_p.groups[static_cast<size_t>(o.group)];
+                    if (g.size != o.group_size || g.nodes != o.group_nodes)
+                        return fail(id, at + ": group_size and group_nodes must be those of group " + std::to_string(o.group));
+                    if (o.bytes < 1) return fail(id, at + ": bytes must be at least 1");
+                    break;
+                }
             }
         }
         return Ok{};

@@ -86,6 +86,10 @@ json memJson(const MemEvent& e) {
 }
 
 json opJson(const OpShape& o) {
+    if (isTpCollective(o.kind)) {
+        return json{{"kind", opShapeKindName(o.kind)}, {"dtype", dtypeName(o.dtype)}, {"bytes", o.bytes},
+                    {"group", o.group}, {"group_size", o.group_size}, {"group_nodes", o.group_nodes}};
+    }
     return json{{"kind", opShapeKindName(o.kind)},
                 {"dtype", dtypeName(o.dtype)},
                 {"causal", o.causal},
@@ -128,7 +132,9 @@ public:
     }
 
     // `j` must be an object with exactly these keys (all of them required).
-    bool object(const json& j, const std::string& path, std::initializer_list<const char*> keys) {
+    // Every key of `keys` must be there; `optional_keys` may be.
+    bool object(const json& j, const std::string& path, std::initializer_list<const char*> keys,
+                std::initializer_list<const char*> optional_keys = {}) {
         if (failed()) return false;
         if (!j.is_object()) {
             fail(path, "must be an object");
@@ -143,9 +149,11 @@ public:
         for (auto it = j.begin(); it != j.end(); ++it) {
             bool known = false;
             for (const char* key : keys) known = known || it.key() == key;
+            for (const char* key : optional_keys) known = known || it.key() == key;
             if (!known) {
                 std::string list;
                 for (const char* key : keys) list += (list.empty() ? "" : ", ") + std::string(key);
+                for (const char* key : optional_keys) list += ", " + std::string(key);
                 fail(join(path, it.key()), "is not a field of this object; fields: " + list);
                 return false;
             }
@@ -329,11 +337,25 @@ void readMemEvent(Reader& r, const json& j, const std::string& at, MemEvent& e) 
 }
 
 void readOp(Reader& r, const json& j, const std::string& at, OpShape& o) {
-    if (!r.object(j, at, {"kind", "dtype", "causal", "m", "n", "k", "batch", "heads", "kv_heads", "head_dim", "seq",
-                          "bytes", "flops"}))
+    // A TP collective carries its size and group; a kernel its shape.
+    const bool collective = j.is_object() && j.contains("kind") && j.at("kind").is_string() &&
+                            parseOpShapeKind(j.at("kind").get<std::string>()).has_value() &&
+                            isTpCollective(*parseOpShapeKind(j.at("kind").get<std::string>()));
+    if (collective) {
+        if (!r.object(j, at, {"kind", "dtype", "bytes", "group", "group_size", "group_nodes"})) return;
+    } else if (!r.object(j, at, {"kind", "dtype", "causal", "m", "n", "k", "batch", "heads", "kv_heads", "head_dim",
+                                 "seq", "bytes", "flops"})) {
         return;
+    }
     r.name(j, at, "kind", o.kind, parseOpShapeKind, namesOf<OpShapeKind>(kOpShapeKindCount, opShapeKindName));
     r.name(j, at, "dtype", o.dtype, parseDType, "one of fp32, bf16, fp16, fp8, int64, uint8");
+    r.integer(j, at, "bytes", o.bytes, 0, kInt64Max);
+    if (collective) {
+        r.integer(j, at, "group", o.group, 0, kInt32Max);
+        r.integer(j, at, "group_size", o.group_size, 1, kInt32Max);
+        r.integer(j, at, "group_nodes", o.group_nodes, 1, kInt32Max);
+        return;
+    }
     r.boolean(j, at, "causal", o.causal);
     r.integer(j, at, "m", o.m, 0, kInt64Max);
     r.integer(j, at, "n", o.n, 0, kInt64Max);
@@ -343,7 +365,6 @@ void readOp(Reader& r, const json& j, const std::string& at, OpShape& o) {
     r.integer(j, at, "kv_heads", o.kv_heads, 0, kInt32Max);
     r.integer(j, at, "head_dim", o.head_dim, 0, kInt32Max);
     r.integer(j, at, "seq", o.seq, 0, kInt64Max);
-    r.integer(j, at, "bytes", o.bytes, 0, kInt64Max);
     r.integer(j, at, "flops", o.flops, 0, kInt64Max);
 }
 
@@ -362,6 +383,7 @@ void readArray(Reader& r, const json& j, const char* key, std::vector<T>& out, R
 json programToJson(const Program& p) {
     json j = documentHeader(kDocumentKind, kProgramFormatVersion);
     j["world_size"] = p.world_size;
+    if (p.tp_size != 1) j["tp_size"] = p.tp_size;  // written when set: older documents stay as they were
     j["micro_batches"] = p.micro_batches;
     j["tokens_per_micro_batch"] = p.tokens_per_micro_batch;
     j["compute_dtype"] = dtypeName(p.compute_dtype);
@@ -398,9 +420,11 @@ Result<Program> programFromJson(const json& j, const std::string& where) {
     if (!r.object(j, "", {"format", "version", "world_size", "micro_batches", "tokens_per_micro_batch", "compute_dtype",
                           "model_flops_per_step", "hardware_flops_per_step", "host_param_bytes", "host_grad_bytes",
                           "host_optimizer_bytes", "initial", "buffer_count", "units", "groups", "tasks", "deps", "mem",
-                          "ops", "tensor_bytes", "buffer_tensors"}))
+                          "ops", "tensor_bytes", "buffer_tensors"},
+                  {"tp_size"}))
         return r.error();
     r.integer(j, "", "world_size", p.world_size, 1, kInt32Max);
+    if (j.contains("tp_size")) r.integer(j, "", "tp_size", p.tp_size, 1, kInt32Max);
     r.integer(j, "", "micro_batches", p.micro_batches, 1, std::numeric_limits<int16_t>::max());
     r.integer(j, "", "tokens_per_micro_batch", p.tokens_per_micro_batch, 0, kInt64Max);
     r.name(j, "", "compute_dtype", p.compute_dtype, parseDType, "one of fp32, bf16, fp16, fp8, int64, uint8");

@@ -73,7 +73,7 @@ void summarizeStep(const Program& program, const Timeline& timeline, const Timed
     if (per_unit) out.units.assign(program.units.size(), UnitTime{});
     addTaskTimes(program, timeline, totals, per_unit ? &out.units : nullptr);
     setStepFigures(totals, program.model_flops_per_step, program.hardware_flops_per_step,
-                   static_cast<double>(program.micro_batches) * static_cast<double>(program.tokens_per_micro_batch),
+                   program.rankTokens(program.micro_batches),
                    peak_flops, out);
     out.peak_bytes = memory.peak_bytes;
     out.peak_task = memory.peak_task;

@@ -204,6 +204,16 @@ InputPanel::InputPanel(QWidget* parent) : QWidget(parent) {
     addSpin(sharding, "shard-size", "sharding.shard_size", "shard size",
             "Ranks each parameter is sharded over (the shard dimension of init_device_mesh).", 0, 1048576,
             "default");
+    addSpin(sharding, "tp", "sharding.tp", "tensor parallel",
+            "Tensor-parallel degree: torchtitan's Llama plan (parallelize_module) over this many consecutive ranks "
+            "inside a node, then fully_shard over the rest (the tp dimension of init_device_mesh).",
+            1, 1024, "");
+    addCombo(sharding, "sequence-parallel", "sharding.sequence_parallel", "sequence parallel",
+             "With tensor parallelism: norms and residual adds on sequence shards (SequenceParallel).",
+             {"true", "false"}, false);
+    addCombo(sharding, "loss-parallel", "sharding.loss_parallel", "loss parallel",
+             "With tensor parallelism: cross-entropy on vocab-sharded logits (loss_parallel), torchtitan's default.",
+             {"true", "false"}, false);
     addCombo(sharding, "fsdp", "sharding.fsdp", "FSDP version",
              "FSDP2 (torch.distributed.fsdp.fully_shard) or FSDP1 (FullyShardedDataParallel).", {"2", "1"}, false);
     addCombo(sharding, "wrap", "sharding.wrap", "wrap policy",
@@ -347,6 +357,9 @@ void InputPanel::fillFromPlan(const core::Plan& p) {
     set("frozen", toQString(t.frozen_regex));
     set("strategy", toQString(core::strategyName(s.strategy)));
     set("shard-size", QString::number(s.shard_size));
+    set("tp", QString::number(s.tp));
+    set("sequence-parallel", s.sequence_parallel ? "true" : "false");
+    set("loss-parallel", s.loss_parallel ? "true" : "false");
     set("fsdp", QString::number(s.fsdp_version));
     set("wrap", toQString(core::wrapPolicyString(s.wrap)));
     set("reshard-after-forward", reshardText(s));
@@ -384,6 +397,9 @@ core::PlanOverrides InputPanel::overrides() const {
         else if (key == "frozen") o.frozen = s;
         else if (key == "strategy") o.strategy = s;
         else if (key == "shard-size") o.shard_size = v.toLongLong();
+        else if (key == "tp") o.tp = v.toLongLong();
+        else if (key == "sequence-parallel") o.sequence_parallel = s;
+        else if (key == "loss-parallel") o.loss_parallel = s;
         else if (key == "fsdp") o.fsdp = v.toLongLong();
         else if (key == "wrap") o.wrap = s;
         else if (key == "reshard-after-forward" && v != "default") o.reshard_after_forward = s;

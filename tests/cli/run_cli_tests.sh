@@ -123,6 +123,26 @@ expect_bad_input "unknown model_type config" "bogus-config\.json" "$bin" plan --
 expect_bad_input "world size not divisible by --shard-size" "shard[-_]size" \
     "$bin" plan --model gpt2 --gpus-per-node 8 --shard-size 3
 expect_bad_input "--micro-batch 0" "micro[-_]batch" "$bin" plan --model gpt2 --micro-batch 0
+# Tensor parallelism: the mesh line, and meshes that cannot be built (exit 2 with the valid choices).
+expect_ok "plan --tp 2 reports the mesh" "$bin" plan --model llama-3.1-8b --tp 2 --seq-len 2048
+if grep -q "mesh         dp_replicate 1 x dp_shard 4 x tp 2" "$tmp/out" && grep -q "tensor parallel" "$tmp/out"; then
+    pass "plan --tp 2: mesh and tensor-parallel time in the report"
+else
+    fail "plan --tp 2: mesh and tensor-parallel time in the report" "$(head -n 12 "$tmp/out")"
+fi
+expect_bad_input "--tp 3 names the valid degrees" "valid: 1, 2, 4, 8" "$bin" plan --model llama-3.1-8b --tp 3
+expect_bad_input "--tp 16 on 16 GPUs per node: KV heads" "key-value heads" \
+    "$bin" plan --model llama-3.1-8b --gpus-per-node 16 --tp 16
+expect_bad_input "--tp 2 on gpt2: no TP plan" "no tensor-parallel plan" "$bin" plan --model gpt2 --tp 2
+expect_bad_input "--pp above the block count" "valid: 1 to 12" "$bin" plan --model gpt2 --pp 13
+expect_bad_input "--pp 2 is not modelled yet" "pipeline parallelism is not modelled" "$bin" plan --model gpt2 --pp 2
+expect_bad_input "--cp 2 is refused" "context parallelism" "$bin" plan --model gpt2 --cp 2
+expect_bad_input "--tp 0 names the flag" "--tp" "$bin" plan --model llama-3.1-8b --tp 0
+expect_bad_input "--sequence-parallel maybe" "--sequence-parallel" "$bin" plan --model llama-3.1-8b --tp 2 --sequence-parallel maybe
+"$bin" plan --model llama-3.1-8b --tp 2 --seq-len 2048 --write-plan "$tmp/tp2.plan.json" >/dev/null 2>&1
+if grep -q '"tp": 2' "$tmp/tp2.plan.json"; then pass "--write-plan keeps tp"; else fail "--write-plan keeps tp" "$(cat "$tmp/tp2.plan.json")"; fi
+expect_bad_input "optimize of a tp 2 plan is refused" "no tensor- or pipeline-parallel dimension" \
+    "$bin" optimize "$tmp/tp2.plan.json" --global-batch 64
 
 printf '# wrap units\nmodel.layers.0\nmodel.layers.999\n' >"$tmp/units.txt"
 expect_bad_input "unknown module in a modules: wrap file" "units\.txt|model\.layers\.999" \

@@ -51,23 +51,10 @@ std::string label(const sim::OptimizeChoice& c) {
     return out;
 }
 
-// The FQNs of each block unit of `plan`'s wrap policy (the root is left to pytorchCode).
-std::vector<std::vector<std::string>> unitModules(const core::Plan& plan) {
-    core::UnitAssignment ua;
-    std::vector<std::vector<std::string>> units;
-    if (!core::resolveUnits(*plan.model, plan.sharding.wrap, ua)) return units;
-    for (size_t u = 1; u < ua.units.size(); ++u) {
-        std::vector<std::string> mods;
-        for (int32_t m : ua.units[u].modules) mods.push_back(plan.model->modules[m].name);
-        units.push_back(std::move(mods));
-    }
-    return units;
-}
-
 // pytorchCode applies units, mesh and mixed precision; the optimizer's other choices are listed for
 // the user to apply, with the PyTorch API that does it.
 std::string winnerCode(const core::Plan& plan, const core::Mesh& mesh) {
-    std::string code = sim::pytorchCode(plan, mesh, unitModules(plan));
+    std::string code = sim::pytorchCode(plan, mesh, sim::unitsOfPlan(plan));
     const core::TrainingSpec& t = plan.training;
     code += "# Also apply the optimizer's other choices (not generated above):\n";
     code += fmt::format("#   micro-batch {} sequences, {} gradient accumulation steps\n", t.micro_batch, t.grad_accum);

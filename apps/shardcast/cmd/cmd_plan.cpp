@@ -10,7 +10,9 @@
 #include "apps/shardcast/report.hpp"
 #include "apps/shardcast/store_cli.hpp"
 #include "core/plan/plan_build.hpp"
+#include "core/base/file_io.hpp"
 #include "simulator/evaluation.hpp"
+#include "simulator/pytorch_code.hpp"
 
 namespace shardcast::cli {
 
@@ -20,6 +22,7 @@ struct PlanCommandOptions {
     core::PlanOverrides plan;
     bool json = false;
     std::string write_plan;
+    std::string pytorch;
     std::string profile;
     double headroom = core::kDefaultHeadroom;
     bool whole_step = false;
@@ -49,6 +52,12 @@ int runPlan(const PlanCommandOptions& o) {
             return reportInputError("--write-plan: " + written.error().message);
         }
     }
+    if (!o.pytorch.empty()) {
+        const std::string code = sim::pytorchCode(*plan, evaluation.mesh, sim::unitsOfPlan(*plan));
+        if (auto written = core::writeFileAtomically(o.pytorch, code); !written) {
+            return reportInputError("--pytorch: " + written.error().message);
+        }
+    }
     SaveOutcome saved;
     if (o.save.requested) {
         saved = savePredictionReported(*plan, evaluation, *profile, o.save);
@@ -61,6 +70,7 @@ int runPlan(const PlanCommandOptions& o) {
     } else {
         fmt::print("{}", planReportText(*plan, evaluation));
         if (!o.write_plan.empty()) fmt::print("\nPlan written to {}\n", o.write_plan);
+        if (!o.pytorch.empty()) fmt::print("\nPyTorch code written to {}\n", o.pytorch);
         if (o.save.requested) fmt::print("{}\n", saved.line);
     }
     std::fflush(stdout);
@@ -79,6 +89,10 @@ void registerPlanCommand(CLI::App& app, int& exit_code) {
     cmd->add_flag("--json", opts->json, "Print one JSON object instead of the text report");
     cmd->add_option("--write-plan", opts->write_plan,
                     "Also write the resulting plan (plan file + flags) to FILE")
+        ->type_name("FILE");
+    cmd->add_option("--pytorch", opts->pytorch,
+                    "Also write the PyTorch code that applies this plan to FILE: the device mesh, the tensor-parallel "
+                    "plan (parallelize_module) with --tp, checkpoint_wrapper and fully_shard per unit")
         ->type_name("FILE");
     addProfileOption(*cmd, opts->profile);
     addSaveOption(*cmd, opts->save, "the plan and its prediction");

@@ -1,0 +1,289 @@
+// FSDP composed with tensor parallelism (core/lower/lower_tp.cpp, rules TP1-TP3): the TP-local
+// parameter shards fully_shard shards again, the collectives DTensor issues on the tp group,
+// the memory PyTorch's FSDPMemTracker measured for FSDP2 + TP, the mesh checks and the Program's
+// file form. Figures are worked out by hand from Llama-3.1-8B's config (hidden 4096, 32 heads,
+// 8 KV heads of 128, MLP 14336, vocabulary 128256) or measured with scripts/torch_peer.py.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "core/lower/lower.hpp"
+#include "core/model/model_io.hpp"
+#include "core/model/model_scale.hpp"
+#include "core/plan/plan.hpp"
+#include "core/program/program.hpp"
+#include "core/program/program_check.hpp"
+#include "core/program/program_io.hpp"
+#include "simulator/evaluation.hpp"
+
+namespace shardcast::sim {
+namespace {
+
+using core::OpShapeKind;
+
+constexpr int64_t kHidden = 4096, kVocab = 128256;
+constexpr int64_t kMiB = int64_t{1} << 20;
+
+std::shared_ptr<const core::Model> llama8b(int layers) {
+    auto model = core::resolveModel("llama-3.1-8b");
+    EXPECT_TRUE(model.ok()) << model.error().message;
+    core::ModelScale scale;
+    scale.layers = layers;
+    auto scaled = core::scaleModel(*model, scale);
+    EXPECT_TRUE(scaled.ok()) << scaled.error().message;
+    return std::make_shared<const core::Model>(std::move(*scaled));
+}
+
+core::Plan tpPlan(int layers, int tp, int nodes = 1, int64_t seq = 2048) {
+    core::Plan plan;
+    plan.model = llama8b(layers);
+    plan.model_ref = "llama-3.1-8b";
+    plan.cluster.gpu = *core::findGpuPreset("H100-SXM");
+    plan.cluster.nodes = nodes;
+    plan.cluster.gpus_per_node = 8;
+    plan.training.micro_batch = 1;
+    plan.training.seq_len = seq;
+    plan.sharding.strategy = core::Strategy::FullShard;
+    plan.sharding.wrap.kind = core::WrapKind::Block;
+    plan.sharding.tp = tp;
+    plan.sharding.loss_parallel = false;
+    return plan;
+}
+
+core::Program lowered(const core::Plan& plan) {
+    core::Program p;
+    auto mesh = core::validatePlan(plan);
+    EXPECT_TRUE(mesh.ok()) << (mesh.ok() ? "" : mesh.error().message);
+    if (!mesh) return p;
+    auto st = core::lower(plan, *mesh, p);
+    EXPECT_TRUE(st.ok()) << (st.ok() ? "" : st.error().message);
+    return p;
+}
+
+// TP collectives of micro-batch 0 by kind and by task kind, with their sizes.
+struct TpCounts {
+    std::array<int, 3> forward{}, backward{}, recompute{};  // all-gather, reduce-scatter, all-reduce
+    int64_t bytes_min = INT64_MAX, bytes_max = 0;
+};
+
+TpCounts countTp(const core::Program& p) {
+    TpCounts c;
+    for (const core::Task& t : p.tasks) {
+        if (t.micro_batch != 0) continue;
+        const core::OpShape* ops = p.opsBegin(t);
+        for (uint32_t i = 0; i < t.ops.count; ++i) {
+            if (!core::isTpCollective(ops[i].kind)) continue;
+            const auto k = static_cast<size_t>(ops[i].kind) - static_cast<size_t>(OpShapeKind::TpAllGather);
+            auto& row = t.kind == core::TaskKind::Backward    ? c.backward
+                         : t.kind == core::TaskKind::Recompute ? c.recompute
+                                                               : c.forward;
+            ++row[k];
+            c.bytes_min = std::min(c.bytes_min, ops[i].bytes);
+            c.bytes_max = std::max(c.bytes_max, ops[i].bytes);
+            EXPECT_EQ(ops[i].group_size, p.groups[static_cast<size_t>(ops[i].group)].size);
+            EXPECT_EQ(p.groups[static_cast<size_t>(ops[i].group)].kind, core::GroupKind::Tensor);
+        }
+    }
+    return c;
+}
+
+// TP1: a block of Llama-3.1-8B keeps, per tp rank of 2: q [2048, 4096], k and v [512, 4096],
+// o [4096, 2048], gate and up [7168, 4096], down [4096, 7168], two norms [4096] replicated:
+// 8,388,608 * 2 + 2,097,152 * 2 + 29,360,128 * 3 + 8,192 = 109,060,096 elements. fully_shard
+// over the 4 dp ranks divides every dim 0 evenly: 27,265,024 fp32 elements = 109,060,096 bytes.
+// The root: embedding and LM head [64128, 4096] each and the final norm: 525,340,672 elements,
+// 131,335,168 per dp rank in fp32 = 525,340,672 bytes.
+TEST(TensorParallelTest, FullyShardShardsTheTpLocalShards) {
+    const core::Program p = lowered(tpPlan(2, 2));
+    ASSERT_EQ(p.units.size(), 3u);
+    EXPECT_EQ(p.tp_size, 2);
+    EXPECT_EQ(p.units[1].params, 109'060'096);
+    EXPECT_EQ(p.units[1].sharded_bytes, 109'060'096);
+    // Unsharded in bf16: the TP-local block, 4 dp shards gathered.
+    EXPECT_EQ(p.units[1].unsharded_bytes, 109'060'096 * 2);
+    EXPECT_EQ(p.units[0].params, 525'340'672);
+    EXPECT_EQ(p.units[0].sharded_bytes, 525'340'672);
+    // The dp group strides over the tp ranks: ranks {t, t + 2, t + 4, t + 6}.
+    for (const core::ProcessGroup& g : p.groups) {
+        if (g.kind == core::GroupKind::Shard) {
+            EXPECT_EQ(g.size, 4);
+            EXPECT_EQ(g.stride, 2);
+        }
+        if (g.kind == core::GroupKind::Tensor) {
+            EXPECT_EQ(g.size, 2);
+            EXPECT_EQ(g.stride, 1);
+            EXPECT_EQ(g.nodes, 1);
+        }
+    }
+}
+
+// TP3 under sequence parallelism, no AC, 2 blocks: forward 2 all-gathers (before q/k/v, before
+// gate/up) and 2 reduce-scatters (after o_proj, down_proj) per block, the embedding's
+// reduce-scatter and the LM head's all-gather; backward the mirror. Every one moves the hidden
+// states of the micro-batch: 2048 tokens x 4096 x 2 bytes = 16,777,216 bytes.
+TEST(TensorParallelTest, SequenceParallelCollectivesPerMicroBatch) {
+    core::Plan plan = tpPlan(2, 2);
+    plan.sharding.loss_parallel = true;  // torchtitan's default: the logits stay vocab-sharded
+    const TpCounts c = countTp(lowered(plan));
+    EXPECT_EQ(c.forward[0], 2 * 2 + 1);
+    EXPECT_EQ(c.forward[1], 2 * 2 + 1);
+    EXPECT_EQ(c.forward[2], 0);
+    EXPECT_EQ(c.backward[0], 2 * 2 + 1);
+    EXPECT_EQ(c.backward[1], 2 * 2 + 1);
+    EXPECT_EQ(c.backward[2], 0);
+    EXPECT_EQ(c.bytes_min, 2048 * kHidden * 2);
+    EXPECT_EQ(c.bytes_max, 2048 * kHidden * 2);
+}
+
+// Without sequence parallelism: all-reduces after o_proj, down_proj and the embedding in forward;
+// in backward after the first colwise linear of each run (q, gate, lm_head). With loss_parallel
+// off the logits are all-gathered before the loss: 2048 x 128256 x 2 bytes.
+TEST(TensorParallelTest, WithoutSequenceParallelAllReduces) {
+    core::Plan plan = tpPlan(2, 2);
+    plan.sharding.sequence_parallel = false;
+    const TpCounts c = countTp(lowered(plan));
+    EXPECT_EQ(c.forward[0], 1);  // the logits
+    EXPECT_EQ(c.forward[1], 0);
+    EXPECT_EQ(c.forward[2], 2 * 2 + 1);
+    EXPECT_EQ(c.backward[0], 0);
+    EXPECT_EQ(c.backward[1], 0);
+    EXPECT_EQ(c.backward[2], 2 * 2 + 1);
+    EXPECT_EQ(c.bytes_max, 2048 * kVocab * 2);
+}
+
+// Full AC: the recompute repeats each block's forward collectives (2 all-gathers, 2
+// reduce-scatters per block).
+TEST(TensorParallelTest, RecomputeRepeatsTheForwardCollectives) {
+    core::Plan plan = tpPlan(2, 2);
+    plan.training.ac = core::Checkpointing::Full;
+    const TpCounts c = countTp(lowered(plan));
+    EXPECT_EQ(c.recompute[0], 2 * 2);
+    EXPECT_EQ(c.recompute[1], 2 * 2);
+}
+
+// TP2: per tp rank, each linear does 1/tp of the GEMM: q_proj over 2048 tokens is
+// [2048, 4096] x [4096, 4096 / 4] at tp 4; o_proj [2048, 1024] x [1024, 4096]; the flash
+// attention kernel runs 32 / 4 heads and 8 / 4 KV heads.
+TEST(TensorParallelTest, KernelsRunTheLocalShapes) {
+    const core::Program p = lowered(tpPlan(1, 4));
+    bool q = false, o = false, attn = false;
+    for (const core::Task& t : p.tasks) {
+        if (t.kind != core::TaskKind::Forward || t.micro_batch != 0) continue;
+        const core::OpShape* ops = p.opsBegin(t);
+        for (uint32_t i = 0; i < t.ops.count; ++i) {
+            const core::OpShape& op = ops[i];
+            if (op.kind == OpShapeKind::Gemm && op.m == 2048 && op.n == 1024 && op.k == 4096) q = true;
+            if (op.kind == OpShapeKind::Gemm && op.m == 2048 && op.n == 4096 && op.k == 1024) o = true;
+            if (op.kind == OpShapeKind::Attention) {
+                EXPECT_EQ(op.heads, 8);
+                EXPECT_EQ(op.kv_heads, 2);
+                attn = true;
+            }
+        }
+    }
+    EXPECT_TRUE(q);
+    EXPECT_TRUE(o);
+    EXPECT_TRUE(attn);
+}
+
+// Memory against PyTorch: FSDP2 + TP (torchtitan's Llama plan, SP on, loss_parallel off) under
+// FakeTensorMode with FSDPMemTracker, Llama-3.1-8B with 4 blocks, seq 2048, micro-batch 1, sdpa,
+// transformers 5.x mask, AdamW, bf16 / fp32 reduce, step 1:
+//   scripts/torch_peer.py models/llama-3.1-8b.json --world W --seq 2048 --reshard true --attn sdpa
+//       --hf-unpacked-mask skip --layers 4 --ac AC --tp T
+// Bytes at the tracker's global peak (both peaks fall in the root's backward).
+struct PeerRow {
+    int world, tp;
+    core::Checkpointing ac;
+    int64_t sharded_param, unsharded_param, activation, temp, all_gather, opt_state;
+};
+
+class PeerMemory : public ::testing::TestWithParam<PeerRow> {};
+
+TEST_P(PeerMemory, EveryCategoryAtThePeakWithinOnePercentOr16MiB) {
+    const PeerRow& r = GetParam();
+    core::Plan plan = tpPlan(4, r.tp, r.world / 8);
+    plan.training.ac = r.ac;
+    plan.training.hf_mask = core::HfMask::V5;
+    auto e = evaluatePlan(plan, nullptr);
+    ASSERT_TRUE(e.ok()) << e.error().message;
+    const core::CategoryBytes& at = e->memory.at_peak;
+    auto near = [](int64_t predicted, int64_t measured) {
+        return std::llabs(predicted - measured) <= std::max<int64_t>(measured / 100, 16 * kMiB);
+    };
+    using core::MemCategory;
+    auto get = [&](MemCategory c) { return at[core::index(c)]; };
+    EXPECT_PRED2(near, get(MemCategory::ShardedParam), r.sharded_param);
+    EXPECT_PRED2(near, get(MemCategory::UnshardedParam), r.unsharded_param);
+    EXPECT_PRED2(near, get(MemCategory::Activation), r.activation);
+    EXPECT_PRED2(near, get(MemCategory::Temp), r.temp);
+    EXPECT_PRED2(near, get(MemCategory::AllGather), r.all_gather);
+    EXPECT_PRED2(near, get(MemCategory::OptState), r.opt_state);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    TorchPeer, PeerMemory,
+    ::testing::Values(
+        PeerRow{8, 2, core::Checkpointing::None, 961'581'056, 1'050'681'344, 1'983'418'376, 2'101'346'304, 218'120'192, 1'923'162'268},
+        PeerRow{8, 4, core::Checkpointing::None, 961'617'920, 525'344'768, 1'593'067'528, 2'101'346'304, 109'068'288, 1'923'235'996},
+        PeerRow{16, 2, core::Checkpointing::Full, 480'790'528, 1'050'681'344, 1'127'239'688, 2'101'346'304, 218'120'192, 961'581'212},
+        PeerRow{16, 4, core::Checkpointing::Full, 480'808'960, 525'344'768, 1'097'877'512, 2'101'346'304, 109'068'288, 961'618'076}));
+
+// A rank trains on tokens / tp of its micro-batches, and does 1 / tp of their model FLOPs.
+TEST(TensorParallelTest, ThroughputCountsTokensPerGpu) {
+    auto one = evaluatePlan(tpPlan(2, 1), nullptr);
+    auto two = evaluatePlan(tpPlan(2, 2), nullptr);
+    ASSERT_TRUE(one.ok() && two.ok());
+    EXPECT_DOUBLE_EQ(two->summary.tokens_per_s_per_gpu * two->summary.step_s, 2048.0 / 2);
+    EXPECT_DOUBLE_EQ(one->summary.tokens_per_s_per_gpu * one->summary.step_s, 2048.0);
+    EXPECT_NEAR(two->program.model_flops_per_step * 2 / one->program.model_flops_per_step, 1.0, 1e-12);
+    EXPECT_GT(two->tp_comm_s, 0);
+    EXPECT_EQ(one->tp_comm_s, 0);
+}
+
+// The Program keeps its TP collectives through its file form, and its check accepts them.
+TEST(TensorParallelTest, ProgramRoundTripsThroughJson) {
+    const core::Program p = lowered(tpPlan(1, 2));
+    ASSERT_TRUE(core::validateProgram(p).ok());
+    auto back = core::programFromJson(core::programToJson(p), "test");
+    ASSERT_TRUE(back.ok()) << back.error().message;
+    EXPECT_EQ(*back, p);
+}
+
+// Meshes that cannot be built are refused with the valid choices.
+TEST(TensorParallelTest, BadMeshesNameTheValidChoices) {
+    auto refused = [](core::Plan plan, const std::string& expected) {
+        auto mesh = core::validatePlan(plan);
+        ASSERT_FALSE(mesh.ok()) << "accepted; expected: " << expected;
+        EXPECT_NE(mesh.error().message.find(expected), std::string::npos) << mesh.error().message;
+    };
+    refused(tpPlan(2, 3), "valid: 1, 2, 4, 8");  // 3 divides neither 8 GPUs per node nor 8 KV heads
+    core::Plan sixteen = tpPlan(2, 16);
+    sixteen.cluster.gpus_per_node = 16;
+    refused(sixteen, "key-value heads (8)");
+    core::Plan pp = tpPlan(2, 1);
+    pp.sharding.pp = 3;
+    refused(pp, "valid: 1 to 2");
+    pp.sharding.pp = 2;
+    refused(pp, "pipeline parallelism is not modelled yet");
+    core::Plan cp = tpPlan(2, 1);
+    cp.sharding.cp = 2;
+    refused(cp, "context parallelism is not modelled");
+    core::Plan seq = tpPlan(2, 4, 1, 2046);
+    refused(seq, "must divide training.seq_len 2046");
+    core::Plan ddp = tpPlan(2, 2);
+    ddp.sharding.strategy = core::Strategy::NoShard;
+    refused(ddp, "needs a sharded strategy");
+    auto gpt2 = core::resolveModel("gpt2");
+    ASSERT_TRUE(gpt2.ok());
+    core::Plan g = tpPlan(2, 2);
+    g.model = std::make_shared<const core::Model>(std::move(*gpt2));
+    refused(g, "has no tensor-parallel plan");
+}
+
+}  // namespace
+}  // namespace shardcast::sim
