@@ -65,6 +65,9 @@ struct CollectiveCall {
     bool verify;
     int32_t corrupt;  // test hook: 1 all-gathers, 2 reductions send a wrong first element from the last member
     MPI_Op sum;
+    // FSDP's reductions deliver the mean over the group (its gradient divide factors); a
+    // tensor-parallel reduction delivers the sum of the partial results.
+    bool mean = true;
 };
 
 // One collective of `total` elements of Codec::T (the gathered / reduced size S). Sets `checked`
@@ -118,7 +121,7 @@ core::Status runCollective(const CollectiveCall& c, int64_t total, std::vector<t
     core::Status called = mpiCheck(code, call, c.rank);
     if (called) called = waitPolitely(request, call, c.rank);
     if (!called) return called;
-    if (kind != core::TaskKind::AllGather) {  // the mean over the group, as FSDP's divide factors
+    if (kind != core::TaskKind::AllGather && c.mean) {  // the mean over the group, as FSDP's divide factors
         const auto divisor = static_cast<float>(members);
         for (int64_t i = 0; i < recv_elems; ++i) recv[i] = Codec::enc(Codec::dec(recv[i]) / divisor);
     }
@@ -132,19 +135,22 @@ core::Status runCollective(const CollectiveCall& c, int64_t total, std::vector<t
         } else {
             float sum = 0;
             for (int32_t member : c.members) sum += gradValue(unit, member, offset + i, members);
-            want = Codec::enc(sum / static_cast<float>(members));
+            want = Codec::enc(c.mean ? sum / static_cast<float>(members) : sum);
         }
         if (recv[i] == want) continue;
+        // FSDP's collectives move parameters and gradients; a tensor-parallel one (c.mean false)
+        // activations or their gradients, which the verify data stands in for alike.
+        const char* moved = c.mean ? "gradient" : "tensor-parallel partial sums";
         const std::string what =
             kind == core::TaskKind::AllGather
-                ? fmt::format("element {} of the all-gathered parameters", i)
-                : fmt::format("element {} of the {} gradient (element {} of the unit's gradient buffer)", i,
-                              kind == core::TaskKind::ReduceScatter ? "reduce-scattered shard of the"
-                                                                    : "all-reduced",
-                              offset + i);
+                ? fmt::format("element {} of the all-gathered {}", i, c.mean ? "parameters" : "tensor-parallel shards")
+                : fmt::format("element {} of the {} {} (element {} of the buffer)", i,
+                              kind == core::TaskKind::ReduceScatter ? "reduce-scattered shard of the" : "all-reduced",
+                              moved, offset + i);
         const std::string rule = kind == core::TaskKind::AllGather
-                                     ? "the original parameter, the same on every rank"
-                                     : fmt::format("the mean over ranks [{}] of their gradients", fmt::join(c.members, ","));
+                                     ? "the original values, the same on every rank"
+                                     : fmt::format("the {} over ranks [{}] of their {}", c.mean ? "mean" : "sum",
+                                                   fmt::join(c.members, ","), c.mean ? "gradients" : "partial sums");
         return core::makeError(fmt::format("verify failed for unit {} on rank {} ({}, task {}): {} is {}, expected {} ({})",
                                            core::taskUnitName(c.program, c.id), c.rank, c.program.taskLabel(c.id), c.id,
                                            what, Codec::show(recv[i]), Codec::show(want), rule));
@@ -183,8 +189,11 @@ core::Status CpuBackend::prepare(const core::Program& program) {
     }
     std::vector<std::pair<int, int32_t>> needed;
     for (const core::Task& t : program.tasks) {
-        if (!core::isCollective(t.kind)) continue;
-        needed.emplace_back(static_cast<int>(t.stream), t.group);
+        if (core::isCollective(t.kind)) needed.emplace_back(static_cast<int>(t.stream), t.group);
+        // Tensor-parallel collectives inside compute tasks: on the task's stream, their own group.
+        const core::OpShape* ops = program.opsBegin(t);
+        for (uint32_t i = 0; i < t.ops.count; ++i)
+            if (core::isTpCollective(ops[i].kind)) needed.emplace_back(static_cast<int>(t.stream), ops[i].group);
     }
     std::sort(needed.begin(), needed.end());
     needed.erase(std::unique(needed.begin(), needed.end()), needed.end());
@@ -245,14 +254,15 @@ core::Status CpuBackend::runTask(const core::Program& program, int32_t id, int32
     if (t.ops.count > 0 && rank() == m_fail_rank) {
         return core::makeError("injected failure (test hook SHARDCAST_TEST_FAIL_RANK=" + std::to_string(m_fail_rank) + ")");
     }
-    if (t.ops.count > 0) return compute(program, t, s);
+    if (t.ops.count > 0) return compute(program, id, s);
     if (t.comm_bytes > 0) {  // host <-> device copies: the bytes moved, as memory traffic
         std::memcpy(grow(s.dst, t.comm_bytes), grow(s.src, t.comm_bytes), static_cast<size_t>(t.comm_bytes));
     }
     return core::Ok{};
 }
 
-core::Status CpuBackend::compute(const core::Program& program, const core::Task& task, Scratch& s) {
+core::Status CpuBackend::compute(const core::Program& program, int32_t id, Scratch& s) {
+    const core::Task& task = program.tasks[static_cast<size_t>(id)];
     const core::OpShape* ops = program.opsBegin(task);
     for (uint32_t i = 0; i < task.ops.count; ++i) {
         const core::OpShape& op = ops[i];
@@ -283,25 +293,35 @@ core::Status CpuBackend::compute(const core::Program& program, const core::Task&
             case core::OpShapeKind::TpAllGather:
             case core::OpShapeKind::TpReduceScatter:
             case core::OpShapeKind::TpAllReduce:
-                return core::makeError("the CPU backend does not execute tensor-parallel collectives yet (a plan with "
-                                       "tp > 1); plan and simulate it instead");
+                if (auto done = tpCollective(program, id, op, s); !done) return done;
+                break;
         }
     }
     return core::Ok{};
 }
 
-core::Status CpuBackend::collective(const core::Program& program, int32_t id, Scratch& s) {
-    const core::Task& t = program.tasks[static_cast<size_t>(id)];
-    auto found = m_groups.find({static_cast<int>(t.stream), t.group});
-    if (found == m_groups.end()) return core::makeError("no communicator was prepared for this collective's group");
-    const Group& g = found->second;
-    const CollectiveCall call{program, id, t, g.comm, g.members, rank(), m_verify, m_corrupt, MPI_SUM};
+// A tensor-parallel collective inside compute task `id`: run as a collective of its kind, size and
+// group on the task's stream, summing partial results; --verify checks what it delivers.
+core::Status CpuBackend::tpCollective(const core::Program& program, int32_t id, const core::OpShape& op, Scratch& s) {
+    const core::Task& host = program.tasks[static_cast<size_t>(id)];
+    auto found = m_groups.find({static_cast<int>(host.stream), op.group});
+    if (found == m_groups.end()) return core::makeError("no communicator was prepared for a tensor-parallel collective's group");
+    core::Task t = host;  // the collective as a task of its own, for the shared code path and its messages
+    t.kind = core::tpCollectiveTaskKind(op.kind);
+    t.dtype = op.dtype;
+    t.comm_bytes = op.bytes;
+    t.group = op.group;
+    return runOn(program, id, t, found->second, s, /*mean=*/false);
+}
+
+core::Status CpuBackend::runOn(const core::Program& program, int32_t id, const core::Task& t, const Group& g, Scratch& s,
+                               bool mean) {
+    CollectiveCall call{program, id, t, g.comm, g.members, rank(), m_verify, m_corrupt, MPI_SUM, mean};
     int64_t checked = 0;
     core::Status done = core::Ok{};
     if (core::itemSize(t.dtype) == 2) {
-        CollectiveCall bf16 = call;
-        bf16.sum = m_bf16_sum;
-        done = runCollective<Bf16Codec>(bf16, t.comm_bytes / 2, s.send16, s.recv16, checked);
+        call.sum = m_bf16_sum;
+        done = runCollective<Bf16Codec>(call, t.comm_bytes / 2, s.send16, s.recv16, checked);
     } else {
         done = runCollective<F32Codec>(call, t.comm_bytes / 4, s.send, s.recv, checked);
     }
@@ -310,6 +330,13 @@ core::Status CpuBackend::collective(const core::Program& program, int32_t id, Sc
         m_elements_per_stream[static_cast<size_t>(t.stream)] += checked;
     }
     return done;
+}
+
+core::Status CpuBackend::collective(const core::Program& program, int32_t id, Scratch& s) {
+    const core::Task& t = program.tasks[static_cast<size_t>(id)];
+    auto found = m_groups.find({static_cast<int>(t.stream), t.group});
+    if (found == m_groups.end()) return core::makeError("no communicator was prepared for this collective's group");
+    return runOn(program, id, t, found->second, s, /*mean=*/true);
 }
 
 }  // namespace shardcast::cpu

@@ -84,16 +84,18 @@ private:
         std::vector<uint16_t> send16, recv16;
         std::vector<char> src, dst;
     };
-    core::Status compute(const core::Program& program, const core::Task& task, Scratch& s);
-    core::Status collective(const core::Program& program, int32_t id, Scratch& s);
-
-    const MpiSession& m_session;
-    bool m_verify;
     // Communicator of (stream, group) and the world ranks of its members in communicator order.
     struct Group {
         MPI_Comm comm = MPI_COMM_NULL;
         std::vector<int32_t> members;
     };
+    core::Status compute(const core::Program& program, int32_t id, Scratch& s);
+    core::Status collective(const core::Program& program, int32_t id, Scratch& s);
+    core::Status tpCollective(const core::Program& program, int32_t id, const core::OpShape& op, Scratch& s);
+    core::Status runOn(const core::Program& program, int32_t id, const core::Task& t, const Group& g, Scratch& s, bool mean);
+
+    const MpiSession& m_session;
+    bool m_verify;
     std::map<std::pair<int, int32_t>, Group> m_groups;
     std::array<Scratch, core::kStreamCount> m_scratch;  // each used by its stream's worker only
     std::array<int64_t, core::kStreamCount> m_verified_per_stream{};  // each written by its stream's worker

@@ -2,7 +2,7 @@
 # `shardcast run --backend cpu` under mpirun, end to end (ctest label `mpi`).
 # Usage: run_mpi_tests.sh SHARDCAST RUN_RECORD_CHECK SOURCE_DIR verify2|verify4|faults|save
 #   verify2 / verify4: `run --verify` on 2 / 4 ranks over the strategies, FSDP1 and FSDP2, no_sync
-#     accumulation and AC; each RUN.json is checked by run_record_check (loads, world size, step
+#     accumulation and AC, and (4 ranks) 2 x 2 meshes of FSDP2 over tensor parallelism; each RUN.json is checked by run_record_check (loads, world size, step
 #     count, timeline, counted memory == the prediction's counted allocations, exact bytes).
 #   save: run --save stores the run, its plan and prediction; compare --run --prediction reads them.
 #   faults: a corrupted all-gather fails verify naming unit, rank and element; a world-size
@@ -66,6 +66,9 @@ verify4)
     verify 4 "$llama" --strategy HYBRID_SHARD --shard-size 2 --fsdp 2
     verify 4 "$llama" --strategy _HYBRID_SHARD_ZERO2 --shard-size 2 --fsdp 1 --grad-accum 2 --no-sync
     verify 4 "$gpt2" --strategy HYBRID_SHARD --shard-size 2 --fsdp 1 --ac full
+    # 2 x 2 meshes: FSDP2 over tensor parallelism (the tp collectives inside the compute tasks).
+    verify 4 "$llama" --strategy FULL_SHARD --tp 2
+    verify 4 "$llama" --strategy FULL_SHARD --tp 2 --ac full --sequence-parallel false --loss-parallel false
     ;;
 save)
     # run --save on 2 ranks: rank 0 stores the run, its plan and its prediction once; the stored

@@ -23,11 +23,6 @@ namespace shardcast::cli {
 core::Result<PreparedRun> prepareRun(const RunOptions& o) {
     auto plan = core::buildPlan(o.plan);
     if (!plan) return plan.error();
-    if (plan->sharding.tp > 1) {
-        return core::makeError(fmt::format("sharding.tp {}: the backends do not execute tensor-parallel collectives yet; "
-                                           "`plan` and `simulate` model this plan, `run` needs tp 1",
-                                           plan->sharding.tp));
-    }
     auto profile = resolveProfileArg(plan->cluster, o.profile);
     if (!profile) return core::makeError("--profile " + profile.error().message);
     sim::EvaluationOptions options;
