@@ -5,6 +5,7 @@
 #include <cassert>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -78,12 +79,14 @@ bool contains(const std::vector<T>& v, const T& x) {
 
 core::Result<Space> buildSpace(const core::Plan& base, const OptimizeSpace& in, int64_t global_batch) {
     Space sp;
-    const int world = base.cluster.nodes * base.cluster.gpus_per_node;
-    const int gpn = base.cluster.gpus_per_node;
+    // With tensor parallelism FSDP's mesh is the data-parallel part: world / tp ranks, gpus_per_node
+    // / tp of them per node (core/plan/plan.hpp Mesh).
+    const int tp = std::max(1, base.sharding.tp);
+    const int world = base.cluster.nodes * base.cluster.gpus_per_node / tp;
+    const int gpn = std::max(1, base.cluster.gpus_per_node / tp);
     if (world < 1) return core::makeError("cluster: the world size must be positive");
-    if (base.sharding.tp != 1 || base.sharding.pp != 1) {
-        return core::makeError("optimize: the search space has no tensor- or pipeline-parallel dimension yet (issue 25); "
-                               "give --tp 1 --pp 1, or compare tensor-parallel plans with `sweep` or `plan`");
+    if (base.sharding.pp != 1) {
+        return core::makeError("optimize: the search space has no pipeline-parallel dimension yet (issue 25); give --pp 1");
     }
     if (global_batch < 1) {
         return core::makeError("--global-batch must be a positive number of sequences per optimizer step (got " +
@@ -93,8 +96,9 @@ core::Result<Space> buildSpace(const core::Plan& base, const OptimizeSpace& in, 
         const int64_t below = global_batch / world * world, above = below + world;
         return core::makeError(fmt::format(
             "--global-batch {} does not split over {} ranks: data parallelism gives every rank whole sequences, "
-            "so the global batch must be a multiple of the world size ({} x {} GPUs); e.g. {}",
-            global_batch, world, base.cluster.nodes, gpn,
+            "so the global batch must be a multiple of the data-parallel size ({} x {} GPUs{}); e.g. {}",
+            global_batch, world, base.cluster.nodes, base.cluster.gpus_per_node,
+            tp > 1 ? fmt::format(" / tp {}", tp) : std::string(),
             below > 0 ? fmt::format("{} or {}", below, above) : fmt::format("{} (one sequence per rank)", above)));
     }
     sp.batch_per_rank = global_batch / world;
@@ -103,6 +107,9 @@ core::Result<Space> buildSpace(const core::Plan& base, const OptimizeSpace& in, 
     if (strategies.empty()) {
         strategies = {core::Strategy::FullShard, core::Strategy::HybridShard, core::Strategy::ShardGradOp,
                       core::Strategy::HybridShardZero2, core::Strategy::NoShard};
+    }
+    if (tp > 1) {  // what composes with tensor parallelism (validatePlan): sharded, FSDP2, no offload
+        strategies.erase(std::remove(strategies.begin(), strategies.end(), core::Strategy::NoShard), strategies.end());
     }
     std::vector<int> hybrid_sizes = in.hybrid_shard_sizes;
     if (hybrid_sizes.empty()) {
@@ -118,6 +125,7 @@ core::Result<Space> buildSpace(const core::Plan& base, const OptimizeSpace& in, 
         }
     }
     std::vector<int> fsdps = in.fsdp_versions.empty() ? std::vector<int>{2, 1} : in.fsdp_versions;
+    if (tp > 1) fsdps.erase(std::remove(fsdps.begin(), fsdps.end(), 1), fsdps.end());
     sp.wraps = in.wraps.empty() ? defaultWrapChoices(*base.model) : in.wraps;
     sp.acs = in.acs.empty() ? defaultAcChoices(*base.model) : in.acs;
     if (in.ac_first_n) {
@@ -131,6 +139,7 @@ core::Result<Space> buildSpace(const core::Plan& base, const OptimizeSpace& in, 
         }
     }
     sp.offloads = in.offloads.empty() ? std::vector<core::Offload>{core::Offload::None, core::Offload::Cpu} : in.offloads;
+    if (tp > 1) sp.offloads.erase(std::remove(sp.offloads.begin(), sp.offloads.end(), core::Offload::Cpu), sp.offloads.end());
 
     for (core::Strategy st : strategies) {
         std::vector<int> shards;
@@ -183,6 +192,7 @@ core::Result<Space> buildSpace(const core::Plan& base, const OptimizeSpace& in, 
                                 c.backward_prefetch = p.backward;
                                 c.offload = off;
                                 c.wrap = sp.wraps[w];
+                                c.tp = tp;
                                 sp.shardings.push_back(std::move(c));
                                 sp.bound_class.push_back(class_base + static_cast<int32_t>(oi * sp.wraps.size()) + w);
                             }
@@ -231,6 +241,7 @@ void writeChoice(core::Plan& plan, const OptimizeChoice& c) {
     sh.forward_prefetch = c.forward_prefetch;
     sh.backward_prefetch = c.backward_prefetch;
     sh.wrap = c.wrap;
+    sh.tp = c.tp;
     plan.training.offload = c.offload;
     core::applyAc(plan.training, c.ac);
     plan.training.micro_batch = c.micro_batch;
@@ -310,6 +321,7 @@ std::string_view dimensionName(OptimizeDimension d) {
         case OptimizeDimension::Wrap: return "wrap";
         case OptimizeDimension::Ac: return "ac";
         case OptimizeDimension::MicroBatch: return "micro-batch";
+        case OptimizeDimension::Tp: return "tp";
     }
     return "?";
 }
@@ -330,6 +342,7 @@ std::string choiceValue(const OptimizeChoice& c, OptimizeDimension d) {
         case OptimizeDimension::Wrap: return core::wrapPolicyString(c.wrap);
         case OptimizeDimension::Ac: return core::acString(c.ac);
         case OptimizeDimension::MicroBatch: return fmt::format("{} x {} accumulation", c.micro_batch, c.grad_accum);
+        case OptimizeDimension::Tp: return fmt::format("{}", c.tp);
     }
     return "?";
 }
@@ -363,12 +376,17 @@ core::Result<ConfigurationBounds> configurationBounds(const core::Plan& plan, co
 
 core::Result<std::vector<OptimizeChoice>> enumerateSpace(const core::Plan& base, const OptimizeSpace& space,
                                                          int64_t global_batch) {
-    auto sp = buildSpace(base, space, global_batch);
-    if (!sp) return sp.error();
     std::vector<OptimizeChoice> out;
-    out.reserve(sp->groups.size() * sp->shardings.size());
-    for (const Group& g : sp->groups) {
-        for (const Sharding& s : sp->shardings) out.push_back(makeChoice(*sp, g, s));
+    const std::vector<int> tps = space.tps.empty() ? std::vector<int>{base.sharding.tp} : space.tps;
+    for (int tp : tps) {
+        core::Plan with_tp = base;
+        with_tp.sharding.tp = tp;
+        auto sp = buildSpace(with_tp, space, global_batch);
+        if (!sp) return sp.error();
+        out.reserve(out.size() + sp->groups.size() * sp->shardings.size());
+        for (const Group& g : sp->groups) {
+            for (const Sharding& s : sp->shardings) out.push_back(makeChoice(*sp, g, s));
+        }
     }
     return out;
 }
@@ -552,6 +570,7 @@ core::Status Search::computeGroupParts() {
     reference.strategy = core::Strategy::FullShard;
     reference.fsdp = 2;
     reference.wrap.kind = core::WrapKind::Block;
+    reference.tp = m_sp.shardings.empty() ? 1 : m_sp.shardings.front().tp;  // the space's tensor-parallel degree
     for (size_t g = 0; g < m_groups; ++g) {
         auto ok = lowerForBound(m_sp.groups[g], reference);
         if (!ok) return ok.error();
@@ -650,7 +669,12 @@ core::Status Search::evaluate(int32_t gi, int32_t si) {
         // The self-check: a configuration faster or smaller than its bound disproves the bound (the
         // peak bound is one on the allocated peak, and so on the judged one).
         const int64_t step_bound = m_step_bound[i] + m_options.bound_error_ns;
-        if (m_prune && (s.step_ns < step_bound || s.allocated_bytes < m_peak_bound[i])) m_violated = true;
+        if (m_prune && (s.step_ns < step_bound || s.allocated_bytes < m_peak_bound[i])) {
+            if (std::getenv("SHARDCAST_DEBUG_BOUNDS"))
+                fmt::print(stderr, "bound violated: step {} < {} or peak {} < {}\n", s.step_ns, step_bound, s.allocated_bytes,
+                           m_peak_bound[i]);
+            m_violated = true;
+        }
         if (!m_prune) {
             // The reference: every configuration judged as it is evaluated.
             if (auto judged = judge(m_in_e); !judged) return judged;
@@ -938,7 +962,7 @@ core::Status Search::assemble(OptimizeResult& result) {
         if (m_evaluator.evaluate(applyChoice(m_base, c), &m_profile, with_states, m_e)) {
             states = m_e.memory.model_states.params + m_e.memory.model_states.grads + m_e.memory.model_states.optimizer;
         }
-        const int world = m_base.cluster.nodes * m_base.cluster.gpus_per_node;
+        const int world = m_base.cluster.nodes * m_base.cluster.gpus_per_node / std::max(1, c.tp);
         const int shard = c.shard_size == 0 ? world : c.shard_size;
         if (states > over) {
             // Sharding over k times the ranks leaves states / k: it saves states (1 - 1/k) >= over from
@@ -1104,8 +1128,10 @@ core::Status Search::completeFront(OptimizeResult& result, std::vector<Node>& pe
 
 }  // namespace
 
-core::Result<OptimizeResult> optimize(const core::Plan& base, const OptimizeSpace& space, const HardwareProfile& profile,
-                                      const OptimizeOptions& options) {
+namespace {
+
+core::Result<OptimizeResult> optimizeAtTp(const core::Plan& base, const OptimizeSpace& space, const HardwareProfile& profile,
+                                          const OptimizeOptions& options) {
     if (!base.model) return core::makeError("model: no model loaded");
     if (options.top < 1) return core::makeError("--top must be at least 1 (got " + std::to_string(options.top) + ")");
     if (!(options.headroom >= 0.0 && options.headroom < 1.0)) {
@@ -1145,6 +1171,149 @@ core::Result<OptimizeResult> optimize(const core::Plan& base, const OptimizeSpac
     }
     if (result && options.progress) options.progress(result->space_size, result->space_size);
     return result;
+}
+
+void addStats(OptimizeStats& a, const OptimizeStats& b) {
+    a.bound_programs += b.bound_programs;
+    a.pruned_by_memory += b.pruned_by_memory;
+    a.pruned_by_time += b.pruned_by_time;
+    a.loss_evaluations += b.loss_evaluations;
+    a.front_evaluations += b.front_evaluations;
+    a.reserved_replays += b.reserved_replays;
+    a.reevaluations += b.reevaluations;
+    a.replays_reused += b.replays_reused;
+    a.seconds += b.seconds;
+    a.bound_seconds += b.bound_seconds;
+    a.lower_seconds += b.lower_seconds;
+    a.simulate_seconds += b.simulate_seconds;
+    a.memory_seconds += b.memory_seconds;
+    a.other_evaluation_seconds += b.other_evaluation_seconds;
+    a.replay_seconds += b.replay_seconds;
+}
+
+// The answer over several tensor-parallel degrees from the answer at each: every configuration
+// lies in exactly one degree's space, so the fastest fitting ones, the front, the configurations
+// at risk and the best with each other choice are those of the union, exactly.
+OptimizeResult mergeTpResults(std::vector<OptimizeResult> subs, int top) {
+    OptimizeResult out;
+    auto faster = [](const OptimizeEntry& a, const OptimizeEntry& b) { return a.step_s < b.step_s; };
+    size_t best_sub = 0;
+    for (size_t i = 0; i < subs.size(); ++i) {
+        const OptimizeResult& r = subs[i];
+        out.space_size += r.space_size;
+        out.evaluated += r.evaluated;
+        out.invalid += r.invalid;
+        out.pruned += r.pruned;
+        out.bound_restarted = out.bound_restarted || r.bound_restarted;
+        addStats(out.stats, r.stats);
+        out.fits = out.fits || r.fits;
+        for (const OptimizeEntry& e : r.top) out.top.push_back(e);
+        for (const OptimizeEntry& e : r.front) out.front.push_back(e);
+        const OptimizeEntry& a = r.best;
+        const OptimizeEntry& b = subs[best_sub].best;
+        const bool better = r.fits ? (!subs[best_sub].fits || a.step_s < b.step_s)
+                                   : (!subs[best_sub].fits && a.peak_bytes - a.budget_bytes < b.peak_bytes - b.budget_bytes);
+        if (i > 0 && better) best_sub = i;
+    }
+    std::stable_sort(out.top.begin(), out.top.end(), faster);
+    if (out.top.size() > static_cast<size_t>(top)) out.top.resize(static_cast<size_t>(top));
+    const OptimizeResult& win = subs[best_sub];
+    out.best = win.best;
+    out.batch_per_rank = win.batch_per_rank;
+    out.no_fit = win.no_fit;
+    out.not_searched = win.not_searched;
+    // The front of the union: by increasing peak, each strictly faster than every one before it.
+    std::stable_sort(out.front.begin(), out.front.end(), [](const OptimizeEntry& a, const OptimizeEntry& b) {
+        return a.peak_bytes != b.peak_bytes ? a.peak_bytes < b.peak_bytes : a.step_s < b.step_s;
+    });
+    std::vector<OptimizeEntry> front;
+    for (const OptimizeEntry& e : out.front) {
+        if (front.empty() || e.step_s < front.back().step_s) front.push_back(e);
+    }
+    out.front = std::move(front);
+    if (!out.fits) return out;
+    const OptimizeEntry& w = out.best;
+    for (const OptimizeResult& r : subs) {
+        for (const OptimizeEntry& e : r.at_risk)
+            if (e.step_s < w.step_s) out.at_risk.push_back(e);
+    }
+    std::stable_sort(out.at_risk.begin(), out.at_risk.end(), faster);
+    // The best configuration with each other value of each dimension: a degree's own losses, and
+    // its winner for the values it has.
+    std::map<std::pair<int, std::string>, DimensionLoss> best;
+    auto offer = [&](const DimensionLoss& l) {
+        if (l.value == lossValue(w.choice, l.dimension)) return;
+        auto [it, inserted] = best.try_emplace({static_cast<int>(l.dimension), l.value}, l);
+        if (inserted) return;
+        DimensionLoss& have = it->second;
+        if ((l.fits && !have.fits) || (l.fits && have.fits && l.step_s < have.step_s)) have = l;
+    };
+    for (const OptimizeResult& r : subs) {
+        for (const DimensionLoss& l : r.losses) offer(l);
+        // The degree's best (or, where nothing of it fits, its closest) has the values its losses leave out.
+        for (int d = 0; d < kOptimizeDimensionCount; ++d) {
+            DimensionLoss l;
+            l.dimension = static_cast<OptimizeDimension>(d);
+            l.value = lossValue(r.best.choice, l.dimension);
+            l.best_value = choiceValue(r.best.choice, l.dimension);
+            l.fits = r.fits;
+            if (r.fits) {
+                l.step_s = r.best.step_s;
+                l.tokens_per_s_per_gpu = r.best.tokens_per_s_per_gpu;
+            }
+            offer(l);
+        }
+    }
+    for (auto& [key, l] : best) {
+        l.winner_value = choiceValue(w.choice, l.dimension);
+        l.change = l.fits ? l.tokens_per_s_per_gpu / w.tokens_per_s_per_gpu - 1.0 : 0.0;
+        out.losses.push_back(l);
+    }
+    return out;
+}
+
+}  // namespace
+
+core::Result<OptimizeResult> optimize(const core::Plan& base, const OptimizeSpace& space, const HardwareProfile& profile,
+                                      const OptimizeOptions& options) {
+    if (!base.model) return core::makeError("model: no model loaded");
+    std::vector<int> tps = space.tps.empty() ? std::vector<int>{base.sharding.tp} : space.tps;
+    std::sort(tps.begin(), tps.end());
+    tps.erase(std::unique(tps.begin(), tps.end()), tps.end());
+    std::vector<OptimizeResult> subs;
+    std::vector<std::string> skipped;
+    for (int tp : tps) {  // every degree checked before any is searched
+        core::Plan at = base;
+        at.sharding.tp = tp;
+        if (tp > 1) {
+            // The degree itself (a plan of the space with it: FSDP2 FULL_SHARD, no offload).
+            core::Plan probe = at;
+            probe.sharding.strategy = core::Strategy::FullShard;
+            probe.sharding.fsdp_version = 2;
+            probe.sharding.shard_size = 0;
+            probe.training.offload = core::Offload::None;
+            if (auto mesh = core::validatePlan(probe); !mesh && mesh.error().message.find("sharding.tp") != std::string::npos) {
+                return core::makeError("--tp " + std::to_string(tp) + ": " + mesh.error().message);
+            }
+        }
+    }
+    for (int tp : tps) {
+        core::Plan at = base;
+        at.sharding.tp = tp;
+        auto r = optimizeAtTp(at, space, profile, options);
+        if (!r) {
+            // With several degrees, one whose space is empty (the global batch does not split over its
+            // data-parallel ranks, nothing left to search) is left out and said so.
+            if (tps.size() == 1 || r.error().cancelled) return r.error();
+            skipped.push_back(fmt::format("tp {}: {}", tp, r.error().message));
+            continue;
+        }
+        subs.push_back(std::move(*r));
+    }
+    if (subs.empty()) return core::makeError("no tensor-parallel degree leaves anything to search: " + skipped.front());
+    OptimizeResult out = subs.size() == 1 ? std::move(subs.front()) : mergeTpResults(std::move(subs), options.top);
+    for (std::string& s : skipped) out.not_searched.push_back(std::move(s));
+    return out;
 }
 
 }  // namespace shardcast::sim

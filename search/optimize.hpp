@@ -57,6 +57,10 @@ struct OptimizeSpace {
     // FSDP2: prefetch depth 1 and 2; FSDP1: backward_prefetch PRE and POST, forward_prefetch off and on.
     // false: the defaults only.
     bool prefetch = true;
+    // Tensor-parallel degrees (issue 25): each is searched as its own space over the world / tp
+    // data-parallel ranks (FSDP2, sharded strategies, no offload: what composes with TP), by the
+    // same bounds, and the answers merged exactly. Empty: the base plan's tp only.
+    std::vector<int> tps;
 };
 
 // Whole model, every K blocks for K in {8, 4, 2} below the block count, and one unit per block.
@@ -96,6 +100,7 @@ struct OptimizeChoice {
     core::AcSpec ac;
     int64_t micro_batch = 1;
     int64_t grad_accum = 1;
+    int tp = 1;  // tensor-parallel degree
 };
 
 // `base` with the choice applied.
@@ -116,8 +121,8 @@ struct OptimizeEntry {
 };
 
 // The dimensions a choice is made in, for OptimizeResult::losses.
-enum class OptimizeDimension : uint8_t { Strategy, Fsdp, Reshard, Prefetch, Offload, Wrap, Ac, MicroBatch };
-inline constexpr int kOptimizeDimensionCount = 8;
+enum class OptimizeDimension : uint8_t { Strategy, Fsdp, Reshard, Prefetch, Offload, Wrap, Ac, MicroBatch, Tp };
+inline constexpr int kOptimizeDimensionCount = 9;
 std::string_view dimensionName(OptimizeDimension d);  // "strategy", "fsdp", ...
 std::string choiceValue(const OptimizeChoice& c, OptimizeDimension d);  // "HYBRID_SHARD (shard 8)", ...
 // The choice as the losses price it: choiceValue, except that a per-block checkpointing spec of two
@@ -184,7 +189,7 @@ struct OptimizeResult {
     size_t pruned = 0;            // skipped by the bound
     bool bound_restarted = false; // a bound was violated and the search re-ran without pruning
     OptimizeStats stats;          // of the search that produced this result
-    int64_t batch_per_rank = 0;
+    int64_t batch_per_rank = 0;   // sequences per data-parallel rank (of the winner's tp)
     std::string no_fit;           // nothing fits: the closest configuration, by how much, what would help
     std::vector<std::string> not_searched;  // dimensions of the issue the space leaves out, in words
 };

@@ -141,8 +141,16 @@ expect_bad_input "--tp 0 names the flag" "--tp" "$bin" plan --model llama-3.1-8b
 expect_bad_input "--sequence-parallel maybe" "--sequence-parallel" "$bin" plan --model llama-3.1-8b --tp 2 --sequence-parallel maybe
 "$bin" plan --model llama-3.1-8b --tp 2 --seq-len 2048 --write-plan "$tmp/tp2.plan.json" >/dev/null 2>&1
 if grep -q '"tp": 2' "$tmp/tp2.plan.json"; then pass "--write-plan keeps tp"; else fail "--write-plan keeps tp" "$(cat "$tmp/tp2.plan.json")"; fi
-expect_bad_input "optimize of a tp 2 plan is refused" "no tensor- or pipeline-parallel dimension" \
-    "$bin" optimize "$tmp/tp2.plan.json" --global-batch 64
+expect_bad_input "optimize --tp 3 names the valid degrees" "--tp 3: .*valid: 1, 2, 4, 8" \
+    "$bin" optimize --model llama-3.1-8b --global-batch 16 --tp 1,3
+# The issue's job: Llama-3.1-405B on 16,384 H100s, 2,048 x 8,192 tokens; only tp 8 gives whole sequences.
+expect_ok "optimize 405B on 16384 GPUs with --tp 1,2,4,8" \
+    "$bin" optimize --model llama-3.1-405b --nodes 2048 --seq-len 8192 --global-batch 2048 --tp 1,2,4,8
+if grep -q "^Best: .*, tp 8$" "$tmp/out" && grep -q "tp 1: --global-batch 2048 does not split" "$tmp/out"; then
+    pass "optimize picks tp 8 for 405B on 16384 GPUs and says why tp 1 is left out"
+else
+    fail "optimize picks tp 8 for 405B on 16384 GPUs and says why tp 1 is left out" "$(head -n 8 "$tmp/out")"
+fi
 
 printf '# wrap units\nmodel.layers.0\nmodel.layers.999\n' >"$tmp/units.txt"
 expect_bad_input "unknown module in a modules: wrap file" "units\.txt|model\.layers\.999" \

@@ -70,7 +70,9 @@ Exhaustive enumerateAll(const core::Plan& base, const OptimizeSpace& space, int6
         auto parts = boundParts(plan, profile);
         EXPECT_TRUE(parts) << parts.error().message;
         if (!parts) continue;
-        const std::string group_key = choiceValue(c, OptimizeDimension::MicroBatch) + choiceValue(c, OptimizeDimension::Ac);
+        // Each tensor-parallel degree is a space of its own (its groups' parts differ).
+        const std::string group_key = choiceValue(c, OptimizeDimension::MicroBatch) + choiceValue(c, OptimizeDimension::Ac) +
+                                      " tp " + choiceValue(c, OptimizeDimension::Tp);
         std::string sharding_key = choiceValue(c, OptimizeDimension::MicroBatch);
         for (int d = 0; d < kOptimizeDimensionCount; ++d) {
             const auto dim = static_cast<OptimizeDimension>(d);
@@ -223,6 +225,62 @@ TEST(OptimizeTest, MatchesExhaustiveEnumerationLlama8BOn16Gpus) {
     ASSERT_TRUE(all);
     EXPECT_EQ(all->size(), 38u * 6u);
     expectSameAnswer(base, space, 64, 3);
+}
+
+// Tensor parallelism as a dimension (issue 25): Llama-3.1-8B on 8 H100s at 8,192 tokens, tp 1 and
+// 2. At tp 2 the space is FSDP2 without offload over 4 data-parallel ranks: FULL_SHARD and
+// SHARD_GRAD_OP (2 prefetch depths x 2 wraps = 4 each), the hybrids over shard 2 (4 each): 16
+// shardings; micro-batch 1, 2, 4, 8 (8 sequences per dp rank) x 2 modes = 8 groups. tp 1: NO_SHARD
+// 2 wraps, FULL_SHARD and SHARD_GRAD_OP 4 each, the hybrids over shard 2 and 4 (8 each): 26
+// shardings; micro-batch 1, 2, 4 x 2 modes = 6 groups.
+TEST(OptimizeTest, TensorParallelDegreesMatchExhaustiveEnumeration) {
+    core::Plan base = basePlan("llama-3.1-8b", 1, 8192);
+    OptimizeSpace space;
+    space.wraps = {wrap("every:8"), wrap("block")};
+    space.acs = {{core::Checkpointing::None, 1}, {core::Checkpointing::Full, 1}};
+    space.fsdp_versions = {2};
+    space.offloads = {core::Offload::None};
+    space.tps = {1, 2};
+    auto all = enumerateSpace(base, space, 32);
+    ASSERT_TRUE(all);
+    EXPECT_EQ(all->size(), 26u * 6u + 16u * 8u);
+    expectSameAnswer(base, space, 32, 5);
+}
+
+// Where data parallelism alone is fastest the search keeps it: Llama-3.1-8B on 8 GPUs at 4,096
+// tokens, 2 sequences per GPU, with tp 1, 2, 4 and 8 allowed.
+TEST(OptimizeTest, PrefersPureFsdpWhereItIsFastest) {
+    const core::Plan base = basePlan("llama-3.1-8b", 1, 4096);
+    OptimizeSpace space;
+    space.wraps = {wrap("block")};
+    space.acs = {{core::Checkpointing::None, 1}, {core::Checkpointing::Full, 1}};
+    space.tps = {1, 2, 4, 8};
+    OptimizeOptions options;
+    options.global_batch = 16;
+    auto r = optimize(base, space, HardwareProfile::fromCluster(base.cluster), options);
+    ASSERT_TRUE(r) << r.error().message;
+    ASSERT_TRUE(r->fits);
+    EXPECT_EQ(r->best.choice.tp, 1);
+    bool tp_loss = false;
+    for (const DimensionLoss& l : r->losses) {
+        if (l.dimension != OptimizeDimension::Tp) continue;
+        tp_loss = true;
+        EXPECT_LT(l.change, 0) << "tp " << l.value;
+    }
+    EXPECT_TRUE(tp_loss);
+}
+
+// A degree that does not divide the heads or the GPUs per node is refused by name.
+TEST(OptimizeTest, RefusesAnInvalidTensorParallelDegree) {
+    const core::Plan base = basePlan("llama-3.1-8b", 1, 4096);
+    OptimizeSpace space;
+    space.tps = {1, 3};
+    OptimizeOptions options;
+    options.global_batch = 16;
+    auto r = optimize(base, space, HardwareProfile::fromCluster(base.cluster), options);
+    ASSERT_FALSE(r);
+    EXPECT_NE(r.error().message.find("--tp 3"), std::string::npos) << r.error().message;
+    EXPECT_NE(r.error().message.find("valid: 1, 2, 4, 8"), std::string::npos) << r.error().message;
 }
 
 // Llama-3.1-70B FULL_SHARD on 8 H100s: model states alone are 70.6e9 x 16 B / 8 = 141 GB per GPU.

@@ -29,7 +29,7 @@ struct OptimizeCommandOptions {
     core::PlanOverrides plan;
     int64_t global_batch = 0;
     std::vector<std::string> strategies, wraps, acs, offloads;
-    std::vector<int> shard_sizes, fsdps;
+    std::vector<int> shard_sizes, fsdps, tps;
     int64_t max_micro_batch = 0;
     bool no_partial_reshard = false, no_prefetch = false, ac_per_block = false;
     double headroom = core::kDefaultHeadroom;
@@ -48,6 +48,7 @@ std::string label(const sim::OptimizeChoice& c) {
     if (c.reshard == core::ReshardMode::Count) out += fmt::format(", reshard to {} ranks", c.reshard_k);
     if (c.strategy != core::Strategy::NoShard) out += ", prefetch " + sim::choiceValue(c, sim::OptimizeDimension::Prefetch);
     if (c.offload != core::Offload::None) out += ", offload " + sim::choiceValue(c, sim::OptimizeDimension::Offload);
+    if (c.tp > 1) out += ", tp " + sim::choiceValue(c, sim::OptimizeDimension::Tp);
     return out;
 }
 
@@ -126,6 +127,7 @@ int runOptimize(const OptimizeCommandOptions& o) {
     }
     space.fsdp_versions = o.fsdps;
     space.hybrid_shard_sizes = o.shard_sizes;
+    space.tps = o.tps;
     space.max_micro_batch = o.max_micro_batch;
     space.partial_reshard = !o.no_partial_reshard;
     space.prefetch = !o.no_prefetch;
@@ -366,6 +368,12 @@ void registerOptimizeCommand(CLI::App& app, int& exit_code) {
         ->type_name("N,...")
         ->delimiter(',');
     cmd->add_option("--fsdp", opts->fsdps, "FSDP flavours to consider: 1,2 (default both)")->type_name("1|2,...")->delimiter(',');
+    cmd->add_option("--tp", opts->tps,
+                    "Tensor-parallel degrees to consider, comma-separated (default 1, or the plan file's): each divides "
+                    "the GPUs per node and the attention and KV heads; with tp > 1 the space is FSDP2, sharded "
+                    "strategies, no offload, over the GPU count / tp data-parallel ranks")
+        ->type_name("T,...")
+        ->delimiter(',');
     cmd->add_option("--wrap", opts->wraps,
                     "Wrap policies to consider, comma-separated: whole | block | every:K | min-params:N | modules:FILE "
                     "(default whole, every:8, every:4, every:2, block)")
