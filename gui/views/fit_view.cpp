@@ -173,7 +173,7 @@ void FitView::setPlan(std::shared_ptr<const PlanResult> plan) {
                             .arg(s.tokens_per_s_per_gpu, 0, 'f', 0));
     m_headline->setStyleSheet(e.fit.fits ? "color: #1e8449;" : "color: #c0392b;");
     m_details->setText(
-        QString("%1 on %2 x %3 (%4 node(s) x %5), %6 (FSDP%7), shard %8 x replicate %9, wrap %10 -> %11 units; "
+        QString("%1 on %2 x %3 (%4 node(s) x %5), %6 (FSDP%7), shard %8 x replicate %9%15, wrap %10 -> %11 units; "
                 "compute stream busy %12, exposed communication %13; peak at %14")
             .arg(toQString(p.model->name))
             .arg(e.mesh.world_size)
@@ -187,7 +187,11 @@ void FitView::setPlan(std::shared_ptr<const PlanResult> plan) {
             .arg(toQString(core::wrapPolicyString(p.sharding.wrap)))
             .arg(e.program.units.size())
             .arg(formatMs(s.compute_s), formatMs(s.exposed_comm_s),
-                 e.memory.peak_task >= 0 ? QString::fromStdString(e.program.taskLabel(e.memory.peak_task)) : "start"));
+                 e.memory.peak_task >= 0 ? QString::fromStdString(e.program.taskLabel(e.memory.peak_task)) : "start")
+            .arg(e.mesh.tp > 1 ? QString(" x tp %1 (%2 of it on tensor-parallel collectives)")
+                                     .arg(e.mesh.tp)
+                                     .arg(formatMs(e.tp_comm_s))
+                               : QString()));
 }
 
 void FitView::setStrategies(std::shared_ptr<const StrategyComparison> c) {
