@@ -138,6 +138,72 @@ double CostModel::opSeconds(const core::OpShape& op, TaskKind kind) const {
     return 0.0;
 }
 
+double CostModel::kernelSeconds(const core::Task& task, const core::Program& program, double* tp_exposed) const {
+    const core::OpShape* ops = program.opsBegin(task);
+    const uint32_t n = task.ops.count;
+    const int64_t tokens = program.tokens_per_micro_batch;
+    double s = 0, exposed = 0;
+    // Async TP (torch's fused_all_gather_matmul / fused_matmul_reduce_scatter) splits the GEMMs over
+    // the tokens (m = the micro-batch's tokens: the forward's and the input gradient's) into
+    // group_size chunks, each computed while the next chunk moves: the pair takes the longer of the
+    // two plus one chunk of the shorter to fill (or drain) the pipeline, and those GEMMs run at the
+    // chunks' shape. Other GEMMs next to it (weight gradients) are not part of the pipeline.
+    auto tokenGemm = [&](const core::OpShape& g) { return g.kind == core::OpShapeKind::Gemm && g.m == tokens; };
+    auto chunked = [&](const core::OpShape& g, int32_t parts) {
+        core::OpShape c = g;
+        c.m = std::max<int64_t>(1, g.m / parts);
+        return opSeconds(c, task.kind) * static_cast<double>(parts);
+    };
+    auto pipelined = [](double comm, double gemm, double parts) { return std::max(comm, gemm) + std::min(comm, gemm) / parts; };
+    // The token GEMMs of the run of GEMMs just before the current op, timed whole.
+    double run_whole = 0;
+    for (uint32_t i = 0; i < n; ++i) {
+        const core::OpShape& op = ops[i];
+        const bool async = core::isTpCollective(op.kind) && op.overlap != 0;
+        const double t = opSeconds(op, task.kind);
+        if (!async) {
+            s += t;
+            if (core::isTpCollective(op.kind)) exposed += t;
+            if (op.kind != core::OpShapeKind::Gemm) {
+                run_whole = 0;
+            } else if (tokenGemm(op)) {
+                run_whole += t;
+            }
+            continue;
+        }
+        const int32_t parts = std::max(1, op.group_size);
+        const auto p = static_cast<double>(parts);
+        if (op.overlap == 1) {
+            // The all-gather and the run of GEMMs after it, which read what it gathers.
+            double gemm = 0;
+            uint32_t j = i + 1;
+            for (; j < n && ops[j].kind == core::OpShapeKind::Gemm; ++j) {
+                if (tokenGemm(ops[j])) {
+                    gemm += chunked(ops[j], parts);
+                } else {
+                    s += opSeconds(ops[j], task.kind);
+                }
+            }
+            const double pair = pipelined(t, gemm, p);
+            s += pair;
+            exposed += std::max(0.0, pair - gemm);
+            run_whole = 0;
+            i = j - 1;
+            continue;
+        }
+        // The reduce-scatter and the run of GEMMs before it (its token GEMMs counted whole already).
+        double gemm = 0;
+        for (uint32_t j = i; j > 0 && ops[j - 1].kind == core::OpShapeKind::Gemm; --j)
+            if (tokenGemm(ops[j - 1])) gemm += chunked(ops[j - 1], parts);
+        const double pair = pipelined(t, gemm, p);
+        s += pair - run_whole;
+        exposed += std::max(0.0, pair - gemm);
+        run_whole = 0;
+    }
+    if (tp_exposed) *tp_exposed = exposed;
+    return s;
+}
+
 double CostModel::computeSeconds(const core::Task& task, const core::Program& program) const {
     const HardwareProfile& p = *m_profile;
     const double flops = static_cast<double>(task.flops);
@@ -146,12 +212,7 @@ double CostModel::computeSeconds(const core::Task& task, const core::Program& pr
         // CPU optimizer under offload: the bytes it reads and writes at the CPU optimizer's rate.
         return bytes / p.cpu_optimizer_bytes_per_s;
     }
-    if (task.ops.count > 0) {
-        const core::OpShape* ops = program.opsBegin(task);
-        double s = 0;
-        for (uint32_t i = 0; i < task.ops.count; ++i) s += opSeconds(ops[i], task.kind);
-        return s;
-    }
+    if (task.ops.count > 0) return kernelSeconds(task, program, nullptr);
     const core::DType compute = program.compute_dtype;
     double eff = task.kind == TaskKind::Backward ? p.backward_efficiency_max : p.forward_efficiency_max;
     double flop_s = 0;

@@ -37,6 +37,10 @@ public:
 
     // A compute task: the sum of its kernels' times (opSeconds); a task without kernels as a whole.
     double computeSeconds(const core::Task& task, const core::Program& program) const;
+    // The sum of a compute task's kernels, tensor-parallel collectives included; under async TP an
+    // overlapped collective adds only what its GEMMs do not cover. `tp_exposed` (optional): the
+    // seconds of tensor-parallel collectives the task's time holds.
+    double kernelSeconds(const core::Task& task, const core::Program& program, double* tp_exposed) const;
     // One kernel of a task of `kind` (Backward GEMMs use backward_efficiency_max), launch included.
     double opSeconds(const core::OpShape& op, core::TaskKind kind) const;
     // A GEMM's shape factor (<= 1): tile quantisation on 128 x 256 output tiles, wave quantisation

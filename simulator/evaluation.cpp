@@ -34,10 +34,10 @@ double tpCommSecondsPerMicroBatch(const core::Program& program, const HardwarePr
     const CostModel cost(profile);
     double s = 0;
     for (const core::Task& t : program.tasks) {
-        if (t.micro_batch != 0) continue;
-        const core::OpShape* ops = program.opsBegin(t);
-        for (uint32_t i = 0; i < t.ops.count; ++i)
-            if (core::isTpCollective(ops[i].kind)) s += cost.opSeconds(ops[i], t.kind);
+        if (t.micro_batch != 0 || t.ops.count == 0) continue;
+        double exposed = 0;
+        cost.kernelSeconds(t, program, &exposed);
+        s += exposed;
     }
     return s;
 }

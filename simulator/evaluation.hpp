@@ -91,7 +91,8 @@ struct Evaluation {
     core::FitVerdict fit;           // reserved (else allocated) peak against profile.gpu.memory_bytes
     PeriodicStep period;            // set when the step was simulated by its period
     // Tensor-parallel collectives the compute stream waits for, per step, uncontended (0 without
-    // tensor parallelism): part of compute_s, shown on their own.
+    // tensor parallelism; under async TP what the overlapped GEMMs leave exposed): part of
+    // compute_s, shown on their own.
     double tp_comm_s = 0;
 };
 

@@ -58,6 +58,10 @@ void addPlanOptions(CLI::App& cmd, core::PlanOverrides& o) {
            "With --tp: cross-entropy on vocab-sharded logits (torchtitan's default); false: the logits are "
            "all-gathered first",
            "true");
+    addOpt(cmd, "--async-tp", o.async_tp, "true|false",
+           "With --tp and --kernels compile: torch._inductor's micro-pipelined TP, each all-gather overlapped with "
+           "the matmuls that read it and each reduce-scatter with the matmul that feeds it",
+           "false");
     addOpt(cmd, "--pp", o.pp, "P", "Pipeline stages (not modelled yet: only 1 is accepted)", "1");
     addOpt(cmd, "--cp", o.cp, "C", "Context-parallel degree (not modelled: only 1 is accepted)", "1");
     addOpt(cmd, "--fsdp", o.fsdp, "1|2", "FSDP flavour: 2 (fully_shard) or 1 (FullyShardedDataParallel)",

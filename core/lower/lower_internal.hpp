@@ -286,7 +286,8 @@ private:
     void tpLocalOps();
     void tpBefore(int64_t ai, bool backward);
     void tpAfter(int64_t ai, bool backward);
-    void pushTpCollective(OpShapeKind kind, int64_t bytes);
+    static constexpr uint8_t kOverlapNext = 1, kOverlapPrevious = 2;  // OpShape::overlap under async TP
+    void pushTpCollective(OpShapeKind kind, int64_t bytes, uint8_t overlap = 0);
     // Active op `ai` as this rank runs it: the model's, or its TP-local view.
     const Op& opAt(int64_t ai) const {
         const auto oi = static_cast<size_t>(m_s.active[static_cast<size_t>(ai)]);

@@ -23,6 +23,9 @@
 //                the embedding's backward, reduce-scatter the input gradient after the first
 //                colwise linear's; no SP: all-reduce the input gradient there.
 //       A recompute repeats the forward's.                                   tpCollectives
+//  TP4  async TP (torch._inductor's micro-pipelined TP: fused_all_gather_matmul and
+//       fused_matmul_reduce_scatter): an all-gather runs under the matmuls that read it, a
+//       reduce-scatter under the matmul that makes its input (OpShape::overlap).   tpBefore, tpAfter
 #include "core/lower/lower_internal.hpp"
 
 namespace shardcast::core::detail {
@@ -105,13 +108,14 @@ void Lowering::tpBefore(int64_t ai, bool backward) {
     const int64_t item = itemSize(m_pdt);
     if (!backward) {
         if (op.tp == TpRole::Colwise && (!prev || prev->tp != TpRole::Colwise) && m_sp)
-            pushTpCollective(OpShapeKind::TpAllGather, m_tokens * op.in_features * item);
+            pushTpCollective(OpShapeKind::TpAllGather, m_tokens * op.in_features * item, kOverlapNext);
         if (op.tp == TpRole::Loss && !m_lp && (!prev || prev->tp != TpRole::Loss))
             pushTpCollective(OpShapeKind::TpAllGather, m_tokens * m_model.arch.vocab * item);
         return;
     }
     // Backward, before the op's own: the output gradient gathered back from sequence shards.
-    if (m_sp && op.tp == TpRole::Rowwise) pushTpCollective(OpShapeKind::TpAllGather, m_tokens * op.out_features * item);
+    if (m_sp && op.tp == TpRole::Rowwise)
+        pushTpCollective(OpShapeKind::TpAllGather, m_tokens * op.out_features * item, kOverlapNext);
     if (m_sp && op.tp == TpRole::Vocab) pushTpCollective(OpShapeKind::TpAllGather, m_tokens * m_model.arch.hidden * item);
 }
 
@@ -123,16 +127,16 @@ void Lowering::tpAfter(int64_t ai, bool backward) {
     const int64_t item = itemSize(m_pdt);
     const OpShapeKind reduce = m_sp ? OpShapeKind::TpReduceScatter : OpShapeKind::TpAllReduce;
     if (!backward) {
-        if (op.tp == TpRole::Rowwise) pushTpCollective(reduce, m_tokens * op.out_features * item);
+        if (op.tp == TpRole::Rowwise) pushTpCollective(reduce, m_tokens * op.out_features * item, kOverlapPrevious);
         if (op.tp == TpRole::Vocab) pushTpCollective(reduce, m_tokens * m_model.arch.hidden * item);
         return;
     }
     const Op* prev = ai > 0 ? &opAt(ai - 1) : nullptr;
     if (op.tp == TpRole::Colwise && (!prev || prev->tp != TpRole::Colwise))
-        pushTpCollective(reduce, m_tokens * op.in_features * item);
+        pushTpCollective(reduce, m_tokens * op.in_features * item, kOverlapPrevious);
 }
 
-void Lowering::pushTpCollective(OpShapeKind kind, int64_t bytes) {
+void Lowering::pushTpCollective(OpShapeKind kind, int64_t bytes, uint8_t overlap) {
     const int32_t gi = m_group[static_cast<size_t>(GroupKind::Tensor)];
     assert(gi >= 0);
     const ProcessGroup& g = m_p.groups[static_cast<size_t>(gi)];
@@ -143,6 +147,9 @@ void Lowering::pushTpCollective(OpShapeKind kind, int64_t bytes) {
     o.group = gi;
     o.group_size = g.size;
     o.group_nodes = g.nodes;
+    // Inductor's micro-pipelined TP fuses all-gathers and reduce-scatters of sequence parallelism
+    // with their matmuls; an all-reduce (no SP) stays on its own.
+    o.overlap = m_sh.async_tp && kind != OpShapeKind::TpAllReduce ? overlap : 0;
 }
 
 }  // namespace shardcast::core::detail

@@ -199,7 +199,8 @@ Result<Plan> buildPlan(const PlanOverrides& o) {
     if (o.pp) s.pp = static_cast<int>(*o.pp);
     if (o.cp) s.cp = static_cast<int>(*o.cp);
     for (auto [value, flag, target] : {std::tuple{&o.sequence_parallel, "--sequence-parallel", &s.sequence_parallel},
-                                       std::tuple{&o.loss_parallel, "--loss-parallel", &s.loss_parallel}}) {
+                                       std::tuple{&o.loss_parallel, "--loss-parallel", &s.loss_parallel},
+                                       std::tuple{&o.async_tp, "--async-tp", &s.async_tp}}) {
         if (!*value) continue;
         if (**value != "true" && **value != "false") {
             return makeError(fmt::format("{}: expected true or false (got '{}')", flag, textExcerpt(**value)));

@@ -29,7 +29,7 @@ struct PlanOverrides {
     // Mesh dimensions besides dp: --tp, --pp, --cp; --sequence-parallel and --loss-parallel
     // ("true"/"false").
     std::optional<int64_t> tp, pp, cp;
-    std::optional<std::string> sequence_parallel, loss_parallel;
+    std::optional<std::string> sequence_parallel, loss_parallel, async_tp;
 };
 
 // Defaults used when there is no plan file.

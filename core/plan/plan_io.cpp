@@ -222,10 +222,11 @@ Status readSharding(const json& j, const std::string& where, const std::filesyst
     SectionReader r(j, where, "sharding");
     r.checkKeys({"strategy", "shard_size", "fsdp", "wrap", "reshard_after_forward", "prefetch_depth",
                  "forward_prefetch", "backward_prefetch", "limit_all_gathers", "tp", "sequence_parallel",
-                 "loss_parallel", "pp", "cp"});
+                 "loss_parallel", "async_tp", "pp", "cp"});
     r.integer("tp", s.tp, "a positive integer (tensor-parallel degree)");
     r.boolean("sequence_parallel", s.sequence_parallel);
     r.boolean("loss_parallel", s.loss_parallel);
+    r.boolean("async_tp", s.async_tp);
     r.integer("pp", s.pp, "a positive integer (pipeline stages)");
     r.integer("cp", s.cp, "a positive integer (context-parallel degree)");
     r.enumeration("strategy", s.strategy, parseStrategy, kStrategyChoices);
@@ -490,6 +491,17 @@ Status checkParallelDims(const Plan& plan, int world) {
         return makeError(fmt::format("sharding.cp {}: context parallelism is not modelled; use cp 1", s.cp));
     }
     if (s.tp < 1) return makeError(fmt::format("sharding.tp must be a positive integer (got {})", s.tp));
+    if (s.async_tp) {
+        if (s.tp == 1) return makeError("sharding.async_tp needs sharding.tp > 1 (it overlaps tensor-parallel collectives)");
+        if (!s.sequence_parallel) {
+            return makeError("sharding.async_tp needs sequence_parallel: it overlaps the all-gathers and reduce-scatters "
+                             "of sequence parallelism with their matmuls");
+        }
+        if (plan.training.kernels != KernelImpl::Compile) {
+            return makeError("sharding.async_tp needs training.kernels compile: async TP is torch._inductor's "
+                             "micro-pipelined TP, which runs under torch.compile (torchtitan requires compile for it)");
+        }
+    }
     if (s.tp == 1) return Ok{};
     if (m.tp_plan.empty()) {
         return makeError(fmt::format(
@@ -887,6 +899,7 @@ nlohmann::json planToJson(const Plan& plan) {
         sharding["tp"] = s.tp;
         sharding["sequence_parallel"] = s.sequence_parallel;
         sharding["loss_parallel"] = s.loss_parallel;
+        sharding["async_tp"] = s.async_tp;
     }
     if (s.pp != 1) sharding["pp"] = s.pp;
     if (s.cp != 1) sharding["cp"] = s.cp;

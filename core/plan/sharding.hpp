@@ -49,6 +49,10 @@ struct ShardingSpec {
     int tp = 1;
     bool sequence_parallel = true;  // norms and residual adds on sequence shards (SequenceParallel)
     bool loss_parallel = true;      // cross-entropy on vocab-sharded logits (torchtitan's default)
+    // torch._inductor's micro-pipelined ("async") TP: each all-gather overlapped with the matmuls that
+    // read it, each reduce-scatter with the matmul that feeds it (needs sequence parallelism and
+    // torch.compile).
+    bool async_tp = false;
     int pp = 1;  // pipeline stages: named, not yet modelled (refused above 1)
     int cp = 1;  // context parallelism: named, not yet modelled (refused above 1)
 };

@@ -129,7 +129,9 @@ struct ProcessGroup {
 //    waits for (DTensor's redistributions between a sequence-sharded and a replicated activation,
 //    or a partial sum): `bytes` is its size S in nccl-tests' sense (the gathered size for
 //    all-gather and reduce-scatter, the buffer for all-reduce) on process group `group`
-//    (Program::groups; its size and nodes copied for the cost model). No FLOPs.
+//    (Program::groups; its size and nodes copied for the cost model). No FLOPs. `overlap`: async
+//    TP runs it under the matmuls next to it (1: the run of GEMMs after it, which read what it
+//    gathers; 2: the run of GEMMs before it, which make what it reduces); 0: on its own.
 // A task's FLOPs are the sum of its ops' FLOPs (opFlops); a Linear GEMM over a fraction of the
 // tokens (an MoE expert) rounds m to whole tokens.
 enum class OpShapeKind : uint8_t { Gemm, Attention, AttentionBackward, Elementwise, TpAllGather, TpReduceScatter, TpAllReduce };
@@ -153,6 +155,7 @@ struct OpShape {
     int64_t seq = 0;                 // Attention
     int64_t bytes = 0, flops = 0;    // Elementwise; TP collectives: bytes
     int32_t group = -1, group_size = 0, group_nodes = 0;  // TP collectives
+    uint8_t overlap = 0;                                  // TP collectives: 0, 1 (next GEMMs), 2 (previous)
     bool operator==(const OpShape&) const = default;
 };
 int64_t opFlops(const OpShape& op);

@@ -88,7 +88,8 @@ json memJson(const MemEvent& e) {
 json opJson(const OpShape& o) {
     if (isTpCollective(o.kind)) {
         return json{{"kind", opShapeKindName(o.kind)}, {"dtype", dtypeName(o.dtype)}, {"bytes", o.bytes},
-                    {"group", o.group}, {"group_size", o.group_size}, {"group_nodes", o.group_nodes}};
+                    {"group", o.group}, {"group_size", o.group_size}, {"group_nodes", o.group_nodes},
+                    {"overlap", o.overlap}};
     }
     return json{{"kind", opShapeKindName(o.kind)},
                 {"dtype", dtypeName(o.dtype)},
@@ -342,7 +343,7 @@ void readOp(Reader& r, const json& j, const std::string& at, OpShape& o) {
                             parseOpShapeKind(j.at("kind").get<std::string>()).has_value() &&
                             isTpCollective(*parseOpShapeKind(j.at("kind").get<std::string>()));
     if (collective) {
-        if (!r.object(j, at, {"kind", "dtype", "bytes", "group", "group_size", "group_nodes"})) return;
+        if (!r.object(j, at, {"kind", "dtype", "bytes", "group", "group_size", "group_nodes", "overlap"})) return;
     } else if (!r.object(j, at, {"kind", "dtype", "causal", "m", "n", "k", "batch", "heads", "kv_heads", "head_dim",
                                  "seq", "bytes", "flops"})) {
         return;
@@ -354,6 +355,7 @@ void readOp(Reader& r, const json& j, const std::string& at, OpShape& o) {
         r.integer(j, at, "group", o.group, 0, kInt32Max);
         r.integer(j, at, "group_size", o.group_size, 1, kInt32Max);
         r.integer(j, at, "group_nodes", o.group_nodes, 1, kInt32Max);
+        r.integer(j, at, "overlap", o.overlap, 0, 2);
         return;
     }
     r.boolean(j, at, "causal", o.causal);

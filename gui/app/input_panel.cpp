@@ -214,6 +214,10 @@ InputPanel::InputPanel(QWidget* parent) : QWidget(parent) {
     addCombo(sharding, "loss-parallel", "sharding.loss_parallel", "loss parallel",
              "With tensor parallelism: cross-entropy on vocab-sharded logits (loss_parallel), torchtitan's default.",
              {"true", "false"}, false);
+    addCombo(sharding, "async-tp", "sharding.async_tp", "async TP",
+             "With tensor parallelism, sequence parallelism and kernels compile: torch._inductor's micro-pipelined TP "
+             "(each all-gather overlapped with the matmuls that read it, each reduce-scatter with the one that feeds it).",
+             {"false", "true"}, false);
     addCombo(sharding, "fsdp", "sharding.fsdp", "FSDP version",
              "FSDP2 (torch.distributed.fsdp.fully_shard) or FSDP1 (FullyShardedDataParallel).", {"2", "1"}, false);
     addCombo(sharding, "wrap", "sharding.wrap", "wrap policy",
@@ -360,6 +364,7 @@ void InputPanel::fillFromPlan(const core::Plan& p) {
     set("tp", QString::number(s.tp));
     set("sequence-parallel", s.sequence_parallel ? "true" : "false");
     set("loss-parallel", s.loss_parallel ? "true" : "false");
+    set("async-tp", s.async_tp ? "true" : "false");
     set("fsdp", QString::number(s.fsdp_version));
     set("wrap", toQString(core::wrapPolicyString(s.wrap)));
     set("reshard-after-forward", reshardText(s));
@@ -400,6 +405,7 @@ core::PlanOverrides InputPanel::overrides() const {
         else if (key == "tp") o.tp = v.toLongLong();
         else if (key == "sequence-parallel") o.sequence_parallel = s;
         else if (key == "loss-parallel") o.loss_parallel = s;
+        else if (key == "async-tp") o.async_tp = s;
         else if (key == "fsdp") o.fsdp = v.toLongLong();
         else if (key == "wrap") o.wrap = s;
         else if (key == "reshard-after-forward" && v != "default") o.reshard_after_forward = s;

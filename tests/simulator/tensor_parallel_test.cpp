@@ -5,6 +5,7 @@
 // 8 KV heads of 128, MLP 14336, vocabulary 128256) or measured with scripts/torch_peer.py.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <memory>
 #include <string>
@@ -18,6 +19,7 @@
 #include "core/program/program.hpp"
 #include "core/program/program_check.hpp"
 #include "core/program/program_io.hpp"
+#include "simulator/cost_model.hpp"
 #include "simulator/evaluation.hpp"
 
 namespace shardcast::sim {
@@ -283,6 +285,90 @@ TEST(TensorParallelTest, BadMeshesNameTheValidChoices) {
     core::Plan g = tpPlan(2, 2);
     g.model = std::make_shared<const core::Model>(std::move(*gpt2));
     refused(g, "has no tensor-parallel plan");
+}
+
+}  // namespace
+}  // namespace shardcast::sim
+
+namespace shardcast::sim {
+namespace {
+
+// Async TP (rule TP4): all-gathers before a colwise run and in backward before a rowwise linear
+// overlap the GEMMs after them, reduce-scatters the GEMMs before them; needs SP and compile.
+TEST(TensorParallelTest, AsyncTpMarksTheFusedCollectives) {
+    core::Plan plan = tpPlan(1, 2);
+    plan.sharding.async_tp = true;
+    plan.training.kernels = core::KernelImpl::Compile;
+    const core::Program p = lowered(plan);
+    int next = 0, previous = 0, alone = 0;
+    for (const core::OpShape& op : p.ops) {
+        if (!core::isTpCollective(op.kind)) continue;
+        if (op.overlap == 1) {
+            EXPECT_EQ(op.kind, OpShapeKind::TpAllGather);
+            ++next;
+        } else if (op.overlap == 2) {
+            EXPECT_EQ(op.kind, OpShapeKind::TpReduceScatter);
+            ++previous;
+        } else {
+            ++alone;
+        }
+    }
+    // Per block forward: 2 all-gathers (next), 2 reduce-scatters (previous); backward: 2 and 2; the
+    // LM head's all-gather (next) and its input gradient's reduce-scatter (previous); the embedding's
+    // reduce-scatter and its gradient's all-gather follow no GEMM.
+    EXPECT_EQ(next, 2 + 2 + 1);
+    EXPECT_EQ(previous, 2 + 2 + 1);
+    EXPECT_EQ(alone, 2);
+    core::Plan eager = plan;
+    eager.training.kernels = core::KernelImpl::Eager;
+    auto mesh = core::validatePlan(eager);
+    ASSERT_FALSE(mesh.ok());
+    EXPECT_NE(mesh.error().message.find("needs training.kernels compile"), std::string::npos);
+}
+
+// The cost of an overlapped pair, worked from its parts: an all-gather of 64 MiB over 2 ranks and
+// the [8192 x 4096] x [4096 x 4096] GEMM that reads it run as 2 chunks of 4096 rows; the pair takes
+// max(comm, chunked GEMM) + min(comm, chunked GEMM) / 2. Without the overlap the two add up.
+TEST(TensorParallelTest, AsyncTpPairCostsTheLongerPlusOneChunk) {
+    const core::Plan plan = tpPlan(1, 2);
+    const HardwareProfile profile = HardwareProfile::fromCluster(plan.cluster);
+    const CostModel cost(profile);
+    core::Program p = lowered(plan);
+    const int32_t tensor = [&] {
+        for (size_t g = 0; g < p.groups.size(); ++g)
+            if (p.groups[g].kind == core::GroupKind::Tensor) return static_cast<int32_t>(g);
+        return -1;
+    }();
+    ASSERT_GE(tensor, 0);
+    core::Program q;
+    q.groups = p.groups;
+    q.tokens_per_micro_batch = 8192;
+    core::OpShape ag;
+    ag.kind = OpShapeKind::TpAllGather;
+    ag.bytes = 64 * kMiB;
+    ag.group = tensor;
+    ag.group_size = 2;
+    ag.group_nodes = 1;
+    ag.overlap = 1;
+    core::OpShape gemm;
+    gemm.kind = OpShapeKind::Gemm;
+    gemm.m = 8192;
+    gemm.n = 4096;
+    gemm.k = 4096;
+    gemm.batch = 1;
+    q.ops = {ag, gemm};
+    core::Task t;
+    t.kind = core::TaskKind::Forward;
+    t.ops = core::Span{0, 2};
+    core::OpShape half = gemm;
+    half.m = 4096;
+    const double comm = cost.opSeconds(ag, t.kind), chunks = 2 * cost.opSeconds(half, t.kind);
+    double exposed = -1;
+    EXPECT_DOUBLE_EQ(cost.kernelSeconds(t, q, &exposed), std::max(comm, chunks) + std::min(comm, chunks) / 2);
+    EXPECT_DOUBLE_EQ(exposed, std::max(comm, chunks) + std::min(comm, chunks) / 2 - chunks);
+    q.ops[0].overlap = 0;
+    EXPECT_DOUBLE_EQ(cost.kernelSeconds(t, q, &exposed), comm + cost.opSeconds(gemm, t.kind));
+    EXPECT_DOUBLE_EQ(exposed, comm);
 }
 
 }  // namespace
