@@ -641,6 +641,8 @@ Result<Mesh> validatePlan(const Plan& plan, PlanCheckMemo* memo) {
     mesh.tp = s.tp;
     // The data-parallel ranks: FSDP's mesh is the world's dp part (world / tp).
     const int world = mesh.world_size / mesh.tp;
+    // How the messages below name that size.
+    const std::string ranks_name = mesh.tp > 1 ? "data-parallel size (world / tp " + std::to_string(mesh.tp) + ")" : "world size";
     if (s.shard_size < 0) {
         return makeError("sharding.shard_size must be a positive integer or 0 for the default (got " +
                          std::to_string(s.shard_size) + ")");
@@ -657,7 +659,7 @@ Result<Mesh> validatePlan(const Plan& plan, PlanCheckMemo* memo) {
         case Strategy::ShardGradOp:
         case Strategy::FullShard:
             if (s.shard_size != 0 && s.shard_size != world) {
-                return makeError("sharding.shard_size " + std::to_string(s.shard_size) + " differs from the world size " +
+                return makeError("sharding.shard_size " + std::to_string(s.shard_size) + " differs from the " + ranks_name + " " +
                                  std::to_string(world) + ": " + std::string(strategyName(s.strategy)) +
                                  " shards over all ranks; use HYBRID_SHARD (or _HYBRID_SHARD_ZERO2) to shard over " +
                                  std::to_string(s.shard_size) + " ranks and replicate across groups");
@@ -668,7 +670,7 @@ Result<Mesh> validatePlan(const Plan& plan, PlanCheckMemo* memo) {
         case Strategy::HybridShardZero2:
             mesh.shard_size = s.shard_size == 0 ? std::min(std::max(c.gpus_per_node / mesh.tp, 1), world) : s.shard_size;
             if (world % mesh.shard_size != 0) {
-                return makeError("sharding.shard_size: world size " + std::to_string(world) +
+                return makeError("sharding.shard_size: " + ranks_name + " " + std::to_string(world) +
                                  " is not divisible by shard_size " + std::to_string(mesh.shard_size) +
                                  "; valid shard sizes: " + validShardSizes(world));
             }
