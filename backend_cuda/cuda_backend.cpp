@@ -78,6 +78,8 @@ using Bf16Codec = core::verify::Bf16Values;
 struct VerifyCall {
     const core::Program& program;
     int32_t id;
+    const core::Task& task;               // the collective (a TP one: as a task of its own, inside task `id`)
+    bool mean;                            // FSDP's reductions average; tensor-parallel ones sum
     const std::vector<int32_t>& members;  // world ranks in communicator order
     int32_t rank;
     int64_t count;                        // elements per rank (the whole buffer for all-reduce)
@@ -94,7 +96,7 @@ template <class Codec>
 core::Status verifyCollective(const VerifyCall& c, int64_t& checked) {
     using T = typename Codec::T;
     checked = 0;
-    const core::Task& task = c.program.tasks[static_cast<size_t>(c.id)];
+    const core::Task& task = c.task;
     const core::TaskKind kind = task.kind;
     const auto members = static_cast<int64_t>(c.members.size());
     const int64_t send_elems = kind == core::TaskKind::ReduceScatter ? c.count * members : c.count;
@@ -117,10 +119,10 @@ core::Status verifyCollective(const VerifyCall& c, int64_t& checked) {
             SHARDCAST_CUDA_TRY(ncclCheck, ncclAllGather(c.send, c.recv, n, c.type, c.comm, c.stream));
             break;
         case core::TaskKind::ReduceScatter:
-            SHARDCAST_CUDA_TRY(ncclCheck, ncclReduceScatter(c.send, c.recv, n, c.type, avg(), c.comm, c.stream));
+            SHARDCAST_CUDA_TRY(ncclCheck, ncclReduceScatter(c.send, c.recv, n, c.type, c.mean ? avg() : ncclSum, c.comm, c.stream));
             break;
         default:
-            SHARDCAST_CUDA_TRY(ncclCheck, ncclAllReduce(c.send, c.recv, n, c.type, avg(), c.comm, c.stream));
+            SHARDCAST_CUDA_TRY(ncclCheck, ncclAllReduce(c.send, c.recv, n, c.type, c.mean ? avg() : ncclSum, c.comm, c.stream));
             break;
     }
     SHARDCAST_CUDA_TRY(cudaCheck, cudaMemcpyAsync(recv.data(), c.recv, recv_bytes, cudaMemcpyDeviceToHost, c.stream));
@@ -137,7 +139,7 @@ core::Status verifyCollective(const VerifyCall& c, int64_t& checked) {
         } else {
             float sum = 0;
             for (int32_t member : c.members) sum += core::verify::gradValue(unit, member, offset + i, members);
-            const float mean = sum / static_cast<float>(members);
+            const float mean = c.mean ? sum / static_cast<float>(members) : sum;  // a TP reduction: the sum
             want = Codec::enc(mean);
             // ncclAvg may scale each input by 1/members before summing: within members x bf16's
             // half-ulp of the mean (exact for the power-of-two groups FSDP uses).
@@ -308,6 +310,10 @@ core::Status CudaBackend::prepare(const core::Program& program) {
     std::vector<std::pair<int, int32_t>> needed;
     for (const core::Task& t : program.tasks) {
         if (core::isCollective(t.kind)) needed.emplace_back(static_cast<int>(t.stream), t.group);
+        // Tensor-parallel collectives inside compute tasks: on the task's stream, their own group.
+        const core::OpShape* ops = program.opsBegin(t);
+        for (uint32_t i = 0; i < t.ops.count; ++i)
+            if (core::isTpCollective(ops[i].kind)) needed.emplace_back(static_cast<int>(t.stream), ops[i].group);
     }
     std::sort(needed.begin(), needed.end());
     needed.erase(std::unique(needed.begin(), needed.end()), needed.end());
@@ -471,7 +477,7 @@ core::Status CudaBackend::runTask(const core::Program& program, int32_t id, int3
     if (core::isCollective(t.kind)) {
         done = collective(program, id, s);
     } else if (t.ops.count > 0) {
-        done = compute(program, t, step, s);
+        done = compute(program, id, step, s);
     } else if (t.comm_bytes > 0) {
         done = copy(t, s);
     }
@@ -485,7 +491,8 @@ core::Status CudaBackend::runTask(const core::Program& program, int32_t id, int3
     return core::Ok{};
 }
 
-core::Status CudaBackend::compute(const core::Program& program, const core::Task& task, int32_t step, StreamState& s) {
+core::Status CudaBackend::compute(const core::Program& program, int32_t id, int32_t step, StreamState& s) {
+    const core::Task& task = program.tasks[static_cast<size_t>(id)];
     const core::OpShape* ops = program.opsBegin(task);
     if (task.stream == core::Stream::Host) {  // CPU work (the optimizer under offload): its bytes as memory traffic
         for (uint32_t i = 0; i < task.ops.count; ++i) {
@@ -565,9 +572,18 @@ core::Status CudaBackend::compute(const core::Program& program, const core::Task
             }
             case core::OpShapeKind::TpAllGather:
             case core::OpShapeKind::TpReduceScatter:
-            case core::OpShapeKind::TpAllReduce:
-                return core::makeError("the CUDA backend does not execute tensor-parallel collectives yet (a plan with "
-                                       "tp > 1); plan and simulate it instead");
+            case core::OpShapeKind::TpAllReduce: {
+                // On the task's stream, between its kernels: the collective as a task of its own.
+                core::Task t = task;
+                t.kind = core::tpCollectiveTaskKind(op.kind);
+                t.dtype = op.dtype;
+                t.comm_bytes = op.bytes;
+                t.group = op.group;
+                t.group_size = op.group_size;
+                t.group_nodes = op.group_nodes;
+                if (auto done = runCollective(program, id, t, s, /*mean=*/false); !done) return done;
+                break;
+            }
         }
     }
     return core::Ok{};
@@ -596,7 +612,11 @@ core::Status CudaBackend::copy(const core::Task& task, StreamState& s) {
 }
 
 core::Status CudaBackend::collective(const core::Program& program, int32_t id, StreamState& s) {
-    const core::Task& t = program.tasks[static_cast<size_t>(id)];
+    return runCollective(program, id, program.tasks[static_cast<size_t>(id)], s, /*mean=*/true);
+}
+
+core::Status CudaBackend::runCollective(const core::Program& program, int32_t id, const core::Task& t, StreamState& s,
+                                        bool mean) {
     int32_t members = t.group_size;
     ncclComm_t comm = nullptr;
     const Comm* group = nullptr;
@@ -631,7 +651,7 @@ core::Status CudaBackend::collective(const core::Program& program, int32_t id, S
         return cudaCheck(launchFill(s.recv.ptr, recv_bytes, kEmulatedPattern, s.stream), "launchFill (emulated collective)");
     }
     if (m_options.verify) {
-        const VerifyCall call{program, id, group->ranks, rank(), count, s.send.ptr, s.recv.ptr, comm, type, s.stream};
+        const VerifyCall call{program, id, t, mean, group->ranks, rank(), count, s.send.ptr, s.recv.ptr, comm, type, s.stream};
         int64_t checked = 0;
         core::Status done = word == 2 ? verifyCollective<Bf16Codec>(call, checked) : verifyCollective<F32Codec>(call, checked);
         if (done && checked > 0) {
@@ -645,9 +665,11 @@ core::Status CudaBackend::collective(const core::Program& program, int32_t id, S
         case core::TaskKind::AllGather:
             return ncclCheck(ncclAllGather(s.send.ptr, s.recv.ptr, n, type, comm, s.stream), "ncclAllGather");
         case core::TaskKind::ReduceScatter:
-            return ncclCheck(ncclReduceScatter(s.send.ptr, s.recv.ptr, n, type, avg(), comm, s.stream), "ncclReduceScatter");
+            return ncclCheck(ncclReduceScatter(s.send.ptr, s.recv.ptr, n, type, mean ? avg() : ncclSum, comm, s.stream),
+                             "ncclReduceScatter");
         default:
-            return ncclCheck(ncclAllReduce(s.send.ptr, s.recv.ptr, n, type, avg(), comm, s.stream), "ncclAllReduce");
+            return ncclCheck(ncclAllReduce(s.send.ptr, s.recv.ptr, n, type, mean ? avg() : ncclSum, comm, s.stream),
+                             "ncclAllReduce");
     }
 }
 

@@ -149,8 +149,11 @@ public:
 private:
     explicit CudaBackend(const CudaBackendOptions& options, Bootstrap* bootstrap);
     struct StreamState;
-    core::Status compute(const core::Program& program, const core::Task& task, int32_t step, StreamState& s);
+    core::Status compute(const core::Program& program, int32_t id, int32_t step, StreamState& s);
     core::Status collective(const core::Program& program, int32_t id, StreamState& s);
+    // A collective `t` (task `id` itself, or a tensor-parallel one inside compute task `id`); FSDP's
+    // reductions average (`mean`), tensor-parallel ones sum partial results.
+    core::Status runCollective(const core::Program& program, int32_t id, const core::Task& t, StreamState& s, bool mean);
     core::Status copy(const core::Task& task, StreamState& s);
     core::Status createPools();
     void destroyEvents() noexcept;

@@ -6,8 +6,10 @@
 # plan with one unit per block on this machine's GPU, emulating rank 0 of a node of 8 GPUs
 # (`--emulate-rank 0`: every allocation and kernel for real, collectives filled locally),
 # predicted on the calibrated profile, compares prediction with measurement (`shardcast compare`)
-# and prints one summary table. With two or more GPUs it also runs tiny-llama on 2 GPUs, a thread
-# per GPU (`--gpus 2`, NCCL between them, --verify), and under mpirun one process per GPU.
+# and prints one summary table; the same for FULL_SHARD with tensor parallelism (--tp 2, its
+# collectives emulated too). With two or more GPUs it also runs tiny-llama on 2 GPUs, a thread per
+# GPU (`--gpus 2`, NCCL between them, --verify), the same with --tp 2 (NCCL tensor-parallel
+# collectives inside the compute tasks), and under mpirun one process per GPU.
 # Budget: within 8 minutes on one H100 / H200 with a build folder present (calibration about a
 # minute with --quick; each 8B run a few seconds after its warmup).
 #   usage: scripts/gpu-check.sh [BUILD_DIR]      (default: build/ beside this script's repository)
@@ -72,6 +74,15 @@ if [ "$gpu_count" -ge 2 ]; then
     fi
     multi="skipped (no mpirun)"
 fi
+tp_threads="skipped (one GPU)"
+if [ "$gpu_count" -ge 2 ]; then
+    echo "== tiny-llama with tensor parallelism over 2 GPUs (--tp 2, NCCL collectives inside the compute tasks)"
+    if timeout 120 "$shardcast" "${tiny[@]}" --gpus 2 --tp 2 --out "$tmp/run-2gpu-tp.json"; then
+        tp_threads="passed"
+    else
+        tp_threads="FAILED"
+    fi
+fi
 if [ "$gpu_count" -ge 2 ] && command -v mpirun >/dev/null 2>&1; then
     echo "== tiny-llama on 2 GPUs under mpirun (NCCL between processes)"
     if timeout 120 "$src/scripts/mpirun.sh" -np 2 "$shardcast" "${tiny[@]}" --out "$tmp/run-2gpu.json"; then
@@ -99,6 +110,19 @@ for strategy in $strategies; do
     fi
     rows+=("$strategy|$tmp/cmp-$strategy.json")
 done
+# The same with tensor parallelism: tp 2 inside the node, FSDP over the 4 dp ranks.
+out="$tmp/run-tp2.json"
+args=(run --backend cuda --model llama-3.1-8b --nodes 1 --gpus-per-node 8 --wrap block --strategy FULL_SHARD --tp 2
+      --emulate-rank 0 --warmup 1 --steps 3 --out "$out" ${profile_args[@]+"${profile_args[@]}"})
+[ -n "${GPU_CHECK_SCALE:-}" ] && args+=(--scale "$GPU_CHECK_SCALE")
+echo "-- shardcast ${args[*]}"
+if ! timeout 240 "$shardcast" "${args[@]}"; then
+    rows+=("FULL_SHARD_tp2|run failed (see above)")
+elif ! "$shardcast" compare run "$out" --json >"$tmp/cmp-tp2.json" 2>"$tmp/cmp-tp2.err"; then
+    rows+=("FULL_SHARD_tp2|compare failed: $(head -1 "$tmp/cmp-tp2.err")")
+else
+    rows+=("FULL_SHARD_tp2|$tmp/cmp-tp2.json")
+fi
 
 echo
 echo "== Summary"
@@ -139,5 +163,5 @@ print("* measured step with collectives emulated (no communication): not compara
       "errors are (predicted - measured) / measured")
 PY
 echo "gpu-check: done in $((SECONDS - start)) s; gpu tests $([ $tests_rc -eq 0 ] && echo passed || echo FAILED);" \
-     "calibration $([ -f "$calibration" ] && echo "done" || echo FAILED); 2-GPU threads $threads; 2-GPU mpirun $multi"
-[ $tests_rc -eq 0 ] && [ -f "$calibration" ] && [ "$multi" != "FAILED" ] && [ "$threads" != "FAILED" ]
+     "calibration $([ -f "$calibration" ] && echo "done" || echo FAILED); 2-GPU threads $threads; 2-GPU tp $tp_threads; 2-GPU mpirun $multi"
+[ $tests_rc -eq 0 ] && [ -f "$calibration" ] && [ "$multi" != "FAILED" ] && [ "$threads" != "FAILED" ] && [ "$tp_threads" != "FAILED" ]

@@ -235,11 +235,6 @@ int runOnCuda(const RunOptions& o) {
     }
     auto prepared = prepareRun(o);
     if (!prepared) return inputError(prepared.error().message);
-    if (prepared->plan.sharding.tp > 1) {
-        return inputError(fmt::format("sharding.tp {}: the CUDA backend does not execute tensor-parallel collectives yet; "
-                                      "run this plan with --backend cpu, or tp 1 on GPUs",
-                                      prepared->plan.sharding.tp));
-    }
     const core::Plan* plan = &prepared->plan;
     sim::Evaluation& predicted = prepared->predicted;
 
