@@ -306,12 +306,8 @@ core::Status CpuBackend::tpCollective(const core::Program& program, int32_t id, 
     const core::Task& host = program.tasks[static_cast<size_t>(id)];
     auto found = m_groups.find({static_cast<int>(host.stream), op.group});
     if (found == m_groups.end()) return core::makeError("no communicator was prepared for a tensor-parallel collective's group");
-    core::Task t = host;  // the collective as a task of its own, for the shared code path and its messages
-    t.kind = core::tpCollectiveTaskKind(op.kind);
-    t.dtype = op.dtype;
-    t.comm_bytes = op.bytes;
-    t.group = op.group;
-    return runOn(program, id, t, found->second, s, /*mean=*/false);
+    // The collective as a task of its own, for the shared code path and its messages.
+    return runOn(program, id, core::tpCollectiveTask(host, op), found->second, s, /*mean=*/false);
 }
 
 core::Status CpuBackend::runOn(const core::Program& program, int32_t id, const core::Task& t, const Group& g, Scratch& s,

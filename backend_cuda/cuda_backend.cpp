@@ -574,14 +574,7 @@ core::Status CudaBackend::compute(const core::Program& program, int32_t id, int3
             case core::OpShapeKind::TpReduceScatter:
             case core::OpShapeKind::TpAllReduce: {
                 // On the task's stream, between its kernels: the collective as a task of its own.
-                core::Task t = task;
-                t.kind = core::tpCollectiveTaskKind(op.kind);
-                t.dtype = op.dtype;
-                t.comm_bytes = op.bytes;
-                t.group = op.group;
-                t.group_size = op.group_size;
-                t.group_nodes = op.group_nodes;
-                if (auto done = runCollective(program, id, t, s, /*mean=*/false); !done) return done;
+                if (auto done = runCollective(program, id, core::tpCollectiveTask(task, op), s, /*mean=*/false); !done) return done;
                 break;
             }
         }

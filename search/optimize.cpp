@@ -5,7 +5,6 @@
 #include <cassert>
 #include <chrono>
 #include <cmath>
-#include <cstdlib>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -669,12 +668,7 @@ core::Status Search::evaluate(int32_t gi, int32_t si) {
         // The self-check: a configuration faster or smaller than its bound disproves the bound (the
         // peak bound is one on the allocated peak, and so on the judged one).
         const int64_t step_bound = m_step_bound[i] + m_options.bound_error_ns;
-        if (m_prune && (s.step_ns < step_bound || s.allocated_bytes < m_peak_bound[i])) {
-            if (std::getenv("SHARDCAST_DEBUG_BOUNDS"))
-                fmt::print(stderr, "bound violated: step {} < {} or peak {} < {}\n", s.step_ns, step_bound, s.allocated_bytes,
-                           m_peak_bound[i]);
-            m_violated = true;
-        }
+        if (m_prune && (s.step_ns < step_bound || s.allocated_bytes < m_peak_bound[i])) m_violated = true;
         if (!m_prune) {
             // The reference: every configuration judged as it is evaluated.
             if (auto judged = judge(m_in_e); !judged) return judged;

@@ -53,8 +53,7 @@ double ms(int64_t ns) { return static_cast<double>(ns) * 1e-6; }
 
 // Where the step's time goes: per stream, then per unit (abbreviated like the units table).
 // The device mesh in PyTorch's init_device_mesh order (outermost first), each dimension with its size.
-nlohmann::json meshDims(const core::Plan& plan, const core::Mesh& mesh) {
-    (void)plan;
+nlohmann::json meshDims(const core::Mesh& mesh) {
     return nlohmann::json::array({nlohmann::json{{"name", "dp_replicate"}, {"size", mesh.replicate_size}},
                                   nlohmann::json{{"name", "dp_shard"}, {"size", mesh.shard_size}},
                                   nlohmann::json{{"name", "tp"}, {"size", mesh.tp}}});
@@ -151,7 +150,7 @@ nlohmann::ordered_json planResultJson(const core::Plan& plan, const sim::Evaluat
         {"tp", e.mesh.tp},
         {"sequence_parallel", plan.sharding.sequence_parallel},
         {"loss_parallel", plan.sharding.loss_parallel},
-        {"mesh", meshDims(plan, e.mesh)},
+        {"mesh", meshDims(e.mesh)},
         {"wrap", core::wrapPolicyString(plan.sharding.wrap)},
         {"reshard_after_forward", reshardString(plan.sharding)},
         {"units", static_cast<int64_t>(e.program.units.size())},

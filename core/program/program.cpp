@@ -70,6 +70,17 @@ std::string_view opShapeKindName(OpShapeKind k) {
     return "?";
 }
 
+Task tpCollectiveTask(const Task& host, const OpShape& op) {
+    Task t = host;
+    t.kind = tpCollectiveTaskKind(op.kind);
+    t.dtype = op.dtype;
+    t.comm_bytes = op.bytes;
+    t.group = op.group;
+    t.group_size = op.group_size;
+    t.group_nodes = op.group_nodes;
+    return t;
+}
+
 TaskKind tpCollectiveTaskKind(OpShapeKind k) {
     switch (k) {
         case OpShapeKind::TpAllGather: return TaskKind::AllGather;

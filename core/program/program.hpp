@@ -200,6 +200,10 @@ struct Task {
     bool operator==(const Task&) const = default;
 };
 
+// TP collective `op` inside compute task `host`, as a collective task of its own (its kind, dtype,
+// size and group; the host's stream, unit and micro-batch), for the backends' collective paths.
+Task tpCollectiveTask(const Task& host, const OpShape& op);
+
 // A collective a unit issues: its size S in nccl-tests' sense (as Task::comm_bytes) and its group.
 struct UnitCollective {
     int64_t bytes = 0;        // 0: the unit issues no such collective
