@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <limits>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
@@ -190,6 +191,9 @@ core::Status CpuBackend::prepare(const core::Program& program) {
     std::vector<std::pair<int, int32_t>> needed;
     for (const core::Task& t : program.tasks) {
         if (core::isCollective(t.kind)) needed.emplace_back(static_cast<int>(t.stream), t.group);
+        // Pipeline P2P: one communicator for both neighbours' streams, so that a send and its
+        // receive (on the other stream of the other stage) meet on it; every stage has one.
+        if (core::isP2P(t.kind)) needed.emplace_back(kP2PKey, t.group);
         // Tensor-parallel collectives inside compute tasks: on the task's stream, their own group.
         const core::OpShape* ops = program.opsBegin(t);
         for (uint32_t i = 0; i < t.ops.count; ++i)
@@ -241,7 +245,78 @@ int64_t CpuBackend::elementsVerified() const {
 }
 
 core::Status CpuBackend::barrier() {
+    // Every receive of the step has run on every rank, so every send posted can complete.
+    for (std::vector<PendingSend>& sends : m_sends) {
+        if (auto done = completeSends(sends, true); !done) return done;
+    }
     return mpiCheck(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier", rank());
+}
+
+core::Status CpuBackend::completeSends(std::vector<PendingSend>& sends, bool wait_all) {
+    for (PendingSend& p : sends) {
+        if (p.request == MPI_REQUEST_NULL) continue;
+        int done = 0;
+        if (wait_all) {
+            if (auto s = waitPolitely(p.request, "MPI_Isend", rank()); !s) return s;
+        } else if (auto s = mpiCheck(MPI_Test(&p.request, &done, MPI_STATUS_IGNORE), "MPI_Test", rank()); !s) {
+            return s;
+        }
+    }
+    std::erase_if(sends, [](const PendingSend& p) { return p.request == MPI_REQUEST_NULL; });
+    return core::Ok{};
+}
+
+namespace {
+
+// The bytes a stage sends for one transfer, from the stage, the micro-batch and the direction:
+// a receiver knows what its neighbour must have sent.
+unsigned char p2pByte(int32_t from_stage, int32_t micro_batch, bool activations, int64_t i) {
+    return static_cast<unsigned char>((i * 31 + from_stage * 7 + micro_batch * 13 + (activations ? 0 : 5)) & 0xff);
+}
+
+}  // namespace
+
+core::Status CpuBackend::p2p(const core::Program& program, int32_t id, Scratch& s) {
+    const core::Task& t = program.tasks[static_cast<size_t>(id)];
+    auto found = m_groups.find({kP2PKey, t.group});
+    if (found == m_groups.end()) return core::makeError("no communicator was prepared for the pipeline's P2P group");
+    const Group& g = found->second;
+    const int32_t peer = program.pp_stage + t.peer;  // the peer's place in the pipeline group: its stage
+    const bool activations = (t.kind == core::TaskKind::Send) == (t.peer > 0);
+    const int tag = t.micro_batch * 2 + (activations ? 0 : 1);
+    const int64_t bytes = t.comm_bytes;
+    if (bytes > std::numeric_limits<int>::max()) {
+        return core::makeError(fmt::format("{} moves {} bytes, more than one MPI message holds", program.taskLabel(id), bytes));
+    }
+    if (t.kind == core::TaskKind::Send) {
+        std::vector<PendingSend>& sends = m_sends[static_cast<size_t>(t.stream)];
+        if (auto done = completeSends(sends, false); !done) return done;
+        PendingSend& p = sends.emplace_back();
+        p.data.resize(static_cast<size_t>(bytes));
+        for (int64_t i = 0; i < bytes; ++i) p.data[static_cast<size_t>(i)] = p2pByte(program.pp_stage, t.micro_batch, activations, i);
+        if (m_corrupt == 3 && program.pp_stage == program.pp_size - 1 && bytes > 0) p.data[0] ^= 0x5a;
+        return mpiCheck(MPI_Isend(p.data.data(), static_cast<int>(bytes), MPI_BYTE, peer, tag, g.comm, &p.request),
+                        "MPI_Isend", rank());
+    }
+    unsigned char* buf = reinterpret_cast<unsigned char*>(grow(s.dst, bytes));
+    MPI_Request request = MPI_REQUEST_NULL;
+    if (auto posted = mpiCheck(MPI_Irecv(buf, static_cast<int>(bytes), MPI_BYTE, peer, tag, g.comm, &request), "MPI_Irecv", rank());
+        !posted) {
+        return posted;
+    }
+    if (auto waited = waitPolitely(request, "MPI_Irecv", rank()); !waited) return waited;
+    if (!m_verify) return core::Ok{};
+    for (int64_t i = 0; i < bytes; ++i) {
+        const unsigned char want = p2pByte(peer, t.micro_batch, activations, i);
+        if (buf[i] == want) continue;
+        return core::makeError(fmt::format("verify failed: byte {} of the {} received from stage {} (rank {}) is {}, "
+                                           "expected {} (what stage {} sends for micro-batch {})",
+                                           i, activations ? "activations" : "input gradients", peer,
+                                           g.members[static_cast<size_t>(peer)], int{buf[i]}, int{want}, peer, t.micro_batch));
+    }
+    ++m_verified_per_stream[static_cast<size_t>(t.stream)];
+    m_elements_per_stream[static_cast<size_t>(t.stream)] += bytes;
+    return core::Ok{};
 }
 
 void CpuBackend::abortRun(const core::Error& error) noexcept { m_session.abort(error.message); }
@@ -250,6 +325,7 @@ core::Status CpuBackend::runTask(const core::Program& program, int32_t id, int32
     const core::Task& t = program.tasks[static_cast<size_t>(id)];
     Scratch& s = m_scratch[static_cast<size_t>(t.stream)];
     if (core::isCollective(t.kind)) return collective(program, id, s);
+    if (core::isP2P(t.kind)) return p2p(program, id, s);
     if (t.ops.count > 0 && rank() == m_kill_rank) std::raise(SIGKILL);  // test hook: a rank dies mid-step
     if (t.ops.count > 0 && rank() == m_fail_rank) {
         return core::makeError("injected failure (test hook SHARDCAST_TEST_FAIL_RANK=" + std::to_string(m_fail_rank) + ")");

@@ -84,6 +84,11 @@ private:
         std::vector<uint16_t> send16, recv16;
         std::vector<char> src, dst;
     };
+    static constexpr int kP2PKey = core::kStreamCount;  // m_groups' stream slot for pipeline P2P
+    struct PendingSend {
+        MPI_Request request = MPI_REQUEST_NULL;
+        std::vector<unsigned char> data;
+    };
     // Communicator of (stream, group) and the world ranks of its members in communicator order.
     struct Group {
         MPI_Comm comm = MPI_COMM_NULL;
@@ -93,6 +98,11 @@ private:
     core::Status collective(const core::Program& program, int32_t id, Scratch& s);
     core::Status tpCollective(const core::Program& program, int32_t id, const core::OpShape& op, Scratch& s);
     core::Status runOn(const core::Program& program, int32_t id, const core::Task& t, const Group& g, Scratch& s, bool mean);
+    // Pipeline P2P: a send is posted with MPI_Isend from a buffer of its own and ends at once (as
+    // torch's batched isend: the receiver's wait is the one that blocks), completed later; a
+    // receive waits for its data and, with --verify, checks it.
+    core::Status p2p(const core::Program& program, int32_t id, Scratch& s);
+    core::Status completeSends(std::vector<PendingSend>& sends, bool wait_all);
 
     const MpiSession& m_session;
     bool m_verify;
@@ -101,6 +111,8 @@ private:
     std::array<int64_t, core::kStreamCount> m_verified_per_stream{};  // each written by its stream's worker
     std::array<int64_t, core::kStreamCount> m_elements_per_stream{};
     MPI_Op m_bf16_sum = MPI_OP_NULL;
+    // Per stream: used by that P2P stream's worker, and by barrier() between steps.
+    std::array<std::vector<PendingSend>, core::kStreamCount> m_sends;
     int32_t m_fail_rank = -1, m_kill_rank = -1;
     int32_t m_corrupt = 0;
 };

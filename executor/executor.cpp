@@ -300,6 +300,8 @@ core::Result<Execution> Executor::run(const core::Program& program, const Execut
             high_water.push_back(run.highWater());
             out.step_ns.push_back(run.timeline().step_ns);
         }
+        // The last step's loose ends (a backend's posted sends) complete before the run returns.
+        if (auto met = m_backend.barrier(); !met) return met.error();
     } catch (const std::exception& e) {
         return core::makeError(std::string("rank ") + std::to_string(m_backend.rank()) +
                                ": holding the Program's initial memory failed: " + e.what());

@@ -1271,6 +1271,12 @@ OptimizeResult mergeTpResults(std::vector<OptimizeResult> subs, int top) {
 core::Result<OptimizeResult> optimize(const core::Plan& base, const OptimizeSpace& space, const HardwareProfile& profile,
                                       const OptimizeOptions& options) {
     if (!base.model) return core::makeError("model: no model loaded");
+    if (base.sharding.pp > 1) {
+        return core::makeError(fmt::format("optimize does not search pipeline-parallel plans yet (sharding.pp {}): its "
+                                           "bounds and proof are not built for pipeline stages; plan each pp with "
+                                           "`shardcast plan --pp P`, or optimize with pp 1",
+                                           base.sharding.pp));
+    }
     std::vector<int> tps = space.tps.empty() ? std::vector<int>{base.sharding.tp} : space.tps;
     std::sort(tps.begin(), tps.end());
     tps.erase(std::unique(tps.begin(), tps.end()), tps.end());

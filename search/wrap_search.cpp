@@ -421,6 +421,10 @@ core::Result<WrapCostModel> WrapCostModel::fromPlan(const core::Plan& plan, cons
         return core::makeError("wrap search: its unit cost model is not checked under tensor parallelism yet; give --tp 1, "
                                "or compare wrap policies of a tensor-parallel plan with `sweep`");
     }
+    if (plan.sharding.pp != 1) {
+        return core::makeError("wrap search: its unit cost model is not built for pipeline stages yet; give --pp 1, "
+                               "or compare wrap policies of a pipeline-parallel plan with `sweep`");
+    }
     core::Plan per_block = plan;
     per_block.sharding.wrap = core::WrapPolicy{};
     per_block.sharding.wrap.kind = core::WrapKind::Block;

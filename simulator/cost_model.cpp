@@ -47,6 +47,15 @@ double CostModel::collectiveSeconds(TaskKind kind, int64_t bytes, int group_size
     return latency + static_cast<double>(bytes) * factor / busBandwidth(kind, bytes, group_size, group_nodes);
 }
 
+double CostModel::p2pSeconds(int64_t bytes, int nodes) const {
+    if (bytes <= 0) return 0.0;
+    const HardwareProfile& p = *m_profile;
+    const double latency = nodes > 1 ? p.gpu.inter_node_latency_s : p.gpu.intra_node_latency_s;
+    // One GPU to one GPU: NVLink inside a node, its own NIC across nodes (busBandwidthMax with one
+    // rank per node), with the same small-message ramp as the collectives.
+    return latency + static_cast<double>(bytes) / busBandwidth(TaskKind::AllGather, bytes, 2, nodes > 1 ? 2 : 1);
+}
+
 namespace {
 
 // Output tile of a large bf16 GEMM: cuBLAS and CUTLASS pick 128 x 256 (or 256 x 128) thread-block
@@ -243,6 +252,8 @@ double CostModel::durationSeconds(const core::Task& task, const core::Program& p
             s = static_cast<double>(task.comm_bytes) /
                 (m_profile->gpu.host_link_bytes_per_s * m_profile->host_link_efficiency);
             break;
+        case TaskKind::Send:
+        case TaskKind::Recv: s = p2pSeconds(task.comm_bytes, task.group_nodes); break;
         default: s = computeSeconds(task, program); break;
     }
     assert(s >= 0 && std::isfinite(s));

@@ -48,6 +48,8 @@ public:
     double gemmShapeEfficiency(int64_t m, int64_t n, int64_t k, int64_t batch) const;
     double collectiveSeconds(core::TaskKind kind, int64_t bytes, int group_size, int group_nodes) const;
     double busBandwidthMax(core::TaskKind kind, int group_size, int group_nodes) const;  // bytes/s
+    // A pipeline send or receive of `bytes` between two GPUs (nodes 1: inside a node; 2: across).
+    double p2pSeconds(int64_t bytes, int nodes) const;
     double busBandwidth(core::TaskKind kind, int64_t bytes, int group_size, int group_nodes) const;
     // Compute tasks (the ones overlap contention slows down).
     static bool slowedByOverlap(const core::Task& task) {

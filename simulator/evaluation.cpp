@@ -44,7 +44,7 @@ double tpCommSecondsPerMicroBatch(const core::Program& program, const HardwarePr
 
 core::Status Evaluator::evaluate(const core::Plan& plan, const HardwareProfile* profile,
                                  const EvaluationOptions& options, Evaluation& out) {
-    if (options.period_over > 0 && plan.training.grad_accum > options.period_over) {
+    if (options.period_over > 0 && plan.training.grad_accum > options.period_over && plan.sharding.pp == 1) {
         return evaluateByPeriod(plan, profile, options, out);
     }
     out.period = PeriodicStep{};
@@ -83,7 +83,15 @@ core::Status Evaluator::evaluateWhole(const core::Plan& given, const HardwarePro
     out.mesh = *mesh;
 
     if (enter(EvaluationStage::Lower)) return core::cancelledError();
-    if (auto lowered = m_lowerer.lower(*plan, out.mesh, out.program); !lowered) return lowered.error();
+    out.stages.clear();
+    out.stage = 0;
+    if (out.mesh.pp > 1) {
+        if (!(m_simulator.profile() == out.profile)) m_simulator.setProfile(out.profile);
+        m_allocator_mode = plan->training.allocator;
+        if (auto timed = timePipeline(*plan, options, out); !timed) return timed;
+    } else if (auto lowered = m_lowerer.lower(*plan, out.mesh, out.program); !lowered) {
+        return lowered.error();
+    }
     out.program.step_micro_batches = 0;
 
     if (options.issue_order_memory) {
@@ -95,10 +103,12 @@ core::Status Evaluator::evaluateWhole(const core::Plan& given, const HardwarePro
         out.issue_order_peak_bytes = 0;
     }
 
-    if (enter(EvaluationStage::Simulate)) return core::cancelledError();
-    if (!(m_simulator.profile() == out.profile)) m_simulator.setProfile(out.profile);
-    m_simulator.run(out.program, out.timeline);
-    if (!m_simulator.inRange()) return checkStepBound(m_simulator.stepBoundSeconds()).error();
+    if (out.mesh.pp == 1) {
+        if (enter(EvaluationStage::Simulate)) return core::cancelledError();
+        if (!(m_simulator.profile() == out.profile)) m_simulator.setProfile(out.profile);
+        m_simulator.run(out.program, out.timeline);
+        if (!m_simulator.inRange()) return checkStepBound(m_simulator.stepBoundSeconds()).error();
+    }
 
     if (enter(EvaluationStage::TimeMemory)) return core::cancelledError();
     m_timer.compute(out.program, out.timeline, out.timed, options.record_curve);
@@ -124,6 +134,81 @@ core::Status Evaluator::evaluateWhole(const core::Plan& given, const HardwarePro
         }
         judgeReserved(options.headroom, out);
     }
+    return core::Ok{};
+}
+
+namespace {
+
+// The most micro-batches a stage holds between their first forward task and their last backward.
+int32_t microBatchesHeld(const core::Program& p) {
+    std::vector<int32_t> last_bwd(static_cast<size_t>(p.micro_batches), -1);
+    for (int32_t id = 0; id < p.size(); ++id) {
+        const core::Task& t = p.tasks[static_cast<size_t>(id)];
+        if (t.kind == core::TaskKind::Backward) last_bwd[static_cast<size_t>(t.micro_batch)] = id;
+    }
+    std::vector<uint8_t> started(static_cast<size_t>(p.micro_batches), 0);
+    int32_t held = 0, most = 0;
+    for (int32_t id = 0; id < p.size(); ++id) {
+        const core::Task& t = p.tasks[static_cast<size_t>(id)];
+        const auto mb = static_cast<size_t>(t.micro_batch);
+        if (t.kind == core::TaskKind::Forward && !started[mb]) {
+            started[mb] = 1;
+            most = std::max(most, ++held);
+        }
+        if (id == last_bwd[mb]) --held;
+    }
+    return most;
+}
+
+}  // namespace
+
+core::Status Evaluator::timePipeline(const core::Plan& plan, const EvaluationOptions& options, Evaluation& out) {
+    const int pp = out.mesh.pp;
+    m_stage_programs.resize(static_cast<size_t>(pp));
+    for (int s = 0; s < pp; ++s) {
+        if (auto lowered = m_lowerer.lowerStage(plan, out.mesh, s, m_stage_programs[static_cast<size_t>(s)]); !lowered)
+            return lowered.error();
+    }
+    if (options.cancel && options.cancel->cancelled()) return core::cancelledError();
+    if (options.progress) options.progress(EvaluationStage::Simulate);
+    if (auto timed = m_pipeline.run(m_simulator, m_stage_programs, m_stage_timelines); !timed) return timed;
+    int64_t step_ns = 0;
+    for (const core::Timeline& t : m_stage_timelines) step_ns = std::max(step_ns, t.step_ns);
+    // Every stage's figures; the binding stage is the one with the most memory (reserved where
+    // the allocator is replayed, since that is what fits or not).
+    core::AllocatorConfig config;
+    config.mode = m_allocator_mode;
+    int64_t binding_bytes = -1;
+    for (int s = 0; s < pp; ++s) {
+        const core::Program& p = m_stage_programs[static_cast<size_t>(s)];
+        const core::Timeline& tl = m_stage_timelines[static_cast<size_t>(s)];
+        m_timer.compute(p, tl, m_stage_timed, false);
+        StageFigures f;
+        f.stage = s;
+        f.blocks = out.mesh.stage_blocks[static_cast<size_t>(s)];
+        f.micro_batches_held = microBatchesHeld(p);
+        f.step_s = static_cast<double>(tl.step_ns) * 1e-9;
+        f.compute_s = static_cast<double>(tl.busyNs(core::Stream::Compute)) * 1e-9;
+        f.idle_s = std::max(0.0, static_cast<double>(step_ns) * 1e-9 - f.compute_s);
+        f.p2p_s = static_cast<double>(tl.busyNs(core::Stream::PipelinePrev) + tl.busyNs(core::Stream::PipelineNext)) * 1e-9;
+        f.peak_bytes = m_stage_timed.peak_bytes;
+        int64_t judged = f.peak_bytes;
+        if (options.reserved_memory && !out.profile.gpu.host_device) {
+            const int64_t overhead = p.initial[core::index(core::MemCategory::RuntimeOverhead)];
+            config.limit_bytes = out.profile.gpu.memory_bytes - overhead;
+            m_timer.replayAllocator(p, tl, config, m_allocator, m_stage_reserved);
+            f.reserved_bytes = m_stage_reserved.stats.peak_reserved_bytes + overhead;
+            judged = f.reserved_bytes;
+        }
+        if (options.pipeline_stage < 0 ? judged > binding_bytes : s == options.pipeline_stage) {
+            binding_bytes = judged;
+            out.stage = s;
+        }
+        out.stages.push_back(f);
+    }
+    out.program = m_stage_programs[static_cast<size_t>(out.stage)];
+    out.timeline = m_stage_timelines[static_cast<size_t>(out.stage)];
+    out.timeline.step_ns = step_ns;  // the rank waits for the slowest stage before the next step
     return core::Ok{};
 }
 

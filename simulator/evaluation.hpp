@@ -17,6 +17,7 @@
 #include "core/program/timeline.hpp"
 #include "core/results/step_summary.hpp"
 #include "simulator/hardware_profile.hpp"
+#include "simulator/pipeline.hpp"
 #include "simulator/simulator.hpp"
 
 namespace shardcast::sim {
@@ -49,6 +50,9 @@ struct EvaluationOptions {
     // its last. 0: every micro-batch is simulated, as a run, a comparison or a saved prediction
     // needs. kPeriodOver is what front-ends that only report use.
     int32_t period_over = 0;
+    // Pipeline parallelism: the stage Evaluation::program describes (a run's recorded rank's);
+    // -1: the stage whose memory binds.
+    int32_t pipeline_stage = -1;
     const CancelToken* cancel = nullptr;
     std::function<void(EvaluationStage)> progress;  // on the evaluating thread, before each stage
 };
@@ -70,8 +74,24 @@ struct PeriodicStep {
     bool byPeriod() const { return micro_batches > 0; }
 };
 
+// One pipeline stage's figures (pp > 1), each rank of the stage alike.
+struct StageFigures {
+    int32_t stage = 0;
+    int32_t blocks = 0;               // transformer blocks it holds
+    int32_t micro_batches_held = 0;   // the most micro-batches between their forward and backward
+    double step_s = 0;                // until its own optimizer step ends
+    double compute_s = 0;             // compute stream busy
+    double idle_s = 0;                // compute stream idle within the pipeline's step: the bubble
+                                      // (waiting for other stages) and exposed communication
+    double p2p_s = 0;                 // P2P stream busy, receives' waits included
+    int64_t peak_bytes = 0;           // allocated peak on the simulated timeline
+    int64_t reserved_bytes = 0;       // reserved peak + runtime overhead; 0 without reserved memory
+};
+
 // Everything a front-end shows for one plan. Reused between evaluations: its vectors keep their
-// capacity.
+// capacity. Under pipeline parallelism the Program, timeline and memory are those of the stage
+// whose memory binds (`stage`), its timeline lasting the pipeline's step (the slowest stage's), and
+// `stages` has every stage's figures.
 struct Evaluation {
     core::Mesh mesh;
     HardwareProfile profile;        // the figures in effect: every GPU figure shown comes from here
@@ -94,6 +114,8 @@ struct Evaluation {
     // tensor parallelism; under async TP what the overlapped GEMMs leave exposed): part of
     // compute_s, shown on their own.
     double tp_comm_s = 0;
+    std::vector<StageFigures> stages;  // pp > 1: per pipeline stage
+    int32_t stage = 0;                 // pp > 1: the stage `program` is
 };
 
 // The seconds of tensor-parallel collectives inside the compute tasks of one micro-batch of
@@ -128,9 +150,17 @@ private:
                                Evaluation& out);
     core::Status evaluateByPeriod(const core::Plan& plan, const HardwareProfile* profile,
                                   const EvaluationOptions& options, Evaluation& out);
+    // pp > 1: lowers and times every stage (PipelineTimer), fills out.stages and leaves the stage
+    // whose memory binds in out.program and out.timeline.
+    core::Status timePipeline(const core::Plan& plan, const EvaluationOptions& options, Evaluation& out);
 
     core::Lowerer m_lowerer;
     Simulator m_simulator;
+    PipelineTimer m_pipeline;
+    std::vector<core::Program> m_stage_programs;
+    std::vector<core::Timeline> m_stage_timelines;
+    core::TimedMemory m_stage_timed;
+    core::ReservedMemory m_stage_reserved;
     core::MemoryTimer m_timer;
     core::CachingAllocatorModel m_allocator;
     core::Plan m_plan_on_profile;  // scratch: the plan with the profile's GPU

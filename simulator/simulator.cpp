@@ -177,7 +177,7 @@ void Simulator::run(const core::Program& program, core::Timeline& out) {
         if (m_anchor != kNoTask) {
             // Between events, after the one that started an anchor: the host must be done issuing.
             const bool host_done = m_next_issue == n && m_slot_ns[kHostSlot] == kNever && m_host_waits_for == kNoTask;
-            if (m_skip_repeats && host_done) {
+            if (m_skip_repeats && !m_ready && host_done) {
                 Snapshot& prev = m_snapshots[m_prev_snapshot];
                 Snapshot& now = m_snapshots[1 - m_prev_snapshot];
                 takeSnapshot(m_anchor, now);
@@ -266,7 +266,10 @@ void Simulator::tryStart(int stream, int64_t now) {
 void Simulator::startTask(int32_t id, int64_t now) {
     const int s = streamIndex(m_program->tasks[id].stream);
     StreamState& st = m_streams[s];
-    const int64_t work = m_work_ns[id];
+    int64_t work = m_work_ns[id];
+    if (m_ready && static_cast<size_t>(id) < m_ready->size() && (*m_ready)[static_cast<size_t>(id)] > now + work) {
+        work = (*m_ready)[static_cast<size_t>(id)] - now;  // a receive waits for its send
+    }
     const uint8_t traits = m_traits[id];
     // The running tasks change speed first (this one is not running yet), then this one starts at
     // the speed the new state gives it.

@@ -59,6 +59,12 @@ public:
     // Host time spent issuing each task (launch plus hooks), as charged by the last run.
     const std::vector<int64_t>& issueCostNs() const { return m_issue_cost_ns; }
 
+    // Pipeline parallelism: per task id, the time (ns from the step's start) the data of a
+    // receive lands, sent by another stage; -1 for other tasks. A receive then lasts until then
+    // at least (NCCL's receive kernel waits for its send). Null (the default): receives take
+    // their transfer time. Repeats are not skipped while set. The vector must outlive the runs.
+    void setReadyTimes(const std::vector<int64_t>* ready_ns) { m_ready = ready_ns; }
+
     // Copy proven repeats of identical blocks instead of simulating them (the default); false
     // simulates every event (the reference the tests compare with).
     void setSkipRepeats(bool on) { m_skip_repeats = on; }
@@ -178,6 +184,7 @@ private:
     // Repeats (trySkip): tasks in the order they started and ended, the anchor the last event
     // started (-1: none), the compute stream's last unit, the snapshot at the previous anchor.
     bool m_skip_repeats = true;
+    const std::vector<int64_t>* m_ready = nullptr;
     int64_t m_skipped_periods = 0;
     std::vector<int32_t> m_start_log, m_finish_log;
     int32_t m_anchor = -1;

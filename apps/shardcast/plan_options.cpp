@@ -62,7 +62,16 @@ void addPlanOptions(CLI::App& cmd, core::PlanOverrides& o) {
            "With --tp and --kernels compile: torch._inductor's micro-pipelined TP, each all-gather overlapped with "
            "the matmuls that read it and each reduce-scatter with the matmul that feeds it",
            "false");
-    addOpt(cmd, "--pp", o.pp, "P", "Pipeline stages (not modelled yet: only 1 is accepted)", "1");
+    addOpt(cmd, "--pp", o.pp, "P",
+           "Pipeline stages (torch.distributed.pipelining): the blocks split into P stages, outermost in the mesh, "
+           "fully_shard inside each; the step's micro-batches (--grad-accum) run through the pipeline",
+           "1");
+    addOpt(cmd, "--pp-schedule", o.pp_schedule, "GPipe|1F1B",
+           "With --pp: the pipeline schedule (Interleaved1F1B is named, not modelled yet)", "1F1B");
+    addOpt(cmd, "--pp-stage-blocks", o.pp_stage_blocks, "N,N,...",
+           "With --pp: blocks per stage, P counts summing to the model's blocks (default: torchtitan's balanced "
+           "split, the embedding and the output counting as one block each)",
+           "balanced");
     addOpt(cmd, "--cp", o.cp, "C", "Context-parallel degree (not modelled: only 1 is accepted)", "1");
     addOpt(cmd, "--fsdp", o.fsdp, "1|2", "FSDP flavour: 2 (fully_shard) or 1 (FullyShardedDataParallel)",
            "2");

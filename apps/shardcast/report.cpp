@@ -54,19 +54,61 @@ double ms(int64_t ns) { return static_cast<double>(ns) * 1e-6; }
 // Where the step's time goes: per stream, then per unit (abbreviated like the units table).
 // The device mesh in PyTorch's init_device_mesh order (outermost first), each dimension with its size.
 nlohmann::json meshDims(const core::Mesh& mesh) {
-    return nlohmann::json::array({nlohmann::json{{"name", "dp_replicate"}, {"size", mesh.replicate_size}},
-                                  nlohmann::json{{"name", "dp_shard"}, {"size", mesh.shard_size}},
-                                  nlohmann::json{{"name", "tp"}, {"size", mesh.tp}}});
+    nlohmann::json dims = nlohmann::json::array();
+    if (mesh.pp > 1) dims.push_back(nlohmann::json{{"name", "pp"}, {"size", mesh.pp}});
+    dims.push_back(nlohmann::json{{"name", "dp_replicate"}, {"size", mesh.replicate_size}});
+    dims.push_back(nlohmann::json{{"name", "dp_shard"}, {"size", mesh.shard_size}});
+    dims.push_back(nlohmann::json{{"name", "tp"}, {"size", mesh.tp}});
+    return dims;
 }
 
 std::string meshText(const core::Plan& plan, const core::Mesh& mesh) {
     const core::ShardingSpec& s = plan.sharding;
     const int per_node = plan.cluster.gpus_per_node;
     const int dp_in_node = std::max(1, per_node / mesh.tp);
-    return fmt::format("dp_replicate {} x dp_shard {} x tp {} (init_device_mesh order); tp inside a node over NVLink, the "
-                       "{} dp ranks {} apart ({} per node); sequence parallel {}, loss parallel {}",
-                       mesh.replicate_size, mesh.shard_size, mesh.tp, mesh.dp(), mesh.tp, std::min(dp_in_node, mesh.dp()),
-                       s.sequence_parallel ? "on" : "off", s.loss_parallel ? "on" : "off");
+    std::string text;
+    if (mesh.pp > 1) {
+        const int stride = mesh.world_size / mesh.pp;
+        text = fmt::format("pp {} x dp_replicate {} x dp_shard {} x tp {} (init_device_mesh order); the {} stages {} "
+                           "ranks apart ({}); ",
+                           mesh.pp, mesh.replicate_size, mesh.shard_size, mesh.tp, mesh.pp, stride,
+                           stride >= per_node ? "across nodes" : "inside a node");
+    } else {
+        text = fmt::format("dp_replicate {} x dp_shard {} x tp {} (init_device_mesh order); ", mesh.replicate_size,
+                           mesh.shard_size, mesh.tp);
+    }
+    if (mesh.tp == 1) return text + fmt::format("the {} dp ranks consecutive", mesh.dp());
+    return text + fmt::format("tp inside a node over NVLink, the {} dp ranks {} apart ({} per node); sequence parallel "
+                              "{}, loss parallel {}",
+                              mesh.dp(), mesh.tp, std::min(dp_in_node, mesh.dp()), s.sequence_parallel ? "on" : "off",
+                              s.loss_parallel ? "on" : "off");
+}
+
+// Pipeline stages: one row each (Evaluation::stages).
+void appendPipelineSection(std::string& out, const core::Plan& plan, const sim::Evaluation& e) {
+    if (e.stages.empty()) return;
+    auto line = [&out](std::string_view text) {
+        out.append(text);
+        out.push_back('\n');
+    };
+    line("");
+    line(fmt::format("Pipeline ({} stages, schedule {}, {} micro-batches; memory and timeline below: stage {}, whose "
+                     "memory binds)",
+                     e.stages.size(), core::ppScheduleName(plan.sharding.pp_schedule), plan.training.grad_accum, e.stage));
+    line(fmt::format("  {:<6}{:>7}{:>8}{:>12}{:>13}{:>12}{:>12}{:>14}{:>15}", "stage", "blocks", "held", "step (ms)",
+                     "compute (ms)", "idle (ms)", "p2p (ms)", "peak (GiB)", "reserved (GiB)"));
+    for (const sim::StageFigures& f : e.stages) {
+        line(fmt::format("  {:<6}{:>7}{:>8}{:>12.2f}{:>13.2f}{:>12.2f}{:>12.2f}{:>14.2f}{:>15}", f.stage, f.blocks,
+                         f.micro_batches_held, ms(f.step_s), ms(f.compute_s), ms(f.idle_s), ms(f.p2p_s), gib(f.peak_bytes),
+                         f.reserved_bytes > 0 ? fmt::format("{:.2f}", gib(f.reserved_bytes)) : std::string("-")));
+    }
+    line("  held: the most micro-batches between their forward and their backward (their activations held at once); "
+         "idle: the compute stream waiting within the pipeline's step (the bubble and exposed communication)");
+    const bool reshards = e.program.units.size() > 1 && e.program.units[1].reshard_after_forward;
+    line(fmt::format("  FSDP inside each stage: parameters {} after forward{}; gradients accumulate unsharded and are "
+                     "reduce-scattered once per step, after the stage's last backward",
+                     reshards ? "resharded" : "kept unsharded",
+                     plan.sharding.reshard_after_forward == core::ReshardMode::Default ? " (torchtitan's default under pp)" : ""));
 }
 
 void appendTimeSection(std::string& out, const sim::Evaluation& e) {
@@ -148,6 +190,7 @@ nlohmann::ordered_json planResultJson(const core::Plan& plan, const sim::Evaluat
         {"shard_size", e.mesh.shard_size},
         {"replicate_size", e.mesh.replicate_size},
         {"tp", e.mesh.tp},
+        {"pp", e.mesh.pp},
         {"sequence_parallel", plan.sharding.sequence_parallel},
         {"loss_parallel", plan.sharding.loss_parallel},
         {"mesh", meshDims(e.mesh)},
@@ -246,6 +289,24 @@ nlohmann::ordered_json planResultJson(const core::Plan& plan, const sim::Evaluat
         }
         j["time"]["units"] = std::move(per_unit);
         j["time"]["period"] = periodJson(e);
+    }
+    if (!e.stages.empty()) {
+        json stages = json::array();
+        for (const sim::StageFigures& f : e.stages) {
+            stages.push_back({{"stage", f.stage},
+                              {"blocks", f.blocks},
+                              {"micro_batches_held", f.micro_batches_held},
+                              {"step_s", f.step_s},
+                              {"compute_s", f.compute_s},
+                              {"idle_s", f.idle_s},
+                              {"p2p_s", f.p2p_s},
+                              {"peak_bytes", f.peak_bytes},
+                              {"reserved_bytes", f.reserved_bytes}});
+        }
+        j["pipeline"] = {{"schedule", core::ppScheduleName(plan.sharding.pp_schedule)},
+                         {"micro_batches", plan.training.grad_accum},
+                         {"binding_stage", e.stage},
+                         {"stages", std::move(stages)}};
     }
     return j;
 }
@@ -354,7 +415,7 @@ std::string planReportText(const core::Plan& plan, const sim::Evaluation& e) {
     line(fmt::format("  strategy     {} (FSDP{}), shard {} x replicate {}, reshard after forward: {}",
                      core::strategyName(s.strategy), s.fsdp_version, e.mesh.shard_size, e.mesh.replicate_size,
                      reshardString(s)));
-    if (e.mesh.tp > 1) {
+    if (e.mesh.tp > 1 || e.mesh.pp > 1) {
         line(fmt::format("  mesh         {}", meshText(plan, e.mesh)));
     }
     line(fmt::format("  wrap         {} -> {} units", core::wrapPolicyString(s.wrap), prog.units.size()));
@@ -460,6 +521,7 @@ std::string planReportText(const core::Plan& plan, const sim::Evaluation& e) {
     line(fmt::format("  volume          {:>10.2f} GB  (all-gather + reduce-scatter + 2 x all-reduce)",
                      gb(c.volumeBytes())));
     appendTimeSection(out, e);
+    appendPipelineSection(out, plan, e);
     return out;
 }
 

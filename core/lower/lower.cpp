@@ -47,9 +47,10 @@ int widestInstanceNodes(int64_t size, int64_t stride, int64_t world, int64_t gpu
 
 }  // namespace
 
-Lowering::Lowering(const Plan& plan, const Mesh& mesh, Program& out, LowerScratch& scratch)
+Lowering::Lowering(const Plan& plan, const Mesh& mesh, Program& out, LowerScratch& scratch, int stage,
+                   const Model* full_model)
     : m_plan(plan), m_model(*plan.model), m_tr(plan.training), m_sh(plan.sharding), m_mesh(mesh), m_p(out),
-      m_s(scratch) {
+      m_s(scratch), m_full_model(full_model ? full_model : plan.model.get()), m_pp(mesh.pp), m_stage(stage) {
     m_s.host_pending.clear();
     m_s.free_queue.clear();
 }
@@ -65,9 +66,13 @@ Status Lowering::run() {
     buildSegments();
     buildItems();
     fillProgramHeader();
-    for (int mb = 0; mb < m_tr.grad_accum; ++mb) {
-        forwardPass(mb);
-        backwardPass(mb);
+    if (m_pp > 1) {
+        pipelineStep();
+    } else {
+        for (int mb = 0; mb < m_tr.grad_accum; ++mb) {
+            forwardPass(mb);
+            backwardPass(mb);
+        }
     }
     optimizerStep();
     // On a host device (CPUs, gloo) the host runs each kernel itself, and FSDP waits for each
@@ -95,11 +100,29 @@ void Lowering::configure() {
     m_seq = m_tr.seq_len;
     m_last_on_stream.fill(-1);
     m_last_collective.fill(-1);
-    // The process groups the step's collectives run on (ranks laid out rank = (r * W + s) * tp + t).
+    // Pipeline parallelism: this stage's place and the micro-batches it holds at once (PP2).
+    m_first_stage = m_stage == 0;
+    m_last_stage = m_stage == m_pp - 1;
+    m_slots = 1;
+    if (m_pp > 1) {
+        m_slots = m_sh.pp_schedule == PpSchedule::GPipe ? static_cast<int>(m_tr.grad_accum)
+                                                         : static_cast<int>(std::min<int64_t>(m_tr.grad_accum, m_pp - m_stage));
+    }
+    m_inputs.assign(static_cast<size_t>(m_slots), BufferRef{});
+    m_recv_act.assign(static_cast<size_t>(m_slots), BufferRef{});
+    m_stage_out.assign(static_cast<size_t>(m_slots), BufferRef{});
+    m_recv_grad.assign(static_cast<size_t>(m_slots), BufferRef{});
+    m_final_reduce = false;
+    m_recv_dep = -1;
+    // The process groups the step's collectives run on (ranks laid out
+    // rank = ((p * R + r) * W + s) * tp + t; every collective stays inside one stage).
     m_p.world_size = m_mesh.world_size;
     m_p.tp_size = static_cast<int32_t>(m_tp);
+    m_p.pp_size = m_pp;
+    m_p.pp_stage = m_stage;
     m_group.fill(-1);
-    addGroup(GroupKind::World, m_mesh.world_size, 1);
+    addGroup(GroupKind::World, m_mesh.world_size / m_pp, 1);
+    if (m_pp > 1) addGroup(GroupKind::Pipeline, m_pp, m_mesh.world_size / m_pp);
     if (m_sharded) addGroup(GroupKind::Shard, m_W, m_tp);
     if (m_sharded && m_R > 1) addGroup(GroupKind::Replicate, m_R, m_W * m_tp);
     if (m_sharded && postForwardK() > 0) addGroup(GroupKind::PostForward, postForwardK(), m_tp);
@@ -126,11 +149,13 @@ void Lowering::fillProgramHeader() {
     if (m_s.flops_model != m_plan.model || m_s.flops_seq != m_seq) {
         m_s.flops_model = m_plan.model;
         m_s.flops_seq = m_seq;
-        m_s.flops_per_token = m_model.modelFlopsPerToken(m_seq);
+        m_s.flops_per_token = m_full_model->modelFlopsPerToken(m_seq);
     }
-    // A tp group shares its micro-batches' work: each rank does 1 / tp of it.
+    // A tp group shares its micro-batches' work, and so do the pp stages (torchtitan's convention:
+    // the whole model's FLOPs per token over the non-data-parallel ranks): each rank does
+    // 1 / (tp * pp) of it.
     m_p.model_flops_per_step = m_s.flops_per_token * static_cast<double>(m_tokens) *
-                               static_cast<double>(m_tr.grad_accum) / static_cast<double>(m_tp);
+                               static_cast<double>(m_tr.grad_accum) / static_cast<double>(m_tp * m_pp);
     m_p.units.resize(m_s.us.size());
     const int states = optimizerStatesPerParam(m_tr.optimizer);
     int64_t sharded = 0, opt = 0, buffers = 0;
@@ -163,6 +188,7 @@ void Lowering::fillProgramHeader() {
     if (m_sharded && m_W != m_mesh.world_size) ++communicators;
     if (m_R > 1 && m_sharded) ++communicators;
     if (m_tp > 1) ++communicators;
+    if (m_pp > 1) ++communicators;
     m_p.initial[index(MemCategory::RuntimeOverhead)] =
         gpu.cuda_context_bytes + gpu.cublas_workspace_bytes + communicators * gpu.nccl_bytes_per_communicator;
     m_p.initial[index(MemCategory::Buffer)] = buffers;
@@ -227,9 +253,33 @@ Lowerer::~Lowerer() = default;
 Lowerer::Lowerer(Lowerer&&) noexcept = default;
 Lowerer& Lowerer::operator=(Lowerer&&) noexcept = default;
 
-Status Lowerer::lower(const Plan& plan, const Mesh& mesh, Program& out) {
+Status Lowerer::lower(const Plan& plan, const Mesh& mesh, Program& out) { return lowerStage(plan, mesh, 0, out); }
+
+Status Lowerer::lowerStage(const Plan& plan, const Mesh& mesh, int stage, Program& out) {
     assert(plan.model && "lower() needs a model");
-    detail::Lowering lowering(plan, mesh, out, *m_scratch);
+    if (mesh.pp <= 1) {
+        detail::Lowering lowering(plan, mesh, out, *m_scratch);
+        return lowering.run();
+    }
+    if (stage < 0 || stage >= mesh.pp || mesh.stage_blocks.size() != static_cast<size_t>(mesh.pp)) {
+        return makeError("pipeline stage " + std::to_string(stage) + " is not one of the mesh's " + std::to_string(mesh.pp));
+    }
+    LowerScratch& s = *m_scratch;
+    if (s.stage_source != plan.model || s.stage_split != mesh.stage_blocks) {
+        s.stage_source = plan.model;
+        s.stage_split = mesh.stage_blocks;
+        s.stage_models.clear();
+        int32_t begin = 0;
+        for (int i = 0; i < mesh.pp; ++i) {
+            const int32_t end = begin + mesh.stage_blocks[static_cast<size_t>(i)];
+            s.stage_models.push_back(
+                std::make_shared<const Model>(pipelineStageModel(*plan.model, begin, end, i == 0, i == mesh.pp - 1)));
+            begin = end;
+        }
+    }
+    Plan stage_plan = plan;
+    stage_plan.model = s.stage_models[static_cast<size_t>(stage)];
+    detail::Lowering lowering(stage_plan, mesh, out, s, stage, plan.model.get());
     return lowering.run();
 }
 

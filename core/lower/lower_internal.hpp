@@ -8,6 +8,8 @@
 //   lower_schedule.cpp  forward, backward, unshard, reshard, reduce, offload, optimizer: rules 2-11
 //                       and FSDP1's schedule differences
 //   lower_tp.cpp        tensor parallelism under FSDP: rules TP1-TP3 (its header)
+//   lower_pp.cpp        pipeline parallelism: a stage's schedule, its P2P and FSDP inside a stage:
+//                       rules PP1-PP4 (its header)
 //
 // Where each rule is:
 //   1  padded dim-0 shards; optimizer state on unpadded rows   addParamFsdp2
@@ -164,6 +166,8 @@ struct LowerScratch {
     // Per segment, in the current micro-batch: the activations its forward saved and its recompute
     // re-created; the gradients its backward produced and the next older gradient buffer of the
     // same unit (-1: none), a list a unit frees when it reduces.
+    // seg_saved and seg_kept hold one entry per segment and pipeline micro-batch slot
+    // (Lowering::slotOf): a pipeline stage holds several micro-batches' activations at once.
     std::vector<detail::BufferRef> seg_saved, seg_recomputed, seg_grad, seg_kept;
     std::vector<int32_t> seg_grad_next;
     std::vector<int32_t> free_queue;     // FSDP1 rate limiter: tasks whose end frees a unit
@@ -232,6 +236,10 @@ struct LowerScratch {
     std::vector<detail::OpCost> op_cost;     // per active op (index into active)
     std::vector<detail::OpCost> class_cost;  // per Op::cost_class
     std::vector<uint8_t> class_done;
+    // Pipeline stages' models (pipelineStageModel), kept while the model and the split repeat.
+    std::shared_ptr<const Model> stage_source;
+    std::vector<int> stage_split;
+    std::vector<std::shared_ptr<const Model>> stage_models;
 };
 
 namespace detail {
@@ -241,7 +249,10 @@ Op tpLocalOp(const Op& op, int tp, bool sp, bool lp);
 
 class Lowering {
 public:
-    Lowering(const Plan& plan, const Mesh& mesh, Program& out, LowerScratch& scratch);
+    // `stage`: the pipeline stage `plan` (whose model is that stage's) is lowered for, and
+    // `full_model` the whole model (its FLOPs per token); pp 1: stage 0 and plan's model.
+    Lowering(const Plan& plan, const Mesh& mesh, Program& out, LowerScratch& scratch, int stage = 0,
+             const Model* full_model = nullptr);
     Status run();
 
 private:
@@ -294,6 +305,29 @@ private:
         return m_tp > 1 ? m_s.tp_ops[oi] : m_model.ops[oi];
     }
 
+    // lower_pp.cpp: pipeline parallelism.
+    struct PipelineAction {
+        bool backward = false;
+        int mb = 0;
+    };
+    void pipelineActions(std::vector<PipelineAction>& out) const;
+    void pipelineStep();
+    void receive(int mb, bool backward);
+    void send(int mb, bool backward);
+    void reduceGradients();
+    int64_t stageBoundaryBytes() const;
+    // The micro-batch slot of `mb`: a stage holds at most m_slots micro-batches between their
+    // forward and their backward, consecutive ones, so mb mod m_slots tells them apart.
+    size_t slotOf(int32_t si, int mb) const {
+        return static_cast<size_t>(si) + m_s.segs.size() * static_cast<size_t>(mb % m_slots);
+    }
+    // Whether this micro-batch's post-backward reduces (rule 8, and PP3: a pipeline stage reduces
+    // once, after its last backward).
+    bool syncsNow(int mb) const {
+        if (m_pp > 1) return m_final_reduce;
+        return !m_tr.no_sync || mb == m_tr.grad_accum - 1;
+    }
+
     // lower_schedule.cpp: the step.
     void forwardPass(int mb);
     void preForward(int32_t u, int mb);
@@ -308,7 +342,7 @@ private:
     void releaseGrads(At at, int32_t u);
     void postBackward(int32_t u, int mb);
     void postBackwardNoShard(int32_t u, int mb, bool sync, int32_t producer);
-    void endOfBackward();
+    void endOfBackward(int mb);
     void optimizerStep();
     // Unshard and reshard.
     void issueUnshard(int32_t u, int mb, bool backward);
@@ -434,12 +468,22 @@ private:
     int32_t m_saved_flat = -1;             // FSDP2: unit whose flat output is kept in all_gather_state
     int32_t m_ag_wait = -1;                // copy-out the all-gather streams wait on
     BufferRef m_pending_rs;                // reduce-scatter input awaiting the next reduce
-    BufferRef m_inputs;                    // the micro-batch's input_ids and labels
+    std::vector<BufferRef> m_inputs;       // per micro-batch slot: its input_ids and labels
     int32_t m_pending_compute_dep = -1;    // FSDP1: the compute stream waits on this all-gather
     std::array<int32_t, kStreamCount> m_last_on_stream{};
     std::array<int32_t, kGroupKindCount> m_last_collective{};  // per GroupKind
     int32_t m_last_compute = -1;
     std::array<int32_t, 2> m_host_pending_deps{-1, -1};  // what the end-of-backward frees wait for
+
+    // Pipeline parallelism (lower_pp.cpp).
+    const Model* m_full_model = nullptr;  // the whole model (FLOPs per token)
+    int m_pp = 1, m_stage = 0, m_slots = 1;
+    bool m_first_stage = true, m_last_stage = true;
+    bool m_final_reduce = false;          // inside reduceGradients
+    int32_t m_recv_dep = -1;              // the compute task that starts the pass waits for this receive
+    // Per micro-batch slot: the received activations, the stage's output kept for the backward,
+    // the received output gradient.
+    std::vector<BufferRef> m_recv_act, m_stage_out, m_recv_grad;
 };
 
 }  // namespace detail

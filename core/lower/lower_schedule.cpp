@@ -76,7 +76,13 @@ void Lowering::preForward(int32_t u, int mb) {
 void Lowering::forwardSegment(int32_t si, int mb, bool first) {
     const Segment& seg = m_s.segs[static_cast<size_t>(si)];
     computeTask(TaskKind::Forward, seg.unit, mb);
-    if (first) m_inputs = alloc(At::Start, MemCategory::Inputs, kInputTensors * itemSize(DType::I64) * m_tokens);
+    if (first) {
+        dep(std::exchange(m_recv_dep, -1));
+        // Under pipeline parallelism the first stage reads input_ids, the last the labels.
+        const int64_t tensors = m_pp > 1 ? (m_first_stage ? 1 : 0) + (m_last_stage ? 1 : 0) : kInputTensors;
+        m_inputs[static_cast<size_t>(mb % m_slots)] =
+            alloc(At::Start, MemCategory::Inputs, tensors * itemSize(DType::I64) * m_tokens);
+    }
     cur().flops = seg.fwd_flops;
     cur().hbm_bytes = seg.fwd_hbm + seg.weight_bytes;
     cur().ops = seg.fwd_ops;
@@ -88,9 +94,9 @@ void Lowering::forwardSegment(int32_t si, int mb, bool first) {
         peakScratch(MemCategory::Activation, seg.fwd_peak_act, seg.fwd_peak_act_tensors);
         peakScratch(MemCategory::Activation, seg.fwd_peak_temp, seg.fwd_peak_temp_tensors);
     }
-    m_s.seg_saved[static_cast<size_t>(si)] =
+    m_s.seg_saved[slotOf(si, mb)] =
         alloc(At::End, MemCategory::Activation, seg.saved, seg.checkpointed ? Span{} : seg.saved_tensors);
-    m_s.seg_kept[static_cast<size_t>(si)] = alloc(At::End, MemCategory::Activation, seg.sac_kept, seg.kept_tensors);
+    m_s.seg_kept[slotOf(si, mb)] = alloc(At::End, MemCategory::Activation, seg.sac_kept, seg.kept_tensors);
 }
 
 // Post-forward hook, rule 5: reshard unless the unit keeps its parameters until backward.
@@ -233,14 +239,19 @@ void Lowering::freeUnsharded(int32_t u, bool count_mode) {
 }
 
 void Lowering::backwardPass(int mb) {
+    bool first = true;
     for (auto it = m_s.items.rbegin(); it != m_s.items.rend(); ++it) {
+        if (first && it->kind == ItemKind::Seg) {
+            first = false;
+            m_pending_compute_dep = std::max(m_pending_compute_dep, std::exchange(m_recv_dep, -1));
+        }
         switch (it->kind) {
             case ItemKind::Post: preBackward(it->index, mb); break;
             case ItemKind::Seg: backwardSegment(it->index, mb); break;
             case ItemKind::Pre: postBackward(it->index, mb); break;
         }
     }
-    endOfBackward();
+    endOfBackward(mb);
 }
 
 // Rule 6: unshard (a no-op if prefetched), then prefetch ahead in reverse forward order. FSDP1's
@@ -280,7 +291,7 @@ void Lowering::prefetchAfter(int32_t u, int mb) {
 // (saved_full, sharing their storage where they are among it); the rest of them die with it.
 void Lowering::backwardSegment(int32_t si, int mb) {
     const Segment& seg = m_s.segs[static_cast<size_t>(si)];
-    BufferRef& saved = m_s.seg_saved[static_cast<size_t>(si)];
+    BufferRef& saved = m_s.seg_saved[slotOf(si, mb)];
     BufferRef& recomputed = m_s.seg_recomputed[static_cast<size_t>(si)];
     UnitState& st = m_s.st[seg.unit];
     if (seg.checkpointed) {
@@ -288,7 +299,7 @@ void Lowering::backwardSegment(int32_t si, int mb) {
         cur().flops = seg.rec_flops;
         cur().hbm_bytes = seg.rec_hbm + seg.rec_weight_bytes;
         cur().ops = seg.rec_ops;
-        release(At::Start, m_s.seg_kept[static_cast<size_t>(si)]);
+        release(At::Start, m_s.seg_kept[slotOf(si, mb)]);
         peakScratch(MemCategory::Activation, seg.fwd_peak_act, seg.fwd_peak_act_tensors);  // ACT under AC too
         peakScratch(MemCategory::Activation, seg.fwd_peak_temp, seg.fwd_peak_temp_tensors);
         recomputed = alloc(At::End, MemCategory::Activation, seg.saved_full, seg.saved_tensors);
@@ -311,7 +322,7 @@ void Lowering::backwardSegment(int32_t si, int mb) {
     if (persistent) {
         // Reduced by this micro-batch's post-backward: Temp until then (freed there). Kept for
         // the next micro-batch (no_sync): Unsharded Grad, as the tracker files it from then on.
-        const bool reduced_now = m_sharded && (!m_tr.no_sync || mb == m_tr.grad_accum - 1);
+        const bool reduced_now = m_sharded && syncsNow(mb);
         keepGrad(seg.unit, si, alloc(At::End, reduced_now ? MemCategory::Temp : gcat, seg.grad_bytes, seg.grad_tensors));
         if (!direct) st.grads_live += seg.grad_bytes;
     }
@@ -356,7 +367,7 @@ void Lowering::releaseGrads(At at, int32_t u) {
 void Lowering::postBackward(int32_t u, int mb) {
     UnitState& st = m_s.st[u];
     const UnitSizes& us = m_s.us[u];
-    const bool sync = !m_tr.no_sync || mb == m_tr.grad_accum - 1;
+    const bool sync = syncsNow(mb);
     const int32_t producer = m_last_compute;
     if (!gathers(u)) {
         postBackwardNoShard(u, mb, sync, producer);
@@ -364,7 +375,9 @@ void Lowering::postBackward(int32_t u, int mb) {
     }
     if (m_fsdp1 && m_sh.backward_prefetch == ShardingSpec::BackwardPrefetch::Post) prefetchAfter(u, mb);
     if (!sync) {
-        freeUnsharded(u, false);
+        // PP3: a pipeline stage's backward keeps the parameters unsharded (PipelineStage sets
+        // reshard_after_backward False until its gradients are reduced).
+        if (m_pp == 1) freeUnsharded(u, false);
         if (!st.acc_live) {
             if (!m_fsdp1 && m_rdt != m_pdt && us.grad_elems > 0) {
                 // FSDP2 upcasts held gradients to reduce_dtype (after resharding, to save memory).
@@ -509,9 +522,9 @@ void Lowering::postBackwardNoShard(int32_t u, int mb, bool sync, int32_t produce
 
 // The final callback makes the compute stream wait for the last reduce-scatter (and all-reduce),
 // then frees the reduce-scatter input; the micro-batch's inputs go too.
-void Lowering::endOfBackward() {
+void Lowering::endOfBackward(int mb) {
     releaseByHost(m_pending_rs);
-    releaseByHost(m_inputs);
+    releaseByHost(m_inputs[static_cast<size_t>(mb % m_slots)]);
     m_host_pending_deps = {m_last_on_stream[static_cast<size_t>(Stream::ReduceScatter)],
                            m_last_on_stream[static_cast<size_t>(Stream::AllReduce)]};
 }

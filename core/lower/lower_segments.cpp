@@ -40,10 +40,10 @@ void Lowering::buildSegments() {
         segmentOps(seg);
     }
     const size_t n = m_s.segs.size();
-    m_s.seg_saved.assign(n, BufferRef{});
+    m_s.seg_saved.assign(n * static_cast<size_t>(m_slots), BufferRef{});
     m_s.seg_recomputed.assign(n, BufferRef{});
     m_s.seg_grad.assign(n, BufferRef{});
-    m_s.seg_kept.assign(n, BufferRef{});
+    m_s.seg_kept.assign(n * static_cast<size_t>(m_slots), BufferRef{});
     m_s.seg_grad_next.assign(n, -1);
 }
 

@@ -393,7 +393,10 @@ void Lowering::fsdp1FlatParameterSizes() {
 
 // Rule 5: per strategy, overridable; the root never reshards after forward.
 void Lowering::reshardAfterForwardPerUnit() {
-    const bool raf = reshardsAfterForward(m_sh);
+    // PP1: under pipeline parallelism torchtitan's default policy keeps the parameters unsharded
+    // after forward ("default" -> not pp_enabled, torchtitan/distributed/fsdp.py), which saves an
+    // all-gather per micro-batch.
+    const bool raf = m_pp > 1 && m_sh.reshard_after_forward == ReshardMode::Default ? false : reshardsAfterForward(m_sh);
     for (size_t u = 0; u < m_s.us.size(); ++u) m_s.us[u].reshard_after_forward = u == 0 ? false : raf;
 }
 
@@ -407,7 +410,7 @@ void Lowering::unitBufferTable(int32_t u, UnitInfo& info) const {
         return UnitCollective{bytes, g.size, g.nodes};
     };
     const bool trainable = us.grad_elems > 0;
-    const bool accumulates = m_tr.no_sync && m_tr.grad_accum > 1 && trainable;
+    const bool accumulates = (m_tr.no_sync || m_pp > 1) && m_tr.grad_accum > 1 && trainable;
     if (!gathers(u)) {
         // Whole parameters: mixed precision computes on a cast copy; gradients are all-reduced over
         // the world, through a reduce_dtype buffer unless they are already in the master dtype.

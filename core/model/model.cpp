@@ -1,5 +1,6 @@
 #include "core/model/model.hpp"
 
+#include <algorithm>
 #include <cassert>
 
 namespace shardcast::core {
@@ -119,6 +120,97 @@ void Model::assignCostClasses() {
             representatives.push_back(i);
         }
     }
+}
+
+Model pipelineStageModel(const Model& m, int32_t block_begin, int32_t block_end, bool first, bool last) {
+    const size_t nm = m.modules.size();
+    // Per module: the index in Model::blocks of the block it lies in (-1: outside every block).
+    std::vector<int32_t> block_of(nm, -1);
+    for (size_t b = 0; b < m.blocks.size(); ++b) block_of[static_cast<size_t>(m.blocks[b])] = static_cast<int32_t>(b);
+    for (size_t i = 0; i < nm; ++i) {
+        const int32_t parent = m.modules[i].parent;
+        if (block_of[i] < 0 && parent >= 0) block_of[i] = block_of[static_cast<size_t>(parent)];
+    }
+    auto in_stage_block = [&](int32_t mod) {
+        const int32_t b = block_of[static_cast<size_t>(mod)];
+        return b >= block_begin && b < block_end;
+    };
+    std::vector<uint8_t> owns_params(nm, 0);
+    for (const Param& p : m.params) owns_params[static_cast<size_t>(p.module)] = 1;
+    // Ops: the first op of any block splits "before the blocks" from "after them".
+    size_t first_block_op = m.ops.size(), last_block_op = 0;
+    for (size_t i = 0; i < m.ops.size(); ++i) {
+        if (block_of[static_cast<size_t>(m.ops[i].module)] < 0) continue;
+        first_block_op = std::min(first_block_op, i);
+        last_block_op = i;
+    }
+    std::vector<uint8_t> keep_op(m.ops.size(), 0), keep_mod(nm, 0);
+    for (size_t i = 0; i < m.ops.size(); ++i) {
+        const int32_t mod = m.ops[i].module;
+        bool keep;
+        if (block_of[static_cast<size_t>(mod)] >= 0) {
+            keep = in_stage_block(mod);
+        } else if (i < first_block_op) {
+            keep = first || !owns_params[static_cast<size_t>(mod)];
+        } else {
+            keep = last && i > last_block_op;
+        }
+        keep_op[i] = keep;
+        if (keep) keep_mod[static_cast<size_t>(mod)] = 1;
+    }
+    std::vector<uint8_t> keep_param(m.params.size(), 0);
+    for (size_t i = 0; i < m.params.size(); ++i) {
+        const int32_t mod = m.params[i].module;
+        keep_param[i] = block_of[static_cast<size_t>(mod)] >= 0 ? in_stage_block(mod) : keep_mod[static_cast<size_t>(mod)];
+        if (keep_param[i]) keep_mod[static_cast<size_t>(mod)] = 1;
+    }
+    std::vector<uint8_t> keep_buffer(m.buffers.size(), 0);
+    for (size_t i = 0; i < m.buffers.size(); ++i) {
+        const int32_t mod = m.buffers[i].module;
+        keep_buffer[i] = block_of[static_cast<size_t>(mod)] < 0 || in_stage_block(mod);
+        if (keep_buffer[i]) keep_mod[static_cast<size_t>(mod)] = 1;
+    }
+    for (int32_t b = block_begin; b < block_end; ++b) keep_mod[static_cast<size_t>(m.blocks[static_cast<size_t>(b)])] = 1;
+    keep_mod[0] = 1;
+    // Ancestors of kept modules are kept (children follow their parents: walk backwards).
+    for (size_t i = nm; i-- > 1;) {
+        if (keep_mod[i]) keep_mod[static_cast<size_t>(m.modules[i].parent)] = 1;
+    }
+    std::vector<int32_t> new_index(nm, -1);
+    Model out;
+    out.name = m.name;
+    out.source = m.source;
+    out.arch = m.arch;
+    out.arch.layers = block_end - block_begin;
+    out.tp_plan = m.tp_plan;
+    for (size_t i = 0; i < nm; ++i) {
+        if (!keep_mod[i]) continue;
+        new_index[i] = static_cast<int32_t>(out.modules.size());
+        Module mod = m.modules[i];
+        if (mod.parent >= 0) mod.parent = new_index[static_cast<size_t>(mod.parent)];
+        out.modules.push_back(std::move(mod));
+    }
+    for (size_t i = 0; i < m.params.size(); ++i) {
+        if (!keep_param[i]) continue;
+        Param p = m.params[i];
+        p.module = new_index[static_cast<size_t>(p.module)];
+        out.params.push_back(std::move(p));
+    }
+    for (size_t i = 0; i < m.buffers.size(); ++i) {
+        if (!keep_buffer[i]) continue;
+        BufferSpec b = m.buffers[i];
+        b.module = new_index[static_cast<size_t>(b.module)];
+        out.buffers.push_back(std::move(b));
+    }
+    for (size_t i = 0; i < m.ops.size(); ++i) {
+        if (!keep_op[i]) continue;
+        Op op = m.ops[i];
+        op.module = new_index[static_cast<size_t>(op.module)];
+        out.ops.push_back(std::move(op));
+    }
+    for (int32_t b = block_begin; b < block_end; ++b) out.blocks.push_back(new_index[static_cast<size_t>(m.blocks[static_cast<size_t>(b)])]);
+    out.assignCostClasses();
+    return out;
 }
 
 }  // namespace shardcast::core

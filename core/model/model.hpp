@@ -180,4 +180,13 @@ struct Model {
     double modelFlopsPerToken(int64_t seq_len) const;
 };
 
+// What one pipeline stage holds of `m`, as torchtitan's pipeline split builds it (a copy of the
+// model with the other stages' modules deleted): blocks [block_begin, block_end) of Model::blocks;
+// the modules outside the blocks that run before them (the embedding) on the first stage only,
+// those that run after them (the final norm, the output, the loss) on the last only. Modules
+// without parameters that run before the blocks (rotary embeddings, the mask) and buffers outside
+// the blocks stay on every stage. Module, op, parameter and buffer order is kept; indices are
+// renumbered.
+Model pipelineStageModel(const Model& m, int32_t block_begin, int32_t block_end, bool first, bool last);
+
 }  // namespace shardcast::core

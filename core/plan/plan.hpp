@@ -28,15 +28,26 @@ struct Plan {
 };
 
 // Derived sizes of a validated plan.
-// PyTorch's init_device_mesh order (dp_replicate, dp_shard, tp): rank = (r * W + s) * tp + t,
-// so the tp ranks of a group are consecutive (inside a node) and a dp group strides over them.
+// PyTorch's init_device_mesh order (pp, dp_replicate, dp_shard, tp):
+// rank = ((p * R + r) * W + s) * tp + t, so the tp ranks of a group are consecutive (inside a
+// node), a dp group strides over them and the pipeline stages are the outermost blocks of ranks.
 struct Mesh {
     int world_size = 1;
     int shard_size = 1;      // dp_shard: ranks a parameter is sharded over (1 for NO_SHARD)
-    int replicate_size = 1;  // dp_replicate: world_size / (shard_size * tp)
+    int replicate_size = 1;  // dp_replicate: world_size / (shard_size * tp * pp)
     int tp = 1;              // tensor-parallel ranks
+    int pp = 1;              // pipeline stages
+    std::vector<int> stage_blocks;  // pp > 1: the blocks of each stage, in order (they sum to the model's)
     int dp() const { return shard_size * replicate_size; }
 };
+
+// The blocks of each of `pp` stages: `given` when it is set (checked: pp entries, summing to
+// `blocks`, every middle stage holding one), else torchtitan's balanced split
+// (generate_llm_fqn_per_model_part in torchtitan/distributed/pipeline_parallel.py): the embedding
+// and the norm plus output each count as one block (pipeline_parallel_first/last_stage_less_layers
+// = 1), blocks + 2 are split evenly and the first (blocks + 2) mod pp stages take one more.
+// Errors name sharding.pp / sharding.pp_stage_blocks and what is valid.
+Result<std::vector<int>> pipelineStageBlocks(int pp, int64_t blocks, const std::vector<int>& given);
 
 // Checks every field against the others; the error names the field and what would be valid.
 Result<Mesh> validatePlan(const Plan& plan);

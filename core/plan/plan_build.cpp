@@ -1,6 +1,7 @@
 #include "core/plan/plan_build.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <filesystem>
 #include <memory>
 #include <string_view>
@@ -197,6 +198,36 @@ Result<Plan> buildPlan(const PlanOverrides& o) {
     if (o.prefetch_depth) s.prefetch_depth = static_cast<int>(*o.prefetch_depth);
     if (o.tp) s.tp = static_cast<int>(*o.tp);
     if (o.pp) s.pp = static_cast<int>(*o.pp);
+    if (o.pp_schedule) {
+        const auto sched = parsePpSchedule(*o.pp_schedule);
+        if (!sched) {
+            return makeError(fmt::format("--pp-schedule: expected one of {} (got '{}')", kPpScheduleChoices,
+                                         textExcerpt(*o.pp_schedule)));
+        }
+        s.pp_schedule = *sched;
+    }
+    if (o.pp_stage_blocks) {
+        std::vector<int> blocks;
+        std::string_view rest = *o.pp_stage_blocks;
+        bool ok = !rest.empty();
+        while (ok && !rest.empty()) {
+            const size_t comma = rest.find(',');
+            const std::string_view item = rest.substr(0, comma);
+            int64_t v = -1;
+            const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
+            ok = ec == std::errc{} && end == item.data() + item.size() && v >= 0 && v <= limits::kMaxLayers &&
+                 blocks.size() < static_cast<size_t>(limits::kMaxLayers);
+            if (ok) blocks.push_back(static_cast<int>(v));
+            rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
+            if (ok && comma != std::string_view::npos && rest.empty()) ok = false;
+        }
+        if (!ok) {
+            return makeError(fmt::format("--pp-stage-blocks: expected block counts per stage separated by commas, e.g. "
+                                         "9,10,10,3 (got '{}')",
+                                         textExcerpt(*o.pp_stage_blocks)));
+        }
+        s.pp_stage_blocks = std::move(blocks);
+    }
     if (o.cp) s.cp = static_cast<int>(*o.cp);
     for (auto [value, flag, target] : {std::tuple{&o.sequence_parallel, "--sequence-parallel", &s.sequence_parallel},
                                        std::tuple{&o.loss_parallel, "--loss-parallel", &s.loss_parallel},

@@ -30,6 +30,8 @@ struct PlanOverrides {
     // ("true"/"false").
     std::optional<int64_t> tp, pp, cp;
     std::optional<std::string> sequence_parallel, loss_parallel, async_tp;
+    // --pp-schedule GPipe|1F1B|Interleaved1F1B; --pp-stage-blocks "9,10,10,3" (blocks per stage).
+    std::optional<std::string> pp_schedule, pp_stage_blocks;
 };
 
 // Defaults used when there is no plan file.

@@ -222,12 +222,28 @@ Status readSharding(const json& j, const std::string& where, const std::filesyst
     SectionReader r(j, where, "sharding");
     r.checkKeys({"strategy", "shard_size", "fsdp", "wrap", "reshard_after_forward", "prefetch_depth",
                  "forward_prefetch", "backward_prefetch", "limit_all_gathers", "tp", "sequence_parallel",
-                 "loss_parallel", "async_tp", "pp", "cp"});
+                 "loss_parallel", "async_tp", "pp", "pp_schedule", "pp_stage_blocks", "cp"});
     r.integer("tp", s.tp, "a positive integer (tensor-parallel degree)");
     r.boolean("sequence_parallel", s.sequence_parallel);
     r.boolean("loss_parallel", s.loss_parallel);
     r.boolean("async_tp", s.async_tp);
     r.integer("pp", s.pp, "a positive integer (pipeline stages)");
+    r.enumeration("pp_schedule", s.pp_schedule, parsePpSchedule, std::string(kPpScheduleChoices));
+    if (const json* v = r.find("pp_stage_blocks")) {
+        bool ok = v->is_array() && v->size() <= static_cast<size_t>(limits::kMaxLayers);
+        std::vector<int> blocks;
+        for (size_t i = 0; ok && i < v->size(); ++i) {
+            const json& e = (*v)[i];
+            ok = e.is_number_integer() && e.get<int64_t>() >= 0 && e.get<int64_t>() <= limits::kMaxLayers;
+            if (ok) blocks.push_back(static_cast<int>(e.get<int64_t>()));
+        }
+        if (!ok) {
+            return makeError(fmt::format("{}: sharding.pp_stage_blocks must be a list of block counts, one per pipeline "
+                                         "stage (non-negative integers up to {}), e.g. [9, 10, 10, 3]",
+                                         where, limits::kMaxLayers));
+        }
+        s.pp_stage_blocks = std::move(blocks);
+    }
     r.integer("cp", s.cp, "a positive integer (context-parallel degree)");
     r.enumeration("strategy", s.strategy, parseStrategy, kStrategyChoices);
     r.integer("shard_size", s.shard_size, "a positive integer (or 0 for the default)");
@@ -472,20 +488,102 @@ std::string divisorsOf(int64_t n, int64_t cap, const std::function<bool(int64_t)
     return join(out);
 }
 
+}  // namespace
+
+Result<std::vector<int>> pipelineStageBlocks(int pp, int64_t blocks, const std::vector<int>& given) {
+    if (!given.empty()) {
+        int64_t sum = 0;
+        for (int b : given) sum += b;
+        if (static_cast<int64_t>(given.size()) != pp || sum != blocks) {
+            return makeError(fmt::format("sharding.pp_stage_blocks lists {} stages holding {} blocks; it must list pp {} "
+                                         "stages whose block counts sum to the model's {} blocks",
+                                         given.size(), sum, pp, blocks));
+        }
+        for (int i = 1; i + 1 < pp; ++i) {
+            if (given[static_cast<size_t>(i)] == 0) {
+                return makeError(fmt::format("sharding.pp_stage_blocks: stage {} holds no block; every stage but the first "
+                                             "(the embedding) and the last (the norm and output) needs at least one",
+                                             i));
+            }
+        }
+        return given;
+    }
+    // torchtitan's generate_llm_fqn_per_model_part with input_weight = output_weight = 1.
+    const int64_t effective = blocks + 2;
+    if (pp > effective) {
+        return makeError(fmt::format("sharding.pp {} is more stages than the model's {} blocks plus the embedding and "
+                                     "the output ({} in torchtitan's split); valid: 1 to {}",
+                                     pp, blocks, effective, effective));
+    }
+    const int64_t per = effective / pp, extra = effective % pp;
+    if (per < 1) {
+        return makeError(fmt::format("sharding.pp {}: torchtitan's split leaves empty stages; valid: 1 to {}", pp, effective));
+    }
+    std::vector<int> out(static_cast<size_t>(pp), 0);
+    int64_t left = blocks;
+    for (int i = 0; i < pp; ++i) {
+        int64_t take = per + (i < extra ? 1 : 0);
+        if (i == 0) take -= 1;       // the embedding counts as one block
+        if (i == pp - 1) take -= 1;  // the norm and the output count as one block
+        take = std::max<int64_t>(0, std::min(take, left));
+        out[static_cast<size_t>(i)] = static_cast<int>(take);
+        left -= take;
+    }
+    if (left != 0) {
+        return makeError(fmt::format("sharding.pp {}: torchtitan's split does not place all {} blocks; list them with "
+                                     "sharding.pp_stage_blocks",
+                                     pp, blocks));
+    }
+    return out;
+}
+
+namespace {
+
+// Pipeline parallelism: the stage split, the schedule's needs (torch.distributed.pipelining's
+// Schedule1F1B refuses fewer micro-batches than stages) and what it is modelled with.
+Status checkPipeline(const Plan& plan, int world) {
+    const ShardingSpec& s = plan.sharding;
+    const Model& m = *plan.model;
+    if (world % s.pp != 0) {
+        return makeError(fmt::format("sharding.pp {} must divide the world size {} (each stage holds world / pp ranks); "
+                                     "valid: {}",
+                                     s.pp, world, divisorsOf(world, static_cast<int64_t>(m.blocks.size()) + 2, [](int64_t) { return true; })));
+    }
+    if (s.pp_schedule == PpSchedule::Interleaved1F1B) {
+        return makeError("sharding.pp_schedule Interleaved1F1B (virtual stages) is not modelled yet; use GPipe or 1F1B");
+    }
+    if (auto split = pipelineStageBlocks(s.pp, static_cast<int64_t>(m.blocks.size()), s.pp_stage_blocks); !split) {
+        return split.error();
+    }
+    if (s.pp_schedule == PpSchedule::OneFOneB && plan.training.grad_accum < s.pp) {
+        return makeError(fmt::format("sharding.pp_schedule 1F1B needs at least as many micro-batches as stages: "
+                                     "training.grad_accum {} < pp {} (torch's Schedule1F1B refuses it); raise grad_accum to "
+                                     "{} or more, or use GPipe",
+                                     plan.training.grad_accum, s.pp, s.pp));
+    }
+    if (m.arch.tied_embeddings) {
+        return makeError(fmt::format("sharding.pp {}: model '{}' ties its input and output embeddings, which sit on the "
+                                     "first and the last stage; pipeline parallelism is not modelled for tied embeddings",
+                                     s.pp, m.name));
+    }
+    if (s.strategy == Strategy::NoShard || s.fsdp_version != 2 || plan.training.offload == Offload::Cpu) {
+        return makeError("sharding.pp > 1 is modelled with fully_shard (fsdp 2), a sharded strategy and no CPU offload, "
+                         "as torchtitan applies it");
+    }
+    return Ok{};
+}
+
 // The mesh dimensions besides data parallelism: tp (with its sequence and loss parallelism),
-// and pp and cp, which are named but not modelled yet.
+// pp, and cp, which is named but not modelled yet.
 Status checkParallelDims(const Plan& plan, int world) {
     const ShardingSpec& s = plan.sharding;
     const ClusterSpec& c = plan.cluster;
     const Model& m = *plan.model;
     if (s.pp < 1) return makeError(fmt::format("sharding.pp must be a positive integer (got {})", s.pp));
     if (s.pp > 1) {
-        if (s.pp > static_cast<int64_t>(m.blocks.size()))
-            return makeError(fmt::format("sharding.pp {} is more pipeline stages than model '{}' has blocks ({}); "
-                                         "valid: 1 to {}",
-                                         s.pp, m.name, m.blocks.size(), m.blocks.size()));
-        return makeError(fmt::format("sharding.pp {}: pipeline parallelism is not modelled yet (issue 25); use pp 1",
-                                     s.pp));
+        if (auto st = checkPipeline(plan, world); !st) return st;
+    } else if (!s.pp_stage_blocks.empty()) {
+        return makeError("sharding.pp_stage_blocks is set but sharding.pp is 1; set pp to the number of stages it lists");
     }
     if (s.cp != 1) {
         return makeError(fmt::format("sharding.cp {}: context parallelism is not modelled; use cp 1", s.cp));
@@ -524,7 +622,11 @@ Status checkParallelDims(const Plan& plan, int world) {
                                      "model '{}'; valid: {}",
                                      s.tp, heads, kv, m.name, choices));
     }
-    if (world % s.tp != 0) {
+    if (world % (s.tp * s.pp) != 0) {
+        if (s.pp > 1) {
+            return makeError(fmt::format("sharding.tp {} times sharding.pp {} must divide the world size {}", s.tp, s.pp,
+                                         world));
+        }
         return makeError(fmt::format("sharding.tp {} must divide the world size {}; valid: {}", s.tp, world, choices));
     }
     if (s.sequence_parallel && plan.training.seq_len % s.tp != 0) {
@@ -639,10 +741,16 @@ Result<Mesh> validatePlan(const Plan& plan, PlanCheckMemo* memo) {
     mesh.world_size = c.worldSize();
     if (auto tp = checkParallelDims(plan, mesh.world_size); !tp) return tp.error();
     mesh.tp = s.tp;
-    // The data-parallel ranks: FSDP's mesh is the world's dp part (world / tp).
-    const int world = mesh.world_size / mesh.tp;
+    mesh.pp = s.pp;
+    if (s.pp > 1) mesh.stage_blocks = *pipelineStageBlocks(s.pp, static_cast<int64_t>(plan.model->blocks.size()), s.pp_stage_blocks);
+    // The data-parallel ranks: FSDP's mesh is the world's dp part (world / (tp * pp)).
+    const int world = mesh.world_size / (mesh.tp * mesh.pp);
     // How the messages below name that size.
-    const std::string ranks_name = mesh.tp > 1 ? "data-parallel size (world / tp " + std::to_string(mesh.tp) + ")" : "world size";
+    const std::string ranks_name =
+        mesh.tp * mesh.pp > 1
+            ? fmt::format("data-parallel size (world / {})", mesh.pp > 1 ? fmt::format("(tp {} x pp {})", mesh.tp, mesh.pp)
+                                                                          : fmt::format("tp {}", mesh.tp))
+            : std::string("world size");
     if (s.shard_size < 0) {
         return makeError("sharding.shard_size must be a positive integer or 0 for the default (got " +
                          std::to_string(s.shard_size) + ")");
@@ -903,7 +1011,11 @@ nlohmann::json planToJson(const Plan& plan) {
         sharding["loss_parallel"] = s.loss_parallel;
         sharding["async_tp"] = s.async_tp;
     }
-    if (s.pp != 1) sharding["pp"] = s.pp;
+    if (s.pp != 1) {
+        sharding["pp"] = s.pp;
+        sharding["pp_schedule"] = std::string(ppScheduleName(s.pp_schedule));
+        if (!s.pp_stage_blocks.empty()) sharding["pp_stage_blocks"] = s.pp_stage_blocks;
+    }
     if (s.cp != 1) sharding["cp"] = s.cp;
     j["sharding"] = std::move(sharding);
     return j;

@@ -56,6 +56,23 @@ std::string_view backwardPrefetchName(ShardingSpec::BackwardPrefetch p) {
     return "?";
 }
 
+std::string_view ppScheduleName(PpSchedule s) {
+    switch (s) {
+        case PpSchedule::GPipe: return "GPipe";
+        case PpSchedule::OneFOneB: return "1F1B";
+        case PpSchedule::Interleaved1F1B: return "Interleaved1F1B";
+    }
+    return "?";
+}
+
+std::optional<PpSchedule> parsePpSchedule(std::string_view s) {
+    const std::string k = toLower(s);
+    if (k == "gpipe") return PpSchedule::GPipe;
+    if (k == "1f1b") return PpSchedule::OneFOneB;
+    if (k == "interleaved1f1b" || k == "interleaved-1f1b") return PpSchedule::Interleaved1F1B;
+    return std::nullopt;
+}
+
 std::optional<ShardingSpec::BackwardPrefetch> parseBackwardPrefetch(std::string_view s) {
     const std::string k = toLower(s);
     if (k == "pre" || k == "backward_pre") return ShardingSpec::BackwardPrefetch::Pre;

@@ -29,6 +29,15 @@ std::string wrapPolicyString(const WrapPolicy& w);
 
 enum class ReshardMode : uint8_t { Default, True, False, Count };
 
+// torch.distributed.pipelining's schedules (torchtitan's pipeline_parallel_schedule names):
+// ScheduleGPipe (every forward, then every backward), Schedule1F1B (warm-up forwards, then one
+// backward and one forward alternately, torchtitan's default) and ScheduleInterleaved1F1B
+// (several virtual stages per rank; named, not modelled yet).
+enum class PpSchedule : uint8_t { GPipe, OneFOneB, Interleaved1F1B };
+std::string_view ppScheduleName(PpSchedule s);  // "GPipe", "1F1B", "Interleaved1F1B"
+std::optional<PpSchedule> parsePpSchedule(std::string_view s);  // case-insensitive
+inline constexpr std::string_view kPpScheduleChoices = "GPipe, 1F1B, Interleaved1F1B";
+
 struct ShardingSpec {
     Strategy strategy = Strategy::FullShard;
     int shard_size = 0;       // 0: world size (or GPUs per node for hybrid strategies)
@@ -53,7 +62,13 @@ struct ShardingSpec {
     // read it, each reduce-scatter with the matmul that feeds it (needs sequence parallelism and
     // torch.compile).
     bool async_tp = false;
-    int pp = 1;  // pipeline stages: named, not yet modelled (refused above 1)
+    // Pipeline parallelism (torch.distributed.pipelining as torchtitan applies it): pp stages
+    // outermost in the mesh, each a slice of the blocks (pp_stage_blocks, or torchtitan's balanced
+    // split that counts the embedding and the output as one block each), fully_shard inside each
+    // stage; the step's micro-batches (training.grad_accum) are the pipeline's.
+    int pp = 1;
+    PpSchedule pp_schedule = PpSchedule::OneFOneB;
+    std::vector<int> pp_stage_blocks;  // blocks per stage, pp entries; empty: balanced
     int cp = 1;  // context parallelism: named, not yet modelled (refused above 1)
 };
 

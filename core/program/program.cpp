@@ -24,6 +24,8 @@ std::string_view streamName(Stream s) {
         case Stream::HostToDevice: return "host-to-device";
         case Stream::DeviceToHost: return "device-to-host";
         case Stream::Host: return "host";
+        case Stream::PipelinePrev: return "p2p previous stage";
+        case Stream::PipelineNext: return "p2p next stage";
     }
     return "?";
 }
@@ -42,6 +44,8 @@ std::string_view taskKindName(TaskKind k) {
         case TaskKind::DeviceToHost: return "D2H";
         case TaskKind::Cast: return "CAST";
         case TaskKind::OptimizerStep: return "OPT";
+        case TaskKind::Send: return "SEND";
+        case TaskKind::Recv: return "RECV";
     }
     return "?";
 }
@@ -53,6 +57,7 @@ std::string_view groupKindName(GroupKind k) {
         case GroupKind::Replicate: return "replicate";
         case GroupKind::PostForward: return "post-forward";
         case GroupKind::Tensor: return "tensor";
+        case GroupKind::Pipeline: return "pipeline";
     }
     return "?";
 }
@@ -129,6 +134,8 @@ void Program::clear() {
     groups.clear();
     world_size = 1;
     tp_size = 1;
+    pp_size = 1;
+    pp_stage = 0;
     initial.fill(0);
     micro_batches = 1;
     step_micro_batches = 0;
@@ -147,6 +154,11 @@ std::string Program::taskLabel(int32_t id) const {
         if (name.rfind("model.", 0) == 0) name.remove_prefix(6);
         label += ' ';
         label += name;
+    }
+    if (isP2P(t.kind)) {
+        // Activations go forward (to the next stage), input gradients backward.
+        const bool activations = (t.kind == TaskKind::Send) == (t.peer > 0);
+        label += activations ? " act" : " grad";
     }
     if (micro_batches > 1) {
         const bool step_last = step_micro_batches > micro_batches && t.micro_batch == micro_batches - 1;

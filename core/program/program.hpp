@@ -24,8 +24,13 @@ enum class Stream : uint8_t {
     HostToDevice,     // offload: shard copies to the GPU
     DeviceToHost,     // offload: gradient copies to the host
     Host,             // CPU work (the optimizer step under CPU offload)
+    // Pipeline parallelism: P2P with the previous stage (receiving activations, sending input
+    // gradients) and with the next one (sending activations, receiving output gradients), each
+    // on its own: ProcessGroupNCCL runs a rank pair's P2P on that pair's communicator.
+    PipelinePrev,
+    PipelineNext,
 };
-constexpr int kStreamCount = 8;
+constexpr int kStreamCount = 10;
 std::string_view streamName(Stream s);
 std::optional<Stream> parseStream(std::string_view name);  // the names streamName gives
 
@@ -42,9 +47,13 @@ enum class TaskKind : uint8_t {
     DeviceToHost,
     Cast,           // dtype conversion of gradients (reduce dtype -> master dtype, no_sync upcast)
     OptimizerStep,
+    Send,           // pipeline P2P: a micro-batch's activations to the next stage, or its input
+                    // gradient to the previous one (Task::peer)
+    Recv,           // pipeline P2P: the matching receive
 };
-constexpr int kTaskKindCount = 12;
-std::string_view taskKindName(TaskKind k);  // "FWD", "BWD", "RECOMP", "COPYIN", "AG", "COPYOUT", "RS", "AR", "H2D", "D2H", "CAST", "OPT"
+constexpr int kTaskKindCount = 14;
+// "FWD", "BWD", "RECOMP", "COPYIN", "AG", "COPYOUT", "RS", "AR", "H2D", "D2H", "CAST", "OPT", "SEND", "RECV"
+std::string_view taskKindName(TaskKind k);
 std::optional<TaskKind> parseTaskKind(std::string_view name);
 inline bool isCompute(TaskKind k) {
     return k == TaskKind::Forward || k == TaskKind::Backward || k == TaskKind::Recompute || k == TaskKind::CopyIn ||
@@ -53,6 +62,7 @@ inline bool isCompute(TaskKind k) {
 inline bool isCollective(TaskKind k) {
     return k == TaskKind::AllGather || k == TaskKind::ReduceScatter || k == TaskKind::AllReduce;
 }
+inline bool isP2P(TaskKind k) { return k == TaskKind::Send || k == TaskKind::Recv; }
 
 // One change of memory: +bytes allocates, -bytes frees, in one category.
 //
@@ -99,9 +109,13 @@ struct MemEvent {
 // group; World: every rank.
 // Tensor: the tp ranks of a 2-D mesh (size tp, stride 1); with tp > 1 the Shard and Replicate
 // groups stride over them (Shard: size W, stride tp; Replicate: size R, stride W * tp).
-enum class GroupKind : uint8_t { World, Shard, Replicate, PostForward, Tensor };
-constexpr int kGroupKindCount = 5;
-std::string_view groupKindName(GroupKind k);  // "world", "shard", "replicate", "post-forward", "tensor"
+// Pipeline: the pp stages' ranks that hold the same dp and tp position (size pp, stride
+// R * W * tp: the stages are the mesh's outermost dimension); the World group is then one stage's
+// ranks as far as the collectives go, since every collective stays inside a stage.
+enum class GroupKind : uint8_t { World, Shard, Replicate, PostForward, Tensor, Pipeline };
+constexpr int kGroupKindCount = 6;
+// "world", "shard", "replicate", "post-forward", "tensor", "pipeline"
+std::string_view groupKindName(GroupKind k);
 std::optional<GroupKind> parseGroupKind(std::string_view name);
 
 struct ProcessGroup {
@@ -185,6 +199,9 @@ struct Task {
     // Collectives and copies: the element type moved. Compute tasks: the dtype they compute in
     // (a cast: the dtype it writes; the optimizer step: the master dtype).
     DType dtype = DType::BF16;
+    // Send / Recv: the stage exchanged with, relative to this one (+1 the next stage, -1 the
+    // previous); `group` is the Pipeline group. 0 for other tasks.
+    int8_t peer = 0;
     bool host_blocks = false;   // after issuing this task the host waits for it to finish
     int32_t host_wait = -1;     // before issuing this task the host waits for that earlier task
                                 // to finish (FSDP1's all-gather rate limiter)
@@ -271,6 +288,8 @@ struct Program {
     std::vector<ProcessGroup> groups;  // the process groups the collectives run on
     int32_t world_size = 1;         // ranks of the mesh
     int32_t tp_size = 1;            // tensor-parallel ranks sharing each micro-batch's tokens
+    int32_t pp_size = 1;            // pipeline stages, each running every micro-batch over its blocks
+    int32_t pp_stage = 0;           // the stage this Program is (pp_size > 1)
     CategoryBytes initial{};        // live when the step starts (steady state)
     DType compute_dtype = DType::BF16;
     int micro_batches = 1;
@@ -288,9 +307,11 @@ struct Program {
 
     void clear();
     // Tokens one rank trains on in `micro_batches` micro-batches: a tp group shares each
-    // micro-batch's tokens (torchtitan's tokens per second per GPU divides by tp).
+    // micro-batch's tokens, and the pp stages share its work (torchtitan's tokens per second per
+    // GPU divides by tp * pp, its non-data-parallel size).
     double rankTokens(double micro_batches_in_step) const {
-        return micro_batches_in_step * static_cast<double>(tokens_per_micro_batch) / static_cast<double>(tp_size);
+        return micro_batches_in_step * static_cast<double>(tokens_per_micro_batch) /
+               (static_cast<double>(tp_size) * static_cast<double>(pp_size));
     }
     int32_t size() const { return static_cast<int32_t>(tasks.size()); }
     const int32_t* depsBegin(const Task& t) const { return deps.data() + t.deps.offset; }

@@ -45,6 +45,11 @@ private:
         if (m_p.world_size < 1) return makeError("program: world_size must be at least 1, got " + std::to_string(m_p.world_size));
         if (m_p.tp_size < 1 || m_p.world_size % m_p.tp_size != 0)
             return makeError("program: tp_size " + std::to_string(m_p.tp_size) + " must be at least 1 and divide the world size " + std::to_string(m_p.world_size));
+        if (m_p.pp_size < 1 || m_p.world_size % (int64_t{m_p.tp_size} * m_p.pp_size) != 0 || m_p.pp_stage < 0 ||
+            m_p.pp_stage >= m_p.pp_size)
+            return makeError("program: pp_size " + std::to_string(m_p.pp_size) + " must be at least 1 with tp_size x pp_size "
+                             "dividing the world size " + std::to_string(m_p.world_size) + ", and pp_stage " +
+                             std::to_string(m_p.pp_stage) + " must be one of its stages");
         if (m_p.micro_batches < 1)
             return makeError("program: micro_batches must be at least 1, got " + std::to_string(m_p.micro_batches));
         // Every buffer has at least one event, so more buffers than events is a corrupt count.
@@ -133,6 +138,17 @@ private:
     }
 
     Status checkGroup(int32_t id, const Task& t) const {
+        if (isP2P(t.kind)) {
+            const int32_t to = m_p.pp_stage + t.peer;
+            if (t.peer == 0 || to < 0 || to >= m_p.pp_size)
+                return fail(id, "peer " + std::to_string(t.peer) + " is not a neighbouring stage of stage " +
+                                    std::to_string(m_p.pp_stage) + " (of " + std::to_string(m_p.pp_size) + ")");
+            if (t.group < 0 || t.group >= static_cast<int32_t>(m_p.groups.size()) ||
+                m_p.groups[static_cast<size_t>(t.group)].kind != GroupKind::Pipeline)
+                return fail(id, "a pipeline send or receive must name the pipeline process group");
+            return Ok{};
+        }
+        if (t.peer != 0) return fail(id, "names a peer stage but is not a pipeline send or receive");
         if (!isCollective(t.kind)) {
             if (t.group != -1) return fail(id, "names process group " + std::to_string(t.group) + " but is not a collective");
             return Ok{};

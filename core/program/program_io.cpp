@@ -57,7 +57,7 @@ json groupJson(const ProcessGroup& g) {
 }
 
 json taskJson(const Task& t) {
-    return json{{"kind", taskKindName(t.kind)},
+    json j{{"kind", taskKindName(t.kind)},
                 {"stream", streamName(t.stream)},
                 {"micro_batch", t.micro_batch},
                 {"unit", t.unit},
@@ -75,6 +75,8 @@ json taskJson(const Task& t) {
                 {"mem_peak", spanJson(t.mem_peak)},
                 {"mem_end", spanJson(t.mem_end)},
                 {"ops", spanJson(t.ops)}};
+    if (t.peer != 0) j["peer"] = t.peer;  // P2P only: other documents stay as they were
+    return j;
 }
 
 json memJson(const MemEvent& e) {
@@ -304,8 +306,10 @@ void readGroup(Reader& r, const json& j, const std::string& at, ProcessGroup& g)
 void readTask(Reader& r, const json& j, const std::string& at, Task& t) {
     if (!r.object(j, at, {"kind", "stream", "micro_batch", "unit", "flops", "hbm_bytes", "comm_bytes", "group",
                           "group_size", "group_nodes", "dtype", "host_blocks", "host_wait", "deps", "mem_start",
-                          "mem_peak", "mem_end", "ops"}))
+                          "mem_peak", "mem_end", "ops"},
+                  {"peer"}))
         return;
+    if (j.contains("peer")) r.integer(j, at, "peer", t.peer, -1, 1);
     r.name(j, at, "kind", t.kind, parseTaskKind, namesOf<TaskKind>(kTaskKindCount, taskKindName));
     r.name(j, at, "stream", t.stream, parseStream, namesOf<Stream>(kStreamCount, streamName));
     r.integer(j, at, "micro_batch", t.micro_batch, 0, std::numeric_limits<int16_t>::max());
@@ -386,6 +390,10 @@ json programToJson(const Program& p) {
     json j = documentHeader(kDocumentKind, kProgramFormatVersion);
     j["world_size"] = p.world_size;
     if (p.tp_size != 1) j["tp_size"] = p.tp_size;  // written when set: older documents stay as they were
+    if (p.pp_size != 1) {
+        j["pp_size"] = p.pp_size;
+        j["pp_stage"] = p.pp_stage;
+    }
     j["micro_batches"] = p.micro_batches;
     j["tokens_per_micro_batch"] = p.tokens_per_micro_batch;
     j["compute_dtype"] = dtypeName(p.compute_dtype);
@@ -423,10 +431,12 @@ Result<Program> programFromJson(const json& j, const std::string& where) {
                           "model_flops_per_step", "hardware_flops_per_step", "host_param_bytes", "host_grad_bytes",
                           "host_optimizer_bytes", "initial", "buffer_count", "units", "groups", "tasks", "deps", "mem",
                           "ops", "tensor_bytes", "buffer_tensors"},
-                  {"tp_size"}))
+                  {"tp_size", "pp_size", "pp_stage"}))
         return r.error();
     r.integer(j, "", "world_size", p.world_size, 1, kInt32Max);
     if (j.contains("tp_size")) r.integer(j, "", "tp_size", p.tp_size, 1, kInt32Max);
+    if (j.contains("pp_size")) r.integer(j, "", "pp_size", p.pp_size, 1, kInt32Max);
+    if (j.contains("pp_stage")) r.integer(j, "", "pp_stage", p.pp_stage, 0, kInt32Max);
     r.integer(j, "", "micro_batches", p.micro_batches, 1, std::numeric_limits<int16_t>::max());
     r.integer(j, "", "tokens_per_micro_batch", p.tokens_per_micro_batch, 0, kInt64Max);
     r.name(j, "", "compute_dtype", p.compute_dtype, parseDType, "one of fp32, bf16, fp16, fp8, int64, uint8");

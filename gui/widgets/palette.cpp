@@ -45,6 +45,8 @@ QColor taskKindColor(core::TaskKind k) {
         case K::DeviceToHost: return QColor(0xc4, 0x9c, 0x84);
         case K::Cast: return QColor(0xd3, 0xd3, 0xd3);
         case K::OptimizerStep: return QColor(0xe1, 0x57, 0x59);
+        case K::Send: return QColor(0x8c, 0x6b, 0xb1);
+        case K::Recv: return QColor(0x6a, 0x51, 0xa3);
     }
     return Qt::gray;
 }

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # `shardcast run --backend cpu` under mpirun, end to end (ctest label `mpi`).
-# Usage: run_mpi_tests.sh SHARDCAST RUN_RECORD_CHECK SOURCE_DIR verify2|verify4|faults|save
+# Usage: run_mpi_tests.sh SHARDCAST RUN_RECORD_CHECK SOURCE_DIR verify2|verify4|verify8|faults|save
 #   verify2 / verify4: `run --verify` on 2 / 4 ranks over the strategies, FSDP1 and FSDP2, no_sync
-#     accumulation and AC, and (4 ranks) 2 x 2 meshes of FSDP2 over tensor parallelism; each RUN.json is checked by run_record_check (loads, world size, step
-#     count, timeline, counted memory == the prediction's counted allocations, exact bytes).
+#     accumulation and AC, and (4 ranks) 2 x 2 meshes of FSDP2 over tensor parallelism or inside
+#     pipeline stages; verify8: 2 x 2 x 2 meshes (pp x dp x tp) on 8 ranks; each RUN.json is
+#     checked by run_record_check (loads, world size, step count, timeline, counted memory == the
+#     prediction's counted allocations, exact bytes).
 #   save: run --save stores the run, its plan and prediction; compare --run --prediction reads them.
 #   faults: a corrupted all-gather fails verify naming unit, rank and element; a world-size
 #     mismatch and a plan too big for this machine exit 2; a failing or killed rank ends the run
@@ -69,6 +71,14 @@ verify4)
     # 2 x 2 meshes: FSDP2 over tensor parallelism (the tp collectives inside the compute tasks).
     verify 4 "$llama" --strategy FULL_SHARD --tp 2
     verify 4 "$llama" --strategy FULL_SHARD --tp 2 --ac full --sequence-parallel false --loss-parallel false
+    # 2 x 2 meshes: FSDP2 inside 2 pipeline stages (P2P sends and receives between them).
+    verify 4 "$llama" --strategy FULL_SHARD --pp 2 --grad-accum 3
+    verify 4 "$llama" --strategy FULL_SHARD --pp 2 --pp-schedule GPipe --grad-accum 2 --ac full
+    ;;
+verify8)
+    # 2 x 2 x 2 meshes: pipeline stages of FSDP2 over tensor parallelism.
+    verify 8 "$llama" --strategy FULL_SHARD --pp 2 --tp 2 --grad-accum 4
+    verify 8 "$llama" --strategy HYBRID_SHARD --shard-size 1 --pp 2 --tp 2 --grad-accum 2 --pp-schedule GPipe --ac full
     ;;
 save)
     # run --save on 2 ranks: rank 0 stores the run, its plan and its prediction once; the stored
@@ -123,6 +133,19 @@ faults)
     fi
     [[ -e "$tmp/bad.json" ]] && fail "corrupted reduce-scatter: RUN.json written"
     echo "ok   corrupted reduce-scatter -> exit $rc: $(grep -m1 -o 'verify failed.*' "$tmp/corrupt2.log" | cut -c1-160)"
+
+    # A corrupted pipeline send (the last stage's input gradient): the receiving stage's verify
+    # names the byte, the sending stage and its rank.
+    SHARDCAST_TEST_CORRUPT=3 timeout 60 "$mpirun_sh" -np 2 "$shardcast" "${base[@]}" --pp 2 --grad-accum 2 --verify \
+        --out "$tmp/bad.json" >"$tmp/corrupt3.log" 2>&1
+    rc=$?
+    if [[ $rc == 0 ]]; then fail "corrupted pipeline send: exit 0"; fi
+    if ! grep -Eq "rank 0, RECV grad mb0 .*verify failed: byte 0 of the input gradients received from stage 1 \(rank 1\)" \
+        "$tmp/corrupt3.log"; then
+        fail "corrupted pipeline send: no message naming the receive, the byte and the sender"; cat "$tmp/corrupt3.log"
+    fi
+    [[ -e "$tmp/bad.json" ]] && fail "corrupted pipeline send: RUN.json written"
+    echo "ok   corrupted pipeline send -> exit $rc: $(grep -m1 -o 'verify failed.*' "$tmp/corrupt3.log" | cut -c1-160)"
 
     # World size from mpirun != the plan's: exit 2 naming both numbers.
     timeout 60 "$mpirun_sh" -np 3 "$shardcast" "${base[@]}" >"$tmp/np3.log" 2>&1

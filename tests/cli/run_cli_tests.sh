@@ -134,13 +134,34 @@ expect_bad_input "--tp 3 names the valid degrees" "valid: 1, 2, 4, 8" "$bin" pla
 expect_bad_input "--tp 16 on 16 GPUs per node: KV heads" "key-value heads" \
     "$bin" plan --model llama-3.1-8b --gpus-per-node 16 --tp 16
 expect_bad_input "--tp 2 on gpt2: no TP plan" "no tensor-parallel plan" "$bin" plan --model gpt2 --tp 2
-expect_bad_input "--pp above the block count" "valid: 1 to 12" "$bin" plan --model gpt2 --pp 13
-expect_bad_input "--pp 2 is not modelled yet" "pipeline parallelism is not modelled" "$bin" plan --model gpt2 --pp 2
+expect_bad_input "--pp above the blocks plus embedding and output" "valid: 1 to 14" "$bin" plan --model llama-3.1-8b --scale layers=12 --nodes 2 --pp 16 --grad-accum 16
+expect_bad_input "--pp not dividing the world" "must divide the world size 8" "$bin" plan --model llama-3.1-8b --pp 3 --grad-accum 3
+expect_bad_input "--pp 1F1B with fewer micro-batches" "training.grad_accum 2 < pp 4" "$bin" plan --model llama-3.1-8b --pp 4 --grad-accum 2
+expect_bad_input "--pp with tied embeddings" "tied embeddings" "$bin" plan --model gpt2 --pp 2 --grad-accum 2
+expect_bad_input "--pp-schedule Interleaved1F1B" "not modelled yet" "$bin" plan --model llama-3.1-8b --pp 2 --grad-accum 2 --pp-schedule Interleaved1F1B
+expect_bad_input "--pp-schedule bogus" "expected one of GPipe, 1F1B, Interleaved1F1B" "$bin" plan --model llama-3.1-8b --pp 2 --pp-schedule bogus
+expect_bad_input "--pp-stage-blocks not summing" "sum to the model's 32 blocks" "$bin" plan --model llama-3.1-8b --pp 2 --grad-accum 2 --pp-stage-blocks 16,15
+expect_bad_input "--pp-stage-blocks malformed" "separated by commas" "$bin" plan --model llama-3.1-8b --pp 2 --pp-stage-blocks 16,,16
 expect_bad_input "--cp 2 is refused" "context parallelism" "$bin" plan --model gpt2 --cp 2
 expect_bad_input "--tp 0 names the flag" "--tp" "$bin" plan --model llama-3.1-8b --tp 0
 expect_bad_input "--sequence-parallel maybe" "--sequence-parallel" "$bin" plan --model llama-3.1-8b --tp 2 --sequence-parallel maybe
 "$bin" plan --model llama-3.1-8b --tp 2 --seq-len 2048 --write-plan "$tmp/tp2.plan.json" >/dev/null 2>&1
 if grep -q '"tp": 2' "$tmp/tp2.plan.json"; then pass "--write-plan keeps tp"; else fail "--write-plan keeps tp" "$(cat "$tmp/tp2.plan.json")"; fi
+# Pipeline stages: the report's mesh line and pipeline table, and the plan file keeps the schedule.
+expect_ok "plan --pp 4 1F1B" "$bin" plan --model llama-3.1-8b --nodes 2 --pp 4 --grad-accum 8 --seq-len 4096 \
+    --write-plan "$tmp/pp4.plan.json"
+if grep -q "^  mesh         pp 4 x dp_replicate 1 x dp_shard 4 x tp 1" "$tmp/out" &&
+    grep -q "^Pipeline (4 stages, schedule 1F1B, 8 micro-batches" "$tmp/out" &&
+    grep -Eq "^  0 +8 +4 " "$tmp/out" && grep -Eq "^  3 +7 +1 " "$tmp/out"; then
+    pass "plan --pp 4 reports the mesh and each stage's blocks and micro-batches held"
+else
+    fail "plan --pp 4 reports the mesh and each stage's blocks and micro-batches held" "$(cat "$tmp/out")"
+fi
+if grep -q '"pp_schedule": "1F1B"' "$tmp/pp4.plan.json" && grep -q '"pp": 4' "$tmp/pp4.plan.json"; then
+    pass "--write-plan keeps pp"
+else
+    fail "--write-plan keeps pp" "$(cat "$tmp/pp4.plan.json")"
+fi
 expect_bad_input "optimize --tp 3 names the valid degrees" "--tp 3: .*valid: 1, 2, 4, 8" \
     "$bin" optimize --model llama-3.1-8b --global-batch 16 --tp 1,3
 # The issue's job: Llama-3.1-405B on 16,384 H100s, 2,048 x 8,192 tokens; only tp 8 gives whole sequences.

@@ -14,7 +14,7 @@ for plan in tests/golden/*.plan.json; do
     "$bin" plan "$plan" --json | python3 -c '
 import json, sys
 d = json.load(sys.stdin)
-json.dump({k: d[k] for k in ["model", "plan", "memory", "communication"]}, sys.stdout, indent=2)
+json.dump({k: d[k] for k in ["model", "plan", "memory", "communication", "pipeline"] if k in d}, sys.stdout, indent=2)
 print()' >"tests/golden/$name.expected.json"
     echo "wrote tests/golden/$name.expected.json"
 done

@@ -21,6 +21,7 @@
 #include "core/program/program_io.hpp"
 #include "simulator/cost_model.hpp"
 #include "simulator/evaluation.hpp"
+#include "tests/simulator/test_plan.hpp"
 
 namespace shardcast::sim {
 namespace {
@@ -30,15 +31,7 @@ using core::OpShapeKind;
 constexpr int64_t kHidden = 4096, kVocab = 128256;
 constexpr int64_t kMiB = int64_t{1} << 20;
 
-std::shared_ptr<const core::Model> llama8b(int layers) {
-    auto model = core::resolveModel("llama-3.1-8b");
-    EXPECT_TRUE(model.ok()) << model.error().message;
-    core::ModelScale scale;
-    scale.layers = layers;
-    auto scaled = core::scaleModel(*model, scale);
-    EXPECT_TRUE(scaled.ok()) << scaled.error().message;
-    return std::make_shared<const core::Model>(std::move(*scaled));
-}
+std::shared_ptr<const core::Model> llama8b(int layers) { return testing::scaledModel("llama-3.1-8b", layers); }
 
 core::Plan tpPlan(int layers, int tp, int nodes = 1, int64_t seq = 2048) {
     core::Plan plan;
@@ -267,11 +260,10 @@ TEST(TensorParallelTest, BadMeshesNameTheValidChoices) {
     core::Plan sixteen = tpPlan(2, 16);
     sixteen.cluster.gpus_per_node = 16;
     refused(sixteen, "key-value heads (8)");
-    core::Plan pp = tpPlan(2, 1);
-    pp.sharding.pp = 3;
-    refused(pp, "valid: 1 to 2");
-    pp.sharding.pp = 2;
-    refused(pp, "pipeline parallelism is not modelled yet");
+    core::Plan pp = tpPlan(2, 4);
+    pp.sharding.pp = 4;
+    pp.training.grad_accum = 4;
+    refused(pp, "tp 4 times sharding.pp 4 must divide the world size 8");
     core::Plan cp = tpPlan(2, 1);
     cp.sharding.cp = 2;
     refused(cp, "context parallelism is not modelled");

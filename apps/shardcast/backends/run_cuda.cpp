@@ -237,6 +237,12 @@ int runOnCuda(const RunOptions& o) {
     if (!prepared) return inputError(prepared.error().message);
     const core::Plan* plan = &prepared->plan;
     sim::Evaluation& predicted = prepared->predicted;
+    if (predicted.mesh.pp > 1) {
+        return inputError(fmt::format("run --backend cuda does not execute pipeline-parallel plans yet (sharding.pp {}): "
+                                      "their P2P sends and receives run on the CPU backend (--backend cpu under mpirun); "
+                                      "plan and simulate them with `shardcast plan`",
+                                      predicted.mesh.pp));
+    }
 
     CudaRunShape shape;
     shape.needed = predicted.program.world_size;

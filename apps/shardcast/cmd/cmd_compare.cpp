@@ -274,6 +274,11 @@ int runCompare(const CompareOptions& o) {
     options.issue_order_memory = false;
     options.per_unit = false;
     options.record_curve = !o.trace.empty();
+    // A pipeline-parallel run: the stage of the rank it recorded (stages are the mesh's outermost
+    // dimension).
+    if (plan->sharding.pp > 1 && run->world_size > 0) {
+        options.pipeline_stage = run->recorded_rank / std::max(1, run->world_size / plan->sharding.pp);
+    }
     StageProgress progress;
     options.progress = progress.callback();
     sim::Evaluator evaluator;

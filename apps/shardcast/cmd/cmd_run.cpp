@@ -28,6 +28,7 @@ core::Result<PreparedRun> prepareRun(const RunOptions& o) {
     sim::EvaluationOptions options;
     options.issue_order_memory = false;
     options.record_curve = o.save.requested;  // the prediction saved beside the run
+    options.pipeline_stage = 0;               // rank 0's, which writes the record
     sim::Evaluator evaluator;
     PreparedRun prepared{std::move(*plan), {}, std::move(*profile)};
     if (auto s = evaluator.evaluate(prepared.plan, &prepared.profile.profile, options, prepared.predicted); !s) {

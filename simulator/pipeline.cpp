@@ -1,0 +1,140 @@
+#include "simulator/pipeline.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <tuple>
+
+namespace shardcast::sim {
+namespace {
+
+// A transfer between two stages: the activations of a micro-batch go forward, its gradients back.
+// Keyed by (sending stage, receiving stage, micro-batch).
+using TransferKey = std::tuple<int32_t, int32_t, int32_t>;
+
+// Landing times closer than this are the same (rounding in the rescaled ends).
+constexpr int64_t kSettledNs = 1000;
+
+}  // namespace
+
+core::Status PipelineTimer::match(const std::vector<core::Program>& stages) {
+    const auto n = static_cast<int32_t>(stages.size());
+    std::map<TransferKey, int32_t> sends;
+    m_edges.assign(stages.size(), {});
+    for (int32_t s = 0; s < n; ++s) {
+        const core::Program& p = stages[static_cast<size_t>(s)];
+        for (int32_t id = 0; id < p.size(); ++id) {
+            const core::Task& t = p.tasks[static_cast<size_t>(id)];
+            if (t.kind == core::TaskKind::Send) sends[{s, s + t.peer, t.micro_batch}] = id;
+        }
+    }
+    for (int32_t s = 0; s < n; ++s) {
+        const core::Program& p = stages[static_cast<size_t>(s)];
+        for (int32_t id = 0; id < p.size(); ++id) {
+            const core::Task& t = p.tasks[static_cast<size_t>(id)];
+            if (t.kind != core::TaskKind::Recv) continue;
+            const int32_t from = s + t.peer;
+            const auto it = sends.find({from, s, t.micro_batch});
+            if (from < 0 || from >= n || it == sends.end()) {
+                return core::makeError("pipeline: stage " + std::to_string(s) + "'s " + p.taskLabel(id) +
+                                       " has no matching send on stage " + std::to_string(from));
+            }
+            m_edges[static_cast<size_t>(s)].push_back(Edge{id, from, it->second});
+        }
+    }
+    return core::Ok{};
+}
+
+// Stage s's timeline alone, shifted after each receive r by delay(r) = max(delay before r,
+// landing(r) - end(r)), where landing(r) = end of the matching send + the sender's delay there.
+// A receive can be placed once the sender's receives before its send are: a worklist over the
+// stages, in the order the sends allow.
+void PipelineTimer::delayModel(const std::vector<core::Timeline>& alone) {
+    const size_t n = m_edges.size();
+    std::vector<size_t> next(n, 0);          // per stage: its first receive not yet placed
+    std::vector<int64_t> delay(n, 0);        // per stage: the delay after its placed receives
+    std::vector<std::vector<int64_t>> after(n);  // per stage, per receive: the delay after it
+    for (size_t s = 0; s < n; ++s) after[s].assign(m_edges[s].size(), 0);
+    // The sender's delay at task `id`: the delay after its last receive before `id`.
+    auto delayAt = [&](size_t s, int32_t id) -> int64_t {
+        int64_t d = 0;
+        for (size_t k = 0; k < next[s] && m_edges[s][k].recv < id; ++k) d = after[s][k];
+        return d;
+    };
+    bool progress = true;
+    while (progress) {
+        progress = false;
+        for (size_t s = 0; s < n; ++s) {
+            while (next[s] < m_edges[s].size()) {
+                const Edge& e = m_edges[s][next[s]];
+                const auto from = static_cast<size_t>(e.send_stage);
+                // Placeable when every receive of the sender before the send is placed.
+                if (next[from] < m_edges[from].size() && m_edges[from][next[from]].recv < e.send) break;
+                const int64_t landing = alone[from].tasks[static_cast<size_t>(e.send)].end_ns + delayAt(from, e.send);
+                const int64_t end = alone[s].tasks[static_cast<size_t>(e.recv)].end_ns;
+                delay[s] = std::max(delay[s], landing - end);
+                after[s][next[s]] = delay[s];
+                m_ready[s][static_cast<size_t>(e.recv)] = landing;
+                ++next[s];
+                progress = true;
+            }
+        }
+    }
+    // Receives left unplaced wait on each other in a cycle: run() reports it (match() has already
+    // paired every receive, so only a cycle stops the worklist).
+    for (size_t s = 0; s < n; ++s) {
+        for (size_t k = next[s]; k < m_edges[s].size(); ++k) m_ready[s][static_cast<size_t>(m_edges[s][k].recv)] = -2;
+    }
+}
+
+bool PipelineTimer::landingTimes(const std::vector<core::Timeline>& timelines) {
+    bool changed = false;
+    for (size_t s = 0; s < m_edges.size(); ++s) {
+        for (const Edge& e : m_edges[s]) {
+            const int64_t landing = timelines[static_cast<size_t>(e.send_stage)].tasks[static_cast<size_t>(e.send)].end_ns;
+            int64_t& r = m_ready[s][static_cast<size_t>(e.recv)];
+            if (std::abs(landing - r) > kSettledNs) changed = true;
+            r = landing;
+        }
+    }
+    return changed;
+}
+
+core::Status PipelineTimer::run(Simulator& simulator, const std::vector<core::Program>& stages,
+                                std::vector<core::Timeline>& out) {
+    m_passes = 0;
+    if (auto s = match(stages); !s) return s;
+    const size_t n = stages.size();
+    out.resize(n);
+    m_ready.assign(n, {});
+    for (size_t s = 0; s < n; ++s) m_ready[s].assign(stages[s].tasks.size(), -1);
+    simulator.setReadyTimes(nullptr);
+    for (size_t s = 0; s < n; ++s) {
+        simulator.run(stages[s], out[s]);
+        if (!simulator.inRange()) return checkStepBound(simulator.stepBoundSeconds());
+    }
+    delayModel(out);
+    for (size_t s = 0; s < n; ++s) {
+        for (const Edge& e : m_edges[s]) {
+            if (m_ready[s][static_cast<size_t>(e.recv)] == -2) {
+                return core::makeError("pipeline: the stages' sends and receives wait on each other (stage " +
+                                       std::to_string(s) + "'s " + stages[s].taskLabel(e.recv) +
+                                       " can never receive); the schedule cannot run");
+            }
+        }
+    }
+    for (int pass = 0; pass <= kMaxPasses; ++pass) {
+        for (size_t s = 0; s < n; ++s) {
+            simulator.setReadyTimes(&m_ready[s]);
+            simulator.run(stages[s], out[s]);
+            simulator.setReadyTimes(nullptr);
+            if (!simulator.inRange()) return checkStepBound(simulator.stepBoundSeconds());
+        }
+        if (pass == kMaxPasses || !landingTimes(out)) break;
+        ++m_passes;
+    }
+    return core::Ok{};
+}
+
+}  // namespace shardcast::sim
