@@ -35,6 +35,8 @@ std::string torchDtype(core::DType t) {
 // FSDP2's reshard_after_forward: bool, or an int (re-shard to that many ranks).
 std::string reshardArg(const core::ShardingSpec& s) {
     if (s.reshard_after_forward == core::ReshardMode::Count) return std::to_string(s.reshard_after_forward_k);
+    // Under pipeline parallelism torchtitan's default keeps the parameters (rule PP1 of the lowering).
+    if (s.pp > 1 && s.reshard_after_forward == core::ReshardMode::Default) return "False";
     return core::reshardsAfterForward(s) ? "True" : "False";
 }
 
@@ -72,19 +74,9 @@ std::vector<core::Checkpointing> blockModes(const core::Plan& plan) {
     return modes;
 }
 
-// checkpoint_wrapper on each block in its mode, applied before fully_shard (as torchtitan's
-// apply_ac): full wraps the block, op adds torchtitan's per-op SAC policy
-// (torchtitan/models/llama3/infra/parallelize.py, _apply_ac_to_transformer_block: save the outputs
-// of the ops in _save_list, except every second aten.mm). Runs of consecutive ModuleList entries
-// are written as one loop.
-std::string checkpointCode(const core::Plan& plan) {
-    const std::vector<core::Checkpointing> modes = blockModes(plan);
-    bool any_op = false, any = false;
-    for (core::Checkpointing m : modes) {
-        any_op = any_op || m == core::Checkpointing::Op;
-        any = any || m != core::Checkpointing::None;
-    }
-    if (!any) return {};
+// The imports (and torchtitan's per-op SAC policy when a block runs under it) checkpointCode's
+// wrappers use.
+std::string checkpointPreamble(const core::Plan& plan, bool any_op) {
     std::string s = "# Activation checkpointing (" + core::acString(core::acSpecOf(plan.training)) + "), before fully_shard\n";
     s += "from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper\n";
     if (any_op) {
@@ -102,6 +94,23 @@ std::string checkpointCode(const core::Plan& plan) {
              "        return CheckpointPolicy.MUST_SAVE if keep else CheckpointPolicy.PREFER_RECOMPUTE\n"
              "    return create_selective_checkpoint_contexts(policy)\n";
     }
+    return s;
+}
+
+// checkpoint_wrapper on each block in its mode, applied before fully_shard (as torchtitan's
+// apply_ac): full wraps the block, op adds torchtitan's per-op SAC policy
+// (torchtitan/models/llama3/infra/parallelize.py, _apply_ac_to_transformer_block: save the outputs
+// of the ops in _save_list, except every second aten.mm). Runs of consecutive ModuleList entries
+// are written as one loop.
+std::string checkpointCode(const core::Plan& plan) {
+    const std::vector<core::Checkpointing> modes = blockModes(plan);
+    bool any_op = false, any = false;
+    for (core::Checkpointing m : modes) {
+        any_op = any_op || m == core::Checkpointing::Op;
+        any = any || m != core::Checkpointing::None;
+    }
+    if (!any) return {};
+    std::string s = checkpointPreamble(plan, any_op);
     auto wrapCall = [](core::Checkpointing m, const std::string& expr) {
         return m == core::Checkpointing::Op
                    ? fmt::format("checkpoint_wrapper({}, context_fn=_op_sac_context, preserve_rng_state=False)", expr)
@@ -182,24 +191,43 @@ std::vector<std::vector<std::string>> unitsOfPolicy(const core::WrapPolicy& wrap
 // The device mesh (dp_replicate, dp_shard, tp) and torchtitan's Llama TP plan on HuggingFace's
 // module names (torchtitan/models/llama3/infra/parallelize.py, apply_tp); `mesh` is then the dp
 // part that fully_shard shards over.
-std::string tensorParallelCode(const core::Plan& plan, const core::Mesh& mesh) {
+// `pipeline`: the mesh `world` (with its pp dimension) is already built and the model is this
+// stage's slice, which holds the embedding on the first stage only (is_first) and the norm and
+// output on the last only (is_last).
+std::string tensorParallelCode(const core::Plan& plan, const core::Mesh& mesh, bool pipeline) {
     const core::ShardingSpec& sh = plan.sharding;
     std::string s;
     s += "from torch.distributed.tensor import DTensor, Replicate, Shard\n";
     s += "from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,\n";
     s += "                                               SequenceParallel, parallelize_module)\n";
-    s += fmt::format("world = init_device_mesh(\"cuda\", ({}, {}, {}), mesh_dim_names=(\"dp_replicate\", \"dp_shard\", \"tp\"))\n",
-                     mesh.replicate_size, mesh.shard_size, mesh.tp);
+    if (!pipeline) {
+        s += fmt::format(
+            "world = init_device_mesh(\"cuda\", ({}, {}, {}), mesh_dim_names=(\"dp_replicate\", \"dp_shard\", \"tp\"))\n",
+            mesh.replicate_size, mesh.shard_size, mesh.tp);
+    }
     s += "tp_mesh = world[\"tp\"]\n";
     const bool sp = sh.sequence_parallel;
     const std::string seq = sp ? "Shard(1)" : "Replicate()";
-    s += fmt::format("parallelize_module(model, tp_mesh, {{\n"
-                     "    \"model.embed_tokens\": RowwiseParallel(input_layouts=Replicate(), output_layouts={0}, use_local_output={4}),\n"
-                     "{1}"
-                     "    \"lm_head\": ColwiseParallel(input_layouts={0}, output_layouts={2}, use_local_output={3}),\n"
-                     "}})\n",
-                     seq, sp ? "    \"model.norm\": SequenceParallel(),\n" : "", sh.loss_parallel ? "Shard(-1)" : "Replicate()",
-                     sh.loss_parallel ? "False" : "True", sp ? "False" : "True");
+    const std::string embed = fmt::format(
+        "RowwiseParallel(input_layouts=Replicate(), output_layouts={}, use_local_output={})", seq, sp ? "False" : "True");
+    const std::string head =
+        fmt::format("ColwiseParallel(input_layouts={}, output_layouts={}, use_local_output={})", seq,
+                    sh.loss_parallel ? "Shard(-1)" : "Replicate()", sh.loss_parallel ? "False" : "True");
+    if (pipeline) {
+        s += "top = {}\n";
+        s += fmt::format("if is_first:\n    top[\"model.embed_tokens\"] = {}\n", embed);
+        s += "if is_last:\n";
+        if (sp) s += "    top[\"model.norm\"] = SequenceParallel()\n";
+        s += fmt::format("    top[\"lm_head\"] = {}\n", head);
+        s += "if top:\n    parallelize_module(model, tp_mesh, top)\n";
+    } else {
+        s += fmt::format("parallelize_module(model, tp_mesh, {{\n"
+                         "    \"model.embed_tokens\": {},\n"
+                         "{}"
+                         "    \"lm_head\": {},\n"
+                         "}})\n",
+                         embed, sp ? "    \"model.norm\": SequenceParallel(),\n" : "", head);
+    }
     if (sp) {
         // HuggingFace's LlamaModel reads the sequence length off the embedding output (mask, positions,
         // rotary): it stays a DTensor there, and each block takes its local sequence shard, as
@@ -240,7 +268,125 @@ std::string tensorParallelCode(const core::Plan& plan, const core::Mesh& mesh) {
     return s;
 }
 
+namespace {
+
+// Pipeline parallelism (torch.distributed.pipelining as torchtitan applies it): the 4-D mesh, this
+// rank's stage cut out of the HuggingFace model (the other stages' blocks dropped, the embedding
+// kept on the first stage, the norm and output on the last), checkpoint_wrapper and torchtitan's
+// TP plan on what is left, fully_shard of the plan's units that lie in the stage, then the
+// PipelineStage and its schedule over the step's micro-batches.
+std::string pipelineCode(const core::Plan& plan, const core::Mesh& mesh, const std::vector<std::vector<std::string>>& units) {
+    const core::TrainingSpec& tr = plan.training;
+    const core::ShardingSpec& sh = plan.sharding;
+    std::string s;
+    s += fmt::format("# shardcast: {} inside {} pipeline stages ({}, {} micro-batches) on {} x {} ({} GPUs)\n",
+                     core::strategyName(sh.strategy), mesh.pp, core::ppScheduleName(sh.pp_schedule), tr.grad_accum,
+                     plan.cluster.nodes, plan.cluster.gpu.name, mesh.world_size);
+    s += "import torch\n";
+    s += "import torch.nn as nn\n";
+    s += "from torch.distributed.device_mesh import init_device_mesh\n";
+    s += "from torch.distributed.fsdp import fully_shard, MixedPrecisionPolicy\n";
+    s += fmt::format("from torch.distributed.pipelining import PipelineStage, {}\n\n",
+                     sh.pp_schedule == core::PpSchedule::GPipe ? "ScheduleGPipe" : "Schedule1F1B");
+    s += fmt::format("world = init_device_mesh(\"cuda\", ({}, {}, {}, {}), mesh_dim_names=(\"pp\", \"dp_replicate\", \"dp_shard\", "
+                     "\"tp\"))\n",
+                     mesh.pp, mesh.replicate_size, mesh.shard_size, mesh.tp);
+    s += "device = torch.device(\"cuda\", torch.cuda.current_device())\n";
+    std::string blocks;
+    for (size_t i = 0; i < mesh.stage_blocks.size(); ++i) blocks += (i ? ", " : "") + std::to_string(mesh.stage_blocks[i]);
+    s += fmt::format("stage_blocks = [{}]  # blocks per stage{}\n", blocks,
+                     sh.pp_stage_blocks.empty() ? " (torchtitan's split: the embedding and the output count as one each)" : "");
+    s += "pp_rank = world[\"pp\"].get_local_rank()\n";
+    s += "first_block = sum(stage_blocks[:pp_rank])\n";
+    s += "end_block = first_block + stage_blocks[pp_rank]\n";
+    s += "is_first, is_last = pp_rank == 0, pp_rank == len(stage_blocks) - 1\n";
+    s += "# This rank's stage: the other stages' blocks dropped, as torchtitan's pipeline split does.\n";
+    s += "model.model.layers = nn.ModuleList(list(model.model.layers)[first_block:end_block])\n";
+    s += "if not is_first:\n    model.model.embed_tokens = None  # the stage reads the previous stage's activations\n";
+    s += "if not is_last:\n    model.model.norm = nn.Identity()\n    model.lm_head = nn.Identity()  # its output: the residual stream\n";
+    // torchtitan's order: tensor parallelism, then activation checkpointing, then fully_shard.
+    if (mesh.tp > 1) {
+        s += tensorParallelCode(plan, mesh, true);
+    } else {
+        s += mesh.replicate_size > 1 ? "mesh = world[\"dp_replicate\", \"dp_shard\"]\n" : "mesh = world[\"dp_shard\"]\n";
+    }
+    // Activation checkpointing, per global block (the plan's modes).
+    const std::vector<core::Checkpointing> modes = blockModes(plan);
+    bool any = false, any_op = false;
+    for (core::Checkpointing m : modes) {
+        any = any || m != core::Checkpointing::None;
+        any_op = any_op || m == core::Checkpointing::Op;
+    }
+    if (any) {
+        s += checkpointPreamble(plan, any_op);
+        std::string list;
+        for (size_t i = 0; i < modes.size(); ++i) {
+            const char* m = modes[i] == core::Checkpointing::Op ? "\"op\"" : modes[i] == core::Checkpointing::None ? "None" : "\"full\"";
+            list += (i ? ", " : "") + std::string(m);
+        }
+        s += fmt::format("_ac = [{}]  # per block of the model\n", list);
+        s += "for i, block in enumerate(model.model.layers):\n";
+        s += "    mode = _ac[first_block + i]\n";
+        s += "    if mode == \"op\":\n";
+        s += "        model.model.layers[i] = checkpoint_wrapper(block, context_fn=_op_sac_context, preserve_rng_state=False)\n";
+        s += "    elif mode == \"full\":\n";
+        s += "        model.model.layers[i] = checkpoint_wrapper(block, preserve_rng_state=False)\n";
+    }
+    const std::string param = tr.param_dtype ? torchDtype(*tr.param_dtype) : "None";
+    const std::string reduce = tr.reduce_dtype ? torchDtype(*tr.reduce_dtype) : "None";
+    s += fmt::format("mp = MixedPrecisionPolicy(param_dtype={}, reduce_dtype={})\n", param, reduce);
+    // The plan's units, by their names in the whole model; each stage shards the ones it holds.
+    s += "units = [\n";
+    for (const auto& unit : units) {
+        std::string names;
+        for (size_t i = 0; i < unit.size(); ++i) names += (i ? ", " : "") + fmt::format("\"{}\"", unit[i]);
+        s += "    [" + names + "],\n";
+    }
+    s += "]\n";
+    s += "def _in_stage(fqn):  # a module of the whole model as this stage holds it, or None\n";
+    s += "    parts = fqn.split(\".\")\n";
+    s += "    if fqn.startswith(\"model.layers.\") and parts[2].isdigit():\n";
+    s += "        i = int(parts[2]) - first_block\n";
+    s += "        if not 0 <= i < len(model.model.layers):\n            return None\n";
+    s += "        mod = model.model.layers[i]\n";
+    s += "        return mod.get_submodule(\".\".join(parts[3:])) if len(parts) > 3 else mod\n";
+    s += "    try:\n        mod = model.get_submodule(fqn)\n    except AttributeError:\n        return None\n";
+    s += "    return mod if any(True for _ in mod.parameters()) else None\n";
+    s += "for unit in units:\n";
+    s += "    mods = [m for m in map(_in_stage, unit) if m is not None]\n";
+    s += "    if mods:\n";
+    s += fmt::format("        fully_shard(mods[0] if len(mods) == 1 else mods, mesh=mesh, mp_policy=mp, reshard_after_forward={})\n",
+                     reshardArg(sh));
+    s += "\nclass _Stage(nn.Module):  # what PipelineStage calls: one tensor in, one out\n";
+    s += "    def __init__(self, model):\n        super().__init__()\n        self.model = model\n\n";
+    s += "    def forward(self, x):\n";
+    s += "        if is_first:\n            return self.model(input_ids=x, use_cache=False).logits\n";
+    if (mesh.tp > 1 && sh.sequence_parallel) {
+        s += "        # The received local sequence shard, as the DTensor HuggingFace reads the sequence length off.\n";
+        s += "        x = DTensor.from_local(x, tp_mesh, [Shard(1)])\n";
+    }
+    s += "        return self.model(inputs_embeds=x, use_cache=False).logits\n\n";
+    s += "# The stage is the FSDP root, so that PipelineStage runs its backwards without gradient sync and\n";
+    s += "# reduces once after the last (as fully_shard's FSDPModule).\n";
+    s += "stage_module = _Stage(model)\n";
+    s += fmt::format("fully_shard(stage_module, mesh=mesh, mp_policy=mp, reshard_after_forward={})\n", reshardArg(sh));
+    s += fmt::format("stage = PipelineStage(stage_module, pp_rank, {}, device, group=world[\"pp\"].get_group())\n", mesh.pp);
+    s += "def loss_fn(logits, labels):\n";
+    s += "    return torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(0, 1))\n";
+    s += fmt::format("schedule = {}(stage, n_microbatches={}, loss_fn=loss_fn)\n",
+                     sh.pp_schedule == core::PpSchedule::GPipe ? "ScheduleGPipe" : "Schedule1F1B", tr.grad_accum);
+    s += fmt::format("# A step: the local batch of {} x {} sequences through the pipeline:\n", tr.grad_accum, tr.micro_batch);
+    s += "#   first stage: schedule.step(input_ids); last: schedule.step(target=labels, losses=losses); others: schedule.step()\n";
+    if (mesh.tp > 1 && sh.loss_parallel) {
+        s += "# loss_parallel: run schedule.step inside `with torch.distributed.tensor.parallel.loss_parallel():`\n";
+    }
+    return s;
+}
+
+}  // namespace
+
 std::string pytorchCode(const core::Plan& plan, const core::Mesh& mesh, const std::vector<std::vector<std::string>>& units) {
+    if (mesh.pp > 1) return pipelineCode(plan, mesh, units);
     const core::TrainingSpec& tr = plan.training;
     const bool two_d = core::isHybrid(plan.sharding.strategy) || plan.sharding.strategy == core::Strategy::NoShard ||
                        mesh.replicate_size > 1;
@@ -253,7 +399,7 @@ std::string pytorchCode(const core::Plan& plan, const core::Mesh& mesh, const st
     s += "from torch.distributed.fsdp import fully_shard, MixedPrecisionPolicy\n\n";
     if (mesh.tp > 1) {
         // FSDP over TP (torchtitan's apply_tp, then fully_shard on the dp dimensions): tp innermost.
-        s += tensorParallelCode(plan, mesh);
+        s += tensorParallelCode(plan, mesh, false);
     } else if (two_d) {
         const int shard = plan.sharding.strategy == core::Strategy::NoShard ? 1 : mesh.shard_size;
         const int replicate = mesh.world_size / shard;

@@ -279,6 +279,9 @@ Status Lowerer::lowerStage(const Plan& plan, const Mesh& mesh, int stage, Progra
     }
     Plan stage_plan = plan;
     stage_plan.model = s.stage_models[static_cast<size_t>(stage)];
+    // A stage of the embedding alone, or of the norm and output alone (torchtitan's split gives one
+    // when the blocks are few): its root is its only unit, whatever the policy groups blocks into.
+    if (stage_plan.model->blocks.empty()) stage_plan.sharding.wrap = WrapPolicy{WrapKind::Whole, 1, 0, {}, {}};
     detail::Lowering lowering(stage_plan, mesh, out, s, stage, plan.model.get());
     return lowering.run();
 }

@@ -21,6 +21,7 @@
 #include "simulator/evaluation.hpp"
 #include "tests/simulator/test_plan.hpp"
 #include "simulator/pipeline.hpp"
+#include "simulator/pytorch_code.hpp"
 #include "tests/simulator/program_builder.hpp"
 
 namespace shardcast::sim {
@@ -349,6 +350,32 @@ TEST(PipelineTest, BadPipelinesNameTheValidChoices) {
     fsdp1.sharding.fsdp_version = 1;
     refused(fsdp1, "fully_shard (fsdp 2)");
     EXPECT_TRUE(core::validatePlan(ppPlan(6, 2, 1, core::PpSchedule::GPipe)).ok());
+}
+
+// plan --pytorch under pp: the 4-D mesh, the stage split, fully_shard kept unsharded after
+// forward (PP1, as the lowering), the stage as the FSDP root, and the schedule over the step's
+// micro-batches. scripts/check-emitted-pp.py runs such files for real under torchrun.
+TEST(PipelineTest, PytorchCodeBuildsTheStagesAndTheSchedule) {
+    const core::Plan plan = ppPlan(6, 4, 8, core::PpSchedule::OneFOneB);
+    auto mesh = core::validatePlan(plan);
+    ASSERT_TRUE(mesh.ok()) << mesh.error().message;
+    const std::string code = pytorchCode(plan, *mesh, unitsOfPlan(plan));
+    for (const char* want : {"init_device_mesh(\"cuda\", (4, 1, 2, 1), mesh_dim_names=(\"pp\", \"dp_replicate\", \"dp_shard\", \"tp\"))",
+                             "stage_blocks = [1, 2, 2, 1]", "from torch.distributed.pipelining import PipelineStage, Schedule1F1B",
+                             "reshard_after_forward=False)", "fully_shard(stage_module, mesh=mesh",
+                             "stage = PipelineStage(stage_module, pp_rank, 4, device, group=world[\"pp\"].get_group())",
+                             "schedule = Schedule1F1B(stage, n_microbatches=8, loss_fn=loss_fn)", "[\"model.layers.5\"],"}) {
+        EXPECT_NE(code.find(want), std::string::npos) << want << "\n" << code;
+    }
+    core::Plan gpipe = ppPlan(6, 2, 3, core::PpSchedule::GPipe);
+    gpipe.sharding.tp = 2;
+    auto mesh2 = core::validatePlan(gpipe);
+    ASSERT_TRUE(mesh2.ok()) << mesh2.error().message;
+    const std::string code2 = pytorchCode(gpipe, *mesh2, unitsOfPlan(gpipe));
+    for (const char* want : {"ScheduleGPipe(stage, n_microbatches=3", "if is_last:\n    top[\"model.norm\"] = SequenceParallel()",
+                             "x = DTensor.from_local(x, tp_mesh, [Shard(1)])"}) {
+        EXPECT_NE(code2.find(want), std::string::npos) << want << "\n" << code2;
+    }
 }
 
 }  // namespace
