@@ -28,6 +28,10 @@
 //          all-gather into the FlatParameter, no copy-out       issueUnshard, waitUnshard
 //          prefetch depth 1, BACKWARD_PRE/POST, forward_prefetch  preForward, preBackward, prefetchAfter, postBackward
 //   NO_SHARD (DDP)                                              addParamNoShard, castCopy, postBackwardNoShard
+//   PP1 parameters kept unsharded after forward under pp        reshardAfterForwardPerUnit
+//   PP2 the stage's schedule, micro-batches held (slots)        pipelineActions, configure, slotOf
+//   PP3 no gradient sync or reshard in backward; one reduction  syncsNow, postBackward, reduceGradients
+//   PP4 P2P sends and receives between stages                   receive, send
 #include <array>
 #include <cassert>
 #include <climits>

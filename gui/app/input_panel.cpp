@@ -218,6 +218,14 @@ InputPanel::InputPanel(QWidget* parent) : QWidget(parent) {
              "With tensor parallelism, sequence parallelism and kernels compile: torch._inductor's micro-pipelined TP "
              "(each all-gather overlapped with the matmuls that read it, each reduce-scatter with the one that feeds it).",
              {"false", "true"}, false);
+    addSpin(sharding, "pp", "sharding.pp", "pipeline stages",
+            "Pipeline stages (torch.distributed.pipelining), the outermost dimension of init_device_mesh; the step's "
+            "micro-batches (grad accum) run through them, fully_shard inside each stage.",
+            1, 1024, "");
+    addCombo(sharding, "pp-schedule", "sharding.pp_schedule", "pipeline schedule",
+             "With pipeline stages: the schedule (GPipe: every forward, then every backward; 1F1B: warm-up forwards, "
+             "then one backward and one forward alternately).",
+             {"1F1B", "GPipe"}, false);
     addCombo(sharding, "fsdp", "sharding.fsdp", "FSDP version",
              "FSDP2 (torch.distributed.fsdp.fully_shard) or FSDP1 (FullyShardedDataParallel).", {"2", "1"}, false);
     addCombo(sharding, "wrap", "sharding.wrap", "wrap policy",
@@ -365,6 +373,8 @@ void InputPanel::fillFromPlan(const core::Plan& p) {
     set("sequence-parallel", s.sequence_parallel ? "true" : "false");
     set("loss-parallel", s.loss_parallel ? "true" : "false");
     set("async-tp", s.async_tp ? "true" : "false");
+    set("pp", QString::number(s.pp));
+    set("pp-schedule", toQString(core::ppScheduleName(s.pp_schedule)));
     set("fsdp", QString::number(s.fsdp_version));
     set("wrap", toQString(core::wrapPolicyString(s.wrap)));
     set("reshard-after-forward", reshardText(s));
@@ -406,6 +416,8 @@ core::PlanOverrides InputPanel::overrides() const {
         else if (key == "sequence-parallel") o.sequence_parallel = s;
         else if (key == "loss-parallel") o.loss_parallel = s;
         else if (key == "async-tp") o.async_tp = s;
+        else if (key == "pp") o.pp = v.toLongLong();
+        else if (key == "pp-schedule") o.pp_schedule = s;
         else if (key == "fsdp") o.fsdp = v.toLongLong();
         else if (key == "wrap") o.wrap = s;
         else if (key == "reshard-after-forward" && v != "default") o.reshard_after_forward = s;

@@ -188,10 +188,18 @@ void FitView::setPlan(std::shared_ptr<const PlanResult> plan) {
             .arg(e.program.units.size())
             .arg(formatMs(s.compute_s), formatMs(s.exposed_comm_s),
                  e.memory.peak_task >= 0 ? QString::fromStdString(e.program.taskLabel(e.memory.peak_task)) : "start")
-            .arg(e.mesh.tp > 1 ? QString(" x tp %1 (%2 of it on tensor-parallel collectives)")
-                                     .arg(e.mesh.tp)
-                                     .arg(formatMs(e.tp_comm_s))
-                               : QString()));
+            .arg((e.mesh.tp > 1 ? QString(" x tp %1 (%2 of it on tensor-parallel collectives)")
+                                      .arg(e.mesh.tp)
+                                      .arg(formatMs(e.tp_comm_s))
+                                : QString()) +
+                 (e.stages.empty() ? QString()
+                                   : QString(" x pp %1 (%2; memory and timeline of stage %3, whose memory binds: %4 "
+                                             "blocks, %5 micro-batches held)")
+                                         .arg(e.mesh.pp)
+                                         .arg(toQString(core::ppScheduleName(p.sharding.pp_schedule)))
+                                         .arg(e.stage)
+                                         .arg(e.stages[static_cast<size_t>(e.stage)].blocks)
+                                         .arg(e.stages[static_cast<size_t>(e.stage)].micro_batches_held))));
 }
 
 void FitView::setStrategies(std::shared_ptr<const StrategyComparison> c) {
