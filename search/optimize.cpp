@@ -80,13 +80,12 @@ core::Result<Space> buildSpace(const core::Plan& base, const OptimizeSpace& in, 
     Space sp;
     // With tensor parallelism FSDP's mesh is the data-parallel part: world / tp ranks, gpus_per_node
     // / tp of them per node (core/plan/plan.hpp Mesh).
+    // Pipeline stages take world / pp ranks each; FSDP shards inside a stage.
     const int tp = std::max(1, base.sharding.tp);
-    const int world = base.cluster.nodes * base.cluster.gpus_per_node / tp;
+    const int pp = std::max(1, base.sharding.pp);
+    const int world = base.cluster.nodes * base.cluster.gpus_per_node / (tp * pp);
     const int gpn = std::max(1, base.cluster.gpus_per_node / tp);
     if (world < 1) return core::makeError("cluster: the world size must be positive");
-    if (base.sharding.pp != 1) {
-        return core::makeError("optimize: the search space has no pipeline-parallel dimension yet (issue 25); give --pp 1");
-    }
     if (global_batch < 1) {
         return core::makeError("--global-batch must be a positive number of sequences per optimizer step (got " +
                                std::to_string(global_batch) + ")");
@@ -97,7 +96,7 @@ core::Result<Space> buildSpace(const core::Plan& base, const OptimizeSpace& in, 
             "--global-batch {} does not split over {} ranks: data parallelism gives every rank whole sequences, "
             "so the global batch must be a multiple of the data-parallel size ({} x {} GPUs{}); e.g. {}",
             global_batch, world, base.cluster.nodes, base.cluster.gpus_per_node,
-            tp > 1 ? fmt::format(" / tp {}", tp) : std::string(),
+            tp > 1 || pp > 1 ? fmt::format(" / (tp {} x pp {})", tp, pp) : std::string(),
             below > 0 ? fmt::format("{} or {}", below, above) : fmt::format("{} (one sequence per rank)", above)));
     }
     sp.batch_per_rank = global_batch / world;
@@ -107,7 +106,7 @@ core::Result<Space> buildSpace(const core::Plan& base, const OptimizeSpace& in, 
         strategies = {core::Strategy::FullShard, core::Strategy::HybridShard, core::Strategy::ShardGradOp,
                       core::Strategy::HybridShardZero2, core::Strategy::NoShard};
     }
-    if (tp > 1) {  // what composes with tensor parallelism (validatePlan): sharded, FSDP2, no offload
+    if (tp > 1 || pp > 1) {  // what composes with tensor and pipeline parallelism (validatePlan): sharded, FSDP2, no offload
         strategies.erase(std::remove(strategies.begin(), strategies.end(), core::Strategy::NoShard), strategies.end());
     }
     std::vector<int> hybrid_sizes = in.hybrid_shard_sizes;
@@ -124,7 +123,7 @@ core::Result<Space> buildSpace(const core::Plan& base, const OptimizeSpace& in, 
         }
     }
     std::vector<int> fsdps = in.fsdp_versions.empty() ? std::vector<int>{2, 1} : in.fsdp_versions;
-    if (tp > 1) fsdps.erase(std::remove(fsdps.begin(), fsdps.end(), 1), fsdps.end());
+    if (tp > 1 || pp > 1) fsdps.erase(std::remove(fsdps.begin(), fsdps.end(), 1), fsdps.end());
     sp.wraps = in.wraps.empty() ? defaultWrapChoices(*base.model) : in.wraps;
     sp.acs = in.acs.empty() ? defaultAcChoices(*base.model) : in.acs;
     if (in.ac_first_n) {
@@ -138,7 +137,9 @@ core::Result<Space> buildSpace(const core::Plan& base, const OptimizeSpace& in, 
         }
     }
     sp.offloads = in.offloads.empty() ? std::vector<core::Offload>{core::Offload::None, core::Offload::Cpu} : in.offloads;
-    if (tp > 1) sp.offloads.erase(std::remove(sp.offloads.begin(), sp.offloads.end(), core::Offload::Cpu), sp.offloads.end());
+    if (tp > 1 || pp > 1) {
+        sp.offloads.erase(std::remove(sp.offloads.begin(), sp.offloads.end(), core::Offload::Cpu), sp.offloads.end());
+    }
 
     for (core::Strategy st : strategies) {
         std::vector<int> shards;
@@ -192,6 +193,7 @@ core::Result<Space> buildSpace(const core::Plan& base, const OptimizeSpace& in, 
                                 c.offload = off;
                                 c.wrap = sp.wraps[w];
                                 c.tp = tp;
+                                c.pp = pp;
                                 sp.shardings.push_back(std::move(c));
                                 sp.bound_class.push_back(class_base + static_cast<int32_t>(oi * sp.wraps.size()) + w);
                             }
@@ -241,6 +243,7 @@ void writeChoice(core::Plan& plan, const OptimizeChoice& c) {
     sh.backward_prefetch = c.backward_prefetch;
     sh.wrap = c.wrap;
     sh.tp = c.tp;
+    sh.pp = c.pp;
     plan.training.offload = c.offload;
     core::applyAc(plan.training, c.ac);
     plan.training.micro_batch = c.micro_batch;
@@ -321,6 +324,7 @@ std::string_view dimensionName(OptimizeDimension d) {
         case OptimizeDimension::Ac: return "ac";
         case OptimizeDimension::MicroBatch: return "micro-batch";
         case OptimizeDimension::Tp: return "tp";
+        case OptimizeDimension::Pp: return "pp";
     }
     return "?";
 }
@@ -342,6 +346,7 @@ std::string choiceValue(const OptimizeChoice& c, OptimizeDimension d) {
         case OptimizeDimension::Ac: return core::acString(c.ac);
         case OptimizeDimension::MicroBatch: return fmt::format("{} x {} accumulation", c.micro_batch, c.grad_accum);
         case OptimizeDimension::Tp: return fmt::format("{}", c.tp);
+        case OptimizeDimension::Pp: return fmt::format("{}", c.pp);
     }
     return "?";
 }
@@ -377,14 +382,18 @@ core::Result<std::vector<OptimizeChoice>> enumerateSpace(const core::Plan& base,
                                                          int64_t global_batch) {
     std::vector<OptimizeChoice> out;
     const std::vector<int> tps = space.tps.empty() ? std::vector<int>{base.sharding.tp} : space.tps;
+    const std::vector<int> pps = space.pps.empty() ? std::vector<int>{base.sharding.pp} : space.pps;
     for (int tp : tps) {
-        core::Plan with_tp = base;
-        with_tp.sharding.tp = tp;
-        auto sp = buildSpace(with_tp, space, global_batch);
-        if (!sp) return sp.error();
-        out.reserve(out.size() + sp->groups.size() * sp->shardings.size());
-        for (const Group& g : sp->groups) {
-            for (const Sharding& s : sp->shardings) out.push_back(makeChoice(*sp, g, s));
+        for (int pp : pps) {
+            core::Plan with_tp = base;
+            with_tp.sharding.tp = tp;
+            with_tp.sharding.pp = pp;
+            auto sp = buildSpace(with_tp, space, global_batch);
+            if (!sp) return sp.error();
+            out.reserve(out.size() + sp->groups.size() * sp->shardings.size());
+            for (const Group& g : sp->groups) {
+                for (const Sharding& s : sp->shardings) out.push_back(makeChoice(*sp, g, s));
+            }
         }
     }
     return out;
@@ -956,7 +965,7 @@ core::Status Search::assemble(OptimizeResult& result) {
         if (m_evaluator.evaluate(applyChoice(m_base, c), &m_profile, with_states, m_e)) {
             states = m_e.memory.model_states.params + m_e.memory.model_states.grads + m_e.memory.model_states.optimizer;
         }
-        const int world = m_base.cluster.nodes * m_base.cluster.gpus_per_node / std::max(1, c.tp);
+        const int world = m_base.cluster.nodes * m_base.cluster.gpus_per_node / (std::max(1, c.tp) * std::max(1, c.pp));
         const int shard = c.shard_size == 0 ? world : c.shard_size;
         if (states > over) {
             // Sharding over k times the ranks leaves states / k: it saves states (1 - 1/k) >= over from
@@ -1271,46 +1280,61 @@ OptimizeResult mergeTpResults(std::vector<OptimizeResult> subs, int top) {
 core::Result<OptimizeResult> optimize(const core::Plan& base, const OptimizeSpace& space, const HardwareProfile& profile,
                                       const OptimizeOptions& options) {
     if (!base.model) return core::makeError("model: no model loaded");
-    if (base.sharding.pp > 1) {
-        return core::makeError(fmt::format("optimize does not search pipeline-parallel plans yet (sharding.pp {}): its "
-                                           "bounds and proof are not built for pipeline stages; plan each pp with "
-                                           "`shardcast plan --pp P`, or optimize with pp 1",
-                                           base.sharding.pp));
+    auto sorted = [](std::vector<int> v) {
+        std::sort(v.begin(), v.end());
+        v.erase(std::unique(v.begin(), v.end()), v.end());
+        return v;
+    };
+    const std::vector<int> tps = sorted(space.tps.empty() ? std::vector<int>{base.sharding.tp} : space.tps);
+    const std::vector<int> pps = sorted(space.pps.empty() ? std::vector<int>{base.sharding.pp} : space.pps);
+    // Every degree checked before any is searched, on a plan of the space with it (FSDP2
+    // FULL_SHARD, no offload; a pipeline gets as many micro-batches as stages, the least 1F1B takes).
+    auto probe = [&](int tp, int pp) {
+        core::Plan at = base;
+        at.sharding.tp = tp;
+        at.sharding.pp = pp;
+        at.sharding.strategy = core::Strategy::FullShard;
+        at.sharding.fsdp_version = 2;
+        at.sharding.shard_size = 0;
+        at.training.offload = core::Offload::None;
+        at.training.grad_accum = std::max<int64_t>(at.training.grad_accum, pp);
+        return core::validatePlan(at);
+    };
+    for (int tp : tps) {
+        if (tp == 1) continue;
+        if (auto mesh = probe(tp, 1); !mesh && mesh.error().message.find("sharding.tp") != std::string::npos) {
+            return core::makeError("--tp " + std::to_string(tp) + ": " + mesh.error().message);
+        }
     }
-    std::vector<int> tps = space.tps.empty() ? std::vector<int>{base.sharding.tp} : space.tps;
-    std::sort(tps.begin(), tps.end());
-    tps.erase(std::unique(tps.begin(), tps.end()), tps.end());
+    for (int pp : pps) {
+        if (pp == 1) continue;
+        if (auto mesh = probe(1, pp); !mesh && mesh.error().message.find("sharding.pp") != std::string::npos) {
+            return core::makeError("--pp " + std::to_string(pp) + ": " + mesh.error().message);
+        }
+    }
     std::vector<OptimizeResult> subs;
     std::vector<std::string> skipped;
-    for (int tp : tps) {  // every degree checked before any is searched
-        core::Plan at = base;
-        at.sharding.tp = tp;
-        if (tp > 1) {
-            // The degree itself (a plan of the space with it: FSDP2 FULL_SHARD, no offload).
-            core::Plan probe = at;
-            probe.sharding.strategy = core::Strategy::FullShard;
-            probe.sharding.fsdp_version = 2;
-            probe.sharding.shard_size = 0;
-            probe.training.offload = core::Offload::None;
-            if (auto mesh = core::validatePlan(probe); !mesh && mesh.error().message.find("sharding.tp") != std::string::npos) {
-                return core::makeError("--tp " + std::to_string(tp) + ": " + mesh.error().message);
-            }
-        }
-    }
+    const bool several = tps.size() * pps.size() > 1;
     for (int tp : tps) {
-        core::Plan at = base;
-        at.sharding.tp = tp;
-        auto r = optimizeAtTp(at, space, profile, options);
-        if (!r) {
-            // With several degrees, one whose space is empty (the global batch does not split over its
-            // data-parallel ranks, nothing left to search) is left out and said so.
-            if (tps.size() == 1 || r.error().cancelled) return r.error();
-            skipped.push_back(fmt::format("tp {}: {}", tp, r.error().message));
-            continue;
+        for (int pp : pps) {
+            core::Plan at = base;
+            at.sharding.tp = tp;
+            at.sharding.pp = pp;
+            OptimizeOptions at_options = options;
+            if (pp > 1) at_options.prune = false;  // a pipeline's space is evaluated whole (OptimizeSpace::pps)
+            auto r = optimizeAtTp(at, space, profile, at_options);
+            if (!r) {
+                // With several degrees, one whose space is empty (the global batch does not split over
+                // its data-parallel ranks, nothing left to search, nothing valid) is left out and said so.
+                if (!several || r.error().cancelled) return r.error();
+                skipped.push_back(pp > 1 ? fmt::format("tp {} x pp {}: {}", tp, pp, r.error().message)
+                                         : fmt::format("tp {}: {}", tp, r.error().message));
+                continue;
+            }
+            subs.push_back(std::move(*r));
         }
-        subs.push_back(std::move(*r));
     }
-    if (subs.empty()) return core::makeError("no tensor-parallel degree leaves anything to search: " + skipped.front());
+    if (subs.empty()) return core::makeError("no tensor- or pipeline-parallel degree leaves anything to search: " + skipped.front());
     OptimizeResult out = subs.size() == 1 ? std::move(subs.front()) : mergeTpResults(std::move(subs), options.top);
     for (std::string& s : skipped) out.not_searched.push_back(std::move(s));
     return out;

@@ -61,6 +61,11 @@ struct OptimizeSpace {
     // data-parallel ranks (FSDP2, sharded strategies, no offload: what composes with TP), by the
     // same bounds, and the answers merged exactly. Empty: the base plan's tp only.
     std::vector<int> tps;
+    // Pipeline stage counts (issue 25), with the base plan's schedule: each (tp, pp) is its own space
+    // over the world / (tp x pp) data-parallel ranks, whose micro-batches per step are the
+    // pipeline's. A space with pp > 1 is evaluated whole, every configuration (the bounds are proved
+    // for one Program, not for a pipeline of them), so it stays exact. Empty: the base plan's pp only.
+    std::vector<int> pps;
 };
 
 // Whole model, every K blocks for K in {8, 4, 2} below the block count, and one unit per block.
@@ -101,6 +106,7 @@ struct OptimizeChoice {
     int64_t micro_batch = 1;
     int64_t grad_accum = 1;
     int tp = 1;  // tensor-parallel degree
+    int pp = 1;  // pipeline stages
 };
 
 // `base` with the choice applied.
@@ -121,8 +127,8 @@ struct OptimizeEntry {
 };
 
 // The dimensions a choice is made in, for OptimizeResult::losses.
-enum class OptimizeDimension : uint8_t { Strategy, Fsdp, Reshard, Prefetch, Offload, Wrap, Ac, MicroBatch, Tp };
-inline constexpr int kOptimizeDimensionCount = 9;
+enum class OptimizeDimension : uint8_t { Strategy, Fsdp, Reshard, Prefetch, Offload, Wrap, Ac, MicroBatch, Tp, Pp };
+inline constexpr int kOptimizeDimensionCount = 10;
 std::string_view dimensionName(OptimizeDimension d);  // "strategy", "fsdp", ...
 std::string choiceValue(const OptimizeChoice& c, OptimizeDimension d);  // "HYBRID_SHARD (shard 8)", ...
 // The choice as the losses price it: choiceValue, except that a per-block checkpointing spec of two

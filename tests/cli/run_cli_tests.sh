@@ -162,6 +162,10 @@ if grep -q '"pp_schedule": "1F1B"' "$tmp/pp4.plan.json" && grep -q '"pp": 4' "$t
 else
     fail "--write-plan keeps pp" "$(cat "$tmp/pp4.plan.json")"
 fi
+expect_ok "optimize --pp 1,2" "$bin" optimize --model llama-3.1-8b --scale layers=4 --seq-len 2048 --global-batch 16 --pp 1,2
+if grep -q "^  pp  *2 instead of 1: " "$tmp/out"; then pass "optimize --pp prices the other stage count"; else fail "optimize --pp prices the other stage count" "$(cat "$tmp/out")"; fi
+expect_bad_input "optimize --pp 3 names the world" "--pp 3: .*must divide the world size 8" \
+    "$bin" optimize --model llama-3.1-8b --global-batch 16 --pp 1,3
 expect_bad_input "optimize --tp 3 names the valid degrees" "--tp 3: .*valid: 1, 2, 4, 8" \
     "$bin" optimize --model llama-3.1-8b --global-batch 16 --tp 1,3
 # The issue's job: Llama-3.1-405B on 16,384 H100s, 2,048 x 8,192 tokens; only tp 8 gives whole sequences.

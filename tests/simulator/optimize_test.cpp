@@ -247,6 +247,68 @@ TEST(OptimizeTest, TensorParallelDegreesMatchExhaustiveEnumeration) {
     expectSameAnswer(base, space, 32, 5);
 }
 
+// Pipeline stage counts: the pp 1 space is searched with its bounds, the pp 2 space evaluated whole
+// (1F1B, so grad accumulation below 2 is refused there); the merged answer is the one exhaustive
+// enumeration gives: the fastest fitting configuration and the top 5 step times.
+TEST(OptimizeTest, PipelineStagesMatchExhaustiveEnumeration) {
+    core::Plan base = basePlan("llama-3.1-8b", 1, 4096);
+    base.model = testing::scaledModel("llama-3.1-8b", 8);
+    OptimizeSpace space;
+    space.strategies = {core::Strategy::FullShard, core::Strategy::ShardGradOp};
+    space.wraps = {wrap("block")};
+    space.acs = {{core::Checkpointing::None, 1}, {core::Checkpointing::Full, 1}};
+    space.fsdp_versions = {2};
+    space.offloads = {core::Offload::None};
+    space.prefetch = false;
+    space.partial_reshard = false;
+    space.pps = {1, 2};
+    const int64_t global_batch = 32;
+    const HardwareProfile profile = HardwareProfile::fromCluster(base.cluster);
+    auto all = enumerateSpace(base, space, global_batch);
+    ASSERT_TRUE(all) << all.error().message;
+    EvaluationOptions eo;
+    eo.per_unit = false;
+    std::vector<std::pair<int64_t, std::string>> fitting;  // step, label
+    int pp2 = 0;
+    for (const OptimizeChoice& c : *all) {
+        pp2 += c.pp == 2 ? 1 : 0;
+        auto e = evaluatePlan(applyChoice(base, c), &profile, eo);
+        if (e && e->fit.fits) fitting.emplace_back(e->timeline.step_ns, labelOf(c));
+    }
+    ASSERT_GT(pp2, 0);
+    ASSERT_GE(fitting.size(), 5u);
+    std::stable_sort(fitting.begin(), fitting.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    OptimizeOptions options;
+    options.global_batch = global_batch;
+    options.top = 5;
+    auto r = optimize(base, space, profile, options);
+    ASSERT_TRUE(r) << r.error().message;
+    ASSERT_TRUE(r->fits);
+    EXPECT_EQ(r->space_size, all->size());
+    EXPECT_EQ(static_cast<int64_t>(std::llround(r->best.step_s * 1e9)), fitting.front().first);
+    ASSERT_EQ(r->top.size(), 5u);
+    for (size_t i = 0; i < 5; ++i) {
+        EXPECT_EQ(static_cast<int64_t>(std::llround(r->top[i].step_s * 1e9)), fitting[i].first) << "rank " << i;
+    }
+    // The losses name the pp dimension.
+    bool pp_loss = false;
+    for (const DimensionLoss& l : r->losses) pp_loss = pp_loss || l.dimension == OptimizeDimension::Pp;
+    EXPECT_TRUE(pp_loss);
+}
+
+// A stage count the model or the world cannot take is refused by name.
+TEST(OptimizeTest, RefusesAnInvalidPipelineStageCount) {
+    const core::Plan base = basePlan("llama-3.1-8b", 1, 4096);
+    OptimizeSpace space;
+    space.pps = {1, 3};
+    OptimizeOptions options;
+    options.global_batch = 16;
+    auto r = optimize(base, space, HardwareProfile::fromCluster(base.cluster), options);
+    ASSERT_FALSE(r);
+    EXPECT_NE(r.error().message.find("--pp 3"), std::string::npos) << r.error().message;
+    EXPECT_NE(r.error().message.find("must divide the world size 8"), std::string::npos) << r.error().message;
+}
+
 // Where data parallelism alone is fastest the search keeps it: Llama-3.1-8B on 8 GPUs at 4,096
 // tokens, 2 sequences per GPU, with tp 1, 2, 4 and 8 allowed.
 TEST(OptimizeTest, PrefersPureFsdpWhereItIsFastest) {

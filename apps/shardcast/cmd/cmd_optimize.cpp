@@ -29,7 +29,7 @@ struct OptimizeCommandOptions {
     core::PlanOverrides plan;
     int64_t global_batch = 0;
     std::vector<std::string> strategies, wraps, acs, offloads;
-    std::vector<int> shard_sizes, fsdps, tps;
+    std::vector<int> shard_sizes, fsdps, tps, pps;
     int64_t max_micro_batch = 0;
     bool no_partial_reshard = false, no_prefetch = false, ac_per_block = false;
     double headroom = core::kDefaultHeadroom;
@@ -49,6 +49,7 @@ std::string label(const sim::OptimizeChoice& c) {
     if (c.strategy != core::Strategy::NoShard) out += ", prefetch " + sim::choiceValue(c, sim::OptimizeDimension::Prefetch);
     if (c.offload != core::Offload::None) out += ", offload " + sim::choiceValue(c, sim::OptimizeDimension::Offload);
     if (c.tp > 1) out += ", tp " + sim::choiceValue(c, sim::OptimizeDimension::Tp);
+    if (c.pp > 1) out += ", pp " + sim::choiceValue(c, sim::OptimizeDimension::Pp);
     return out;
 }
 
@@ -128,6 +129,7 @@ int runOptimize(const OptimizeCommandOptions& o) {
     space.fsdp_versions = o.fsdps;
     space.hybrid_shard_sizes = o.shard_sizes;
     space.tps = o.tps;
+    space.pps = o.pps;
     space.max_micro_batch = o.max_micro_batch;
     space.partial_reshard = !o.no_partial_reshard;
     space.prefetch = !o.no_prefetch;
@@ -373,6 +375,13 @@ void registerOptimizeCommand(CLI::App& app, int& exit_code) {
                     "the GPUs per node and the attention and KV heads; with tp > 1 the space is FSDP2, sharded "
                     "strategies, no offload, over the GPU count / tp data-parallel ranks")
         ->type_name("T,...")
+        ->delimiter(',');
+    cmd->add_option("--pp", opts->pps,
+                    "Pipeline stage counts to consider, comma-separated (default 1, or the plan file's), with the plan's "
+                    "--pp-schedule; with pp > 1 the space is FSDP2, sharded strategies, no offload, over the GPU count / "
+                    "(tp x pp) data-parallel ranks, each step's micro-batches the pipeline's, and it is evaluated whole "
+                    "(no bounds: slower)")
+        ->type_name("P,...")
         ->delimiter(',');
     cmd->add_option("--wrap", opts->wraps,
                     "Wrap policies to consider, comma-separated: whole | block | every:K | min-params:N | modules:FILE "
