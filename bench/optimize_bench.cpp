@@ -5,7 +5,8 @@
 // cannot do: the optimizer refuses it at once (BM_Optimize_Llama405B_IssueBatch measures that). The
 // search itself is measured on the nearest job it can plan, one sequence per rank (global batch 16,384).
 // With tensor parallelism in the space (issue 25, target <= 1 s) the issue's job is planned:
-// BM_Optimize_Llama405B_IssueBatch_Tp searches tp 1, 2, 4 and 8 (only tp 8 gives whole sequences).
+// BM_Optimize_Llama405B_IssueBatch_Tp searches tp 1, 2, 4 and 8 (only tp 8 gives whole sequences);
+// BM_Optimize_Llama405B_IssueBatch_Tp8_Pp adds pipeline stages (pp 1 and 8; no target).
 #include <vector>
 
 #include <benchmark/benchmark.h>
@@ -21,13 +22,14 @@ namespace {
 using shardcast::bench::benchPlan;
 
 void runOptimize(benchmark::State& state, const core::Plan& plan, int64_t global_batch, bool expect_error,
-                 bool ac_per_block = false, std::vector<int> tps = {}) {
+                 bool ac_per_block = false, std::vector<int> tps = {}, std::vector<int> pps = {}) {
     const sim::HardwareProfile profile = sim::HardwareProfile::fromCluster(plan.cluster);
     sim::OptimizeOptions options;
     options.global_batch = global_batch;
     sim::OptimizeSpace space;
     space.ac_first_n = ac_per_block;
     space.tps = std::move(tps);
+    space.pps = std::move(pps);
     sim::OptimizeResult last;
     for (auto _ : state) {
         auto r = sim::optimize(plan, space, profile, options);
@@ -75,6 +77,14 @@ void BM_Optimize_Llama405B_IssueBatch_Tp(benchmark::State& state) {
     runOptimize(state, plan, 2048, false, false, {1, 2, 4, 8});
 }
 BENCHMARK(BM_Optimize_Llama405B_IssueBatch_Tp)->Unit(benchmark::kMillisecond);
+
+// The issue's job with pipeline stages in the space too (tp 8, pp 1 and 8): the pp 8 space is
+// evaluated whole (no bounds for pipelines), every 1F1B plan of it a pipeline of 8 stage Programs.
+void BM_Optimize_Llama405B_IssueBatch_Tp8_Pp(benchmark::State& state) {
+    static const core::Plan plan = benchPlan("llama-3.1-405b", 2048);
+    runOptimize(state, plan, 2048, false, false, {8}, {1, 8});
+}
+BENCHMARK(BM_Optimize_Llama405B_IssueBatch_Tp8_Pp)->Unit(benchmark::kMillisecond);
 
 // The default space plus per-block checkpointing (--ac-per-block: the first N blocks in one mode,
 // the rest in another), which is opt-in because it multiplies the checkpointing choices by ~3L.

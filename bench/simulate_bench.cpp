@@ -102,6 +102,22 @@ void BM_Evaluate_Llama405B_16384GPUs(benchmark::State& state) {
 }
 BENCHMARK(BM_Evaluate_Llama405B_16384GPUs)->Unit(benchmark::kMicrosecond);
 
+// Llama 3's own 3D layout (arXiv 2407.21783, Table 4): 405B on 16,384 H100s, tp 8 x pp 16 x dp 128,
+// 16 sequences of 8,192 per data-parallel rank as 16 micro-batches of one, 1F1B (Meta's schedule is
+// an interleaved one). Each evaluation lowers and times 16 stage Programs, coupled (PipelineTimer).
+void BM_Evaluate_Llama405B_16384GPUs_Tp8_Pp16(benchmark::State& state) {
+    static const core::Plan plan = [] {
+        core::Plan p = benchPlan("llama-3.1-405b", 2048);
+        p.sharding.tp = 8;
+        p.sharding.pp = 16;
+        p.training.grad_accum = 16;
+        p.training.ac = core::Checkpointing::Full;
+        return p;
+    }();
+    evaluatePlans(state, plan);
+}
+BENCHMARK(BM_Evaluate_Llama405B_16384GPUs_Tp8_Pp16)->Unit(benchmark::kMillisecond);
+
 void BM_Evaluate_Llama405B_16384GPUs_AllocatedOnly(benchmark::State& state) {
     static const core::Plan plan = benchPlan("llama-3.1-405b", 2048);
     evaluatePlans(state, plan, false);

@@ -40,14 +40,22 @@ core::Status PipelineTimer::match(const std::vector<core::Program>& stages) {
                 return core::makeError("pipeline: stage " + std::to_string(s) + "'s " + p.taskLabel(id) +
                                        " has no matching send on stage " + std::to_string(from));
             }
-            m_edges[static_cast<size_t>(s)].push_back(Edge{id, from, it->second});
+            // The receive's consumer: the first later task that depends on it.
+            int32_t consumer = id;
+            for (int32_t later = id + 1; later < p.size() && consumer == id; ++later) {
+                const core::Task& c = p.tasks[static_cast<size_t>(later)];
+                const int32_t* deps = p.depsBegin(c);
+                if (std::find(deps, deps + c.deps.count, id) != deps + c.deps.count) consumer = later;
+            }
+            m_edges[static_cast<size_t>(s)].push_back(Edge{id, from, it->second, consumer});
         }
     }
     return core::Ok{};
 }
 
 // Stage s's timeline alone, shifted after each receive r by delay(r) = max(delay before r,
-// landing(r) - end(r)), where landing(r) = end of the matching send + the sender's delay there.
+// landing(r) - start(consumer of r)), where landing(r) = end of the matching send + the sender's
+// delay there: the consumer starts at max(its own start + the delay before r, landing(r)).
 // A receive can be placed once the sender's receives before its send are: a worklist over the
 // stages, in the order the sends allow.
 void PipelineTimer::delayModel(const std::vector<core::Timeline>& alone) {
@@ -72,8 +80,9 @@ void PipelineTimer::delayModel(const std::vector<core::Timeline>& alone) {
                 // Placeable when every receive of the sender before the send is placed.
                 if (next[from] < m_edges[from].size() && m_edges[from][next[from]].recv < e.send) break;
                 const int64_t landing = alone[from].tasks[static_cast<size_t>(e.send)].end_ns + delayAt(from, e.send);
-                const int64_t end = alone[s].tasks[static_cast<size_t>(e.recv)].end_ns;
-                delay[s] = std::max(delay[s], landing - end);
+                const core::TaskTime& consumer = alone[s].tasks[static_cast<size_t>(e.consumer)];
+                const int64_t start = e.consumer == e.recv ? consumer.end_ns : consumer.start_ns;
+                delay[s] = std::max(delay[s], landing - start);
                 after[s][next[s]] = delay[s];
                 m_ready[s][static_cast<size_t>(e.recv)] = landing;
                 ++next[s];
@@ -88,11 +97,12 @@ void PipelineTimer::delayModel(const std::vector<core::Timeline>& alone) {
     }
 }
 
-bool PipelineTimer::landingTimes(const std::vector<core::Timeline>& timelines) {
+bool PipelineTimer::landingTimesFrom(size_t sender, const core::Timeline& timeline) {
     bool changed = false;
     for (size_t s = 0; s < m_edges.size(); ++s) {
         for (const Edge& e : m_edges[s]) {
-            const int64_t landing = timelines[static_cast<size_t>(e.send_stage)].tasks[static_cast<size_t>(e.send)].end_ns;
+            if (static_cast<size_t>(e.send_stage) != sender) continue;
+            const int64_t landing = timeline.tasks[static_cast<size_t>(e.send)].end_ns;
             int64_t& r = m_ready[s][static_cast<size_t>(e.recv)];
             if (std::abs(landing - r) > kSettledNs) changed = true;
             r = landing;
@@ -124,15 +134,26 @@ core::Status PipelineTimer::run(Simulator& simulator, const std::vector<core::Pr
             }
         }
     }
-    for (int pass = 0; pass <= kMaxPasses; ++pass) {
-        for (size_t s = 0; s < n; ++s) {
+    // Gauss-Seidel passes, alternately from the first stage and from the last: a stage is simulated
+    // with the landing times its neighbours' latest timelines give, so a pass carries changes along
+    // a whole wave of the pipeline in its direction.
+    // A wait that moves travels one neighbour per pass in the pass's direction, and a 1F1B step's
+    // critical path turns at every micro-batch: the passes it may take grow with both.
+    int max_passes = 2 * static_cast<int>(n) + 4;
+    for (const core::Program& p : stages) max_passes = std::max(max_passes, 2 * (p.micro_batches + static_cast<int>(n)) + 4);
+    max_passes = std::min(max_passes, kMaxPasses);
+    for (int pass = 0; pass < max_passes; ++pass) {
+        bool changed = false;
+        for (size_t k = 0; k < n; ++k) {
+            const size_t s = pass % 2 == 0 ? k : n - 1 - k;
             simulator.setReadyTimes(&m_ready[s]);
             simulator.run(stages[s], out[s]);
             simulator.setReadyTimes(nullptr);
             if (!simulator.inRange()) return checkStepBound(simulator.stepBoundSeconds());
+            changed = landingTimesFrom(s, out[s]) || changed;
         }
-        if (pass == kMaxPasses || !landingTimes(out)) break;
-        ++m_passes;
+        m_passes = pass + 1;
+        if (!changed) break;
     }
     return core::Ok{};
 }

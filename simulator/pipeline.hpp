@@ -3,10 +3,13 @@
 // its own, then the stages are coupled through their P2P sends and receives. A receive's data
 // lands when the matching send (same micro-batch, the other direction) has run on the
 // neighbouring stage; until then the receive, and what waits for it, waits. First a delay model
-// shifts each stage's own timeline after every receive by the wait it adds (exact for a stage
-// whose later tasks all wait on the receive, and evaluated across stages in the order the sends
-// allow), then each stage is simulated again with the receives' landing times, and those are
-// taken again from the new timelines, until they stop moving (a few passes).
+// shifts each stage's own timeline after every receive by the wait it adds to the task that
+// consumes it (exact for a stage whose tasks run one after the other, and evaluated across stages
+// in the order the sends allow), then each stage is simulated again with the receives' landing
+// times, stage after stage (Gauss-Seidel, alternating direction), each taking the landing times
+// its neighbours' latest timelines give, until no landing time moves by more than 1 us (at most
+// 2 x (micro-batches + stages) + 4 passes, since a change travels one neighbour per pass and a
+// 1F1B step's critical path turns at every micro-batch; the last pass's timelines are the answer).
 #include <cstdint>
 #include <vector>
 
@@ -23,20 +26,24 @@ public:
     // pipeline's waits. Errors: a receive without its send, or sends and receives that wait on
     // each other in a cycle (a schedule the stages cannot run). The simulator's profile is used.
     core::Status run(Simulator& simulator, const std::vector<core::Program>& stages, std::vector<core::Timeline>& out);
-    // Refinement passes the last run needed after the delay model (0: its landing times held).
+    // Simulation passes over the stages the last run made after the delay model (1: its landing
+    // times held).
     int lastPasses() const { return m_passes; }
 
-    static constexpr int kMaxPasses = 4;
+    static constexpr int kMaxPasses = 1000;
 
 private:
     struct Edge {
         int32_t recv = -1;       // task id in the receiving stage
         int32_t send_stage = -1;
         int32_t send = -1;       // task id in the sending stage
+        int32_t consumer = -1;   // the first task of the receiving stage that waits for the receive
     };
     core::Status match(const std::vector<core::Program>& stages);
     void delayModel(const std::vector<core::Timeline>& alone);
-    bool landingTimes(const std::vector<core::Timeline>& timelines);  // true when any changed
+    // The landing times of the receives whose sends `sender` runs, from its timeline; true when
+    // any moved.
+    bool landingTimesFrom(size_t sender, const core::Timeline& timeline);
 
     std::vector<std::vector<Edge>> m_edges;     // per stage, its receives in program order
     std::vector<std::vector<int64_t>> m_ready;  // per stage, per task: landing time or -1
