@@ -5,6 +5,7 @@
 #            [--layers L] [--device auto|cuda|cpu] [--steps K] [--param-dtype bf16|fp32]
 #            [--reduce-dtype fp32|bf16] [--hf-unpacked-mask keep|skip] [--dropout-impl auto|native|default]
 #            [--attn-dropout P] [--tp T [--no-sp] [--loss-parallel]]
+#            [--pp P --pp-stage S --grad-accum M [--pp-schedule 1F1B|GPipe]]
 #            [--json OUT.json]      (JSON result on stdout, a per-category table on stderr)
 """Peer measurement: real PyTorch FSDP2 (fully_shard) training steps of a HuggingFace causal LM,
 under FakeTensorMode (no real memory) with a fake process group (FakeStore, rank 0 of N), and
@@ -47,6 +48,19 @@ GQA). 'skip' reproduces the 5.x behaviour. Default 'keep' = what the installed t
 SDPA has no fused kernel with dropout and runs the math path, which saves the s x s scores per
 layer; a CUDA flash kernel with dropout saves no s x s tensor (its RNG state only), so with 0 the
 CPU run keeps what a CUDA run keeps (the residual and embedding dropouts are unchanged).
+
+--pp P --pp-stage S --grad-accum M (default pp 1: unchanged): one rank of pipeline stage S of P, as
+torch.distributed.pipelining runs it with torchtitan's settings, without its P2P (the fake process
+group carries no data): the model is cut to the stage (torchtitan's split: the embedding and the
+output count as one block each; the other stages' blocks dropped, the embedding kept on the first
+stage, the norm and lm_head on the last), fully_shard over the stage's world / P ranks with
+reshard_after_forward False (torchtitan's default under pp), and the stage's schedule (1F1B: min(M,
+P - S) warm-up forwards, then one backward and one forward alternately; GPipe) runs M micro-batches
+as PipelineStage does: manual backward finalization, every backward without gradient sync or
+reshard, then finalize_backward after the last. A stage after the first gets each micro-batch's
+activations as a fresh [micro_batch, seq, hidden] param_dtype tensor that requires grad (its
+receive buffer), a stage before the last keeps its output until the backward, which gets a fresh
+gradient of the output's shape.
 
 --tp T (default 1: plain FSDP2 over a 1-D mesh of --world ranks, unchanged): FSDP2 composed with tensor
 parallelism, Llama-family models only (q/k/v/o_proj, gate/up/down_proj, input/post_attention_layernorm;
@@ -364,6 +378,10 @@ def main():
     ap.add_argument("--loss-parallel", action="store_true",
                     help="with --tp > 1: lm_head output stays vocab-sharded, loss under loss_parallel()")
     ap.add_argument("--no-gc-disable", action="store_true", help="keep Python gc enabled (torchtitan disables it)")
+    ap.add_argument("--pp", type=int, default=1, help="pipeline stages (needs --pp-stage and --grad-accum)")
+    ap.add_argument("--pp-stage", type=int, default=0, help="with --pp: the stage this rank runs")
+    ap.add_argument("--pp-schedule", default="1F1B", choices=["1F1B", "GPipe"])
+    ap.add_argument("--grad-accum", type=int, default=1, help="with --pp: micro-batches per step")
     ap.add_argument("--json", default="", help="also write the result JSON here")
     a = ap.parse_args()
 
@@ -371,6 +389,8 @@ def main():
         raise SystemExit(f"--tp {a.tp} must be >= 1 and divide --world {a.world}")
     if a.tp == 1 and (a.no_sp or a.loss_parallel):
         raise SystemExit("--no-sp / --loss-parallel need --tp > 1")
+    if a.pp > 1 and (a.tp > 1 or a.world % a.pp or not 0 <= a.pp_stage < a.pp):
+        raise SystemExit("--pp P needs --tp 1, P dividing --world and 0 <= --pp-stage < P")
     from transformers import AutoConfig, AutoModelForCausalLM
     import transformers
     if a.hf_unpacked_mask == "skip":
@@ -402,7 +422,10 @@ def main():
     if device == "cuda":
         torch.cuda.set_device(0)
     # outside FakeTensorMode, as torchtitan does
-    if a.tp == 1:
+    if a.pp > 1:
+        mesh = init_device_mesh(device, (a.pp, a.world // a.pp), mesh_dim_names=("pp", "dp"))["dp"]
+        tp_mesh = None
+    elif a.tp == 1:
         mesh = init_device_mesh(device, (a.world,))
         tp_mesh = None
     else:
@@ -437,6 +460,27 @@ def main():
         with torch.device("meta"):
             model = AutoModelForCausalLM.from_config(cfg, torch_dtype=torch.float32, attn_implementation=a.attn)
         layers = decoder_layers(model)
+        first_stage = last_stage = True
+        if a.pp > 1:
+            # torchtitan's generate_llm_fqn_per_model_part (input and output weight 1 each)
+            nl = len(layers)
+            per, extra = divmod(nl + 2, a.pp)
+            counts, left = [], nl
+            for s in range(a.pp):
+                take = per + (1 if s < extra else 0) - (1 if s == 0 else 0) - (1 if s == a.pp - 1 else 0)
+                take = max(0, min(take, left))
+                counts.append(take)
+                left -= take
+            begin = sum(counts[:a.pp_stage])
+            first_stage, last_stage = a.pp_stage == 0, a.pp_stage == a.pp - 1
+            model.model.layers = torch.nn.ModuleList(list(layers)[begin:begin + counts[a.pp_stage]])
+            layers = model.model.layers
+            if not first_stage:
+                model.model.embed_tokens = None
+            if not last_stage:
+                model.model.norm = torch.nn.Identity()
+                model.lm_head = torch.nn.Identity()
+            reshard = False  # torchtitan's default under pp
         if a.tp > 1:
             tp_divided = apply_tp(model, layers, cfg, tp_mesh, a.tp, not a.no_sp, a.loss_parallel)
         for i in range(len(layers)):
@@ -464,16 +508,63 @@ def main():
             loss_ctx = loss_parallel
         else:
             from contextlib import nullcontext as loss_ctx
+        def pipeline_step():
+            m = a.grad_accum
+            if a.pp_schedule == "GPipe":
+                actions = [(False, i) for i in range(m)] + [(True, i) for i in range(m)]
+            else:
+                warm = min(m, a.pp - a.pp_stage)
+                actions, f, b = [(False, i) for i in range(warm)], warm, 0
+                while True:
+                    actions.append((True, b)); b += 1
+                    if f == m:
+                        break
+                    actions.append((False, f)); f += 1
+                actions += [(True, i) for i in range(b, m)]
+            model.set_manual_backward_finalization(True)
+            held = {}
+            for backward, mb in actions:
+                if not backward:
+                    # FSDPMemTracker refuses a second forward of the root in one iteration unless its
+                    # per-module stats are cleared; its category totals and peaks are kept.
+                    fmt.reset_mod_stats()
+                    if first_stage:
+                        out = model(input_ids=ids, use_cache=False).logits
+                    else:
+                        x = torch.randn(a.micro_batch, a.seq, cfg.hidden_size, device=device,
+                                        dtype=DT[a.param_dtype], requires_grad=True)
+                        out = model(inputs_embeds=x, use_cache=False).logits
+                    if last_stage:
+                        out = torch.nn.functional.cross_entropy(out.flatten(0, 1).float(), labels.flatten(0, 1))
+                    held[mb] = out
+                    del out
+                else:
+                    model.set_reshard_after_backward(False)
+                    model.set_requires_gradient_sync(False)
+                    out = held.pop(mb)
+                    if last_stage:
+                        out.backward()
+                    else:
+                        torch.autograd.backward(out, grad_tensors=torch.randn_like(out))
+                    del out
+            model.set_requires_gradient_sync(True)
+            model.set_reshard_after_backward(True)
+            model.finalize_backward(async_op=True).wait()
+            model.set_manual_backward_finalization(False)
+
         with fmt:
             for it in range(a.steps):
                 fmt.reset_peaks()
                 t1 = time.time()
-                with loss_ctx():
-                    out = model(input_ids=ids, labels=labels, use_cache=False)
-                    loss = out.loss
-                    del out
-                    loss.backward()
-                    del loss
+                if a.pp > 1:
+                    pipeline_step()
+                else:
+                    with loss_ctx():
+                        out = model(input_ids=ids, labels=labels, use_cache=False)
+                        loss = out.loss
+                        del out
+                        loss.backward()
+                        del loss
                 optim.step()
                 optim.zero_grad()
                 dt = time.time() - t1
@@ -509,6 +600,9 @@ def main():
                     "process_s": round(time.time() - T_START, 3)},
     }
     tp_note = ""
+    if a.pp > 1:
+        res.update({"pp": a.pp, "pp_stage": a.pp_stage, "pp_schedule": a.pp_schedule, "grad_accum": a.grad_accum})
+        tp_note = f", pp stage {a.pp_stage} of {a.pp} ({a.pp_schedule}, {a.grad_accum} micro-batches)"
     if a.tp > 1:
         res.update({"tp": a.tp, "dp": a.world // a.tp, "sequence_parallel": not a.no_sp,
                     "loss_parallel": a.loss_parallel, "tp_attn_attrs_divided": tp_divided})

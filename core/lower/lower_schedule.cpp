@@ -243,7 +243,9 @@ void Lowering::backwardPass(int mb) {
     for (auto it = m_s.items.rbegin(); it != m_s.items.rend(); ++it) {
         if (first && it->kind == ItemKind::Seg) {
             first = false;
-            m_pending_compute_dep = std::max(m_pending_compute_dep, std::exchange(m_recv_dep, -1));
+            // PP4: the pass's first compute task waits for the received output gradient (FSDP1's
+            // all-gather wait, the other user of m_pending_compute_dep, has no pipeline).
+            if (m_recv_dep >= 0) m_pending_compute_dep = std::exchange(m_recv_dep, -1);
         }
         switch (it->kind) {
             case ItemKind::Post: preBackward(it->index, mb); break;

@@ -157,6 +157,10 @@ if grep -q "^  mesh         pp 4 x dp_replicate 1 x dp_shard 4 x tp 1" "$tmp/out
 else
     fail "plan --pp 4 reports the mesh and each stage's blocks and micro-batches held" "$(cat "$tmp/out")"
 fi
+expect_ok "plan --pp 4 --stage 3" "$bin" plan --model llama-3.1-8b --nodes 2 --pp 4 --grad-accum 8 --seq-len 4096 --stage 3
+if grep -q "memory and timeline below: stage 3" "$tmp/out"; then pass "plan --stage 3 shows stage 3"; else fail "plan --stage 3 shows stage 3" "$(head -c 600 "$tmp/out")"; fi
+expect_bad_input "plan --stage past the stages" "--stage 4: the plan has 4 pipeline stages .valid: 0 to 3." \
+    "$bin" plan --model llama-3.1-8b --nodes 2 --pp 4 --grad-accum 8 --stage 4
 if grep -q '"pp_schedule": "1F1B"' "$tmp/pp4.plan.json" && grep -q '"pp": 4' "$tmp/pp4.plan.json"; then
     pass "--write-plan keeps pp"
 else

@@ -26,6 +26,7 @@ struct PlanCommandOptions {
     std::string profile;
     double headroom = core::kDefaultHeadroom;
     bool whole_step = false;
+    int stage = -1;  // --stage: the pipeline stage shown (-1: the one whose memory binds)
     SaveRequest save;
 };
 
@@ -39,6 +40,13 @@ int runPlan(const PlanCommandOptions& o) {
     options.headroom = o.headroom;
     options.record_curve = o.save.requested;
     options.period_over = o.save.requested || o.whole_step ? 0 : sim::kPeriodOver;  // saved: every micro-batch
+    if (o.stage >= 0) {
+        if (o.stage >= plan->sharding.pp) {
+            return reportInputError(fmt::format("--stage {}: the plan has {} pipeline stage{} (valid: 0 to {})", o.stage,
+                                                plan->sharding.pp, plan->sharding.pp == 1 ? "" : "s", plan->sharding.pp - 1));
+        }
+        options.pipeline_stage = o.stage;
+    }
     StageProgress progress;
     options.progress = progress.callback();
     sim::Evaluator evaluator;
@@ -87,6 +95,10 @@ void registerPlanCommand(CLI::App& app, int& exit_code) {
     addHeadroomOption(*cmd, opts->headroom);
     addWholeStepOption(*cmd, opts->whole_step);
     cmd->add_flag("--json", opts->json, "Print one JSON object instead of the text report");
+    cmd->add_option("--stage", opts->stage,
+                    "With --pp: report this pipeline stage's memory and timeline (default: the stage whose memory binds)")
+        ->type_name("S")
+        ->check(CLI::NonNegativeNumber);
     cmd->add_option("--write-plan", opts->write_plan,
                     "Also write the resulting plan (plan file + flags) to FILE")
         ->type_name("FILE");
