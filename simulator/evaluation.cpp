@@ -85,6 +85,7 @@ core::Status Evaluator::evaluateWhole(const core::Plan& given, const HardwarePro
     if (enter(EvaluationStage::Lower)) return core::cancelledError();
     out.stages.clear();
     out.stage = 0;
+    out.binding_stage = 0;
     if (out.mesh.pp > 1) {
         if (!(m_simulator.profile() == out.profile)) m_simulator.setProfile(out.profile);
         m_allocator_mode = plan->training.allocator;
@@ -200,12 +201,13 @@ core::Status Evaluator::timePipeline(const core::Plan& plan, const EvaluationOpt
             f.reserved_bytes = m_stage_reserved.stats.peak_reserved_bytes + overhead;
             judged = f.reserved_bytes;
         }
-        if (options.pipeline_stage < 0 ? judged > binding_bytes : s == options.pipeline_stage) {
+        if (judged > binding_bytes) {
             binding_bytes = judged;
-            out.stage = s;
+            out.binding_stage = s;
         }
         out.stages.push_back(f);
     }
+    out.stage = options.pipeline_stage >= 0 && options.pipeline_stage < pp ? options.pipeline_stage : out.binding_stage;
     out.program = m_stage_programs[static_cast<size_t>(out.stage)];
     out.timeline = m_stage_timelines[static_cast<size_t>(out.stage)];
     out.timeline.step_ns = step_ns;  // the rank waits for the slowest stage before the next step

@@ -116,6 +116,7 @@ struct Evaluation {
     double tp_comm_s = 0;
     std::vector<StageFigures> stages;  // pp > 1: per pipeline stage
     int32_t stage = 0;                 // pp > 1: the stage `program` is
+    int32_t binding_stage = 0;         // pp > 1: the stage whose memory binds (the most reserved, else allocated)
 };
 
 // The seconds of tensor-parallel collectives inside the compute tasks of one micro-batch of

@@ -35,8 +35,6 @@ std::string torchDtype(core::DType t) {
 // FSDP2's reshard_after_forward: bool, or an int (re-shard to that many ranks).
 std::string reshardArg(const core::ShardingSpec& s) {
     if (s.reshard_after_forward == core::ReshardMode::Count) return std::to_string(s.reshard_after_forward_k);
-    // Under pipeline parallelism torchtitan's default keeps the parameters (rule PP1 of the lowering).
-    if (s.pp > 1 && s.reshard_after_forward == core::ReshardMode::Default) return "False";
     return core::reshardsAfterForward(s) ? "True" : "False";
 }
 

@@ -92,16 +92,10 @@ void appendPipelineSection(std::string& out, const core::Plan& plan, const sim::
         out.push_back('\n');
     };
     line("");
-    // The stage whose memory binds: the most reserved (else allocated) memory, as the evaluation judges.
-    size_t binding = 0;
-    auto judged = [](const sim::StageFigures& f) { return f.reserved_bytes > 0 ? f.reserved_bytes : f.peak_bytes; };
-    for (size_t i = 1; i < e.stages.size(); ++i) {
-        if (judged(e.stages[i]) > judged(e.stages[binding])) binding = i;
-    }
     line(fmt::format("Pipeline ({} stages, schedule {}, {} micro-batches; memory and timeline below: stage {}, {})",
                      e.stages.size(), core::ppScheduleName(plan.sharding.pp_schedule), plan.training.grad_accum, e.stage,
-                     static_cast<size_t>(e.stage) == binding ? std::string("whose memory binds")
-                                                             : fmt::format("as asked; stage {}'s memory binds", binding)));
+                     e.stage == e.binding_stage ? std::string("whose memory binds")
+                                                : fmt::format("as asked; stage {}'s memory binds", e.binding_stage)));
     line(fmt::format("  {:<6}{:>7}{:>8}{:>12}{:>13}{:>12}{:>12}{:>14}{:>15}", "stage", "blocks", "held", "step (ms)",
                      "compute (ms)", "idle (ms)", "p2p (ms)", "peak (GiB)", "reserved (GiB)"));
     for (const sim::StageFigures& f : e.stages) {
@@ -312,7 +306,8 @@ nlohmann::ordered_json planResultJson(const core::Plan& plan, const sim::Evaluat
         }
         j["pipeline"] = {{"schedule", core::ppScheduleName(plan.sharding.pp_schedule)},
                          {"micro_batches", plan.training.grad_accum},
-                         {"binding_stage", e.stage},
+                         {"binding_stage", e.binding_stage},
+                         {"shown_stage", e.stage},
                          {"stages", std::move(stages)}};
     }
     return j;

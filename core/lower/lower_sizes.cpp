@@ -393,10 +393,8 @@ void Lowering::fsdp1FlatParameterSizes() {
 
 // Rule 5: per strategy, overridable; the root never reshards after forward.
 void Lowering::reshardAfterForwardPerUnit() {
-    // PP1: under pipeline parallelism torchtitan's default policy keeps the parameters unsharded
-    // after forward ("default" -> not pp_enabled, torchtitan/distributed/fsdp.py), which saves an
-    // all-gather per micro-batch.
-    const bool raf = m_pp > 1 && m_sh.reshard_after_forward == ReshardMode::Default ? false : reshardsAfterForward(m_sh);
+    // PP1 (no reshard under pipeline parallelism by default) is part of reshardsAfterForward.
+    const bool raf = reshardsAfterForward(m_sh);
     for (size_t u = 0; u < m_s.us.size(); ++u) m_s.us[u].reshard_after_forward = u == 0 ? false : raf;
 }
 

@@ -99,6 +99,10 @@ bool reshardsAfterForward(const ShardingSpec& s) {
         case ReshardMode::False: return false;
         case ReshardMode::Default: break;
     }
+    // Under pipeline parallelism torchtitan's default keeps the parameters unsharded after forward
+    // ("default" -> not pp_enabled, torchtitan/distributed/fsdp.py), which saves an all-gather per
+    // micro-batch (rule PP1 of the lowering).
+    if (s.pp > 1) return false;
     return s.strategy == Strategy::FullShard || s.strategy == Strategy::HybridShard || s.strategy == Strategy::NoShard;
 }
 

@@ -73,7 +73,8 @@ struct ShardingSpec {
 };
 
 // Whether non-root units reshard after forward (rule 5): per strategy (FULL_SHARD, HYBRID_SHARD
-// and NO_SHARD's cast copies yes; SHARD_GRAD_OP and _HYBRID_SHARD_ZERO2 no) unless overridden;
+// and NO_SHARD's cast copies yes; SHARD_GRAD_OP and _HYBRID_SHARD_ZERO2 no; with pipeline stages
+// no, torchtitan's default under pp: rule PP1) unless overridden;
 // Count reshards to reshard_after_forward_k ranks. The root never reshards after forward.
 bool reshardsAfterForward(const ShardingSpec& s);
 
