@@ -281,9 +281,15 @@ core::Status CpuBackend::p2p(const core::Program& program, int32_t id, Scratch& 
     auto found = m_groups.find({kP2PKey, t.group});
     if (found == m_groups.end()) return core::makeError("no communicator was prepared for the pipeline's P2P group");
     const Group& g = found->second;
-    const int32_t peer = program.pp_stage + t.peer;  // the peer's place in the pipeline group: its stage
+    // The pipeline stages at both ends (Interleaved1F1B: a rank holds several, Task::chunk), and
+    // the peer's place in the pipeline group: its rank, the stage's modulo pp (wrapping around).
+    const int32_t own_stage = program.stageOf(t), peer_stage = own_stage + t.peer;
+    const int32_t from_stage = t.kind == core::TaskKind::Send ? own_stage : peer_stage;
+    const int32_t peer = peer_stage % program.pp_size;
     const bool activations = (t.kind == core::TaskKind::Send) == (t.peer > 0);
-    const int tag = t.micro_batch * 2 + (activations ? 0 : 1);
+    // Two stages of one rank may send the same micro-batch in one direction to one rank (pp 2):
+    // the sending stage's place on its rank tells them apart.
+    const int tag = ((t.micro_batch * 2 + (activations ? 0 : 1)) * program.pp_virtual) + from_stage / program.pp_size;
     const int64_t bytes = t.comm_bytes;
     if (bytes > std::numeric_limits<int>::max()) {
         return core::makeError(fmt::format("{} moves {} bytes, more than one MPI message holds", program.taskLabel(id), bytes));
@@ -293,7 +299,7 @@ core::Status CpuBackend::p2p(const core::Program& program, int32_t id, Scratch& 
         if (auto done = completeSends(sends, false); !done) return done;
         PendingSend& p = sends.emplace_back();
         p.data.resize(static_cast<size_t>(bytes));
-        for (int64_t i = 0; i < bytes; ++i) p.data[static_cast<size_t>(i)] = p2pByte(program.pp_stage, t.micro_batch, activations, i);
+        for (int64_t i = 0; i < bytes; ++i) p.data[static_cast<size_t>(i)] = p2pByte(from_stage, t.micro_batch, activations, i);
         if (m_corrupt == 3 && program.pp_stage == program.pp_size - 1 && bytes > 0) p.data[0] ^= 0x5a;
         return mpiCheck(MPI_Isend(p.data.data(), static_cast<int>(bytes), MPI_BYTE, peer, tag, g.comm, &p.request),
                         "MPI_Isend", rank());
@@ -307,12 +313,12 @@ core::Status CpuBackend::p2p(const core::Program& program, int32_t id, Scratch& 
     if (auto waited = waitPolitely(request, "MPI_Irecv", rank()); !waited) return waited;
     if (!m_verify) return core::Ok{};
     for (int64_t i = 0; i < bytes; ++i) {
-        const unsigned char want = p2pByte(peer, t.micro_batch, activations, i);
+        const unsigned char want = p2pByte(from_stage, t.micro_batch, activations, i);
         if (buf[i] == want) continue;
         return core::makeError(fmt::format("verify failed: byte {} of the {} received from stage {} (rank {}) is {}, "
                                            "expected {} (what stage {} sends for micro-batch {})",
-                                           i, activations ? "activations" : "input gradients", peer,
-                                           g.members[static_cast<size_t>(peer)], int{buf[i]}, int{want}, peer, t.micro_batch));
+                                           i, activations ? "activations" : "input gradients", from_stage,
+                                           g.members[static_cast<size_t>(peer)], int{buf[i]}, int{want}, from_stage, t.micro_batch));
     }
     ++m_verified_per_stream[static_cast<size_t>(t.stream)];
     m_elements_per_stream[static_cast<size_t>(t.stream)] += bytes;

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Runs the PyTorch code `shardcast plan --pp P --pytorch FILE` writes, for real, on the CPU: under
 torchrun with one process per rank of the plan (gloo), a small HuggingFace Llama is cut into this
-rank's pipeline stage, checkpoint-wrapped, tensor-parallelised and fully_shard-ed as the file says,
-and one step of the file's schedule (GPipe or 1F1B) runs its micro-batches through the stages:
+rank's pipeline stage (or stages, under Interleaved1F1B), checkpoint-wrapped, tensor-parallelised and
+fully_shard-ed as the file says, and one step of the file's schedule (GPipe, 1F1B or
+Interleaved1F1B) runs its micro-batches through the stages:
 forward, P2P, loss, backward and FSDP's gradient reduction. It fails if the emitted code does not
 compose or the step does not run.
 
@@ -44,6 +45,11 @@ def main() -> None:
     ids = torch.randint(0, model.config.vocab_size, (n * a.micro_batch, a.seq), generator=gen)
     from torch.distributed.tensor.parallel import loss_parallel
     losses = []
+    # Interleaved1F1B: the rank holds several stages; stage 0 is on rank 0, the last on the last rank.
+    stage_modules = [st.submod for st in g["stages"]] if "stages" in g else [g["stage_module"]]
+    if "stages" in g:
+        pp = g["world"]["pp"].size()
+        g["is_first"], g["is_last"] = g["pp_rank"] == 0, g["pp_rank"] == pp - 1
     with loss_parallel() if "loss_parallel" in code else nullcontext():
         if g["is_first"]:
             schedule.step(ids)
@@ -51,8 +57,8 @@ def main() -> None:
             schedule.step(target=ids, losses=losses)
         else:
             schedule.step()
-    grads = sum(1 for p in g["stage_module"].parameters() if p.grad is not None)
-    params = sum(1 for _ in g["stage_module"].parameters())
+    grads = sum(1 for m in stage_modules for p in m.parameters() if p.grad is not None)
+    params = sum(1 for m in stage_modules for _ in m.parameters())
     if grads != params:
         raise SystemExit(f"rank {dist.get_rank()}: {params - grads} of {params} parameters got no gradient")
     if g["is_last"]:

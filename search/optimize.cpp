@@ -21,6 +21,32 @@
 namespace shardcast::sim {
 namespace {
 
+// The space's pipeline ranks: one rank has no pipeline schedule, so the base plan's interleaving
+// (pp_virtual_stages) applies to pipelines only.
+void setPipelineRanks(core::ShardingSpec& s, int pp) {
+    s.pp = pp;
+    if (pp == 1 && s.pp_schedule == core::PpSchedule::Interleaved1F1B) {
+        s.pp_schedule = core::PpSchedule::OneFOneB;
+        s.pp_virtual_stages = 1;
+    }
+}
+
+// With pp > 1, the schedule too (OptimizeSpace::pp_schedules).
+void setPipelineRanks(core::ShardingSpec& s, int pp, const PipelineScheduleChoice& schedule) {
+    if (pp > 1) {
+        s.pp_schedule = schedule.schedule;
+        s.pp_virtual_stages = schedule.virtual_stages;
+    }
+    setPipelineRanks(s, pp);
+}
+
+// The schedules searched with `pp` ranks: the space's, or the base plan's (one rank: no schedule).
+std::vector<PipelineScheduleChoice> pipelineSchedulesFor(const core::Plan& base, const OptimizeSpace& space, int pp) {
+    const PipelineScheduleChoice own{base.sharding.pp_schedule, base.sharding.pp_virtual_stages};
+    if (pp == 1 || space.pp_schedules.empty()) return {own};
+    return space.pp_schedules;
+}
+
 using BackwardPrefetch = core::ShardingSpec::BackwardPrefetch;
 constexpr int64_t kNoBound = std::numeric_limits<int64_t>::max();
 constexpr size_t kNone = std::numeric_limits<size_t>::max();
@@ -194,6 +220,8 @@ core::Result<Space> buildSpace(const core::Plan& base, const OptimizeSpace& in, 
                                 c.wrap = sp.wraps[w];
                                 c.tp = tp;
                                 c.pp = pp;
+                                c.pp_schedule = base.sharding.pp_schedule;
+                                c.pp_virtual = base.sharding.pp_virtual_stages;
                                 sp.shardings.push_back(std::move(c));
                                 sp.bound_class.push_back(class_base + static_cast<int32_t>(oi * sp.wraps.size()) + w);
                             }
@@ -243,7 +271,11 @@ void writeChoice(core::Plan& plan, const OptimizeChoice& c) {
     sh.backward_prefetch = c.backward_prefetch;
     sh.wrap = c.wrap;
     sh.tp = c.tp;
-    sh.pp = c.pp;
+    setPipelineRanks(sh, c.pp);
+    if (c.pp > 1) {
+        sh.pp_schedule = c.pp_schedule;
+        sh.pp_virtual_stages = c.pp_virtual;
+    }
     plan.training.offload = c.offload;
     core::applyAc(plan.training, c.ac);
     plan.training.micro_batch = c.micro_batch;
@@ -346,7 +378,10 @@ std::string choiceValue(const OptimizeChoice& c, OptimizeDimension d) {
         case OptimizeDimension::Ac: return core::acString(c.ac);
         case OptimizeDimension::MicroBatch: return fmt::format("{} x {} accumulation", c.micro_batch, c.grad_accum);
         case OptimizeDimension::Tp: return fmt::format("{}", c.tp);
-        case OptimizeDimension::Pp: return fmt::format("{}", c.pp);
+        case OptimizeDimension::Pp:
+            // 1F1B, the default schedule, goes unnamed.
+            if (c.pp == 1 || c.pp_schedule == core::PpSchedule::OneFOneB) return fmt::format("{}", c.pp);
+            return fmt::format("{} {}", c.pp, pipelineScheduleChoiceName({c.pp_schedule, c.pp_virtual}));
     }
     return "?";
 }
@@ -378,6 +413,36 @@ core::Result<ConfigurationBounds> configurationBounds(const core::Plan& plan, co
     return combineBounds(parts->group, parts->sharding, profile);
 }
 
+core::Result<PipelineScheduleChoice> parsePipelineScheduleChoice(std::string_view text) {
+    const size_t colon = text.find(':');
+    const auto schedule = core::parsePpSchedule(text.substr(0, colon));
+    const std::string valid = "GPipe, 1F1B or Interleaved1F1B:V (V >= 2 stages per rank)";
+    if (!schedule) return core::makeError(fmt::format("'{}' is not a pipeline schedule; valid: {}", text, valid));
+    PipelineScheduleChoice c{*schedule, 1};
+    if (*schedule != core::PpSchedule::Interleaved1F1B) {
+        if (colon != std::string_view::npos) {
+            return core::makeError(fmt::format("'{}': only Interleaved1F1B takes stages per rank; valid: {}", text, valid));
+        }
+        return c;
+    }
+    const std::string_view v = colon == std::string_view::npos ? std::string_view{} : text.substr(colon + 1);
+    int n = 0;
+    const bool digits = !v.empty() && v.size() <= 3 && v.find_first_not_of("0123456789") == std::string_view::npos;
+    if (digits) n = std::stoi(std::string(v));
+    if (!digits || n < 2) {
+        return core::makeError(fmt::format("'{}': Interleaved1F1B needs its stages per rank, 2 or more, as "
+                                           "Interleaved1F1B:V; valid: {}",
+                                           text, valid));
+    }
+    c.virtual_stages = n;
+    return c;
+}
+
+std::string pipelineScheduleChoiceName(const PipelineScheduleChoice& c) {
+    if (c.schedule != core::PpSchedule::Interleaved1F1B) return std::string(core::ppScheduleName(c.schedule));
+    return fmt::format("Interleaved1F1B:{}", c.virtual_stages);
+}
+
 core::Result<std::vector<OptimizeChoice>> enumerateSpace(const core::Plan& base, const OptimizeSpace& space,
                                                          int64_t global_batch) {
     std::vector<OptimizeChoice> out;
@@ -385,14 +450,16 @@ core::Result<std::vector<OptimizeChoice>> enumerateSpace(const core::Plan& base,
     const std::vector<int> pps = space.pps.empty() ? std::vector<int>{base.sharding.pp} : space.pps;
     for (int tp : tps) {
         for (int pp : pps) {
-            core::Plan with_tp = base;
-            with_tp.sharding.tp = tp;
-            with_tp.sharding.pp = pp;
-            auto sp = buildSpace(with_tp, space, global_batch);
-            if (!sp) return sp.error();
-            out.reserve(out.size() + sp->groups.size() * sp->shardings.size());
-            for (const Group& g : sp->groups) {
-                for (const Sharding& s : sp->shardings) out.push_back(makeChoice(*sp, g, s));
+            for (const PipelineScheduleChoice& sched : pipelineSchedulesFor(base, space, pp)) {
+                core::Plan with_tp = base;
+                with_tp.sharding.tp = tp;
+                setPipelineRanks(with_tp.sharding, pp, sched);
+                auto sp = buildSpace(with_tp, space, global_batch);
+                if (!sp) return sp.error();
+                out.reserve(out.size() + sp->groups.size() * sp->shardings.size());
+                for (const Group& g : sp->groups) {
+                    for (const Sharding& s : sp->shardings) out.push_back(makeChoice(*sp, g, s));
+                }
             }
         }
     }
@@ -1289,49 +1356,62 @@ core::Result<OptimizeResult> optimize(const core::Plan& base, const OptimizeSpac
     const std::vector<int> pps = sorted(space.pps.empty() ? std::vector<int>{base.sharding.pp} : space.pps);
     // Every degree checked before any is searched, on a plan of the space with it (FSDP2
     // FULL_SHARD, no offload; a pipeline gets as many micro-batches as stages, the least 1F1B takes).
-    auto probe = [&](int tp, int pp) {
+    auto probe = [&](int tp, int pp, const PipelineScheduleChoice& sched) {
         core::Plan at = base;
         at.sharding.tp = tp;
-        at.sharding.pp = pp;
+        setPipelineRanks(at.sharding, pp, sched);
         at.sharding.strategy = core::Strategy::FullShard;
         at.sharding.fsdp_version = 2;
         at.sharding.shard_size = 0;
         at.training.offload = core::Offload::None;
         at.training.grad_accum = std::max<int64_t>(at.training.grad_accum, pp);
+        if (sched.schedule == core::PpSchedule::Interleaved1F1B) at.training.grad_accum = pp;  // one round
         return core::validatePlan(at);
     };
     for (int tp : tps) {
         if (tp == 1) continue;
-        if (auto mesh = probe(tp, 1); !mesh && mesh.error().message.find("sharding.tp") != std::string::npos) {
+        if (auto mesh = probe(tp, 1, {}); !mesh && mesh.error().message.find("sharding.tp") != std::string::npos) {
             return core::makeError("--tp " + std::to_string(tp) + ": " + mesh.error().message);
         }
     }
     for (int pp : pps) {
         if (pp == 1) continue;
-        if (auto mesh = probe(1, pp); !mesh && mesh.error().message.find("sharding.pp") != std::string::npos) {
-            return core::makeError("--pp " + std::to_string(pp) + ": " + mesh.error().message);
+        for (const PipelineScheduleChoice& sched : pipelineSchedulesFor(base, space, pp)) {
+            auto mesh = probe(1, pp, sched);
+            if (!mesh && mesh.error().message.find("sharding.pp") != std::string::npos) {
+                return core::makeError("--pp " + std::to_string(pp) +
+                                       (space.pp_schedules.empty() ? std::string()
+                                                                   : " with " + pipelineScheduleChoiceName(sched)) +
+                                       ": " + mesh.error().message);
+            }
         }
     }
     std::vector<OptimizeResult> subs;
     std::vector<std::string> skipped;
-    const bool several = tps.size() * pps.size() > 1;
+    size_t spaces = 0;
+    for (int pp : pps) spaces += tps.size() * pipelineSchedulesFor(base, space, pp).size();
+    const bool several = spaces > 1;
     for (int tp : tps) {
         for (int pp : pps) {
-            core::Plan at = base;
-            at.sharding.tp = tp;
-            at.sharding.pp = pp;
-            OptimizeOptions at_options = options;
-            if (pp > 1) at_options.prune = false;  // a pipeline's space is evaluated whole (OptimizeSpace::pps)
-            auto r = optimizeAtTp(at, space, profile, at_options);
-            if (!r) {
-                // With several degrees, one whose space is empty (the global batch does not split over
-                // its data-parallel ranks, nothing left to search, nothing valid) is left out and said so.
-                if (!several || r.error().cancelled) return r.error();
-                skipped.push_back(pp > 1 ? fmt::format("tp {} x pp {}: {}", tp, pp, r.error().message)
-                                         : fmt::format("tp {}: {}", tp, r.error().message));
-                continue;
+            for (const PipelineScheduleChoice& sched : pipelineSchedulesFor(base, space, pp)) {
+                core::Plan at = base;
+                at.sharding.tp = tp;
+                setPipelineRanks(at.sharding, pp, sched);
+                OptimizeOptions at_options = options;
+                if (pp > 1) at_options.prune = false;  // a pipeline's space is evaluated whole (OptimizeSpace::pps)
+                auto r = optimizeAtTp(at, space, profile, at_options);
+                if (!r) {
+                    // With several degrees, one whose space is empty (the global batch does not split
+                    // over its data-parallel ranks, nothing left to search, nothing valid) is left out
+                    // and said so.
+                    if (!several || r.error().cancelled) return r.error();
+                    skipped.push_back(pp > 1 ? fmt::format("tp {} x pp {} {}: {}", tp, pp, pipelineScheduleChoiceName(sched),
+                                                           r.error().message)
+                                             : fmt::format("tp {}: {}", tp, r.error().message));
+                    continue;
+                }
+                subs.push_back(std::move(*r));
             }
-            subs.push_back(std::move(*r));
         }
     }
     if (subs.empty()) return core::makeError("no tensor- or pipeline-parallel degree leaves anything to search: " + skipped.front());

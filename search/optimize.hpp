@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/base/result.hpp"
@@ -39,6 +40,16 @@ namespace shardcast::sim {
 class CancelToken;
 
 // What the search may choose; an empty list means every choice listed on the field.
+// A pipeline schedule of the space: GPipe, 1F1B, or Interleaved1F1B with its stages per rank.
+struct PipelineScheduleChoice {
+    core::PpSchedule schedule = core::PpSchedule::OneFOneB;
+    int virtual_stages = 1;
+    bool operator==(const PipelineScheduleChoice&) const = default;
+};
+// "GPipe", "1F1B" or "Interleaved1F1B:V" (V >= 2 stages per rank); errors name what is valid.
+core::Result<PipelineScheduleChoice> parsePipelineScheduleChoice(std::string_view text);
+std::string pipelineScheduleChoiceName(const PipelineScheduleChoice& c);
+
 struct OptimizeSpace {
     std::vector<core::Strategy> strategies;  // empty: all five
     std::vector<int> hybrid_shard_sizes;     // empty: every divisor d of the world size, 1 < d < world
@@ -66,6 +77,9 @@ struct OptimizeSpace {
     // pipeline's. A space with pp > 1 is evaluated whole, every configuration (the bounds are proved
     // for one Program, not for a pipeline of them), so it stays exact. Empty: the base plan's pp only.
     std::vector<int> pps;
+    // Pipeline schedules (issue 25), each searched with every pp > 1 of `pps` as its own space, the
+    // answers merged exactly. Empty: the base plan's schedule only.
+    std::vector<PipelineScheduleChoice> pp_schedules;
 };
 
 // Whole model, every K blocks for K in {8, 4, 2} below the block count, and one unit per block.
@@ -106,7 +120,9 @@ struct OptimizeChoice {
     int64_t micro_batch = 1;
     int64_t grad_accum = 1;
     int tp = 1;  // tensor-parallel degree
-    int pp = 1;  // pipeline stages
+    int pp = 1;  // pipeline stages (ranks)
+    core::PpSchedule pp_schedule = core::PpSchedule::OneFOneB;  // with pp > 1
+    int pp_virtual = 1;  // stages per pipeline rank (Interleaved1F1B)
 };
 
 // `base` with the choice applied.

@@ -140,23 +140,26 @@ core::Status Evaluator::evaluateWhole(const core::Plan& given, const HardwarePro
 
 namespace {
 
-// The most micro-batches a stage holds between their first forward task and their last backward.
+// The most micro-batches a stage holds between their first forward task and their last backward;
+// with Interleaved1F1B, a pipeline rank's (stage, micro-batch) pairs.
 int32_t microBatchesHeld(const core::Program& p) {
-    std::vector<int32_t> last_bwd(static_cast<size_t>(p.micro_batches), -1);
+    const auto slots = static_cast<size_t>(p.micro_batches) * static_cast<size_t>(p.pp_virtual);
+    auto slot = [&](const core::Task& t) { return static_cast<size_t>(t.chunk) * static_cast<size_t>(p.micro_batches) + static_cast<size_t>(t.micro_batch); };
+    std::vector<int32_t> last_bwd(slots, -1);
     for (int32_t id = 0; id < p.size(); ++id) {
         const core::Task& t = p.tasks[static_cast<size_t>(id)];
-        if (t.kind == core::TaskKind::Backward) last_bwd[static_cast<size_t>(t.micro_batch)] = id;
+        if (t.kind == core::TaskKind::Backward) last_bwd[slot(t)] = id;
     }
-    std::vector<uint8_t> started(static_cast<size_t>(p.micro_batches), 0);
+    std::vector<uint8_t> started(slots, 0);
     int32_t held = 0, most = 0;
     for (int32_t id = 0; id < p.size(); ++id) {
         const core::Task& t = p.tasks[static_cast<size_t>(id)];
-        const auto mb = static_cast<size_t>(t.micro_batch);
-        if (t.kind == core::TaskKind::Forward && !started[mb]) {
-            started[mb] = 1;
+        const size_t k = slot(t);
+        if (t.kind == core::TaskKind::Forward && !started[k]) {
+            started[k] = 1;
             most = std::max(most, ++held);
         }
-        if (id == last_bwd[mb]) --held;
+        if (id == last_bwd[k]) --held;
     }
     return most;
 }
@@ -186,7 +189,7 @@ core::Status Evaluator::timePipeline(const core::Plan& plan, const EvaluationOpt
         m_timer.compute(p, tl, m_stage_timed, false);
         StageFigures f;
         f.stage = s;
-        f.blocks = out.mesh.stage_blocks[static_cast<size_t>(s)];
+        for (int c = 0; c < out.mesh.virtual_stages; ++c) f.blocks += out.mesh.stage_blocks[static_cast<size_t>(c * pp + s)];
         f.micro_batches_held = microBatchesHeld(p);
         f.step_s = static_cast<double>(tl.step_ns) * 1e-9;
         f.compute_s = static_cast<double>(tl.busyNs(core::Stream::Compute)) * 1e-9;

@@ -77,8 +77,9 @@ struct PeriodicStep {
 // One pipeline stage's figures (pp > 1), each rank of the stage alike.
 struct StageFigures {
     int32_t stage = 0;
-    int32_t blocks = 0;               // transformer blocks it holds
+    int32_t blocks = 0;               // transformer blocks it holds (all its stages' with Interleaved1F1B)
     int32_t micro_batches_held = 0;   // the most micro-batches between their forward and backward
+                                      // (Interleaved1F1B: (stage, micro-batch) pairs of the rank)
     double step_s = 0;                // until its own optimizer step ends
     double compute_s = 0;             // compute stream busy
     double idle_s = 0;                // compute stream idle within the pipeline's step: the bubble

@@ -10,7 +10,8 @@ namespace shardcast::sim {
 namespace {
 
 // A transfer between two stages: the activations of a micro-batch go forward, its gradients back.
-// Keyed by (sending stage, receiving stage, micro-batch).
+// Keyed by (sending stage, receiving stage, micro-batch), stages counted over the whole pipeline
+// (Program::stageOf: with Interleaved1F1B a rank holds several).
 using TransferKey = std::tuple<int32_t, int32_t, int32_t>;
 
 // Landing times closer than this are the same (rounding in the rescaled ends).
@@ -26,7 +27,7 @@ core::Status PipelineTimer::match(const std::vector<core::Program>& stages) {
         const core::Program& p = stages[static_cast<size_t>(s)];
         for (int32_t id = 0; id < p.size(); ++id) {
             const core::Task& t = p.tasks[static_cast<size_t>(id)];
-            if (t.kind == core::TaskKind::Send) sends[{s, s + t.peer, t.micro_batch}] = id;
+            if (t.kind == core::TaskKind::Send) sends[{p.stageOf(t), p.stageOf(t) + t.peer, t.micro_batch}] = id;
         }
     }
     for (int32_t s = 0; s < n; ++s) {
@@ -34,10 +35,10 @@ core::Status PipelineTimer::match(const std::vector<core::Program>& stages) {
         for (int32_t id = 0; id < p.size(); ++id) {
             const core::Task& t = p.tasks[static_cast<size_t>(id)];
             if (t.kind != core::TaskKind::Recv) continue;
-            const int32_t from = s + t.peer;
-            const auto it = sends.find({from, s, t.micro_batch});
-            if (from < 0 || from >= n || it == sends.end()) {
-                return core::makeError("pipeline: stage " + std::to_string(s) + "'s " + p.taskLabel(id) +
+            const int32_t to = p.stageOf(t), from = to + t.peer;
+            const auto it = sends.find({from, to, t.micro_batch});
+            if (from < 0 || from >= n * p.pp_virtual || it == sends.end()) {
+                return core::makeError("pipeline: stage " + std::to_string(to) + "'s " + p.taskLabel(id) +
                                        " has no matching send on stage " + std::to_string(from));
             }
             // The receive's consumer: the first later task that depends on it.
@@ -47,7 +48,7 @@ core::Status PipelineTimer::match(const std::vector<core::Program>& stages) {
                 const int32_t* deps = p.depsBegin(c);
                 if (std::find(deps, deps + c.deps.count, id) != deps + c.deps.count) consumer = later;
             }
-            m_edges[static_cast<size_t>(s)].push_back(Edge{id, from, it->second, consumer});
+            m_edges[static_cast<size_t>(s)].push_back(Edge{id, from % n, it->second, consumer});
         }
     }
     return core::Ok{};
@@ -140,7 +141,9 @@ core::Status PipelineTimer::run(Simulator& simulator, const std::vector<core::Pr
     // A wait that moves travels one neighbour per pass in the pass's direction, and a 1F1B step's
     // critical path turns at every micro-batch: the passes it may take grow with both.
     int max_passes = 2 * static_cast<int>(n) + 4;
-    for (const core::Program& p : stages) max_passes = std::max(max_passes, 2 * (p.micro_batches + static_cast<int>(n)) + 4);
+    for (const core::Program& p : stages) {
+        max_passes = std::max(max_passes, 2 * p.pp_virtual * (p.micro_batches + static_cast<int>(n)) + 4);
+    }
     max_passes = std::min(max_passes, kMaxPasses);
     for (int pass = 0; pass < max_passes; ++pass) {
         bool changed = false;

@@ -8,7 +8,7 @@
 // in the order the sends allow), then each stage is simulated again with the receives' landing
 // times, stage after stage (Gauss-Seidel, alternating direction), each taking the landing times
 // its neighbours' latest timelines give, until no landing time moves by more than 1 us (at most
-// 2 x (micro-batches + stages) + 4 passes, since a change travels one neighbour per pass and a
+// 2 x virtual stages x (micro-batches + ranks) + 4 passes, since a change travels one neighbour per pass and a
 // 1F1B step's critical path turns at every micro-batch; the last pass's timelines are the answer).
 #include <cstdint>
 #include <vector>
@@ -35,7 +35,7 @@ public:
 private:
     struct Edge {
         int32_t recv = -1;       // task id in the receiving stage
-        int32_t send_stage = -1;
+        int32_t send_stage = -1;  // the sending pipeline rank (its Program's index)
         int32_t send = -1;       // task id in the sending stage
         int32_t consumer = -1;   // the first task of the receiving stage that waits for the receive
     };

@@ -278,14 +278,17 @@ std::string pipelineCode(const core::Plan& plan, const core::Mesh& mesh, const s
     const core::ShardingSpec& sh = plan.sharding;
     std::string s;
     s += fmt::format("# shardcast: {} inside {} pipeline stages ({}, {} micro-batches) on {} x {} ({} GPUs)\n",
-                     core::strategyName(sh.strategy), mesh.pp, core::ppScheduleName(sh.pp_schedule), tr.grad_accum,
+                     core::strategyName(sh.strategy), mesh.stages(), core::ppScheduleName(sh.pp_schedule), tr.grad_accum,
                      plan.cluster.nodes, plan.cluster.gpu.name, mesh.world_size);
     s += "import torch\n";
     s += "import torch.nn as nn\n";
     s += "from torch.distributed.device_mesh import init_device_mesh\n";
     s += "from torch.distributed.fsdp import fully_shard, MixedPrecisionPolicy\n";
-    s += fmt::format("from torch.distributed.pipelining import PipelineStage, {}\n\n",
-                     sh.pp_schedule == core::PpSchedule::GPipe ? "ScheduleGPipe" : "Schedule1F1B");
+    const char* schedule = sh.pp_schedule == core::PpSchedule::GPipe      ? "ScheduleGPipe"
+                           : sh.pp_schedule == core::PpSchedule::OneFOneB ? "Schedule1F1B"
+                                                                          : "ScheduleInterleaved1F1B";
+    if (mesh.virtual_stages > 1) s += "import copy\n";
+    s += fmt::format("from torch.distributed.pipelining import PipelineStage, {}\n\n", schedule);
     s += fmt::format("world = init_device_mesh(\"cuda\", ({}, {}, {}, {}), mesh_dim_names=(\"pp\", \"dp_replicate\", \"dp_shard\", "
                      "\"tp\"))\n",
                      mesh.pp, mesh.replicate_size, mesh.shard_size, mesh.tp);
@@ -295,18 +298,24 @@ std::string pipelineCode(const core::Plan& plan, const core::Mesh& mesh, const s
     s += fmt::format("stage_blocks = [{}]  # blocks per stage{}\n", blocks,
                      sh.pp_stage_blocks.empty() ? " (torchtitan's split: the embedding and the output count as one each)" : "");
     s += "pp_rank = world[\"pp\"].get_local_rank()\n";
-    s += "first_block = sum(stage_blocks[:pp_rank])\n";
-    s += "end_block = first_block + stage_blocks[pp_rank]\n";
-    s += "is_first, is_last = pp_rank == 0, pp_rank == len(stage_blocks) - 1\n";
-    s += "# This rank's stage: the other stages' blocks dropped, as torchtitan's pipeline split does.\n";
-    s += "model.model.layers = nn.ModuleList(list(model.model.layers)[first_block:end_block])\n";
-    s += "if not is_first:\n    model.model.embed_tokens = None  # the stage reads the previous stage's activations\n";
-    s += "if not is_last:\n    model.model.norm = nn.Identity()\n    model.lm_head = nn.Identity()  # its output: the residual stream\n";
+    // Interleaved1F1B: the rank builds each of its stages from its own copy of the model (as
+    // torchtitan's pipeline_module_split deep-copies the whole model per stage); one stage per rank
+    // is built in place.
+    const bool interleaved = mesh.virtual_stages > 1;
+    const std::string idx = interleaved ? "stage_index" : "pp_rank";
+    std::string b;  // the stage's construction, at top level or inside build_stage()
+    b += fmt::format("first_block = sum(stage_blocks[:{}])\n", idx);
+    b += fmt::format("end_block = first_block + stage_blocks[{}]\n", idx);
+    b += fmt::format("is_first, is_last = {0} == 0, {0} == len(stage_blocks) - 1\n", idx);
+    b += "# This rank's stage: the other stages' blocks dropped, as torchtitan's pipeline split does.\n";
+    b += "model.model.layers = nn.ModuleList(list(model.model.layers)[first_block:end_block])\n";
+    b += "if not is_first:\n    model.model.embed_tokens = None  # the stage reads the previous stage's activations\n";
+    b += "if not is_last:\n    model.model.norm = nn.Identity()\n    model.lm_head = nn.Identity()  # its output: the residual stream\n";
     // torchtitan's order: tensor parallelism, then activation checkpointing, then fully_shard.
     if (mesh.tp > 1) {
-        s += tensorParallelCode(plan, mesh, true);
+        b += tensorParallelCode(plan, mesh, true);
     } else {
-        s += mesh.replicate_size > 1 ? "mesh = world[\"dp_replicate\", \"dp_shard\"]\n" : "mesh = world[\"dp_shard\"]\n";
+        b += mesh.replicate_size > 1 ? "mesh = world[\"dp_replicate\", \"dp_shard\"]\n" : "mesh = world[\"dp_shard\"]\n";
     }
     // Activation checkpointing, per global block (the plan's modes).
     const std::vector<core::Checkpointing> modes = blockModes(plan);
@@ -316,65 +325,87 @@ std::string pipelineCode(const core::Plan& plan, const core::Mesh& mesh, const s
         any_op = any_op || m == core::Checkpointing::Op;
     }
     if (any) {
-        s += checkpointPreamble(plan, any_op);
+        b += checkpointPreamble(plan, any_op);
         std::string list;
         for (size_t i = 0; i < modes.size(); ++i) {
             const char* m = modes[i] == core::Checkpointing::Op ? "\"op\"" : modes[i] == core::Checkpointing::None ? "None" : "\"full\"";
             list += (i ? ", " : "") + std::string(m);
         }
-        s += fmt::format("_ac = [{}]  # per block of the model\n", list);
-        s += "for i, block in enumerate(model.model.layers):\n";
-        s += "    mode = _ac[first_block + i]\n";
-        s += "    if mode == \"op\":\n";
-        s += "        model.model.layers[i] = checkpoint_wrapper(block, context_fn=_op_sac_context, preserve_rng_state=False)\n";
-        s += "    elif mode == \"full\":\n";
-        s += "        model.model.layers[i] = checkpoint_wrapper(block, preserve_rng_state=False)\n";
+        b += fmt::format("_ac = [{}]  # per block of the model\n", list);
+        b += "for i, block in enumerate(model.model.layers):\n";
+        b += "    mode = _ac[first_block + i]\n";
+        b += "    if mode == \"op\":\n";
+        b += "        model.model.layers[i] = checkpoint_wrapper(block, context_fn=_op_sac_context, preserve_rng_state=False)\n";
+        b += "    elif mode == \"full\":\n";
+        b += "        model.model.layers[i] = checkpoint_wrapper(block, preserve_rng_state=False)\n";
     }
     const std::string param = tr.param_dtype ? torchDtype(*tr.param_dtype) : "None";
     const std::string reduce = tr.reduce_dtype ? torchDtype(*tr.reduce_dtype) : "None";
-    s += fmt::format("mp = MixedPrecisionPolicy(param_dtype={}, reduce_dtype={})\n", param, reduce);
+    b += fmt::format("mp = MixedPrecisionPolicy(param_dtype={}, reduce_dtype={})\n", param, reduce);
     // The plan's units, by their names in the whole model; each stage shards the ones it holds.
-    s += "units = [\n";
+    b += "units = [\n";
     for (const auto& unit : units) {
         std::string names;
         for (size_t i = 0; i < unit.size(); ++i) names += (i ? ", " : "") + fmt::format("\"{}\"", unit[i]);
-        s += "    [" + names + "],\n";
+        b += "    [" + names + "],\n";
     }
-    s += "]\n";
-    s += "def _in_stage(fqn):  # a module of the whole model as this stage holds it, or None\n";
-    s += "    parts = fqn.split(\".\")\n";
-    s += "    if fqn.startswith(\"model.layers.\") and parts[2].isdigit():\n";
-    s += "        i = int(parts[2]) - first_block\n";
-    s += "        if not 0 <= i < len(model.model.layers):\n            return None\n";
-    s += "        mod = model.model.layers[i]\n";
-    s += "        return mod.get_submodule(\".\".join(parts[3:])) if len(parts) > 3 else mod\n";
-    s += "    try:\n        mod = model.get_submodule(fqn)\n    except AttributeError:\n        return None\n";
-    s += "    return mod if any(True for _ in mod.parameters()) else None\n";
-    s += "for unit in units:\n";
-    s += "    mods = [m for m in map(_in_stage, unit) if m is not None]\n";
-    s += "    if mods:\n";
-    s += fmt::format("        fully_shard(mods[0] if len(mods) == 1 else mods, mesh=mesh, mp_policy=mp, reshard_after_forward={})\n",
+    b += "]\n";
+    b += "def _in_stage(fqn):  # a module of the whole model as this stage holds it, or None\n";
+    b += "    parts = fqn.split(\".\")\n";
+    b += "    if fqn.startswith(\"model.layers.\") and parts[2].isdigit():\n";
+    b += "        i = int(parts[2]) - first_block\n";
+    b += "        if not 0 <= i < len(model.model.layers):\n            return None\n";
+    b += "        mod = model.model.layers[i]\n";
+    b += "        return mod.get_submodule(\".\".join(parts[3:])) if len(parts) > 3 else mod\n";
+    b += "    try:\n        mod = model.get_submodule(fqn)\n    except AttributeError:\n        return None\n";
+    b += "    return mod if any(True for _ in mod.parameters()) else None\n";
+    b += "for unit in units:\n";
+    b += "    mods = [m for m in map(_in_stage, unit) if m is not None]\n";
+    b += "    if mods:\n";
+    b += fmt::format("        fully_shard(mods[0] if len(mods) == 1 else mods, mesh=mesh, mp_policy=mp, reshard_after_forward={})\n",
                      reshardArg(sh));
-    s += "\nclass _Stage(nn.Module):  # what PipelineStage calls: one tensor in, one out\n";
-    s += "    def __init__(self, model):\n        super().__init__()\n        self.model = model\n\n";
-    s += "    def forward(self, x):\n";
-    s += "        if is_first:\n            return self.model(input_ids=x, use_cache=False).logits\n";
+    b += "\nclass _Stage(nn.Module):  # what PipelineStage calls: one tensor in, one out\n";
+    b += "    def __init__(self, model):\n        super().__init__()\n        self.model = model\n\n";
+    b += "    def forward(self, x):\n";
+    b += "        if is_first:\n            return self.model(input_ids=x, use_cache=False).logits\n";
     if (mesh.tp > 1 && sh.sequence_parallel) {
-        s += "        # The received local sequence shard, as the DTensor HuggingFace reads the sequence length off.\n";
-        s += "        x = DTensor.from_local(x, tp_mesh, [Shard(1)])\n";
+        b += "        # The received local sequence shard, as the DTensor HuggingFace reads the sequence length off.\n";
+        b += "        x = DTensor.from_local(x, tp_mesh, [Shard(1)])\n";
     }
-    s += "        return self.model(inputs_embeds=x, use_cache=False).logits\n\n";
-    s += "# The stage is the FSDP root, so that PipelineStage runs its backwards without gradient sync and\n";
-    s += "# reduces once after the last (as fully_shard's FSDPModule).\n";
-    s += "stage_module = _Stage(model)\n";
-    s += fmt::format("fully_shard(stage_module, mesh=mesh, mp_policy=mp, reshard_after_forward={})\n", reshardArg(sh));
-    s += fmt::format("stage = PipelineStage(stage_module, pp_rank, {}, device, group=world[\"pp\"].get_group())\n", mesh.pp);
+    b += "        return self.model(inputs_embeds=x, use_cache=False).logits\n\n";
+    b += "# The stage is the FSDP root, so that PipelineStage runs its backwards without gradient sync and\n";
+    b += "# reduces once after the last (as fully_shard's FSDPModule).\n";
+    b += "stage_module = _Stage(model)\n";
+    b += fmt::format("fully_shard(stage_module, mesh=mesh, mp_policy=mp, reshard_after_forward={})\n", reshardArg(sh));
+    b += fmt::format("stage = PipelineStage(stage_module, {}, {}, device, group=world[\"pp\"].get_group())\n", idx,
+                     mesh.stages());
+    if (interleaved) {
+        s += fmt::format("stages_per_rank = {}  # stage pp_rank + k x {} for k < stages_per_rank\n", mesh.virtual_stages, mesh.pp);
+        s += "whole_model = model\n";
+        s += "def build_stage(stage_index, model):\n";
+        size_t at = 0;
+        while (at < b.size()) {
+            const size_t end = b.find('\n', at);
+            const std::string line = b.substr(at, end == std::string::npos ? std::string::npos : end - at);
+            s += line.empty() ? "\n" : "    " + line + "\n";
+            if (end == std::string::npos) break;
+            at = end + 1;
+        }
+        s += "    return stage\n";
+        s += fmt::format("stages = [build_stage(pp_rank + k * {}, copy.deepcopy(whole_model)) for k in range(stages_per_rank)]\n",
+                         mesh.pp);
+    } else {
+        s += b;
+    }
     s += "def loss_fn(logits, labels):\n";
     s += "    return torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(0, 1))\n";
-    s += fmt::format("schedule = {}(stage, n_microbatches={}, loss_fn=loss_fn)\n",
-                     sh.pp_schedule == core::PpSchedule::GPipe ? "ScheduleGPipe" : "Schedule1F1B", tr.grad_accum);
+    s += fmt::format("schedule = {}({}, n_microbatches={}, loss_fn=loss_fn)\n", schedule,
+                     mesh.virtual_stages > 1 ? "stages" : "stage", tr.grad_accum);
     s += fmt::format("# A step: the local batch of {} x {} sequences through the pipeline:\n", tr.grad_accum, tr.micro_batch);
-    s += "#   first stage: schedule.step(input_ids); last: schedule.step(target=labels, losses=losses); others: schedule.step()\n";
+    s += mesh.virtual_stages > 1
+             ? "#   rank 0 (stage 0): schedule.step(input_ids); the last rank: schedule.step(target=labels, losses=losses); "
+               "others: schedule.step()\n"
+             : "#   first stage: schedule.step(input_ids); last: schedule.step(target=labels, losses=losses); others: schedule.step()\n";
     if (mesh.tp > 1 && sh.loss_parallel) {
         s += "# loss_parallel: run schedule.step inside `with torch.distributed.tensor.parallel.loss_parallel():`\n";
     }

@@ -66,10 +66,16 @@ void addPlanOptions(CLI::App& cmd, core::PlanOverrides& o) {
            "Pipeline stages (torch.distributed.pipelining): the blocks split into P stages, outermost in the mesh, "
            "fully_shard inside each; the step's micro-batches (--grad-accum) run through the pipeline",
            "1");
-    addOpt(cmd, "--pp-schedule", o.pp_schedule, "GPipe|1F1B",
-           "With --pp: the pipeline schedule (Interleaved1F1B is named, not modelled yet)", "1F1B");
+    addOpt(cmd, "--pp-schedule", o.pp_schedule, "GPipe|1F1B|Interleaved1F1B",
+           "With --pp: the pipeline schedule (torch.distributed.pipelining's ScheduleGPipe, Schedule1F1B, "
+           "ScheduleInterleaved1F1B)",
+           "1F1B");
+    addOpt(cmd, "--pp-virtual-stages", o.pp_virtual_stages, "V",
+           "With --pp-schedule Interleaved1F1B: stages per pipeline rank (2 or more); the blocks split into P x V "
+           "stages, rank r holding stages r, r + P, ...",
+           "1");
     addOpt(cmd, "--pp-stage-blocks", o.pp_stage_blocks, "N,N,...",
-           "With --pp: blocks per stage, P counts summing to the model's blocks (default: torchtitan's balanced "
+           "With --pp: blocks per stage, P (x V) counts summing to the model's blocks (default: torchtitan's balanced "
            "split, the embedding and the output counting as one block each)",
            "balanced");
     addOpt(cmd, "--cp", o.cp, "C", "Context-parallel degree (not modelled: only 1 is accepted)", "1");

@@ -69,10 +69,12 @@ std::string meshText(const core::Plan& plan, const core::Mesh& mesh) {
     std::string text;
     if (mesh.pp > 1) {
         const int stride = mesh.world_size / mesh.pp;
-        text = fmt::format("pp {} x dp_replicate {} x dp_shard {} x tp {} (init_device_mesh order); the {} stages {} "
+        text = fmt::format("pp {} x dp_replicate {} x dp_shard {} x tp {} (init_device_mesh order); the {} {} {} "
                            "ranks apart ({}); ",
-                           mesh.pp, mesh.replicate_size, mesh.shard_size, mesh.tp, mesh.pp, stride,
-                           stride >= per_node ? "across nodes" : "inside a node");
+                           mesh.pp, mesh.replicate_size, mesh.shard_size, mesh.tp, mesh.pp,
+                           mesh.virtual_stages > 1 ? fmt::format("pipeline ranks ({} stages each)", mesh.virtual_stages)
+                                                   : std::string("stages"),
+                           stride, stride >= per_node ? "across nodes" : "inside a node");
     } else {
         text = fmt::format("dp_replicate {} x dp_shard {} x tp {} (init_device_mesh order); ", mesh.replicate_size,
                            mesh.shard_size, mesh.tp);
@@ -92,16 +94,32 @@ void appendPipelineSection(std::string& out, const core::Plan& plan, const sim::
         out.push_back('\n');
     };
     line("");
-    line(fmt::format("Pipeline ({} stages, schedule {}, {} micro-batches; memory and timeline below: stage {}, {})",
-                     e.stages.size(), core::ppScheduleName(plan.sharding.pp_schedule), plan.training.grad_accum, e.stage,
+    const int v = e.mesh.virtual_stages;
+    // Interleaved1F1B: one row per pipeline rank, which holds stages r, r + pp, ...
+    const std::string what = v > 1 ? "rank" : "stage";
+    line(fmt::format("Pipeline ({}, schedule {}, {} micro-batches; memory and timeline below: {} {}, {})",
+                     v > 1 ? fmt::format("{} ranks x {} stages each = {} stages", e.stages.size(), v, e.mesh.stages())
+                           : fmt::format("{} stages", e.stages.size()),
+                     core::ppScheduleName(plan.sharding.pp_schedule), plan.training.grad_accum, what, e.stage,
                      e.stage == e.binding_stage ? std::string("whose memory binds")
-                                                : fmt::format("as asked; stage {}'s memory binds", e.binding_stage)));
-    line(fmt::format("  {:<6}{:>7}{:>8}{:>12}{:>13}{:>12}{:>12}{:>14}{:>15}", "stage", "blocks", "held", "step (ms)",
+                                                : fmt::format("as asked; {} {}'s memory binds", what, e.binding_stage)));
+    line(fmt::format("  {:<6}{:>7}{:>8}{:>12}{:>13}{:>12}{:>12}{:>14}{:>15}", what, "blocks", "held", "step (ms)",
                      "compute (ms)", "idle (ms)", "p2p (ms)", "peak (GiB)", "reserved (GiB)"));
     for (const sim::StageFigures& f : e.stages) {
         line(fmt::format("  {:<6}{:>7}{:>8}{:>12.2f}{:>13.2f}{:>12.2f}{:>12.2f}{:>14.2f}{:>15}", f.stage, f.blocks,
                          f.micro_batches_held, ms(f.step_s), ms(f.compute_s), ms(f.idle_s), ms(f.p2p_s), gib(f.peak_bytes),
                          f.reserved_bytes > 0 ? fmt::format("{:.2f}", gib(f.reserved_bytes)) : std::string("-")));
+    }
+    if (v > 1) {
+        line(fmt::format("  rank r holds stages {}; held: the most (stage, micro-batch) pairs between their forward and "
+                         "their backward; idle: the compute stream waiting within the pipeline's step (the bubble and "
+                         "exposed communication)",
+                         v == 2 ? fmt::format("r and r + {}", e.mesh.pp)
+                                : fmt::format("r, r + {}, ..., r + {}", e.mesh.pp, (v - 1) * e.mesh.pp)));
+        line("  FSDP inside each stage: the schedule unshards a stage before it computes (at most 3 stages resident, "
+             "torch's max_active_stages), gradients accumulate unsharded and each stage reduce-scatters once per "
+             "step, after its own last backward");
+        return;
     }
     line("  held: the most micro-batches between their forward and their backward (their activations held at once); "
          "idle: the compute stream waiting within the pipeline's step (the bubble and exposed communication)");
@@ -294,7 +312,11 @@ nlohmann::ordered_json planResultJson(const core::Plan& plan, const sim::Evaluat
     if (!e.stages.empty()) {
         json stages = json::array();
         for (const sim::StageFigures& f : e.stages) {
+            // The pipeline stages the row's rank holds (one, but under Interleaved1F1B).
+            json held = json::array();
+            for (int k = 0; k < e.mesh.virtual_stages; ++k) held.push_back(k * e.mesh.pp + f.stage);
             stages.push_back({{"stage", f.stage},
+                              {"pipeline_stages", std::move(held)},
                               {"blocks", f.blocks},
                               {"micro_batches_held", f.micro_batches_held},
                               {"step_s", f.step_s},
@@ -305,6 +327,7 @@ nlohmann::ordered_json planResultJson(const core::Plan& plan, const sim::Evaluat
                               {"reserved_bytes", f.reserved_bytes}});
         }
         j["pipeline"] = {{"schedule", core::ppScheduleName(plan.sharding.pp_schedule)},
+                         {"virtual_stages", e.mesh.virtual_stages},
                          {"micro_batches", plan.training.grad_accum},
                          {"binding_stage", e.binding_stage},
                          {"shown_stage", e.stage},

@@ -48,15 +48,17 @@ int widestInstanceNodes(int64_t size, int64_t stride, int64_t world, int64_t gpu
 }  // namespace
 
 Lowering::Lowering(const Plan& plan, const Mesh& mesh, Program& out, LowerScratch& scratch, int stage,
-                   const Model* full_model)
+                   const Model* full_model, const ChunkContext& chunk)
     : m_plan(plan), m_model(*plan.model), m_tr(plan.training), m_sh(plan.sharding), m_mesh(mesh), m_p(out),
-      m_s(scratch), m_full_model(full_model ? full_model : plan.model.get()), m_pp(mesh.pp), m_stage(stage) {
+      m_s(scratch), m_full_model(full_model ? full_model : plan.model.get()), m_pp(mesh.pp),
+      m_virtual(mesh.virtual_stages), m_stage(stage), m_chunk(chunk.chunk), m_unit_offset(chunk.unit_offset) {
     m_s.host_pending.clear();
     m_s.free_queue.clear();
+    m_host_events = chunk.host_events ? chunk.host_events : &m_s.host_pending;
+    if (chunk.host_deps) m_host_deps = chunk.host_deps;
 }
 
-Status Lowering::run() {
-    m_p.clear();
+Status Lowering::prepare() {
     configure();
     if (auto s = resolveUnits(m_model, m_sh.wrap, m_s.ua); !s) return s;
     orderUnits();
@@ -66,6 +68,12 @@ Status Lowering::run() {
     buildSegments();
     buildItems();
     fillProgramHeader();
+    return Ok{};
+}
+
+Status Lowering::run() {
+    m_p.clear();
+    if (auto s = prepare(); !s) return s;
     if (m_pp > 1) {
         pipelineStep();
     } else {
@@ -102,11 +110,17 @@ void Lowering::configure() {
     m_last_collective.fill(-1);
     // Pipeline parallelism: this stage's place and the micro-batches it holds at once (PP2).
     m_first_stage = m_stage == 0;
-    m_last_stage = m_stage == m_pp - 1;
+    m_last_stage = m_stage == m_pp * m_virtual - 1;
     m_slots = 1;
     if (m_pp > 1) {
-        m_slots = m_sh.pp_schedule == PpSchedule::GPipe ? static_cast<int>(m_tr.grad_accum)
-                                                         : static_cast<int>(std::min<int64_t>(m_tr.grad_accum, m_pp - m_stage));
+        // The most micro-batches between their forward and their backward on this stage at once.
+        int held = 0;
+        for (const PipelineStep& a : pipelineRankSchedule(m_sh.pp_schedule, m_pp, m_virtual,
+                                                          static_cast<int>(m_tr.grad_accum), m_stage % m_pp)) {
+            if (a.stage != m_stage) continue;
+            if (a.op == PipelineOp::Forward) m_slots = std::max(m_slots, ++held);
+            if (a.op == PipelineOp::Backward) --held;
+        }
     }
     m_inputs.assign(static_cast<size_t>(m_slots), BufferRef{});
     m_recv_act.assign(static_cast<size_t>(m_slots), BufferRef{});
@@ -119,7 +133,8 @@ void Lowering::configure() {
     m_p.world_size = m_mesh.world_size;
     m_p.tp_size = static_cast<int32_t>(m_tp);
     m_p.pp_size = m_pp;
-    m_p.pp_stage = m_stage;
+    m_p.pp_stage = m_stage % m_pp;
+    m_p.pp_virtual = m_virtual;
     m_group.fill(-1);
     addGroup(GroupKind::World, m_mesh.world_size / m_pp, 1);
     if (m_pp > 1) addGroup(GroupKind::Pipeline, m_pp, m_mesh.world_size / m_pp);
@@ -133,6 +148,13 @@ void Lowering::configure() {
 }
 
 void Lowering::addGroup(GroupKind kind, int64_t size, int64_t stride) {
+    if (m_chunk > 0) {
+        // The rank's later stages run on the process groups its first stage made (one device mesh).
+        for (size_t i = 0; i < m_p.groups.size(); ++i) {
+            if (m_p.groups[i].kind == kind) m_group[static_cast<size_t>(kind)] = static_cast<int32_t>(i);
+        }
+        return;
+    }
     ProcessGroup g;
     g.kind = kind;
     g.size = static_cast<int32_t>(size);
@@ -156,14 +178,14 @@ void Lowering::fillProgramHeader() {
     // 1 / (tp * pp) of it.
     m_p.model_flops_per_step = m_s.flops_per_token * static_cast<double>(m_tokens) *
                                static_cast<double>(m_tr.grad_accum) / static_cast<double>(m_tp * m_pp);
-    m_p.units.resize(m_s.us.size());
+    m_p.units.resize(static_cast<size_t>(m_unit_offset) + m_s.us.size());
     const int states = optimizerStatesPerParam(m_tr.optimizer);
     int64_t sharded = 0, opt = 0, buffers = 0;
     for (size_t u = 0; u < m_s.us.size(); ++u) {
         const UnitSizes& us = m_s.us[u];
-        UnitInfo& info = m_p.units[u];
+        UnitInfo& info = unitInfo(u);
         const UnitSpec& spec = m_s.ua.units[static_cast<size_t>(m_s.order[u])];
-        info.name = spec.name;
+        info.name = u == 0 && m_virtual > 1 ? "(root of stage " + std::to_string(m_stage) + ")" : spec.name;
         info.is_root = u == 0;
         info.reshard_after_forward = us.reshard_after_forward;
         info.blocks = us.blocks;
@@ -179,8 +201,8 @@ void Lowering::fillProgramHeader() {
         opt += us.opt_elems * states * itemSize(m_master);
     }
     for (const Segment& seg : m_s.segs) {
-        m_p.units[seg.unit].fwd_flops += seg.fwd_flops;
-        m_p.units[seg.unit].activation_bytes += seg.saved + seg.sac_kept;
+        unitInfo(seg.unit).fwd_flops += seg.fwd_flops;
+        unitInfo(seg.unit).activation_bytes += seg.saved + seg.sac_kept;
     }
     for (const BufferSpec& b : m_model.buffers) buffers += b.numel * itemSize(b.dtype);
     const GpuSpec& gpu = m_plan.cluster.gpu;
@@ -189,6 +211,13 @@ void Lowering::fillProgramHeader() {
     if (m_R > 1 && m_sharded) ++communicators;
     if (m_tp > 1) ++communicators;
     if (m_pp > 1) ++communicators;
+    if (m_chunk > 0) {
+        // Interleaved1F1B: the rank's later stages add their shards, states and buffers.
+        m_p.initial[index(MemCategory::Buffer)] += buffers;
+        m_p.initial[index(MemCategory::ShardedParam)] += sharded;
+        m_p.initial[index(MemCategory::OptState)] += opt;
+        return;
+    }
     m_p.initial[index(MemCategory::RuntimeOverhead)] =
         gpu.cuda_context_bytes + gpu.cublas_workspace_bytes + communicators * gpu.nccl_bytes_per_communicator;
     m_p.initial[index(MemCategory::Buffer)] = buffers;
@@ -212,8 +241,9 @@ int32_t Lowering::newTask(TaskKind kind, Stream stream, int32_t unit, int mb) {
     Task& t = m_p.tasks.emplace_back(kBlank);
     t.kind = kind;
     t.stream = stream;
-    t.unit = unit;
+    t.unit = unit >= 0 ? unit + m_unit_offset : unit;
     t.micro_batch = static_cast<int16_t>(mb);
+    t.chunk = static_cast<int8_t>(m_chunk);
     t.dtype = m_pdt;
     t.deps.offset = static_cast<uint32_t>(m_p.deps.size());
     t.mem_start.offset = static_cast<uint32_t>(m_p.mem.size());
@@ -221,13 +251,13 @@ int32_t Lowering::newTask(TaskKind kind, Stream stream, int32_t unit, int mb) {
     t.mem_end.offset = t.mem_start.offset;
     m_phase = Phase::Start;
     const auto id = static_cast<int32_t>(m_p.tasks.size() - 1);
-    if (!m_s.host_pending.empty() && (stream == Stream::Compute || stream == Stream::Host)) {
+    if (!m_host_events->empty() && (stream == Stream::Compute || stream == Stream::Host)) {
         // The end-of-backward callback: the compute stream waits for the last reductions,
         // then their buffers are freed.
-        for (int32_t d : m_host_pending_deps) dep(d);
-        m_host_pending_deps = {-1, -1};
-        for (const MemEvent& e : m_s.host_pending) push(cur().mem_start, e.bytes, e.category, e.timed_after, e.buffer, e.stream);
-        m_s.host_pending.clear();
+        for (int32_t d : *m_host_deps) dep(d);
+        *m_host_deps = {-1, -1};
+        for (const MemEvent& e : *m_host_events) push(cur().mem_start, e.bytes, e.category, e.timed_after, e.buffer, e.stream);
+        m_host_events->clear();
     }
     m_last_on_stream[static_cast<size_t>(stream)] = id;
     if (stream == Stream::Compute) m_last_compute = id;
@@ -261,7 +291,8 @@ Status Lowerer::lowerStage(const Plan& plan, const Mesh& mesh, int stage, Progra
         detail::Lowering lowering(plan, mesh, out, *m_scratch);
         return lowering.run();
     }
-    if (stage < 0 || stage >= mesh.pp || mesh.stage_blocks.size() != static_cast<size_t>(mesh.pp)) {
+    const int stages = mesh.stages();
+    if (stage < 0 || stage >= mesh.pp || mesh.stage_blocks.size() != static_cast<size_t>(stages)) {
         return makeError("pipeline stage " + std::to_string(stage) + " is not one of the mesh's " + std::to_string(mesh.pp));
     }
     LowerScratch& s = *m_scratch;
@@ -270,20 +301,59 @@ Status Lowerer::lowerStage(const Plan& plan, const Mesh& mesh, int stage, Progra
         s.stage_split = mesh.stage_blocks;
         s.stage_models.clear();
         int32_t begin = 0;
-        for (int i = 0; i < mesh.pp; ++i) {
+        for (int i = 0; i < stages; ++i) {
             const int32_t end = begin + mesh.stage_blocks[static_cast<size_t>(i)];
             s.stage_models.push_back(
-                std::make_shared<const Model>(pipelineStageModel(*plan.model, begin, end, i == 0, i == mesh.pp - 1)));
+                std::make_shared<const Model>(pipelineStageModel(*plan.model, begin, end, i == 0, i == stages - 1)));
             begin = end;
         }
     }
-    Plan stage_plan = plan;
-    stage_plan.model = s.stage_models[static_cast<size_t>(stage)];
     // A stage of the embedding alone, or of the norm and output alone (torchtitan's split gives one
     // when the blocks are few): its root is its only unit, whatever the policy groups blocks into.
-    if (stage_plan.model->blocks.empty()) stage_plan.sharding.wrap = WrapPolicy{WrapKind::Whole, 1, 0, {}, {}};
-    detail::Lowering lowering(stage_plan, mesh, out, s, stage, plan.model.get());
-    return lowering.run();
+    auto stagePlan = [&](int g) {
+        Plan p = plan;
+        p.model = s.stage_models[static_cast<size_t>(g)];
+        if (p.model->blocks.empty()) p.sharding.wrap = WrapPolicy{WrapKind::Whole, 1, 0, {}, {}};
+        return p;
+    };
+    if (mesh.virtual_stages == 1) {
+        const Plan stage_plan = stagePlan(stage);
+        detail::Lowering lowering(stage_plan, mesh, out, s, stage, plan.model.get());
+        return lowering.run();
+    }
+    // Rule PP5 (lower_pp.cpp): the rank's stages stage, stage + pp, ... each lowered by its own
+    // Lowering into one Program, driven by the rank's schedule.
+    const auto v = static_cast<size_t>(mesh.virtual_stages);
+    while (m_chunk_scratch.size() < v) m_chunk_scratch.push_back(std::make_unique<LowerScratch>());
+    std::vector<Plan> plans;
+    plans.reserve(v);
+    for (size_t c = 0; c < v; ++c) plans.push_back(stagePlan(static_cast<int>(c) * mesh.pp + stage));
+    out.clear();
+    std::vector<std::unique_ptr<detail::Lowering>> chunks;
+    int32_t units = 0;
+    for (size_t c = 0; c < v; ++c) {
+        detail::ChunkContext ctx;
+        ctx.chunk = static_cast<int>(c);
+        ctx.unit_offset = units;
+        if (c > 0) {
+            ctx.host_events = chunks.front()->hostEvents();
+            ctx.host_deps = chunks.front()->hostDeps();
+        }
+        chunks.push_back(std::make_unique<detail::Lowering>(plans[c], mesh, out, *m_chunk_scratch[c],
+                                                            static_cast<int>(c) * mesh.pp + stage, plan.model.get(), ctx));
+        if (auto st = chunks.back()->prepare(); !st) return st;
+        units += chunks.back()->unitCount();
+    }
+    for (const PipelineStep& a : pipelineRankSchedule(plan.sharding.pp_schedule, mesh.pp, mesh.virtual_stages,
+                                                      static_cast<int>(plan.training.grad_accum), stage)) {
+        chunks[static_cast<size_t>(a.stage / mesh.pp)]->act(a);
+    }
+    // torchtitan builds one optimizer per model part (OptimizersContainer) and steps them in turn.
+    for (auto& c : chunks) c->finish();
+    if (plan.cluster.gpu.host_device) {
+        for (Task& t : out.tasks) t.host_blocks = true;
+    }
+    return Ok{};
 }
 
 Status lower(const Plan& plan, const Mesh& mesh, Program& out) {

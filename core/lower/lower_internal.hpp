@@ -29,7 +29,9 @@
 //          prefetch depth 1, BACKWARD_PRE/POST, forward_prefetch  preForward, preBackward, prefetchAfter, postBackward
 //   NO_SHARD (DDP)                                              addParamNoShard, castCopy, postBackwardNoShard
 //   PP1 parameters kept unsharded after forward under pp        reshardAfterForwardPerUnit
-//   PP2 the stage's schedule, micro-batches held (slots)        pipelineActions, configure, slotOf
+//   PP2 the stage's schedule, micro-batches held (slots)        pipelineRankSchedule, act, configure, slotOf
+//   PP5 Interleaved1F1B: several stages per rank, UNSHARD,      Lowerer::lowerStage (lower_pp.cpp), unshardStage,
+//       RESHARD, REDUCE_GRAD per stage                          reshardStage, reduceGradients
 //   PP3 no gradient sync or reshard in backward; one reduction  syncsNow, postBackward, reduceGradients
 //   PP4 P2P sends and receives between stages                   receive, send
 #include <array>
@@ -251,13 +253,33 @@ namespace detail {
 // The op as one of `tp` tensor-parallel ranks runs it (lower_tp.cpp, rule TP2).
 Op tpLocalOp(const Op& op, int tp, bool sp, bool lp);
 
+// Interleaved1F1B (rule PP5): one Lowering per stage of the rank, all writing into one Program.
+// `chunk` is the stage's place on its rank (Task::chunk), `unit_offset` the Program units the
+// rank's earlier stages hold; the end-of-backward frees and waits go through the first stage's
+// Lowering, so that the next compute task of any stage applies them, as one host thread does.
+struct ChunkContext {
+    int chunk = 0;
+    int32_t unit_offset = 0;
+    std::vector<MemEvent>* host_events = nullptr;  // nullptr: the Lowering's own
+    std::array<int32_t, 2>* host_deps = nullptr;
+};
+
 class Lowering {
 public:
     // `stage`: the pipeline stage `plan` (whose model is that stage's) is lowered for, and
     // `full_model` the whole model (its FLOPs per token); pp 1: stage 0 and plan's model.
     Lowering(const Plan& plan, const Mesh& mesh, Program& out, LowerScratch& scratch, int stage = 0,
-             const Model* full_model = nullptr);
+             const Model* full_model = nullptr, const ChunkContext& chunk = {});
     Status run();
+    // Interleaved1F1B, driven stage by stage over one Program (Lowerer::lowerStage): prepare()
+    // appends the stage's units and starting memory, act() lowers one action of the rank's
+    // schedule that names this stage, finish() its optimizer step.
+    Status prepare();
+    void act(const PipelineStep& step);
+    void finish() { optimizerStep(); }
+    int32_t unitCount() const { return static_cast<int32_t>(m_s.us.size()); }
+    std::vector<MemEvent>* hostEvents() { return m_host_events; }
+    std::array<int32_t, 2>* hostDeps() { return m_host_deps; }
 
 private:
     enum class At : uint8_t { Start, End };  // a memory event applies when the task starts or ends
@@ -310,12 +332,9 @@ private:
     }
 
     // lower_pp.cpp: pipeline parallelism.
-    struct PipelineAction {
-        bool backward = false;
-        int mb = 0;
-    };
-    void pipelineActions(std::vector<PipelineAction>& out) const;
     void pipelineStep();
+    void unshardStage();
+    void reshardStage();
     void receive(int mb, bool backward);
     void send(int mb, bool backward);
     void reduceGradients();
@@ -433,9 +452,11 @@ private:
     // Freed by the host at the start of the next compute (or host) task.
     void releaseByHost(BufferRef& b) {
         if (!b.live()) return;
-        m_s.host_pending.push_back(MemEvent{-b.bytes, b.category, -1, b.id, b.stream});
+        m_host_events->push_back(MemEvent{-b.bytes, b.category, -1, b.id, b.stream});
         b = {};
     }
+    // The Program's entry for unit `u` of this Lowering (offset by the rank's earlier stages).
+    UnitInfo& unitInfo(int32_t u) { return m_p.units[static_cast<size_t>(u + m_unit_offset)]; }
 
     // Makes the current task a collective on the process group of that kind (Program::groups).
     // One NCCL communicator runs its collectives in issue order on one internal stream, so an
@@ -477,11 +498,16 @@ private:
     std::array<int32_t, kStreamCount> m_last_on_stream{};
     std::array<int32_t, kGroupKindCount> m_last_collective{};  // per GroupKind
     int32_t m_last_compute = -1;
-    std::array<int32_t, 2> m_host_pending_deps{-1, -1};  // what the end-of-backward frees wait for
+    std::array<int32_t, 2> m_own_pending_deps{-1, -1};
+    // What the end-of-backward frees wait for, and the frees (ChunkContext: shared by the stages).
+    std::array<int32_t, 2>* m_host_deps = &m_own_pending_deps;
+    std::vector<MemEvent>* m_host_events = nullptr;
 
     // Pipeline parallelism (lower_pp.cpp).
     const Model* m_full_model = nullptr;  // the whole model (FLOPs per token)
-    int m_pp = 1, m_stage = 0, m_slots = 1;
+    // m_stage: the pipeline stage (0 to m_pp x m_virtual - 1), on rank m_stage mod m_pp.
+    int m_pp = 1, m_virtual = 1, m_stage = 0, m_slots = 1, m_chunk = 0;
+    int32_t m_unit_offset = 0;
     bool m_first_stage = true, m_last_stage = true;
     bool m_final_reduce = false;          // inside reduceGradients
     int32_t m_recv_dep = -1;              // the compute task that starts the pass waits for this receive

@@ -22,42 +22,162 @@
 //        sequence shard under sequence parallelism (to_local_if_dtensor). They run over the
 //        Pipeline group on one stream per neighbour (ProcessGroupNCCL keeps a communicator per
 //        rank pair for P2P): a receive lasts its transfer from when both sides are there.
+//   PP5  Interleaved1F1B (ScheduleInterleaved1F1B, a _PipelineScheduleRuntime): rank r holds stages
+//        r, r + pp, ..., each its own model part with fully_shard inside and its stage as the FSDP
+//        root (torchtitan), each lowered by its own Lowering into the rank's one Program
+//        (Lowerer::lowerStage), its tasks marked with Task::chunk. The order is torch's
+//        (pipelineRankSchedule): UNSHARD issues the all-gathers of every unit of a stage at once
+//        and the next compute on the stage waits for all of them (_assert_unsharded); RESHARD of a
+//        stage that left the three next to compute (max_active_stages 3) frees its parameters;
+//        REDUCE_GRAD after a stage's last backward reduce-scatters its units, and its
+//        WAIT_REDUCE_GRAD makes the next compute wait for them. The P2P of stage pp - 1 + k pp goes
+//        to rank 0's stage pp + k pp: the pipeline wraps around the ranks. One optimizer per model
+//        part steps after the schedule (torchtitan's OptimizersContainer).
 #include <algorithm>
+#include <map>
 
 #include "core/lower/lower_internal.hpp"
 
-namespace shardcast::core::detail {
+namespace shardcast::core {
+namespace {
 
-void Lowering::pipelineActions(std::vector<PipelineAction>& out) const {
-    out.clear();
-    const int m = static_cast<int>(m_tr.grad_accum);
-    if (m_sh.pp_schedule == PpSchedule::GPipe) {
-        for (int i = 0; i < m; ++i) out.push_back({false, i});
-        for (int i = 0; i < m; ++i) out.push_back({true, i});
-        return;
+// ScheduleInterleaved1F1B's compute actions for one rank (torch 2.15 schedules.py:
+// _calculate_single_rank_operations, _get_warmup_ops with multiply_factor 2, _get_1f1b_rank_ops
+// without zero bubble; its None padding dropped).
+void interleavedComputeActions(int pp, int v, int m, int rank, std::vector<PipelineStep>& out) {
+    const int rounds = std::max(1, m / pp);
+    const int per_round = m / rounds;
+    const int warmup = std::min((v - 1) * per_round + 2 * (pp - 1 - rank), m * v);
+    const int fwd_bwd = m * v - warmup;
+    const int total = warmup + fwd_bwd + warmup;  // the cooldown runs as many backwards as the warm-up forwards
+    std::map<int, int> fwd_mb, bwd_mb;
+    auto forward = [&](int step) {
+        const int stage = ((step / per_round) % v) * pp + rank;
+        out.push_back({PipelineOp::Forward, stage, fwd_mb[stage]++});
+    };
+    auto backward = [&](int step) {
+        const int stage = (v - 1 - ((step - warmup) / per_round) % v) * pp + rank;
+        out.push_back({PipelineOp::Backward, stage, bwd_mb[stage]++});
+    };
+    for (int op = 0; op < total; ++op) {
+        if (op < warmup) {
+            forward(op);
+        } else if (op < warmup + fwd_bwd) {
+            forward(op);
+            backward(op);
+        } else {
+            backward(op);
+        }
     }
-    // Schedule1F1B._step_microbatches: warm-up forwards, then 1B1F, then the cooldown backwards.
-    const int warmup = std::min(m, m_pp - m_stage);
-    int fwd = 0, bwd = 0;
-    for (; fwd < warmup; ++fwd) out.push_back({false, fwd});
-    for (;;) {
-        out.push_back({true, bwd++});
-        if (fwd == m) break;
-        out.push_back({false, fwd++});
-    }
-    for (; bwd < m; ++bwd) out.push_back({true, bwd});
 }
 
+// _add_unshard_reshard (max_active_stages 3, unshard_lookahead "full"): before each action the
+// stages among the next three distinct ones to compute are unsharded (in that order) and the
+// active stages outside them resharded; at the end every active stage is resharded.
+// Then _add_reduce_grad: REDUCE_GRAD right after a stage's last backward.
+void addFsdpActions(const std::vector<PipelineStep>& compute, int m, std::vector<PipelineStep>& out) {
+    constexpr size_t kMaxActiveStages = 3;
+    std::vector<int> active, window;
+    std::map<int, int> backwards;
+    for (size_t i = 0; i < compute.size(); ++i) {
+        window.clear();
+        for (size_t k = i; k < compute.size() && window.size() < kMaxActiveStages; ++k) {
+            if (std::find(window.begin(), window.end(), compute[k].stage) == window.end()) window.push_back(compute[k].stage);
+        }
+        for (auto it = active.begin(); it != active.end();) {
+            if (std::find(window.begin(), window.end(), *it) == window.end()) {
+                out.push_back({PipelineOp::Reshard, *it, -1});
+                it = active.erase(it);
+            } else {
+                ++it;
+            }
+        }
+        for (int stage : window) {
+            if (std::find(active.begin(), active.end(), stage) != active.end()) continue;
+            out.push_back({PipelineOp::Unshard, stage, -1});
+            active.push_back(stage);
+        }
+        out.push_back(compute[i]);
+        if (compute[i].op == PipelineOp::Backward && ++backwards[compute[i].stage] == m) {
+            out.push_back({PipelineOp::ReduceGrad, compute[i].stage, -1});
+        }
+    }
+    for (int stage : active) out.push_back({PipelineOp::Reshard, stage, -1});
+}
+
+}  // namespace
+
+std::vector<PipelineStep> pipelineRankSchedule(PpSchedule schedule, int pp, int virtual_stages, int micro_batches,
+                                               int rank) {
+    std::vector<PipelineStep> out;
+    const int m = micro_batches;
+    if (schedule == PpSchedule::Interleaved1F1B) {
+        std::vector<PipelineStep> compute;
+        interleavedComputeActions(pp, virtual_stages, m, rank, compute);
+        addFsdpActions(compute, m, out);
+        return out;
+    }
+    if (schedule == PpSchedule::GPipe) {
+        for (int i = 0; i < m; ++i) out.push_back({PipelineOp::Forward, rank, i});
+        for (int i = 0; i < m; ++i) out.push_back({PipelineOp::Backward, rank, i});
+    } else {
+        // Schedule1F1B._step_microbatches: warm-up forwards, then 1B1F, then the cooldown backwards.
+        const int warmup = std::min(m, pp - rank);
+        int fwd = 0, bwd = 0;
+        for (; fwd < warmup; ++fwd) out.push_back({PipelineOp::Forward, rank, fwd});
+        for (;;) {
+            out.push_back({PipelineOp::Backward, rank, bwd++});
+            if (fwd == m) break;
+            out.push_back({PipelineOp::Forward, rank, fwd++});
+        }
+        for (; bwd < m; ++bwd) out.push_back({PipelineOp::Backward, rank, bwd});
+    }
+    out.push_back({PipelineOp::ReduceGrad, rank, -1});
+    return out;
+}
+
+std::string pipelineStepName(const PipelineStep& step) {
+    const std::string stage = std::to_string(step.stage);
+    switch (step.op) {
+        case PipelineOp::Forward: return stage + "F" + std::to_string(step.mb);
+        case PipelineOp::Backward: return stage + "B" + std::to_string(step.mb);
+        case PipelineOp::Unshard: return stage + "UNSHARD";
+        case PipelineOp::Reshard: return stage + "RESHARD";
+        case PipelineOp::ReduceGrad: return stage + "REDUCE_GRAD";
+    }
+    return stage;
+}
+
+namespace detail {
+
 void Lowering::pipelineStep() {
-    std::vector<PipelineAction> actions;
-    pipelineActions(actions);
-    for (const PipelineAction& a : actions) {
-        if (!a.backward) {
+    for (const PipelineStep& a : pipelineRankSchedule(m_sh.pp_schedule, m_pp, m_virtual, static_cast<int>(m_tr.grad_accum),
+                                                      m_stage % m_pp)) {
+        act(a);
+    }
+}
+
+void Lowering::act(const PipelineStep& a) {
+    assert(a.stage == m_stage);
+    switch (a.op) {
+        case PipelineOp::Unshard: unshardStage(); return;
+        case PipelineOp::Reshard: reshardStage(); return;
+        case PipelineOp::ReduceGrad: reduceGradients(); return;
+        case PipelineOp::Forward: {
             if (!m_first_stage) receive(a.mb, false);
+            // PP5: the runtime waits for the stage's pending unshards before it computes.
+            for (int32_t u = 0; u < unitCount(); ++u) {
+                if (m_s.st[u].ag_pending) waitUnshard(u, a.mb, false);
+            }
             forwardPass(a.mb);
             if (!m_last_stage) send(a.mb, false);
-        } else {
+            return;
+        }
+        case PipelineOp::Backward: {
             if (!m_last_stage) receive(a.mb, true);
+            for (int32_t u = 0; u < unitCount(); ++u) {
+                if (m_s.st[u].ag_pending) waitUnshard(u, a.mb, true);
+            }
             backwardPass(a.mb);
             if (!m_first_stage) send(a.mb, true);
             // The received activations and the kept output die with the micro-batch's backward.
@@ -65,9 +185,30 @@ void Lowering::pipelineStep() {
             releaseByHost(m_recv_act[slot]);
             releaseByHost(m_stage_out[slot]);
             releaseByHost(m_recv_grad[slot]);
+            return;
         }
     }
-    reduceGradients();
+}
+
+// PP5: UNSHARD (_PipelineScheduleRuntime): unshard(async_op=True) of every FSDP module of the
+// stage, in module order (the stage's root first): their all-gathers are issued at once.
+void Lowering::unshardStage() {
+    const int mb = std::max(0, m_last_compute >= 0 ? int{m_p.tasks[static_cast<size_t>(m_last_compute)].micro_batch} : 0);
+    for (int32_t u = 0; u < unitCount(); ++u) {
+        if (gathers(u)) issueUnshard(u, mb, false);
+    }
+}
+
+// PP5: RESHARD of a stage that left the three active ones: reshard() frees its unsharded
+// parameters (the host frees them; the next compute task sees it). After the stage's
+// REDUCE_GRAD its units are resharded already, and nothing is left to free.
+void Lowering::reshardStage() {
+    for (int32_t u = 0; u < unitCount(); ++u) {
+        UnitState& st = m_s.st[u];
+        if (!st.unsharded || !gathers(u)) continue;
+        releaseByHost(st.unsharded_buf);
+        st.unsharded = false;
+    }
 }
 
 int64_t Lowering::stageBoundaryBytes() const {
@@ -123,8 +264,9 @@ void Lowering::reduceGradients() {
     for (int32_t u : m_s.bwd_order) postBackward(u, last);
     m_final_reduce = false;
     releaseByHost(m_pending_rs);
-    m_host_pending_deps = {m_last_on_stream[static_cast<size_t>(Stream::ReduceScatter)],
+    *m_host_deps = {m_last_on_stream[static_cast<size_t>(Stream::ReduceScatter)],
                            m_last_on_stream[static_cast<size_t>(Stream::AllReduce)]};
 }
 
-}  // namespace shardcast::core::detail
+}  // namespace detail
+}  // namespace shardcast::core

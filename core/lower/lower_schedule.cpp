@@ -151,7 +151,7 @@ void Lowering::issueUnshard(int32_t u, int mb, bool backward) {
     if (m_fsdp1) {
         mp_shard = alloc(At::Start, MemCategory::AllGather, us.cast_bytes);
     } else {
-        st.flat_buf = alloc(At::Start, MemCategory::AllGather, m_p.units[u].unshard_in_flight_bytes);
+        st.flat_buf = alloc(At::Start, MemCategory::AllGather, unitInfo(u).unshard_in_flight_bytes);
         // The cast of the shard is no collective's buffer: FSDPMemTracker files it by phase
         // (ACT before forward, TEMP before backward); only _allgather_base_'s output is All Gather.
         peakScratch(backward ? MemCategory::Temp : MemCategory::Activation, us.cast_bytes);
@@ -163,9 +163,9 @@ void Lowering::issueUnshard(int32_t u, int mb, bool backward) {
     // reshard_after_forward=k: the backward re-gathers from the k ranks holding the slice.
     const bool count_mode = backward && st.post_fwd_shard;
     collectiveOn(count_mode ? GroupKind::PostForward : GroupKind::Shard);
-    cur().comm_bytes = (count_mode ? m_p.units[u].all_gather_bwd : m_p.units[u].all_gather).bytes;
+    cur().comm_bytes = (count_mode ? unitInfo(u).all_gather_bwd : unitInfo(u).all_gather).bytes;
     if (m_fsdp1) {
-        st.unsharded_buf = alloc(At::Start, MemCategory::UnshardedParam, m_p.units[u].unshard_in_flight_bytes);
+        st.unsharded_buf = alloc(At::Start, MemCategory::UnshardedParam, unitInfo(u).unshard_in_flight_bytes);
         release(At::End, mp_shard);
         if (st.post_fwd_shard) {
             release(At::End, st.post_fwd_shard_buf);
@@ -231,7 +231,7 @@ void Lowering::freeUnsharded(int32_t u, bool count_mode) {
     if (!st.unsharded) return;
     release(At::End, st.unsharded_buf);
     if (count_mode && m_sharded) {
-        st.post_fwd_shard_buf = alloc(At::End, MemCategory::ShardedParam, m_p.units[u].post_forward_shard_bytes);
+        st.post_fwd_shard_buf = alloc(At::End, MemCategory::ShardedParam, unitInfo(u).post_forward_shard_bytes);
         st.post_fwd_shard = true;
     }
     st.unsharded = false;
@@ -411,7 +411,7 @@ void Lowering::postBackward(int32_t u, int mb) {
         st.unsharded = false;
         if (m_fsdp1) m_s.free_queue.push_back(curId());
     }
-    const UnitInfo& table = m_p.units[u];
+    const UnitInfo& table = unitInfo(u);
     const int64_t rs_in = table.reduce_scatter_input_bytes;
     const int64_t rs_out = us.grad_shard_elems * itemSize(m_rdt);
     const int64_t shard_master = us.grad_shard_elems * itemSize(m_master);
@@ -502,7 +502,7 @@ void Lowering::postBackwardNoShard(int32_t u, int mb, bool sync, int32_t produce
     st.unsharded = false;
     const int64_t buf = us.rs_input_elems * itemSize(m_rdt);
     const int64_t master = us.grad_shard_elems * itemSize(m_master);
-    cur().comm_bytes = m_p.units[u].all_reduce.bytes;
+    cur().comm_bytes = unitInfo(u).all_reduce.bytes;
     if (m_mp) {
         BufferRef reduced;  // the gradients in reduce_dtype
         if (m_rdt != m_pdt) {
@@ -527,7 +527,7 @@ void Lowering::postBackwardNoShard(int32_t u, int mb, bool sync, int32_t produce
 void Lowering::endOfBackward(int mb) {
     releaseByHost(m_pending_rs);
     releaseByHost(m_inputs[static_cast<size_t>(mb % m_slots)]);
-    m_host_pending_deps = {m_last_on_stream[static_cast<size_t>(Stream::ReduceScatter)],
+    *m_host_deps = {m_last_on_stream[static_cast<size_t>(Stream::ReduceScatter)],
                            m_last_on_stream[static_cast<size_t>(Stream::AllReduce)]};
 }
 

@@ -37,7 +37,10 @@ struct Mesh {
     int replicate_size = 1;  // dp_replicate: world_size / (shard_size * tp * pp)
     int tp = 1;              // tensor-parallel ranks
     int pp = 1;              // pipeline stages
-    std::vector<int> stage_blocks;  // pp > 1: the blocks of each stage, in order (they sum to the model's)
+    int virtual_stages = 1;  // stages per pipeline rank (Interleaved1F1B); pp x virtual_stages stages in all
+    std::vector<int> stage_blocks;  // pp > 1: the blocks of each stage, in order (they sum to the model's);
+                                    // stage g runs on pipeline rank g mod pp
+    int stages() const { return pp * virtual_stages; }
     int dp() const { return shard_size * replicate_size; }
 };
 
@@ -47,7 +50,8 @@ struct Mesh {
 // and the norm plus output each count as one block (pipeline_parallel_first/last_stage_less_layers
 // = 1), blocks + 2 are split evenly and the first (blocks + 2) mod pp stages take one more.
 // Errors name sharding.pp / sharding.pp_stage_blocks and what is valid.
-Result<std::vector<int>> pipelineStageBlocks(int pp, int64_t blocks, const std::vector<int>& given);
+// With virtual_stages V > 1 (Interleaved1F1B) the model is split into pp x V stages.
+Result<std::vector<int>> pipelineStageBlocks(int pp, int64_t blocks, const std::vector<int>& given, int virtual_stages = 1);
 
 // Checks every field against the others; the error names the field and what would be valid.
 Result<Mesh> validatePlan(const Plan& plan);

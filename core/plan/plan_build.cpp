@@ -101,6 +101,7 @@ Result<Plan> buildPlan(const PlanOverrides& o) {
                         checkRange(o.grad_accum, 1, limits::kMaxGradAccum, "--grad-accum"),
                         checkRange(o.prefetch_depth, 1, kMaxPrefetchDepth, "--prefetch-depth"),
                         checkRange(o.tp, 1, kMaxGpusPerNode, "--tp"), checkRange(o.pp, 1, limits::kMaxLayers, "--pp"),
+                        checkRange(o.pp_virtual_stages, 1, limits::kMaxLayers, "--pp-virtual-stages"),
                         checkRange(o.cp, 1, kMaxGpusPerNode, "--cp")}) {
         if (!status) return status.error();
     }
@@ -198,6 +199,7 @@ Result<Plan> buildPlan(const PlanOverrides& o) {
     if (o.prefetch_depth) s.prefetch_depth = static_cast<int>(*o.prefetch_depth);
     if (o.tp) s.tp = static_cast<int>(*o.tp);
     if (o.pp) s.pp = static_cast<int>(*o.pp);
+    if (o.pp_virtual_stages) s.pp_virtual_stages = static_cast<int>(*o.pp_virtual_stages);
     if (o.pp_schedule) {
         const auto sched = parsePpSchedule(*o.pp_schedule);
         if (!sched) {

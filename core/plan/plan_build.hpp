@@ -29,6 +29,7 @@ struct PlanOverrides {
     // Mesh dimensions besides dp: --tp, --pp, --cp; --sequence-parallel and --loss-parallel
     // ("true"/"false").
     std::optional<int64_t> tp, pp, cp;
+    std::optional<int64_t> pp_virtual_stages;  // --pp-virtual-stages V (Interleaved1F1B)
     std::optional<std::string> sequence_parallel, loss_parallel, async_tp;
     // --pp-schedule GPipe|1F1B|Interleaved1F1B; --pp-stage-blocks "9,10,10,3" (blocks per stage).
     std::optional<std::string> pp_schedule, pp_stage_blocks;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "core/base/file_io.hpp"
@@ -222,13 +223,14 @@ Status readSharding(const json& j, const std::string& where, const std::filesyst
     SectionReader r(j, where, "sharding");
     r.checkKeys({"strategy", "shard_size", "fsdp", "wrap", "reshard_after_forward", "prefetch_depth",
                  "forward_prefetch", "backward_prefetch", "limit_all_gathers", "tp", "sequence_parallel",
-                 "loss_parallel", "async_tp", "pp", "pp_schedule", "pp_stage_blocks", "cp"});
+                 "loss_parallel", "async_tp", "pp", "pp_schedule", "pp_virtual_stages", "pp_stage_blocks", "cp"});
     r.integer("tp", s.tp, "a positive integer (tensor-parallel degree)");
     r.boolean("sequence_parallel", s.sequence_parallel);
     r.boolean("loss_parallel", s.loss_parallel);
     r.boolean("async_tp", s.async_tp);
     r.integer("pp", s.pp, "a positive integer (pipeline stages)");
     r.enumeration("pp_schedule", s.pp_schedule, parsePpSchedule, std::string(kPpScheduleChoices));
+    r.integer("pp_virtual_stages", s.pp_virtual_stages, "a positive integer (stages per pipeline rank, Interleaved1F1B)");
     if (const json* v = r.find("pp_stage_blocks")) {
         bool ok = v->is_array() && v->size() <= static_cast<size_t>(limits::kMaxLayers);
         std::vector<int> blocks;
@@ -490,14 +492,18 @@ std::string divisorsOf(int64_t n, int64_t cap, const std::function<bool(int64_t)
 
 }  // namespace
 
-Result<std::vector<int>> pipelineStageBlocks(int pp, int64_t blocks, const std::vector<int>& given) {
+Result<std::vector<int>> pipelineStageBlocks(int pp, int64_t blocks, const std::vector<int>& given, int virtual_stages) {
+    // How the messages name the stage count: pp, or pp x pp_virtual_stages under Interleaved1F1B.
+    const std::string named = virtual_stages > 1 ? fmt::format("pp {} x pp_virtual_stages {}", pp, virtual_stages)
+                                                 : fmt::format("pp {}", pp);
+    pp *= virtual_stages;
     if (!given.empty()) {
         int64_t sum = 0;
         for (int b : given) sum += b;
         if (static_cast<int64_t>(given.size()) != pp || sum != blocks) {
-            return makeError(fmt::format("sharding.pp_stage_blocks lists {} stages holding {} blocks; it must list pp {} "
+            return makeError(fmt::format("sharding.pp_stage_blocks lists {} stages holding {} blocks; it must list {} = {} "
                                          "stages whose block counts sum to the model's {} blocks",
-                                         given.size(), sum, pp, blocks));
+                                         given.size(), sum, named, pp, blocks));
         }
         for (int i = 1; i + 1 < pp; ++i) {
             if (given[static_cast<size_t>(i)] == 0) {
@@ -511,13 +517,13 @@ Result<std::vector<int>> pipelineStageBlocks(int pp, int64_t blocks, const std::
     // torchtitan's generate_llm_fqn_per_model_part with input_weight = output_weight = 1.
     const int64_t effective = blocks + 2;
     if (pp > effective) {
-        return makeError(fmt::format("sharding.pp {} is more stages than the model's {} blocks plus the embedding and "
-                                     "the output ({} in torchtitan's split); valid: 1 to {}",
-                                     pp, blocks, effective, effective));
+        return makeError(fmt::format("sharding.{} is more stages than the model's {} blocks plus the embedding and "
+                                     "the output ({} in torchtitan's split); valid: 1 to {} stages",
+                                     named, blocks, effective, effective));
     }
     const int64_t per = effective / pp, extra = effective % pp;
     if (per < 1) {
-        return makeError(fmt::format("sharding.pp {}: torchtitan's split leaves empty stages; valid: 1 to {}", pp, effective));
+        return makeError(fmt::format("sharding.{}: torchtitan's split leaves empty stages; valid: 1 to {} stages", named, effective));
     }
     std::vector<int> out(static_cast<size_t>(pp), 0);
     int64_t left = blocks;
@@ -530,9 +536,9 @@ Result<std::vector<int>> pipelineStageBlocks(int pp, int64_t blocks, const std::
         left -= take;
     }
     if (left != 0) {
-        return makeError(fmt::format("sharding.pp {}: torchtitan's split does not place all {} blocks; list them with "
+        return makeError(fmt::format("sharding.{}: torchtitan's split does not place all {} blocks; list them with "
                                      "sharding.pp_stage_blocks",
-                                     pp, blocks));
+                                     named, blocks));
     }
     return out;
 }
@@ -549,10 +555,37 @@ Status checkPipeline(const Plan& plan, int world) {
                                      "valid: {}",
                                      s.pp, world, divisorsOf(world, static_cast<int64_t>(m.blocks.size()) + 2, [](int64_t) { return true; })));
     }
-    if (s.pp_schedule == PpSchedule::Interleaved1F1B) {
-        return makeError("sharding.pp_schedule Interleaved1F1B (virtual stages) is not modelled yet; use GPipe or 1F1B");
+    if (s.pp_virtual_stages < 1) {
+        return makeError(fmt::format("sharding.pp_virtual_stages must be a positive integer (got {})", s.pp_virtual_stages));
     }
-    if (auto split = pipelineStageBlocks(s.pp, static_cast<int64_t>(m.blocks.size()), s.pp_stage_blocks); !split) {
+    const int64_t mbs = plan.training.grad_accum;
+    if (s.pp_schedule == PpSchedule::Interleaved1F1B) {
+        if (s.pp_virtual_stages < 2) {
+            return makeError("sharding.pp_schedule Interleaved1F1B needs sharding.pp_virtual_stages 2 or more (the stages "
+                             "each rank holds); with one stage per rank use 1F1B");
+        }
+        // ScheduleInterleaved1F1B (torch 2.15 schedules.py): max(1, M // pp) rounds must divide M.
+        const int64_t rounds = std::max<int64_t>(1, mbs / s.pp);
+        if (mbs % rounds != 0) {
+            std::vector<int64_t> valid;
+            for (int64_t n = mbs - 1; n >= 1 && valid.size() < 2; --n) {
+                if (n % std::max<int64_t>(1, n / s.pp) == 0) valid.insert(valid.begin(), n);
+            }
+            for (int64_t n = mbs + 1; valid.size() < 4; ++n) {
+                if (n % std::max<int64_t>(1, n / s.pp) == 0) valid.push_back(n);
+            }
+            return makeError(fmt::format("sharding.pp_schedule Interleaved1F1B needs training.grad_accum (the pipeline's "
+                                         "micro-batches) to be a multiple of its rounds, max(1, grad_accum / pp) = {}: "
+                                         "grad_accum {} is not (torch's ScheduleInterleaved1F1B refuses it); valid near it: {}",
+                                         rounds, mbs, fmt::join(valid, ", ")));
+        }
+    } else if (s.pp_virtual_stages != 1) {
+        return makeError(fmt::format("sharding.pp_virtual_stages {} needs sharding.pp_schedule Interleaved1F1B ({} runs "
+                                     "one stage per rank); set pp_virtual_stages 1 or the schedule Interleaved1F1B",
+                                     s.pp_virtual_stages, ppScheduleName(s.pp_schedule)));
+    }
+    if (auto split = pipelineStageBlocks(s.pp, static_cast<int64_t>(m.blocks.size()), s.pp_stage_blocks, s.pp_virtual_stages);
+        !split) {
         return split.error();
     }
     if (s.pp_schedule == PpSchedule::OneFOneB && plan.training.grad_accum < s.pp) {
@@ -584,6 +617,8 @@ Status checkParallelDims(const Plan& plan, int world) {
         if (auto st = checkPipeline(plan, world); !st) return st;
     } else if (!s.pp_stage_blocks.empty()) {
         return makeError("sharding.pp_stage_blocks is set but sharding.pp is 1; set pp to the number of stages it lists");
+    } else if (s.pp_virtual_stages != 1 || s.pp_schedule == PpSchedule::Interleaved1F1B) {
+        return makeError("sharding.pp_virtual_stages and the Interleaved1F1B schedule need sharding.pp > 1 (pipeline ranks)");
     }
     if (s.cp != 1) {
         return makeError(fmt::format("sharding.cp {}: context parallelism is not modelled; use cp 1", s.cp));
@@ -742,7 +777,11 @@ Result<Mesh> validatePlan(const Plan& plan, PlanCheckMemo* memo) {
     if (auto tp = checkParallelDims(plan, mesh.world_size); !tp) return tp.error();
     mesh.tp = s.tp;
     mesh.pp = s.pp;
-    if (s.pp > 1) mesh.stage_blocks = *pipelineStageBlocks(s.pp, static_cast<int64_t>(plan.model->blocks.size()), s.pp_stage_blocks);
+    mesh.virtual_stages = s.pp > 1 ? s.pp_virtual_stages : 1;
+    if (s.pp > 1) {
+        mesh.stage_blocks =
+            *pipelineStageBlocks(s.pp, static_cast<int64_t>(plan.model->blocks.size()), s.pp_stage_blocks, mesh.virtual_stages);
+    }
     // The data-parallel ranks: FSDP's mesh is the world's dp part (world / (tp * pp)).
     const int world = mesh.world_size / (mesh.tp * mesh.pp);
     // How the messages below name that size.
@@ -1014,6 +1053,7 @@ nlohmann::json planToJson(const Plan& plan) {
     if (s.pp != 1) {
         sharding["pp"] = s.pp;
         sharding["pp_schedule"] = std::string(ppScheduleName(s.pp_schedule));
+        if (s.pp_virtual_stages != 1) sharding["pp_virtual_stages"] = s.pp_virtual_stages;
         if (!s.pp_stage_blocks.empty()) sharding["pp_stage_blocks"] = s.pp_stage_blocks;
     }
     if (s.cp != 1) sharding["cp"] = s.cp;

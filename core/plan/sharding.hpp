@@ -68,7 +68,10 @@ struct ShardingSpec {
     // stage; the step's micro-batches (training.grad_accum) are the pipeline's.
     int pp = 1;
     PpSchedule pp_schedule = PpSchedule::OneFOneB;
-    std::vector<int> pp_stage_blocks;  // blocks per stage, pp entries; empty: balanced
+    // Interleaved1F1B: the stages each rank holds (torchtitan's stages per rank); the model is cut
+    // into pp x pp_virtual_stages stages, rank r holding stages r, r + pp, r + 2 pp, ...
+    int pp_virtual_stages = 1;
+    std::vector<int> pp_stage_blocks;  // blocks per stage, pp x pp_virtual_stages entries; empty: balanced
     int cp = 1;  // context parallelism: named, not yet modelled (refused above 1)
 };
 

@@ -136,6 +136,7 @@ void Program::clear() {
     tp_size = 1;
     pp_size = 1;
     pp_stage = 0;
+    pp_virtual = 1;
     initial.fill(0);
     micro_batches = 1;
     step_micro_batches = 0;

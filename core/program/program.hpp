@@ -202,6 +202,10 @@ struct Task {
     // Send / Recv: the stage exchanged with, relative to this one (+1 the next stage, -1 the
     // previous); `group` is the Pipeline group. 0 for other tasks.
     int8_t peer = 0;
+    // Interleaved1F1B: the rank's stage this task belongs to (0 to Program::pp_virtual - 1); its
+    // pipeline stage is chunk x pp_size + pp_stage, and a P2P peer's is that +- 1 (the next or
+    // previous pipeline rank, wrapping around). 0 for every task otherwise.
+    int8_t chunk = 0;
     bool host_blocks = false;   // after issuing this task the host waits for it to finish
     int32_t host_wait = -1;     // before issuing this task the host waits for that earlier task
                                 // to finish (FSDP1's all-gather rate limiter)
@@ -289,7 +293,11 @@ struct Program {
     int32_t world_size = 1;         // ranks of the mesh
     int32_t tp_size = 1;            // tensor-parallel ranks sharing each micro-batch's tokens
     int32_t pp_size = 1;            // pipeline stages, each running every micro-batch over its blocks
-    int32_t pp_stage = 0;           // the stage this Program is (pp_size > 1)
+    int32_t pp_stage = 0;           // the stage this Program is (pp_size > 1): its pipeline rank
+    int32_t pp_virtual = 1;         // stages per pipeline rank (Interleaved1F1B; Task::chunk)
+    int32_t pipelineStages() const { return pp_size * pp_virtual; }
+    // The pipeline stage a task of this Program belongs to (Task::chunk).
+    int32_t stageOf(const Task& t) const { return t.chunk * pp_size + pp_stage; }
     CategoryBytes initial{};        // live when the step starts (steady state)
     DType compute_dtype = DType::BF16;
     int micro_batches = 1;

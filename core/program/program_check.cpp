@@ -50,6 +50,9 @@ private:
             return makeError("program: pp_size " + std::to_string(m_p.pp_size) + " must be at least 1 with tp_size x pp_size "
                              "dividing the world size " + std::to_string(m_p.world_size) + ", and pp_stage " +
                              std::to_string(m_p.pp_stage) + " must be one of its stages");
+        if (m_p.pp_virtual < 1 || (m_p.pp_virtual > 1 && m_p.pp_size < 2))
+            return makeError("program: pp_virtual " + std::to_string(m_p.pp_virtual) +
+                             " must be at least 1, and 1 without pipeline ranks (pp_size 1)");
         if (m_p.micro_batches < 1)
             return makeError("program: micro_batches must be at least 1, got " + std::to_string(m_p.micro_batches));
         // Every buffer has at least one event, so more buffers than events is a corrupt count.
@@ -138,11 +141,14 @@ private:
     }
 
     Status checkGroup(int32_t id, const Task& t) const {
+        if (t.chunk < 0 || t.chunk >= m_p.pp_virtual)
+            return fail(id, "chunk " + std::to_string(t.chunk) + " is not one of the rank's " +
+                                std::to_string(m_p.pp_virtual) + " pipeline stages");
         if (isP2P(t.kind)) {
-            const int32_t to = m_p.pp_stage + t.peer;
-            if (t.peer == 0 || to < 0 || to >= m_p.pp_size)
+            const int32_t to = m_p.stageOf(t) + t.peer;
+            if (t.peer == 0 || to < 0 || to >= m_p.pipelineStages())
                 return fail(id, "peer " + std::to_string(t.peer) + " is not a neighbouring stage of stage " +
-                                    std::to_string(m_p.pp_stage) + " (of " + std::to_string(m_p.pp_size) + ")");
+                                    std::to_string(m_p.stageOf(t)) + " (of " + std::to_string(m_p.pipelineStages()) + ")");
             if (t.group < 0 || t.group >= static_cast<int32_t>(m_p.groups.size()) ||
                 m_p.groups[static_cast<size_t>(t.group)].kind != GroupKind::Pipeline)
                 return fail(id, "a pipeline send or receive must name the pipeline process group");

@@ -76,6 +76,7 @@ json taskJson(const Task& t) {
                 {"mem_end", spanJson(t.mem_end)},
                 {"ops", spanJson(t.ops)}};
     if (t.peer != 0) j["peer"] = t.peer;  // P2P only: other documents stay as they were
+    if (t.chunk != 0) j["chunk"] = t.chunk;  // Interleaved1F1B only
     return j;
 }
 
@@ -307,9 +308,10 @@ void readTask(Reader& r, const json& j, const std::string& at, Task& t) {
     if (!r.object(j, at, {"kind", "stream", "micro_batch", "unit", "flops", "hbm_bytes", "comm_bytes", "group",
                           "group_size", "group_nodes", "dtype", "host_blocks", "host_wait", "deps", "mem_start",
                           "mem_peak", "mem_end", "ops"},
-                  {"peer"}))
+                  {"peer", "chunk"}))
         return;
     if (j.contains("peer")) r.integer(j, at, "peer", t.peer, -1, 1);
+    if (j.contains("chunk")) r.integer(j, at, "chunk", t.chunk, 0, std::numeric_limits<int8_t>::max());
     r.name(j, at, "kind", t.kind, parseTaskKind, namesOf<TaskKind>(kTaskKindCount, taskKindName));
     r.name(j, at, "stream", t.stream, parseStream, namesOf<Stream>(kStreamCount, streamName));
     r.integer(j, at, "micro_batch", t.micro_batch, 0, std::numeric_limits<int16_t>::max());
@@ -393,6 +395,7 @@ json programToJson(const Program& p) {
     if (p.pp_size != 1) {
         j["pp_size"] = p.pp_size;
         j["pp_stage"] = p.pp_stage;
+        if (p.pp_virtual != 1) j["pp_virtual"] = p.pp_virtual;
     }
     j["micro_batches"] = p.micro_batches;
     j["tokens_per_micro_batch"] = p.tokens_per_micro_batch;
@@ -431,12 +434,13 @@ Result<Program> programFromJson(const json& j, const std::string& where) {
                           "model_flops_per_step", "hardware_flops_per_step", "host_param_bytes", "host_grad_bytes",
                           "host_optimizer_bytes", "initial", "buffer_count", "units", "groups", "tasks", "deps", "mem",
                           "ops", "tensor_bytes", "buffer_tensors"},
-                  {"tp_size", "pp_size", "pp_stage"}))
+                  {"tp_size", "pp_size", "pp_stage", "pp_virtual"}))
         return r.error();
     r.integer(j, "", "world_size", p.world_size, 1, kInt32Max);
     if (j.contains("tp_size")) r.integer(j, "", "tp_size", p.tp_size, 1, kInt32Max);
     if (j.contains("pp_size")) r.integer(j, "", "pp_size", p.pp_size, 1, kInt32Max);
     if (j.contains("pp_stage")) r.integer(j, "", "pp_stage", p.pp_stage, 0, kInt32Max);
+    if (j.contains("pp_virtual")) r.integer(j, "", "pp_virtual", p.pp_virtual, 1, std::numeric_limits<int8_t>::max());
     r.integer(j, "", "micro_batches", p.micro_batches, 1, std::numeric_limits<int16_t>::max());
     r.integer(j, "", "tokens_per_micro_batch", p.tokens_per_micro_batch, 0, kInt64Max);
     r.name(j, "", "compute_dtype", p.compute_dtype, parseDType, "one of fp32, bf16, fp16, fp8, int64, uint8");

@@ -224,8 +224,12 @@ InputPanel::InputPanel(QWidget* parent) : QWidget(parent) {
             1, 1024, "");
     addCombo(sharding, "pp-schedule", "sharding.pp_schedule", "pipeline schedule",
              "With pipeline stages: the schedule (GPipe: every forward, then every backward; 1F1B: warm-up forwards, "
-             "then one backward and one forward alternately).",
-             {"1F1B", "GPipe"}, false);
+             "then one backward and one forward alternately; Interleaved1F1B: 1F1B over several stages per rank).",
+             {"1F1B", "GPipe", "Interleaved1F1B"}, false);
+    addSpin(sharding, "pp-virtual-stages", "sharding.pp_virtual_stages", "stages per rank",
+            "With Interleaved1F1B: the stages each pipeline rank holds (torchtitan's stages per rank); the blocks "
+            "split into pipeline stages x this, rank r holding stages r, r + pp, ...",
+            1, 64, "");
     addCombo(sharding, "fsdp", "sharding.fsdp", "FSDP version",
              "FSDP2 (torch.distributed.fsdp.fully_shard) or FSDP1 (FullyShardedDataParallel).", {"2", "1"}, false);
     addCombo(sharding, "wrap", "sharding.wrap", "wrap policy",
@@ -375,6 +379,7 @@ void InputPanel::fillFromPlan(const core::Plan& p) {
     set("async-tp", s.async_tp ? "true" : "false");
     set("pp", QString::number(s.pp));
     set("pp-schedule", toQString(core::ppScheduleName(s.pp_schedule)));
+    set("pp-virtual-stages", QString::number(s.pp_virtual_stages));
     set("fsdp", QString::number(s.fsdp_version));
     set("wrap", toQString(core::wrapPolicyString(s.wrap)));
     set("reshard-after-forward", reshardText(s));
@@ -418,6 +423,7 @@ core::PlanOverrides InputPanel::overrides() const {
         else if (key == "async-tp") o.async_tp = s;
         else if (key == "pp") o.pp = v.toLongLong();
         else if (key == "pp-schedule") o.pp_schedule = s;
+        else if (key == "pp-virtual-stages") o.pp_virtual_stages = v.toLongLong();
         else if (key == "fsdp") o.fsdp = v.toLongLong();
         else if (key == "wrap") o.wrap = s;
         else if (key == "reshard-after-forward" && v != "default") o.reshard_after_forward = s;

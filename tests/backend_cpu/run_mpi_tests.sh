@@ -3,7 +3,8 @@
 # Usage: run_mpi_tests.sh SHARDCAST RUN_RECORD_CHECK SOURCE_DIR verify2|verify4|verify8|faults|save
 #   verify2 / verify4: `run --verify` on 2 / 4 ranks over the strategies, FSDP1 and FSDP2, no_sync
 #     accumulation and AC, and (4 ranks) 2 x 2 meshes of FSDP2 over tensor parallelism or inside
-#     pipeline stages; verify8: 2 x 2 x 2 meshes (pp x dp x tp) on 8 ranks; each RUN.json is
+#     pipeline stages (1F1B, GPipe, Interleaved1F1B); verify8: 2 x 2 x 2 meshes (pp x dp x tp) on 8
+#     ranks; each RUN.json is
 #     checked by run_record_check (loads, world size, step count, timeline, counted memory == the
 #     prediction's counted allocations, exact bytes).
 #   save: run --save stores the run, its plan and prediction; compare --run --prediction reads them.
@@ -74,11 +75,15 @@ verify4)
     # 2 x 2 meshes: FSDP2 inside 2 pipeline stages (P2P sends and receives between them).
     verify 4 "$llama" --strategy FULL_SHARD --pp 2 --grad-accum 3
     verify 4 "$llama" --strategy FULL_SHARD --pp 2 --pp-schedule GPipe --grad-accum 2 --ac full
+    # Interleaved1F1B: two stages per rank, the last rank's stage 1 sending to rank 0's stage 2.
+    verify 4 "$llama" --strategy FULL_SHARD --pp 2 --pp-schedule Interleaved1F1B --pp-virtual-stages 2 --grad-accum 4
     ;;
 verify8)
     # 2 x 2 x 2 meshes: pipeline stages of FSDP2 over tensor parallelism.
     verify 8 "$llama" --strategy FULL_SHARD --pp 2 --tp 2 --grad-accum 4
     verify 8 "$llama" --strategy HYBRID_SHARD --shard-size 1 --pp 2 --tp 2 --grad-accum 2 --pp-schedule GPipe --ac full
+    verify 8 "$llama" --strategy FULL_SHARD --pp 2 --tp 2 --grad-accum 4 --pp-schedule Interleaved1F1B --pp-virtual-stages 2 \
+        --ac full
     ;;
 save)
     # run --save on 2 ranks: rank 0 stores the run, its plan and its prediction once; the stored

@@ -138,7 +138,10 @@ expect_bad_input "--pp above the blocks plus embedding and output" "valid: 1 to 
 expect_bad_input "--pp not dividing the world" "must divide the world size 8" "$bin" plan --model llama-3.1-8b --pp 3 --grad-accum 3
 expect_bad_input "--pp 1F1B with fewer micro-batches" "training.grad_accum 2 < pp 4" "$bin" plan --model llama-3.1-8b --pp 4 --grad-accum 2
 expect_bad_input "--pp with tied embeddings" "tied embeddings" "$bin" plan --model gpt2 --pp 2 --grad-accum 2
-expect_bad_input "--pp-schedule Interleaved1F1B" "not modelled yet" "$bin" plan --model llama-3.1-8b --pp 2 --grad-accum 2 --pp-schedule Interleaved1F1B
+expect_bad_input "--pp-schedule Interleaved1F1B without virtual stages" "needs sharding.pp_virtual_stages 2 or more" "$bin" plan --model llama-3.1-8b --pp 2 --grad-accum 2 --pp-schedule Interleaved1F1B
+expect_bad_input "--pp-virtual-stages without Interleaved1F1B" "needs sharding.pp_schedule Interleaved1F1B" "$bin" plan --model llama-3.1-8b --pp 2 --grad-accum 2 --pp-virtual-stages 2
+expect_bad_input "--pp-virtual-stages 0 names the flag" "--pp-virtual-stages" "$bin" plan --model llama-3.1-8b --pp 2 --pp-virtual-stages 0
+expect_bad_input "Interleaved1F1B micro-batches not a multiple of its rounds" "valid near it: 7, 8, 10, 12" "$bin" plan --model llama-3.1-8b --nodes 2 --pp 4 --grad-accum 9 --pp-schedule Interleaved1F1B --pp-virtual-stages 2
 expect_bad_input "--pp-schedule bogus" "expected one of GPipe, 1F1B, Interleaved1F1B" "$bin" plan --model llama-3.1-8b --pp 2 --pp-schedule bogus
 expect_bad_input "--pp-stage-blocks not summing" "sum to the model's 32 blocks" "$bin" plan --model llama-3.1-8b --pp 2 --grad-accum 2 --pp-stage-blocks 16,15
 expect_bad_input "--pp-stage-blocks malformed" "separated by commas" "$bin" plan --model llama-3.1-8b --pp 2 --pp-stage-blocks 16,,16
@@ -156,6 +159,15 @@ if grep -q "^  mesh         pp 4 x dp_replicate 1 x dp_shard 4 x tp 1" "$tmp/out
     pass "plan --pp 4 reports the mesh and each stage's blocks and micro-batches held"
 else
     fail "plan --pp 4 reports the mesh and each stage's blocks and micro-batches held" "$(cat "$tmp/out")"
+fi
+expect_ok "plan --pp 2 Interleaved1F1B" "$bin" plan --model llama-3.1-8b --nodes 2 --pp 2 --pp-schedule Interleaved1F1B \
+    --pp-virtual-stages 2 --grad-accum 8 --seq-len 4096 --write-plan "$tmp/ilv.plan.json"
+if grep -q "^Pipeline (2 ranks x 2 stages each = 4 stages, schedule Interleaved1F1B, 8 micro-batches" "$tmp/out" &&
+    grep -q "rank r holds stages r and r + 2" "$tmp/out" && grep -Eq "^  0 +16 +5 " "$tmp/out" &&
+    grep -q '"pp_virtual_stages": 2' "$tmp/ilv.plan.json"; then
+    pass "plan --pp-virtual-stages 2 reports each rank's stages and keeps them in the plan file"
+else
+    fail "plan --pp-virtual-stages 2 reports each rank's stages and keeps them in the plan file" "$(cat "$tmp/out")"
 fi
 expect_ok "plan --pp 4 --stage 3" "$bin" plan --model llama-3.1-8b --nodes 2 --pp 4 --grad-accum 8 --seq-len 4096 --stage 3
 if grep -q "memory and timeline below: stage 3" "$tmp/out"; then pass "plan --stage 3 shows stage 3"; else fail "plan --stage 3 shows stage 3" "$(head -c 600 "$tmp/out")"; fi

@@ -247,37 +247,51 @@ TEST(OptimizeTest, TensorParallelDegreesMatchExhaustiveEnumeration) {
     expectSameAnswer(base, space, 32, 5);
 }
 
-// Pipeline stage counts: the pp 1 space is searched with its bounds, the pp 2 space evaluated whole
-// (1F1B, so grad accumulation below 2 is refused there); the merged answer is the one exhaustive
-// enumeration gives: the fastest fitting configuration and the top 5 step times.
-TEST(OptimizeTest, PipelineStagesMatchExhaustiveEnumeration) {
-    core::Plan base = basePlan("llama-3.1-8b", 1, 4096);
-    base.model = testing::scaledModel("llama-3.1-8b", 8);
+// A pipeline space small enough to enumerate: per-block units, checkpointing none or full, FSDP2,
+// no offload, one prefetch and reshard choice.
+OptimizeSpace smallPipelineSpace() {
     OptimizeSpace space;
-    space.strategies = {core::Strategy::FullShard, core::Strategy::ShardGradOp};
     space.wraps = {wrap("block")};
     space.acs = {{core::Checkpointing::None, 1}, {core::Checkpointing::Full, 1}};
     space.fsdp_versions = {2};
     space.offloads = {core::Offload::None};
     space.prefetch = false;
     space.partial_reshard = false;
+    return space;
+}
+
+// Every fitting choice's step (ns) and label, fastest first: exhaustive enumeration's answer.
+std::vector<std::pair<int64_t, std::string>> fittingByStep(const core::Plan& base, const std::vector<OptimizeChoice>& all,
+                                                           const HardwareProfile& profile) {
+    EvaluationOptions eo;
+    eo.per_unit = false;
+    std::vector<std::pair<int64_t, std::string>> fitting;
+    for (const OptimizeChoice& c : all) {
+        auto e = evaluatePlan(applyChoice(base, c), &profile, eo);
+        if (e && e->fit.fits) fitting.emplace_back(e->timeline.step_ns, labelOf(c));
+    }
+    std::stable_sort(fitting.begin(), fitting.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    return fitting;
+}
+
+// Pipeline stage counts: the pp 1 space is searched with its bounds, the pp 2 space evaluated whole
+// (1F1B, so grad accumulation below 2 is refused there); the merged answer is the one exhaustive
+// enumeration gives: the fastest fitting configuration and the top 5 step times.
+TEST(OptimizeTest, PipelineStagesMatchExhaustiveEnumeration) {
+    core::Plan base = basePlan("llama-3.1-8b", 1, 4096);
+    base.model = testing::scaledModel("llama-3.1-8b", 8);
+    OptimizeSpace space = smallPipelineSpace();
+    space.strategies = {core::Strategy::FullShard, core::Strategy::ShardGradOp};
     space.pps = {1, 2};
     const int64_t global_batch = 32;
     const HardwareProfile profile = HardwareProfile::fromCluster(base.cluster);
     auto all = enumerateSpace(base, space, global_batch);
     ASSERT_TRUE(all) << all.error().message;
-    EvaluationOptions eo;
-    eo.per_unit = false;
-    std::vector<std::pair<int64_t, std::string>> fitting;  // step, label
     int pp2 = 0;
-    for (const OptimizeChoice& c : *all) {
-        pp2 += c.pp == 2 ? 1 : 0;
-        auto e = evaluatePlan(applyChoice(base, c), &profile, eo);
-        if (e && e->fit.fits) fitting.emplace_back(e->timeline.step_ns, labelOf(c));
-    }
+    for (const OptimizeChoice& c : *all) pp2 += c.pp == 2 ? 1 : 0;
     ASSERT_GT(pp2, 0);
+    const auto fitting = fittingByStep(base, *all, profile);
     ASSERT_GE(fitting.size(), 5u);
-    std::stable_sort(fitting.begin(), fitting.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
     OptimizeOptions options;
     options.global_batch = global_batch;
     options.top = 5;
@@ -294,6 +308,49 @@ TEST(OptimizeTest, PipelineStagesMatchExhaustiveEnumeration) {
     bool pp_loss = false;
     for (const DimensionLoss& l : r->losses) pp_loss = pp_loss || l.dimension == OptimizeDimension::Pp;
     EXPECT_TRUE(pp_loss);
+}
+
+// Pipeline schedules as a dimension: with pp 2 every schedule's space is evaluated whole and the
+// merged answer is exhaustive enumeration's; the losses price each schedule under the pp dimension.
+TEST(OptimizeTest, PipelineSchedulesMatchExhaustiveEnumeration) {
+    core::Plan base = basePlan("llama-3.1-8b", 1, 4096);
+    base.model = testing::scaledModel("llama-3.1-8b", 8);
+    OptimizeSpace space = smallPipelineSpace();
+    space.strategies = {core::Strategy::FullShard};
+    space.pps = {2};
+    auto sched = [](const char* text) { return *parsePipelineScheduleChoice(text); };
+    space.pp_schedules = {sched("1F1B"), sched("GPipe"), sched("Interleaved1F1B:2")};
+    const int64_t global_batch = 32;
+    const HardwareProfile profile = HardwareProfile::fromCluster(base.cluster);
+    auto all = enumerateSpace(base, space, global_batch);
+    ASSERT_TRUE(all) << all.error().message;
+    int interleaved = 0;
+    for (const OptimizeChoice& c : *all) interleaved += c.pp_schedule == core::PpSchedule::Interleaved1F1B ? 1 : 0;
+    ASSERT_GT(interleaved, 0);
+    const auto fitting = fittingByStep(base, *all, profile);
+    ASSERT_GE(fitting.size(), 3u);
+    OptimizeOptions options;
+    options.global_batch = global_batch;
+    options.top = 3;
+    auto r = optimize(base, space, profile, options);
+    ASSERT_TRUE(r) << r.error().message;
+    EXPECT_EQ(r->space_size, all->size());
+    EXPECT_EQ(static_cast<int64_t>(std::llround(r->best.step_s * 1e9)), fitting.front().first);
+    for (size_t i = 0; i < r->top.size(); ++i) {
+        EXPECT_EQ(static_cast<int64_t>(std::llround(r->top[i].step_s * 1e9)), fitting[i].first) << "rank " << i;
+    }
+    std::set<std::string> priced;
+    for (const DimensionLoss& l : r->losses) {
+        if (l.dimension == OptimizeDimension::Pp) priced.insert(l.value);
+    }
+    priced.insert(choiceValue(r->best.choice, OptimizeDimension::Pp));
+    EXPECT_EQ(priced, (std::set<std::string>{"2", "2 GPipe", "2 Interleaved1F1B:2"}));
+    // Bad schedule texts name what is valid.
+    EXPECT_FALSE(parsePipelineScheduleChoice("Interleaved1F1B").ok());
+    EXPECT_FALSE(parsePipelineScheduleChoice("GPipe:2").ok());
+    EXPECT_FALSE(parsePipelineScheduleChoice("Interleaved1F1B:1").ok());
+    EXPECT_NE(parsePipelineScheduleChoice("zb").error().message.find("valid: GPipe, 1F1B or Interleaved1F1B:V"),
+              std::string::npos);
 }
 
 // A stage count the model or the world cannot take is refused by name.

@@ -31,33 +31,9 @@ using testing::kMs;
 
 std::shared_ptr<const core::Model> llama8b(int layers) { return testing::scaledModel("llama-3.1-8b", layers); }
 
-core::Plan ppPlan(int layers, int pp, int grad_accum, core::PpSchedule schedule, int gpus = 8) {
-    core::Plan plan;
-    plan.model = llama8b(layers);
-    plan.model_ref = "llama-3.1-8b";
-    plan.cluster.gpu = *core::findGpuPreset("H100-SXM");
-    plan.cluster.nodes = 1;
-    plan.cluster.gpus_per_node = gpus;
-    plan.training.micro_batch = 1;
-    plan.training.seq_len = 2048;
-    plan.training.grad_accum = grad_accum;
-    plan.sharding.strategy = core::Strategy::FullShard;
-    plan.sharding.wrap.kind = core::WrapKind::Block;
-    plan.sharding.pp = pp;
-    plan.sharding.pp_schedule = schedule;
-    return plan;
-}
+using testing::ppPlan;
 
-core::Program stage(const core::Plan& plan, int s) {
-    core::Program p;
-    auto mesh = core::validatePlan(plan);
-    EXPECT_TRUE(mesh.ok()) << (mesh.ok() ? "" : mesh.error().message);
-    if (!mesh) return p;
-    core::Lowerer lowerer;
-    auto st = lowerer.lowerStage(plan, *mesh, s, p);
-    EXPECT_TRUE(st.ok()) << (st.ok() ? "" : st.error().message);
-    return p;
-}
+core::Program stage(const core::Plan& plan, int s) { return testing::stageProgram(plan, s); }
 
 // torchtitan's generate_llm_fqn_per_model_part, worked by hand: the embedding and the output
 // count as one block each, blocks + 2 split evenly, the first (blocks + 2) mod pp stages one more.
@@ -342,7 +318,7 @@ TEST(PipelineTest, BadPipelinesNameTheValidChoices) {
     refused(ppPlan(6, 3, 3, core::PpSchedule::OneFOneB), "sharding.pp 3 must divide the world size 8");
     refused(ppPlan(2, 8, 8, core::PpSchedule::OneFOneB), "valid: 1 to 4");
     refused(ppPlan(6, 4, 2, core::PpSchedule::OneFOneB), "training.grad_accum 2 < pp 4");
-    refused(ppPlan(6, 2, 2, core::PpSchedule::Interleaved1F1B), "Interleaved1F1B (virtual stages) is not modelled yet");
+    refused(ppPlan(6, 2, 2, core::PpSchedule::Interleaved1F1B), "Interleaved1F1B needs sharding.pp_virtual_stages 2 or more");
     core::Plan blocks = ppPlan(6, 2, 2, core::PpSchedule::GPipe);
     blocks.sharding.pp_stage_blocks = {3, 2};
     refused(blocks, "sum to the model's 6 blocks");

@@ -9,7 +9,9 @@
 
 #include "core/model/model_io.hpp"
 #include "core/model/model_scale.hpp"
+#include "core/lower/lower.hpp"
 #include "core/plan/plan.hpp"
+#include "core/program/program.hpp"
 
 namespace shardcast::sim::testing {
 
@@ -36,6 +38,40 @@ inline core::Plan h100Plan(const char* model, int nodes, int64_t seq_len) {
     plan.training.seq_len = seq_len;
     plan.sharding.wrap.kind = core::WrapKind::Block;
     return plan;
+}
+
+// A pipeline-parallel plan: Llama-3.1-8B cut to `layers` blocks on `gpus` H100-SXM of one node,
+// FULL_SHARD per block, micro-batch 1 of 2,048 tokens, `grad_accum` micro-batches through `pp`
+// pipeline ranks of `virtual_stages` stages each.
+inline core::Plan ppPlan(int layers, int pp, int grad_accum, core::PpSchedule schedule, int gpus = 8,
+                         int virtual_stages = 1) {
+    core::Plan plan;
+    plan.model = scaledModel("llama-3.1-8b", layers);
+    plan.model_ref = "llama-3.1-8b";
+    plan.cluster.gpu = *core::findGpuPreset("H100-SXM");
+    plan.cluster.nodes = 1;
+    plan.cluster.gpus_per_node = gpus;
+    plan.training.micro_batch = 1;
+    plan.training.seq_len = 2048;
+    plan.training.grad_accum = grad_accum;
+    plan.sharding.strategy = core::Strategy::FullShard;
+    plan.sharding.wrap.kind = core::WrapKind::Block;
+    plan.sharding.pp = pp;
+    plan.sharding.pp_schedule = schedule;
+    plan.sharding.pp_virtual_stages = virtual_stages;
+    return plan;
+}
+
+// Pipeline rank `rank`'s Program of a plan that validates (a failure fails the test).
+inline core::Program stageProgram(const core::Plan& plan, int rank) {
+    core::Program p;
+    auto mesh = core::validatePlan(plan);
+    EXPECT_TRUE(mesh.ok()) << (mesh.ok() ? "" : mesh.error().message);
+    if (!mesh) return p;
+    core::Lowerer lowerer;
+    auto st = lowerer.lowerStage(plan, *mesh, rank, p);
+    EXPECT_TRUE(st.ok()) << (st.ok() ? "" : st.error().message);
+    return p;
 }
 
 }  // namespace shardcast::sim::testing

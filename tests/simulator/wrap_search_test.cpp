@@ -367,7 +367,7 @@ TEST(PytorchCodeTest, TwoUnitGrouping) {
     plan.cluster.gpu = *core::findGpuPreset("H100-SXM");
     plan.cluster.nodes = 1;
     plan.cluster.gpus_per_node = 8;
-    core::Mesh mesh{8, 8, 1, 1, 1, {}};
+    core::Mesh mesh{8, 8, 1, 1, 1, 1, {}};
     const std::string code = pytorchCode(plan, mesh, {{"model.layers.0", "model.layers.1"}, {"model.layers.2"}});
     EXPECT_EQ(code,
               "# shardcast: FULL_SHARD on 1 x H100-SXM (8 GPUs)\n"
@@ -389,7 +389,7 @@ TEST(PytorchCodeTest, NonConsecutiveModulesAreListed) {
     core::Plan plan;
     plan.model = std::make_shared<const core::Model>(std::move(*model));
     plan.cluster.gpu = *core::findGpuPreset("H100-SXM");
-    core::Mesh mesh{8, 8, 1, 1, 1, {}};
+    core::Mesh mesh{8, 8, 1, 1, 1, 1, {}};
     const std::string code = pytorchCode(plan, mesh, {{"model.layers.0", "model.layers.2"}, {"model.norm", "lm_head"}});
     EXPECT_NE(code.find("fully_shard([model.model.layers[0], model.model.layers[2]], mesh=mesh"), std::string::npos);
     EXPECT_NE(code.find("fully_shard([model.model.norm, model.lm_head], mesh=mesh"), std::string::npos);
@@ -403,7 +403,7 @@ TEST(PytorchCodeTest, HybridUsesATwoDimensionalMesh) {
     plan.cluster.gpu = *core::findGpuPreset("H100-SXM");
     plan.cluster.nodes = 2;
     plan.sharding.strategy = core::Strategy::HybridShard;
-    const std::string code = pytorchCode(plan, core::Mesh{16, 8, 2, 1, 1, {}}, {{"model.layers.0"}});
+    const std::string code = pytorchCode(plan, core::Mesh{16, 8, 2, 1, 1, 1, {}}, {{"model.layers.0"}});
     EXPECT_NE(code.find("mesh = init_device_mesh(\"cuda\", (2, 8), mesh_dim_names=(\"replicate\", \"shard\"))\n"),
               std::string::npos)
         << code;
@@ -421,7 +421,7 @@ TEST(PytorchCodeTest, PerBlockCheckpointingWrapsEachRunInItsMode) {
     auto spec = core::parseAcSpec("blocks:full*8,op*1,none*23");
     ASSERT_TRUE(spec.has_value());
     core::applyAc(plan.training, *spec);
-    const std::string code = pytorchCode(plan, core::Mesh{8, 8, 1, 1, 1, {}}, {{"model.layers.0"}});
+    const std::string code = pytorchCode(plan, core::Mesh{8, 8, 1, 1, 1, 1, {}}, {{"model.layers.0"}});
     EXPECT_NE(code.find("# Activation checkpointing (blocks:full*8,op*1,none*23), before fully_shard\n"), std::string::npos)
         << code;
     EXPECT_NE(code.find("for i in range(0, 8):\n    model.model.layers[i] = checkpoint_wrapper(model.model.layers[i], "
@@ -438,7 +438,7 @@ TEST(PytorchCodeTest, PerBlockCheckpointingWrapsEachRunInItsMode) {
     EXPECT_LT(code.find("checkpoint_wrapper(model.model.layers[8]"), code.find("fully_shard(model.model.layers[0]"));
     // No checkpointing: no wrapper.
     plan.training = core::TrainingSpec{};
-    EXPECT_EQ(pytorchCode(plan, core::Mesh{8, 8, 1, 1, 1, {}}, {{"model.layers.0"}}).find("checkpoint_wrapper"), std::string::npos);
+    EXPECT_EQ(pytorchCode(plan, core::Mesh{8, 8, 1, 1, 1, 1, {}}, {{"model.layers.0"}}).find("checkpoint_wrapper"), std::string::npos);
 }
 
 }  // namespace

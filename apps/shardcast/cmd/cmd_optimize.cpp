@@ -28,7 +28,7 @@ namespace {
 struct OptimizeCommandOptions {
     core::PlanOverrides plan;
     int64_t global_batch = 0;
-    std::vector<std::string> strategies, wraps, acs, offloads;
+    std::vector<std::string> strategies, wraps, acs, offloads, pp_schedules;
     std::vector<int> shard_sizes, fsdps, tps, pps;
     int64_t max_micro_batch = 0;
     bool no_partial_reshard = false, no_prefetch = false, ac_per_block = false;
@@ -130,6 +130,11 @@ int runOptimize(const OptimizeCommandOptions& o) {
     space.hybrid_shard_sizes = o.shard_sizes;
     space.tps = o.tps;
     space.pps = o.pps;
+    for (const std::string& text : o.pp_schedules) {
+        auto parsed = sim::parsePipelineScheduleChoice(text);
+        if (!parsed) return reportInputError("--pp-schedules: " + parsed.error().message);
+        space.pp_schedules.push_back(*parsed);
+    }
     space.max_micro_batch = o.max_micro_batch;
     space.partial_reshard = !o.no_partial_reshard;
     space.prefetch = !o.no_prefetch;
@@ -382,6 +387,11 @@ void registerOptimizeCommand(CLI::App& app, int& exit_code) {
                     "(tp x pp) data-parallel ranks, each step's micro-batches the pipeline's, and it is evaluated whole "
                     "(no bounds: slower)")
         ->type_name("P,...")
+        ->delimiter(',');
+    cmd->add_option("--pp-schedules", opts->pp_schedules,
+                    "Pipeline schedules to consider with every --pp above 1, comma-separated: GPipe, 1F1B, "
+                    "Interleaved1F1B:V (V stages per rank, 2 or more); default the plan's --pp-schedule")
+        ->type_name("S,...")
         ->delimiter(',');
     cmd->add_option("--wrap", opts->wraps,
                     "Wrap policies to consider, comma-separated: whole | block | every:K | min-params:N | modules:FILE "
