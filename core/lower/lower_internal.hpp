@@ -7,7 +7,7 @@
 //   lower_segments.cpp  op costs, segments, activation memory and checkpointing, hook order
 //   lower_schedule.cpp  forward, backward, unshard, reshard, reduce, offload, optimizer: rules 2-11
 //                       and FSDP1's schedule differences
-//   lower_tp.cpp        tensor parallelism under FSDP: rules TP1-TP3 (its header)
+//   lower_tp.cpp        tensor parallelism under FSDP: rules TP1-TP5 (its header)
 //   lower_pp.cpp        pipeline parallelism: a stage's schedule, its P2P and FSDP inside a stage:
 //                       rules PP1-PP4 (its header)
 //
@@ -28,6 +28,7 @@
 //          all-gather into the FlatParameter, no copy-out       issueUnshard, waitUnshard
 //          prefetch depth 1, BACKWARD_PRE/POST, forward_prefetch  preForward, preBackward, prefetchAfter, postBackward
 //   NO_SHARD (DDP)                                              addParamNoShard, castCopy, postBackwardNoShard
+//   TP5 the embedding's whole-vocabulary gradient               vocabGradExtra, redistributeVocabGrad
 //   PP1 parameters kept unsharded after forward under pp        reshardAfterForwardPerUnit
 //   PP2 the stage's schedule, micro-batches held (slots)        pipelineRankSchedule, act, configure, slotOf
 //   PP5 Interleaved1F1B: several stages per rank, UNSHARD,      Lowerer::lowerStage (lower_pp.cpp), unshardStage,
@@ -62,6 +63,9 @@ struct UnitSizes {
     Span param_tensors;            // FSDP2: the unsharded parameters, one tensor each (Program::tensor_bytes)
     int32_t blocks = 0;
     bool reshard_after_forward = true;
+    // TP5: elements by which the vocab-parallel embedding's whole-vocabulary gradient exceeds its
+    // local rows ((tp - 1) x them); 0 without tensor parallelism or such an embedding.
+    int64_t vocab_grad_extra = 0;
 };
 
 // A run of ops of one unit inside one block: the granularity of forward, recompute and backward
@@ -321,6 +325,8 @@ private:
 
     // lower_tp.cpp
     void tpLocalOps();
+    void vocabGradExtra();
+    void redistributeVocabGrad(int32_t u, int mb);
     void tpBefore(int64_t ai, bool backward);
     void tpAfter(int64_t ai, bool backward);
     static constexpr uint8_t kOverlapNext = 1, kOverlapPrevious = 2;  // OpShape::overlap under async TP
@@ -493,6 +499,7 @@ private:
     int32_t m_saved_flat = -1;             // FSDP2: unit whose flat output is kept in all_gather_state
     int32_t m_ag_wait = -1;                // copy-out the all-gather streams wait on
     BufferRef m_pending_rs;                // reduce-scatter input awaiting the next reduce
+    BufferRef m_vocab_copy;                // TP5: the embedding gradient's local rows, until the copy-in
     std::vector<BufferRef> m_inputs;       // per micro-batch slot: its input_ids and labels
     int32_t m_pending_compute_dep = -1;    // FSDP1: the compute stream waits on this all-gather
     std::array<int32_t, kStreamCount> m_last_on_stream{};

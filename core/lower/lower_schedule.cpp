@@ -382,14 +382,16 @@ void Lowering::postBackward(int32_t u, int mb) {
         if (m_pp == 1) freeUnsharded(u, false);
         if (!st.acc_live) {
             if (!m_fsdp1 && m_rdt != m_pdt && us.grad_elems > 0) {
-                // FSDP2 upcasts held gradients to reduce_dtype (after resharding, to save memory).
+                // FSDP2 upcasts held gradients to reduce_dtype (after resharding, to save memory);
+                // the embedding's whole-vocabulary gradient too (TP5).
+                const int64_t held = (us.grad_elems + us.vocab_grad_extra) * itemSize(m_rdt);
                 newTask(TaskKind::Cast, Stream::Compute, u, mb);
                 cur().dtype = m_rdt;
-                cur().hbm_bytes = st.grads_live + us.grad_elems * itemSize(m_rdt);
+                cur().hbm_bytes = st.grads_live + held;
                 cur().ops = pushElementwise(cur().hbm_bytes, 0, m_rdt);
-                st.acc_buf = alloc(At::Start, MemCategory::UnshardedGrad, us.grad_elems * itemSize(m_rdt));
+                st.acc_buf = alloc(At::Start, MemCategory::UnshardedGrad, held);
                 releaseGrads(At::Start, u);
-                st.acc_bytes = us.grad_elems * itemSize(m_rdt);
+                st.acc_bytes = held;
             } else {
                 st.acc_bytes = st.grads_live;  // the gradient buffers themselves accumulate
             }
@@ -402,8 +404,10 @@ void Lowering::postBackward(int32_t u, int mb) {
         freeUnsharded(u, false);
         return;
     }
+    if (us.vocab_grad_extra > 0) redistributeVocabGrad(u, mb);
     newTask(TaskKind::ReduceScatter, Stream::ReduceScatter, u, mb);
     dep(producer);
+    dep(us.vocab_grad_extra > 0 ? m_last_compute : -1);
     collectiveOn(GroupKind::Shard);
     cur().dtype = m_rdt;
     if (st.unsharded) {
@@ -427,6 +431,7 @@ void Lowering::postBackward(int32_t u, int mb) {
     BufferRef copy_in = allocOn(rs_in_stream, At::Start, MemCategory::Temp, rs_in);
     releaseGrads(At::Start, u);
     release(At::Start, st.acc_buf);
+    release(At::Start, m_vocab_copy);
     release(At::Start, copy_in);
     m_pending_rs = allocOn(rs_in_stream, At::Start, MemCategory::ReduceScatter, rs_in);
     st.grads_live = 0;

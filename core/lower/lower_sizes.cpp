@@ -278,6 +278,7 @@ void Lowering::unitSizes() {
         i = end;
     }
     if (m_sharded && m_fsdp1) fsdp1FlatParameterSizes();
+    vocabGradExtra();
     unshardedParamTensors();
     m_s.op_frozen.clear();
     if (any_frozen) {
@@ -441,7 +442,8 @@ void Lowering::unitBufferTable(int32_t u, UnitInfo& info) const {
     }
     if (accumulates) {
         // FSDP2 upcasts held gradients to reduce_dtype; FSDP1 keeps them as autograd wrote them.
-        info.no_sync_grad_bytes = us.grad_elems * itemSize(!m_fsdp1 && m_rdt != m_pdt ? m_rdt : m_pdt);
+        info.no_sync_grad_bytes =
+            (us.grad_elems + us.vocab_grad_extra) * itemSize(!m_fsdp1 && m_rdt != m_pdt ? m_rdt : m_pdt);
     }
 }
 

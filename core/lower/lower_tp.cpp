@@ -26,9 +26,83 @@
 //  TP4  async TP (torch._inductor's micro-pipelined TP: fused_all_gather_matmul and
 //       fused_matmul_reduce_scatter): an all-gather runs under the matmuls that read it, a
 //       reduce-scatter under the matmul that makes its input (OpShape::overlap).   tpBefore, tpAfter
+//  TP5  the vocab-parallel embedding's weight gradient is the whole vocabulary's: DTensor runs
+//       aten.embedding_dense_backward with output [vocab, hidden] and a Replicate() gradient
+//       (torch 2.15, seen with a dispatch mode on a fake group; docs/validation-memory.md).
+//       FSDP2's post-backward (_take_unsharded_grads_to_reduce -> unsharded_grad_data) then
+//       redistributes it to the parameter's Shard(0) placement, a copy of the local vocab / tp
+//       rows, while the whole one is alive, and drops the whole one (param.grad = None) before it
+//       reshards and reduces the local rows. Held across micro-batches (no_sync, pipeline stages)
+//       the whole gradient accumulates, upcast to reduce_dtype.       vocabGradExtra, redistributeVocabGrad
 #include "core/lower/lower_internal.hpp"
 
 namespace shardcast::core::detail {
+
+// TP5: the vocab-parallel embedding's gradient covers the whole vocabulary, tp times its local
+// rows: its op makes tp x the local elements, and the unit holds (tp - 1) x them more.
+void Lowering::vocabGradExtra() {
+    if (m_tp <= 1) return;
+    bool any = false;
+    for (size_t k = 0; k < m_s.param_shapes.size(); ++k) {
+        const int32_t op = m_s.param_grad_op[k];
+        if (op < 0 || m_model.ops[static_cast<size_t>(op)].tp != TpRole::Vocab) continue;
+        if (!m_tr.frozen_regex.empty() && m_s.frozen[k]) continue;
+        const int64_t extra = m_s.param_shapes[k].numel * (m_tp - 1);
+        if (!any) {
+            // op_grad_elems is kept between plans while every gradient is a weight's (grads_all_trainable):
+            // this one is not, so the next plan rebuilds it.
+            m_s.grads_all_trainable = false;
+            any = true;
+        }
+        m_s.op_grad_elems[static_cast<size_t>(op)] += extra;
+        m_s.us[static_cast<size_t>(m_s.param_unit[k])].vocab_grad_extra += extra;
+    }
+}
+
+// TP5 at the post-backward of a unit holding the embedding: the copy of the local rows out of the
+// whole-vocabulary gradient (Temp, on the compute stream, both alive at its start), after which
+// the whole gradient is freed and the copy is what the reduce-scatter's copy-in reads.
+void Lowering::redistributeVocabGrad(int32_t u, int mb) {
+    UnitState& st = m_s.st[u];
+    const int64_t extra_elems = m_s.us[static_cast<size_t>(u)].vocab_grad_extra;
+    const int64_t local_elems = extra_elems / (m_tp - 1);
+    // Held across micro-batches the gradients sit in the reduce_dtype accumulation buffer.
+    const bool accumulated = st.acc_buf.live();
+    const int64_t item = itemSize(accumulated ? m_rdt : m_pdt);
+    newTask(TaskKind::Cast, Stream::Compute, u, mb);
+    cur().dtype = accumulated ? m_rdt : m_pdt;
+    cur().hbm_bytes = 2 * local_elems * item;
+    cur().ops = pushElementwise(cur().hbm_bytes, 0, cur().dtype);
+    BufferRef copy = alloc(At::Start, MemCategory::Temp, local_elems * item);
+    if (accumulated) {
+        const int64_t kept = std::max<int64_t>(0, st.acc_buf.bytes - (extra_elems + local_elems) * item);
+        release(At::End, st.acc_buf);
+        BufferRef rest = alloc(At::End, MemCategory::UnshardedGrad, kept);
+        st.acc_buf = rest;
+        st.acc_bytes = kept;
+        m_vocab_copy = copy;  // freed with the accumulated gradients, once the copy-in has read both
+        return;
+    }
+    // The segment whose gradient buffer holds the embedding's (its ops include the Vocab op): the
+    // whole gradient goes, the segment's other gradients (if any) stay.
+    for (int32_t si = st.grads_head; si >= 0; si = m_s.seg_grad_next[static_cast<size_t>(si)]) {
+        const Segment& seg = m_s.segs[static_cast<size_t>(si)];
+        bool vocab = false;
+        for (int64_t ai = seg.op_begin; ai < seg.op_end && !vocab; ++ai) {
+            vocab = m_model.ops[static_cast<size_t>(m_s.active[static_cast<size_t>(ai)])].tp == TpRole::Vocab;
+        }
+        BufferRef& g = m_s.seg_grad[static_cast<size_t>(si)];
+        if (!vocab || !g.live()) continue;
+        const int64_t whole = (extra_elems + local_elems) * item;
+        const int64_t others = std::max<int64_t>(0, g.bytes - whole);
+        const MemCategory category = g.category;
+        st.grads_live -= g.bytes - others;
+        release(At::End, g);
+        if (others > 0) g = alloc(At::End, category, others);
+        break;
+    }
+    m_vocab_copy = copy;  // freed with the unit's gradients, once the copy-in has read them
+}
 
 namespace {
 

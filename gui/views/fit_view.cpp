@@ -193,13 +193,22 @@ void FitView::setPlan(std::shared_ptr<const PlanResult> plan) {
                                       .arg(formatMs(e.tp_comm_s))
                                 : QString()) +
                  (e.stages.empty() ? QString()
-                                   : QString(" x pp %1 (%2; memory and timeline of stage %3, whose memory binds: %4 "
-                                             "blocks, %5 micro-batches held)")
-                                         .arg(e.mesh.pp)
-                                         .arg(toQString(core::ppScheduleName(p.sharding.pp_schedule)))
-                                         .arg(e.stage)
-                                         .arg(e.stages[static_cast<size_t>(e.stage)].blocks)
-                                         .arg(e.stages[static_cast<size_t>(e.stage)].micro_batches_held))));
+                  : e.mesh.virtual_stages > 1
+                      ? QString(" x pp %1 (%2, %3 stages per rank; memory and timeline of pipeline rank %4, whose "
+                                "memory binds: %5 blocks, %6 (stage, micro-batch) pairs held)")
+                            .arg(e.mesh.pp)
+                            .arg(toQString(core::ppScheduleName(p.sharding.pp_schedule)))
+                            .arg(e.mesh.virtual_stages)
+                            .arg(e.stage)
+                            .arg(e.stages[static_cast<size_t>(e.stage)].blocks)
+                            .arg(e.stages[static_cast<size_t>(e.stage)].micro_batches_held)
+                      : QString(" x pp %1 (%2; memory and timeline of stage %3, whose memory binds: %4 "
+                                "blocks, %5 micro-batches held)")
+                            .arg(e.mesh.pp)
+                            .arg(toQString(core::ppScheduleName(p.sharding.pp_schedule)))
+                            .arg(e.stage)
+                            .arg(e.stages[static_cast<size_t>(e.stage)].blocks)
+                            .arg(e.stages[static_cast<size_t>(e.stage)].micro_batches_held))));
 }
 
 void FitView::setStrategies(std::shared_ptr<const StrategyComparison> c) {

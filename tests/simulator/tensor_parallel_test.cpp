@@ -1,4 +1,4 @@
-// FSDP composed with tensor parallelism (core/lower/lower_tp.cpp, rules TP1-TP3): the TP-local
+// FSDP composed with tensor parallelism (core/lower/lower_tp.cpp, rules TP1-TP5): the TP-local
 // parameter shards fully_shard shards again, the collectives DTensor issues on the tp group,
 // the memory PyTorch's FSDPMemTracker measured for FSDP2 + TP, the mesh checks and the Program's
 // file form. Figures are worked out by hand from Llama-3.1-8B's config (hidden 4096, 32 heads,
@@ -229,6 +229,60 @@ INSTANTIATE_TEST_SUITE_P(
         PeerRow{16, 4, core::Checkpointing::Full, 480'808'960, 525'344'768, 1'097'877'512, 2'101'346'304, 109'068'288, 961'618'076}));
 
 // A rank trains on tokens / tp of its micro-batches, and does 1 / tp of their model FLOPs.
+// Rule TP5, by hand: the vocab-parallel embedding's weight gradient is the whole vocabulary's,
+// vocab x hidden x bf16 = 128,256 x 4,096 x 2 = 1,050,673,152 B, at any tp; the root's
+// post-backward copies out the local rows, 525,336,576 B at tp 2 (Temp, a CAST on the compute
+// stream before the root's reduce-scatter), and frees the whole gradient. Held across
+// micro-batches (no_sync) the whole gradient is upcast with the rest: the root's fp32
+// accumulation buffer holds the embedding's 128,256 x 4,096 x 4 = 2,101,346,304 B, the LM head's
+// local 64,128 x 4,096 x 4 = 1,050,673,152 B and the norm's 4,096 x 4 = 16,384 B.
+TEST(TensorParallelTest, EmbeddingGradientIsTheWholeVocabulary) {
+    const int64_t whole = kVocab * kHidden * 2, local = whole / 2;
+    const core::Program p = lowered(tpPlan(2, 2));
+    int32_t copy = -1, last_backward = -1, root_rs = -1;
+    for (int32_t id = 0; id < p.size(); ++id) {
+        const core::Task& t = p.tasks[static_cast<size_t>(id)];
+        if (t.kind == core::TaskKind::Backward) last_backward = id;
+        if (t.kind == core::TaskKind::Cast && t.unit == 0 && t.stream == core::Stream::Compute) copy = id;
+        if (t.kind == core::TaskKind::ReduceScatter && t.unit == 0) root_rs = id;
+    }
+    ASSERT_GE(copy, 0) << "no copy of the local rows";
+    EXPECT_GT(copy, last_backward);
+    EXPECT_LT(copy, root_rs);
+    const core::Task& c = p.tasks[static_cast<size_t>(copy)];
+    ASSERT_EQ(c.mem_start.count, 1u);
+    const core::MemEvent& alloc = p.mem[c.mem_start.offset];
+    EXPECT_EQ(alloc.bytes, local);
+    EXPECT_EQ(alloc.category, core::MemCategory::Temp);
+    bool freed_whole = false;
+    for (uint32_t i = 0; i < c.mem_end.count; ++i) freed_whole = freed_whole || p.mem[c.mem_end.offset + i].bytes == -whole;
+    EXPECT_TRUE(freed_whole);
+    // The reduce-scatter waits for the copy (its copy-in reads it).
+    const core::Task& rs = p.tasks[static_cast<size_t>(root_rs)];
+    const int32_t* deps = p.depsBegin(rs);
+    EXPECT_NE(std::find(deps, deps + rs.deps.count, copy), deps + rs.deps.count);
+
+    core::Plan accumulating = tpPlan(2, 2);
+    accumulating.training.grad_accum = 2;
+    accumulating.training.no_sync = true;
+    const core::Program a = lowered(accumulating);
+    bool upcast = false;
+    for (const core::Task& t : a.tasks) {
+        if (t.kind != core::TaskKind::Cast || t.unit != 0 || t.dtype != core::DType::F32 || t.mem_start.count == 0) continue;
+        const core::MemEvent& e = a.mem[t.mem_start.offset];
+        if (e.category != core::MemCategory::UnshardedGrad) continue;
+        EXPECT_EQ(e.bytes, kVocab * kHidden * 4 + kVocab / 2 * kHidden * 4 + kHidden * 4);
+        upcast = true;
+    }
+    EXPECT_TRUE(upcast);
+    // Without tensor parallelism the gradient is the parameter's own: no copy.
+    const core::Program one = lowered(tpPlan(2, 1));
+    const auto copies = std::count_if(one.tasks.begin(), one.tasks.end(), [](const core::Task& t) {
+        return t.kind == core::TaskKind::Cast && t.unit == 0 && t.stream == core::Stream::Compute;
+    });
+    EXPECT_EQ(copies, 0);
+}
+
 TEST(TensorParallelTest, ThroughputCountsTokensPerGpu) {
     auto one = evaluatePlan(tpPlan(2, 1), nullptr);
     auto two = evaluatePlan(tpPlan(2, 2), nullptr);

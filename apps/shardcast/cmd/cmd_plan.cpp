@@ -42,8 +42,11 @@ int runPlan(const PlanCommandOptions& o) {
     options.period_over = o.save.requested || o.whole_step ? 0 : sim::kPeriodOver;  // saved: every micro-batch
     if (o.stage >= 0) {
         if (o.stage >= plan->sharding.pp) {
-            return reportInputError(fmt::format("--stage {}: the plan has {} pipeline stage{} (valid: 0 to {})", o.stage,
-                                                plan->sharding.pp, plan->sharding.pp == 1 ? "" : "s", plan->sharding.pp - 1));
+            // Under Interleaved1F1B a rank holds several stages; --stage names the rank.
+            const bool interleaved = plan->sharding.pp_virtual_stages > 1;
+            return reportInputError(fmt::format("--stage {}: the plan has {} pipeline {}{} (valid: 0 to {})", o.stage,
+                                                plan->sharding.pp, interleaved ? "rank" : "stage",
+                                                plan->sharding.pp == 1 ? "" : "s", plan->sharding.pp - 1));
         }
         options.pipeline_stage = o.stage;
     }
@@ -96,7 +99,8 @@ void registerPlanCommand(CLI::App& app, int& exit_code) {
     addWholeStepOption(*cmd, opts->whole_step);
     cmd->add_flag("--json", opts->json, "Print one JSON object instead of the text report");
     cmd->add_option("--stage", opts->stage,
-                    "With --pp: report this pipeline stage's memory and timeline (default: the stage whose memory binds)")
+                    "With --pp: report this pipeline stage's memory and timeline (default: the stage whose memory binds); "
+                    "with --pp-virtual-stages, this pipeline rank's (its stages together)")
         ->type_name("S")
         ->check(CLI::NonNegativeNumber);
     cmd->add_option("--write-plan", opts->write_plan,
