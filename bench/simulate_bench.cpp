@@ -118,6 +118,23 @@ void BM_Evaluate_Llama405B_16384GPUs_Tp8_Pp16(benchmark::State& state) {
 }
 BENCHMARK(BM_Evaluate_Llama405B_16384GPUs_Tp8_Pp16)->Unit(benchmark::kMillisecond);
 
+// The same with Meta's kind of schedule: Interleaved1F1B, 2 stages per rank (126 blocks over 32
+// stages); each evaluation lowers 16 rank Programs of 2 stages each and times them coupled.
+void BM_Evaluate_Llama405B_16384GPUs_Tp8_Pp16_Interleaved2(benchmark::State& state) {
+    static const core::Plan plan = [] {
+        core::Plan p = benchPlan("llama-3.1-405b", 2048);
+        p.sharding.tp = 8;
+        p.sharding.pp = 16;
+        p.sharding.pp_schedule = core::PpSchedule::Interleaved1F1B;
+        p.sharding.pp_virtual_stages = 2;
+        p.training.grad_accum = 16;
+        p.training.ac = core::Checkpointing::Full;
+        return p;
+    }();
+    evaluatePlans(state, plan);
+}
+BENCHMARK(BM_Evaluate_Llama405B_16384GPUs_Tp8_Pp16_Interleaved2)->Unit(benchmark::kMillisecond);
+
 void BM_Evaluate_Llama405B_16384GPUs_AllocatedOnly(benchmark::State& state) {
     static const core::Plan plan = benchPlan("llama-3.1-405b", 2048);
     evaluatePlans(state, plan, false);
