@@ -161,6 +161,8 @@ std::string Program::taskLabel(int32_t id) const {
         const bool activations = (t.kind == TaskKind::Send) == (t.peer > 0);
         label += activations ? " act" : " grad";
     }
+    // Interleaved1F1B: which of the rank's stages the task belongs to.
+    if (pp_virtual > 1) label += " s" + std::to_string(stageOf(t));
     if (micro_batches > 1) {
         const bool step_last = step_micro_batches > micro_batches && t.micro_batch == micro_batches - 1;
         label += " mb" + std::to_string(step_last ? step_micro_batches - 1 : int{t.micro_batch});

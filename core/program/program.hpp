@@ -325,7 +325,7 @@ struct Program {
     const int32_t* depsBegin(const Task& t) const { return deps.data() + t.deps.offset; }
     const MemEvent* memBegin(Span s) const { return mem.data() + s.offset; }
     const OpShape* opsBegin(const Task& t) const { return ops.data() + t.ops.offset; }
-    std::string taskLabel(int32_t id) const;  // "AG layers.3", "BWD (root)"
+    std::string taskLabel(int32_t id) const;  // "AG layers.3", "BWD (root)"; Interleaved1F1B adds the stage: "RECV act s2 mb1"
     bool operator==(const Program&) const = default;
 };
 

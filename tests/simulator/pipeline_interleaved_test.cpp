@@ -35,8 +35,8 @@ std::string names(const std::vector<core::PipelineStep>& steps) {
 // torch 2.15's ScheduleInterleaved1F1B, lowered by its own passes: the expected strings are
 // what torch printed for `_add_reduce_grad(_add_unshard_reshard(
 // ScheduleInterleaved1F1B._calculate_single_rank_operations(rank), max_active_stages=3), M)`
-// (WAIT_REDUCE_GRAD, which follows each REDUCE_GRAD, left out), in the venv of
-// scripts/torch_fsdp_trace.py.
+// (WAIT_REDUCE_GRAD, which follows each REDUCE_GRAD, left out):
+// `scripts/torch-pipeline-order.py 2,2,4 4,2,8 2,4,4 4,2,6`.
 TEST(PipelineInterleavedTest, RankScheduleIsTorchs) {
     using core::PpSchedule;
     EXPECT_EQ(names(core::pipelineRankSchedule(PpSchedule::Interleaved1F1B, 2, 2, 4, 0)),
