@@ -15,7 +15,8 @@ const QString kExample = SHARDCAST_SOURCE_DIR "/examples/llama-3.1-8b-8xh100.jso
 const QStringList kKnobs = {"model", "gpu", "nodes", "gpus-per-node", "micro-batch", "seq-len", "grad-accum", "no-sync",
                             "param-dtype", "reduce-dtype", "master-dtype", "optimizer", "ac", "attention", "kernels", "impl",
                             "offload", "frozen", "strategy", "shard-size", "fsdp", "wrap", "reshard-after-forward",
-                            "prefetch-depth", "forward-prefetch", "backward-prefetch", "profile"};
+                            "prefetch-depth", "forward-prefetch", "backward-prefetch", "profile", "tp",
+                            "sequence-parallel", "loss-parallel", "async-tp", "pp", "pp-schedule", "pp-virtual-stages"};
 }  // namespace
 
 class InputPanelTest : public QObject {
@@ -91,6 +92,30 @@ private slots:
         QCOMPARE(plan->sharding.prefetch_depth, 3);
         QVERIFY(plan->sharding.forward_prefetch);
         QCOMPARE(plan->sharding.backward_prefetch, core::ShardingSpec::BackwardPrefetch::Post);
+    }
+
+    // The pipeline knobs: pp, the schedule and the stages per rank become --pp / --pp-schedule /
+    // --pp-virtual-stages overrides, and the plan they build runs Interleaved1F1B over 2 x 2 stages.
+    void pipelineKnobs() {
+        gui::InputPanel panel;
+        QVERIFY(panel.setBasePlan(kExample).ok());
+        QCOMPARE(panel.knobText("pp"), QString("1"));
+        QCOMPARE(panel.knobText("pp-virtual-stages"), QString("1"));
+        QVERIFY(panel.setKnob("pp", "2"));
+        QVERIFY(panel.setKnob("pp-schedule", "Interleaved1F1B"));
+        QVERIFY(panel.setKnob("pp-virtual-stages", "2"));
+        QVERIFY(panel.setKnob("grad-accum", "4"));
+        const core::PlanOverrides o = panel.overrides();
+        QCOMPARE(o.pp.value_or(0), int64_t{2});
+        QCOMPARE(QString::fromStdString(o.pp_schedule.value_or("")), QString("Interleaved1F1B"));
+        QCOMPARE(o.pp_virtual_stages.value_or(0), int64_t{2});
+        auto plan = core::buildPlan(o);
+        QVERIFY2(plan.ok(), plan.ok() ? "" : plan.error().message.c_str());
+        QCOMPARE(plan->sharding.pp_schedule, core::PpSchedule::Interleaved1F1B);
+        QCOMPARE(plan->sharding.pp_virtual_stages, 2);
+        auto mesh = core::validatePlan(*plan);
+        QVERIFY2(mesh.ok(), mesh.ok() ? "" : mesh.error().message.c_str());
+        QCOMPARE(mesh->stages(), 4);
     }
 
     // The profile knob: documented figures by default (""), stored names offered, the choice kept
