@@ -5,7 +5,8 @@
 #            [--layers L] [--device auto|cuda|cpu] [--steps K] [--param-dtype bf16|fp32]
 #            [--reduce-dtype fp32|bf16] [--hf-unpacked-mask keep|skip] [--dropout-impl auto|native|default]
 #            [--attn-dropout P] [--tp T [--no-sp] [--loss-parallel]]
-#            [--pp P --pp-stage S --grad-accum M [--pp-schedule 1F1B|GPipe]]
+#            [--pp P --pp-stage S --grad-accum M [--pp-schedule 1F1B|GPipe|Interleaved1F1B
+#             --pp-virtual-stages V]]
 #            [--json OUT.json]      (JSON result on stdout, a per-category table on stderr)
 """Peer measurement: real PyTorch FSDP2 (fully_shard) training steps of a HuggingFace causal LM,
 under FakeTensorMode (no real memory) with a fake process group (FakeStore, rank 0 of N), and
@@ -61,6 +62,16 @@ reshard, then finalize_backward after the last. A stage after the first gets eac
 activations as a fresh [micro_batch, seq, hidden] param_dtype tensor that requires grad (its
 receive buffer), a stage before the last keeps its output until the backward, which gets a fresh
 gradient of the output's shape.
+
+--pp-schedule Interleaved1F1B --pp-virtual-stages V: pipeline rank S holds stages S, S + P, ... of
+P x V, each its own model part and FSDP root (as torchtitan builds them), and runs torch's own
+action list for the rank (ScheduleInterleaved1F1B with its FSDP passes, from
+torch.distributed.pipelining.schedules) as _PipelineScheduleRuntime does: UNSHARD unshards every
+FSDP module of a stage with async_op=True and the stage's next compute waits for them; RESHARD
+reshards a stage not yet finalized; REDUCE_GRAD finalizes the stage's backward (its reduction,
+waited for at once). The stages sit in a container, itself fully_shard-ed but never run, so that
+one tracker and one optimizer see them; before a stage's forward only its modules' tracker stats
+are cleared.
 
 --tp T (default 1: plain FSDP2 over a 1-D mesh of --world ranks, unchanged): FSDP2 composed with tensor
 parallelism, Llama-family models only (q/k/v/o_proj, gate/up/down_proj, input/post_attention_layernorm;
@@ -380,7 +391,9 @@ def main():
     ap.add_argument("--no-gc-disable", action="store_true", help="keep Python gc enabled (torchtitan disables it)")
     ap.add_argument("--pp", type=int, default=1, help="pipeline stages (needs --pp-stage and --grad-accum)")
     ap.add_argument("--pp-stage", type=int, default=0, help="with --pp: the stage this rank runs")
-    ap.add_argument("--pp-schedule", default="1F1B", choices=["1F1B", "GPipe"])
+    ap.add_argument("--pp-schedule", default="1F1B", choices=["1F1B", "GPipe", "Interleaved1F1B"])
+    ap.add_argument("--pp-virtual-stages", type=int, default=1,
+                    help="with --pp-schedule Interleaved1F1B: stages per pipeline rank (--pp-stage is then the rank)")
     ap.add_argument("--grad-accum", type=int, default=1, help="with --pp: micro-batches per step")
     ap.add_argument("--json", default="", help="also write the result JSON here")
     a = ap.parse_args()
@@ -391,6 +404,8 @@ def main():
         raise SystemExit("--no-sp / --loss-parallel need --tp > 1")
     if a.pp > 1 and (a.tp > 1 or a.world % a.pp or not 0 <= a.pp_stage < a.pp):
         raise SystemExit("--pp P needs --tp 1, P dividing --world and 0 <= --pp-stage < P")
+    if (a.pp_schedule == "Interleaved1F1B") != (a.pp_virtual_stages > 1):
+        raise SystemExit("--pp-schedule Interleaved1F1B goes with --pp-virtual-stages V >= 2, and V > 1 with it only")
     from transformers import AutoConfig, AutoModelForCausalLM
     import transformers
     if a.hf_unpacked_mask == "skip":
@@ -457,42 +472,72 @@ def main():
 
     with FakeTensorMode():
         t0 = time.time()
-        with torch.device("meta"):
-            model = AutoModelForCausalLM.from_config(cfg, torch_dtype=torch.float32, attn_implementation=a.attn)
-        layers = decoder_layers(model)
-        first_stage = last_stage = True
+        nstages = a.pp * a.pp_virtual_stages
+        counts = []
         if a.pp > 1:
             # torchtitan's generate_llm_fqn_per_model_part (input and output weight 1 each)
-            nl = len(layers)
-            per, extra = divmod(nl + 2, a.pp)
-            counts, left = [], nl
-            for s in range(a.pp):
-                take = per + (1 if s < extra else 0) - (1 if s == 0 else 0) - (1 if s == a.pp - 1 else 0)
+            nl = cfg.num_hidden_layers
+            per, extra = divmod(nl + 2, nstages)
+            left = nl
+            for g in range(nstages):
+                take = per + (1 if g < extra else 0) - (1 if g == 0 else 0) - (1 if g == nstages - 1 else 0)
                 take = max(0, min(take, left))
                 counts.append(take)
                 left -= take
-            begin = sum(counts[:a.pp_stage])
-            first_stage, last_stage = a.pp_stage == 0, a.pp_stage == a.pp - 1
-            model.model.layers = torch.nn.ModuleList(list(layers)[begin:begin + counts[a.pp_stage]])
-            layers = model.model.layers
-            if not first_stage:
-                model.model.embed_tokens = None
-            if not last_stage:
-                model.model.norm = torch.nn.Identity()
-                model.lm_head = torch.nn.Identity()
             reshard = False  # torchtitan's default under pp
-        if a.tp > 1:
-            tp_divided = apply_tp(model, layers, cfg, tp_mesh, a.tp, not a.no_sp, a.loss_parallel)
-        for i in range(len(layers)):
-            blk = layers[i]
-            if a.ac == "full":
-                blk = checkpoint_wrapper(blk, preserve_rng_state=False)
-                layers[i] = blk
-            elif a.ac == "op":
-                blk = checkpoint_wrapper(blk, context_fn=sac_context_fn, preserve_rng_state=False)
-                layers[i] = blk
-            fully_shard(blk, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard)
-        fully_shard(model, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard)
+
+        def build(g):
+            """The model cut to pipeline stage g (the whole model without pp), checkpoint-wrapped and sharded."""
+            with torch.device("meta"):
+                m = AutoModelForCausalLM.from_config(cfg, torch_dtype=torch.float32, attn_implementation=a.attn)
+            lays = decoder_layers(m)
+            first = last = True
+            if a.pp > 1:
+                begin = sum(counts[:g])
+                first, last = g == 0, g == nstages - 1
+                m.model.layers = torch.nn.ModuleList(list(lays)[begin:begin + counts[g]])
+                lays = m.model.layers
+                if not first:
+                    m.model.embed_tokens = None
+                if not last:
+                    m.model.norm = torch.nn.Identity()
+                    m.lm_head = torch.nn.Identity()
+            divided = apply_tp(m, lays, cfg, tp_mesh, a.tp, not a.no_sp, a.loss_parallel) if a.tp > 1 else None
+            for i in range(len(lays)):
+                blk = lays[i]
+                if a.ac == "full":
+                    blk = checkpoint_wrapper(blk, preserve_rng_state=False)
+                    lays[i] = blk
+                elif a.ac == "op":
+                    blk = checkpoint_wrapper(blk, context_fn=sac_context_fn, preserve_rng_state=False)
+                    lays[i] = blk
+                fully_shard(blk, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard)
+            fully_shard(m, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard)
+            return m, first, last, divided
+
+        if a.pp_virtual_stages > 1:
+            # Interleaved1F1B: this rank's stages r, r + pp, ..., each its own model part and FSDP
+            # root (torchtitan); a container, sharded too but never run, lets one tracker and one
+            # optimizer see them all.
+            stages = {}
+            for k in range(a.pp_virtual_stages):
+                g = a.pp_stage + k * a.pp
+                sm, first, last, _ = build(g)
+                stages[g] = (sm, first, last)
+            class _Parts(torch.nn.Module):  # fully_shard needs a module with a forward
+                def __init__(self, parts):
+                    super().__init__()
+                    self.parts = torch.nn.ModuleList(parts)
+
+                def forward(self, *args, **kwargs):
+                    raise RuntimeError("the stages run one by one")
+
+            model = _Parts([sm for sm, _, _ in stages.values()])
+            fully_shard(model, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard)
+            first_stage, last_stage = 0 in stages, nstages - 1 in stages
+            tp_divided = None
+        else:
+            model, first_stage, last_stage, tp_divided = build(a.pp_stage if a.pp > 1 else 0)
         model.to_empty(device=device)
         model.train()
         optim = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
@@ -552,11 +597,89 @@ def main():
             model.finalize_backward(async_op=True).wait()
             model.set_manual_backward_finalization(False)
 
+        def interleaved_step():
+            """ScheduleInterleaved1F1B's actions for this rank, from torch's own passes
+            (_calculate_single_rank_operations, _add_unshard_reshard with max_active_stages 3,
+            _add_reduce_grad), run as _PipelineScheduleRuntime runs them with FSDP: UNSHARD
+            unshards every FSDP module of a stage at once and the stage's next compute waits for
+            them; every backward without gradient sync or reshard; REDUCE_GRAD finalizes the
+            stage (start_gradient_reduction, wait_for_gradient_reduction); RESHARD reshards a
+            stage not yet finalized."""
+            from torch.distributed.fsdp import FSDPModule
+            from torch.distributed.pipelining import schedules as S
+            m = a.grad_accum
+            sched = S.ScheduleInterleaved1F1B.__new__(S.ScheduleInterleaved1F1B)
+            sched.pp_group_size, sched.n_local_stages, sched._n_microbatches = a.pp, a.pp_virtual_stages, m
+            sched.number_of_rounds = max(1, m // a.pp)
+            sched.microbatches_per_round = m // sched.number_of_rounds
+            acts = sched._calculate_single_rank_operations(a.pp_stage)
+            acts = S._add_reduce_grad(S._add_unshard_reshard(acts, max_active_stages=3), m)
+            for sm, _, _ in stages.values():
+                sm.set_manual_backward_finalization(True)
+            held, handles, finalized = {}, {}, set()
+            for act in acts:
+                if act is None:
+                    continue
+                g, mb = act.stage_index, act.microbatch_index
+                kind = {S.FORWARD: "F", S.FULL_BACKWARD: "B", S.UNSHARD: "UNSHARD", S.RESHARD: "RESHARD",
+                        S.REDUCE_GRAD: "REDUCE_GRAD", S.WAIT_REDUCE_GRAD: "WAIT"}.get(act.computation_type, "")
+                if not kind:
+                    raise SystemExit(f"unexpected pipeline action {act}")
+                sm, first, last = stages[g]
+                fsdp_mods = [x for x in sm.modules() if isinstance(x, FSDPModule)]
+                if kind == "UNSHARD":
+                    handles[g] = [x.unshard(async_op=True) for x in fsdp_mods]
+                elif kind == "RESHARD":
+                    if g in finalized:
+                        finalized.discard(g)
+                    else:
+                        for x in fsdp_mods:
+                            x.reshard()
+                elif kind == "WAIT":
+                    continue  # REDUCE_GRAD below waits for its reduction at once
+                elif kind == "REDUCE_GRAD":
+                    sm.set_requires_gradient_sync(True)
+                    sm.set_reshard_after_backward(True)
+                    sm.finalize_backward(async_op=True).wait()
+                    sm.set_manual_backward_finalization(False)
+                    finalized.add(g)
+                elif kind in ("F", "B"):
+                    for h in handles.pop(g, []):
+                        if h is not None:
+                            h.wait()
+                    if kind == "F":
+                        # The tracker refuses a second forward of a root in one iteration unless its
+                        # per-module stats are cleared: clear this stage's only (the other stages'
+                        # pending backwards still read theirs); category totals and peaks are kept.
+                        for x in sm.modules():
+                            fmt.memory_tracking.pop(x, None)
+                        if first:
+                            out = sm(input_ids=ids, use_cache=False).logits
+                        else:
+                            x = torch.randn(a.micro_batch, a.seq, cfg.hidden_size, device=device,
+                                            dtype=DT[a.param_dtype], requires_grad=True)
+                            out = sm(inputs_embeds=x, use_cache=False).logits
+                        if last:
+                            out = torch.nn.functional.cross_entropy(out.flatten(0, 1).float(), labels.flatten(0, 1))
+                        held[(g, mb)] = out
+                        del out
+                    else:
+                        sm.set_reshard_after_backward(False)
+                        sm.set_requires_gradient_sync(False)
+                        out = held.pop((g, mb))
+                        if last:
+                            out.backward()
+                        else:
+                            torch.autograd.backward(out, grad_tensors=torch.randn_like(out))
+                        del out
+
         with fmt:
             for it in range(a.steps):
                 fmt.reset_peaks()
                 t1 = time.time()
-                if a.pp > 1:
+                if a.pp_virtual_stages > 1:
+                    interleaved_step()
+                elif a.pp > 1:
                     pipeline_step()
                 else:
                     with loss_ctx():
@@ -601,7 +724,8 @@ def main():
     }
     tp_note = ""
     if a.pp > 1:
-        res.update({"pp": a.pp, "pp_stage": a.pp_stage, "pp_schedule": a.pp_schedule, "grad_accum": a.grad_accum})
+        res.update({"pp": a.pp, "pp_stage": a.pp_stage, "pp_schedule": a.pp_schedule, "grad_accum": a.grad_accum,
+                    "pp_virtual_stages": a.pp_virtual_stages})
         tp_note = f", pp stage {a.pp_stage} of {a.pp} ({a.pp_schedule}, {a.grad_accum} micro-batches)"
     if a.tp > 1:
         res.update({"tp": a.tp, "dp": a.world // a.tp, "sequence_parallel": not a.no_sp,
