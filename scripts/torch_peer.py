@@ -60,8 +60,9 @@ P - S) warm-up forwards, then one backward and one forward alternately; GPipe) r
 as PipelineStage does: manual backward finalization, every backward without gradient sync or
 reshard, then finalize_backward after the last. A stage after the first gets each micro-batch's
 activations as a fresh [micro_batch, seq, hidden] param_dtype tensor that requires grad (its
-receive buffer), a stage before the last keeps its output until the backward, which gets a fresh
-gradient of the output's shape.
+receive buffer), dropped with its gradient after the micro-batch's backward (PipelineStage sends
+the input gradient to the previous stage and drops it); a stage before the last keeps its output
+until the backward, which gets a fresh gradient of the output's shape.
 
 --pp-schedule Interleaved1F1B --pp-virtual-stages V: pipeline rank S holds stages S, S + P, ... of
 P x V, each its own model part and FSDP root (as torchtitan builds them), and runs torch's own
@@ -567,7 +568,7 @@ def main():
                     actions.append((False, f)); f += 1
                 actions += [(True, i) for i in range(b, m)]
             model.set_manual_backward_finalization(True)
-            held = {}
+            held, inputs = {}, {}
             for backward, mb in actions:
                 if not backward:
                     # FSDPMemTracker refuses a second forward of the root in one iteration unless its
@@ -579,6 +580,8 @@ def main():
                         x = torch.randn(a.micro_batch, a.seq, cfg.hidden_size, device=device,
                                         dtype=DT[a.param_dtype], requires_grad=True)
                         out = model(inputs_embeds=x, use_cache=False).logits
+                        inputs[mb] = x
+                        del x
                     if last_stage:
                         out = torch.nn.functional.cross_entropy(out.flatten(0, 1).float(), labels.flatten(0, 1))
                     held[mb] = out
@@ -592,6 +595,13 @@ def main():
                     else:
                         torch.autograd.backward(out, grad_tensors=torch.randn_like(out))
                     del out
+                    # The input gradient goes to the previous stage: PipelineStage sends it and drops
+                    # it (something in the harness keeps the input itself alive: its gradient is
+                    # cleared by hand).
+                    x = inputs.pop(mb, None)
+                    if x is not None:
+                        x.grad = None
+                        del x
             model.set_requires_gradient_sync(True)
             model.set_reshard_after_backward(True)
             model.finalize_backward(async_op=True).wait()
@@ -616,7 +626,7 @@ def main():
             acts = S._add_reduce_grad(S._add_unshard_reshard(acts, max_active_stages=3), m)
             for sm, _, _ in stages.values():
                 sm.set_manual_backward_finalization(True)
-            held, handles, finalized = {}, {}, set()
+            held, handles, finalized, inputs = {}, {}, set(), {}
             for act in acts:
                 if act is None:
                     continue
@@ -659,6 +669,8 @@ def main():
                             x = torch.randn(a.micro_batch, a.seq, cfg.hidden_size, device=device,
                                             dtype=DT[a.param_dtype], requires_grad=True)
                             out = sm(inputs_embeds=x, use_cache=False).logits
+                            inputs[(g, mb)] = x
+                            del x
                         if last:
                             out = torch.nn.functional.cross_entropy(out.flatten(0, 1).float(), labels.flatten(0, 1))
                         held[(g, mb)] = out
@@ -672,6 +684,10 @@ def main():
                         else:
                             torch.autograd.backward(out, grad_tensors=torch.randn_like(out))
                         del out
+                        x = inputs.pop((g, mb), None)  # its gradient sent to the previous stage
+                        if x is not None:
+                            x.grad = None
+                            del x
 
         with fmt:
             for it in range(a.steps):
