@@ -189,7 +189,7 @@ core::Status Evaluator::timePipeline(const core::Plan& plan, const EvaluationOpt
         m_timer.compute(p, tl, m_stage_timed, false);
         StageFigures f;
         f.stage = s;
-        for (int c = 0; c < out.mesh.virtual_stages; ++c) f.blocks += out.mesh.stage_blocks[static_cast<size_t>(c * pp + s)];
+        for (int c = 0; c < out.mesh.virtual_stages; ++c) f.blocks += out.mesh.stage_blocks[static_cast<size_t>(out.mesh.rankStage(s, c))];
         f.micro_batches_held = microBatchesHeld(p);
         f.step_s = static_cast<double>(tl.step_ns) * 1e-9;
         f.compute_s = static_cast<double>(tl.busyNs(core::Stream::Compute)) * 1e-9;

@@ -11,6 +11,7 @@
 
 #include "apps/shardcast/commands.hpp"
 #include "core/base/units.hpp"
+#include "core/lower/lower.hpp"
 
 namespace shardcast::cli {
 
@@ -116,9 +117,10 @@ void appendPipelineSection(std::string& out, const core::Plan& plan, const sim::
                          "exposed communication)",
                          v == 2 ? fmt::format("r and r + {}", e.mesh.pp)
                                 : fmt::format("r, r + {}, ..., r + {}", e.mesh.pp, (v - 1) * e.mesh.pp)));
-        line("  FSDP inside each stage: the schedule unshards a stage before it computes (at most 3 stages resident, "
-             "torch's max_active_stages), gradients accumulate unsharded and each stage reduce-scatters once per "
-             "step, after its own last backward");
+        line(fmt::format("  FSDP inside each stage: the schedule unshards a stage before it computes (at most {} stages "
+                         "resident, torch's max_active_stages), gradients accumulate unsharded and each stage "
+                         "reduce-scatters once per step, after its own last backward",
+                         core::kPipelineMaxActiveStages));
         return;
     }
     line("  held: the most micro-batches between their forward and their backward (their activations held at once); "
@@ -314,7 +316,7 @@ nlohmann::ordered_json planResultJson(const core::Plan& plan, const sim::Evaluat
         for (const sim::StageFigures& f : e.stages) {
             // The pipeline stages the row's rank holds (one, but under Interleaved1F1B).
             json held = json::array();
-            for (int k = 0; k < e.mesh.virtual_stages; ++k) held.push_back(k * e.mesh.pp + f.stage);
+            for (int k = 0; k < e.mesh.virtual_stages; ++k) held.push_back(e.mesh.rankStage(f.stage, k));
             stages.push_back({{"stage", f.stage},
                               {"pipeline_stages", std::move(held)},
                               {"blocks", f.blocks},

@@ -55,6 +55,7 @@ Lowering::Lowering(const Plan& plan, const Mesh& mesh, Program& out, LowerScratc
     m_s.host_pending.clear();
     m_s.free_queue.clear();
     m_host_events = chunk.host_events ? chunk.host_events : &m_s.host_pending;
+    m_steps = chunk.steps;
     if (chunk.host_deps) m_host_deps = chunk.host_deps;
 }
 
@@ -113,10 +114,15 @@ void Lowering::configure() {
     m_last_stage = m_stage == m_pp * m_virtual - 1;
     m_slots = 1;
     if (m_pp > 1) {
-        // The most micro-batches between their forward and their backward on this stage at once.
+        // The rank's schedule (given by the driver under Interleaved1F1B), and the most micro-batches
+        // between their forward and their backward on this stage at once.
+        if (!m_steps) {
+            m_s.pipeline_steps = pipelineRankSchedule(m_sh.pp_schedule, m_pp, m_virtual, static_cast<int>(m_tr.grad_accum),
+                                                      m_stage % m_pp);
+            m_steps = &m_s.pipeline_steps;
+        }
         int held = 0;
-        for (const PipelineStep& a : pipelineRankSchedule(m_sh.pp_schedule, m_pp, m_virtual,
-                                                          static_cast<int>(m_tr.grad_accum), m_stage % m_pp)) {
+        for (const PipelineStep& a : *m_steps) {
             if (a.stage != m_stage) continue;
             if (a.op == PipelineOp::Forward) m_slots = std::max(m_slots, ++held);
             if (a.op == PipelineOp::Backward) --held;
@@ -327,27 +333,27 @@ Status Lowerer::lowerStage(const Plan& plan, const Mesh& mesh, int stage, Progra
     while (m_chunk_scratch.size() < v) m_chunk_scratch.push_back(std::make_unique<LowerScratch>());
     std::vector<Plan> plans;
     plans.reserve(v);
-    for (size_t c = 0; c < v; ++c) plans.push_back(stagePlan(static_cast<int>(c) * mesh.pp + stage));
+    for (size_t c = 0; c < v; ++c) plans.push_back(stagePlan(mesh.rankStage(stage, static_cast<int>(c))));
     out.clear();
+    const std::vector<PipelineStep> steps = pipelineRankSchedule(plan.sharding.pp_schedule, mesh.pp, mesh.virtual_stages,
+                                                                 static_cast<int>(plan.training.grad_accum), stage);
     std::vector<std::unique_ptr<detail::Lowering>> chunks;
     int32_t units = 0;
     for (size_t c = 0; c < v; ++c) {
         detail::ChunkContext ctx;
         ctx.chunk = static_cast<int>(c);
         ctx.unit_offset = units;
+        ctx.steps = &steps;
         if (c > 0) {
             ctx.host_events = chunks.front()->hostEvents();
             ctx.host_deps = chunks.front()->hostDeps();
         }
         chunks.push_back(std::make_unique<detail::Lowering>(plans[c], mesh, out, *m_chunk_scratch[c],
-                                                            static_cast<int>(c) * mesh.pp + stage, plan.model.get(), ctx));
+                                                            mesh.rankStage(stage, static_cast<int>(c)), plan.model.get(), ctx));
         if (auto st = chunks.back()->prepare(); !st) return st;
         units += chunks.back()->unitCount();
     }
-    for (const PipelineStep& a : pipelineRankSchedule(plan.sharding.pp_schedule, mesh.pp, mesh.virtual_stages,
-                                                      static_cast<int>(plan.training.grad_accum), stage)) {
-        chunks[static_cast<size_t>(a.stage / mesh.pp)]->act(a);
-    }
+    for (const PipelineStep& a : steps) chunks[static_cast<size_t>(a.stage / mesh.pp)]->act(a);
     // torchtitan builds one optimizer per model part (OptimizersContainer) and steps them in turn.
     for (auto& c : chunks) c->finish();
     if (plan.cluster.gpu.host_device) {

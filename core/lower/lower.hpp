@@ -22,6 +22,9 @@ Status lower(const Plan& plan, const Mesh& mesh, Program& out);
 // several stages per rank (_PipelineScheduleRuntime), FSDP's UNSHARD and RESHARD of a stage and
 // its REDUCE_GRAD (with the WAIT_REDUCE_GRAD that follows it). `stage` is the pipeline stage
 // (0 to pp x virtual stages - 1); `mb` is -1 for the FSDP actions.
+// _PipelineScheduleRuntime's default max_active_stages: the stages whose unsharded parameters stay
+// resident (torchtitan leaves it at its default).
+inline constexpr int kPipelineMaxActiveStages = 3;
 enum class PipelineOp : uint8_t { Forward, Backward, Unshard, Reshard, ReduceGrad };
 struct PipelineStep {
     PipelineOp op = PipelineOp::Forward;

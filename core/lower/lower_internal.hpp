@@ -250,6 +250,7 @@ struct LowerScratch {
     std::shared_ptr<const Model> stage_source;
     std::vector<int> stage_split;
     std::vector<std::shared_ptr<const Model>> stage_models;
+    std::vector<PipelineStep> pipeline_steps;  // the rank's schedule (pp > 1), made by configure()
 };
 
 namespace detail {
@@ -266,6 +267,7 @@ struct ChunkContext {
     int32_t unit_offset = 0;
     std::vector<MemEvent>* host_events = nullptr;  // nullptr: the Lowering's own
     std::array<int32_t, 2>* host_deps = nullptr;
+    const std::vector<PipelineStep>* steps = nullptr;  // the rank's schedule (nullptr: the Lowering makes it)
 };
 
 class Lowering {
@@ -341,6 +343,7 @@ private:
     void pipelineStep();
     void unshardStage();
     void reshardStage();
+    void waitStageUnshards(int mb, bool backward);
     void receive(int mb, bool backward);
     void send(int mb, bool backward);
     void reduceGradients();
@@ -515,6 +518,7 @@ private:
     // m_stage: the pipeline stage (0 to m_pp x m_virtual - 1), on rank m_stage mod m_pp.
     int m_pp = 1, m_virtual = 1, m_stage = 0, m_slots = 1, m_chunk = 0;
     int32_t m_unit_offset = 0;
+    const std::vector<PipelineStep>* m_steps = nullptr;  // the rank's schedule (configure())
     bool m_first_stage = true, m_last_stage = true;
     bool m_final_reduce = false;          // inside reduceGradients
     int32_t m_recv_dep = -1;              // the compute task that starts the pass waits for this receive

@@ -34,7 +34,6 @@
 //        to rank 0's stage pp + k pp: the pipeline wraps around the ranks. One optimizer per model
 //        part steps after the schedule (torchtitan's OptimizersContainer).
 #include <algorithm>
-#include <map>
 
 #include "core/lower/lower_internal.hpp"
 
@@ -50,14 +49,14 @@ void interleavedComputeActions(int pp, int v, int m, int rank, std::vector<Pipel
     const int warmup = std::min((v - 1) * per_round + 2 * (pp - 1 - rank), m * v);
     const int fwd_bwd = m * v - warmup;
     const int total = warmup + fwd_bwd + warmup;  // the cooldown runs as many backwards as the warm-up forwards
-    std::map<int, int> fwd_mb, bwd_mb;
+    std::vector<int> fwd_mb(static_cast<size_t>(pp * v), 0), bwd_mb(static_cast<size_t>(pp * v), 0);
     auto forward = [&](int step) {
         const int stage = ((step / per_round) % v) * pp + rank;
-        out.push_back({PipelineOp::Forward, stage, fwd_mb[stage]++});
+        out.push_back({PipelineOp::Forward, stage, fwd_mb[static_cast<size_t>(stage)]++});
     };
     auto backward = [&](int step) {
         const int stage = (v - 1 - ((step - warmup) / per_round) % v) * pp + rank;
-        out.push_back({PipelineOp::Backward, stage, bwd_mb[stage]++});
+        out.push_back({PipelineOp::Backward, stage, bwd_mb[static_cast<size_t>(stage)]++});
     };
     for (int op = 0; op < total; ++op) {
         if (op < warmup) {
@@ -75,10 +74,10 @@ void interleavedComputeActions(int pp, int v, int m, int rank, std::vector<Pipel
 // stages among the next three distinct ones to compute are unsharded (in that order) and the
 // active stages outside them resharded; at the end every active stage is resharded.
 // Then _add_reduce_grad: REDUCE_GRAD right after a stage's last backward.
-void addFsdpActions(const std::vector<PipelineStep>& compute, int m, std::vector<PipelineStep>& out) {
-    constexpr size_t kMaxActiveStages = 3;
+void addFsdpActions(const std::vector<PipelineStep>& compute, int stages, int m, std::vector<PipelineStep>& out) {
+    constexpr auto kMaxActiveStages = static_cast<size_t>(kPipelineMaxActiveStages);
     std::vector<int> active, window;
-    std::map<int, int> backwards;
+    std::vector<int> backwards(static_cast<size_t>(stages), 0);
     for (size_t i = 0; i < compute.size(); ++i) {
         window.clear();
         for (size_t k = i; k < compute.size() && window.size() < kMaxActiveStages; ++k) {
@@ -98,7 +97,7 @@ void addFsdpActions(const std::vector<PipelineStep>& compute, int m, std::vector
             active.push_back(stage);
         }
         out.push_back(compute[i]);
-        if (compute[i].op == PipelineOp::Backward && ++backwards[compute[i].stage] == m) {
+        if (compute[i].op == PipelineOp::Backward && ++backwards[static_cast<size_t>(compute[i].stage)] == m) {
             out.push_back({PipelineOp::ReduceGrad, compute[i].stage, -1});
         }
     }
@@ -114,7 +113,7 @@ std::vector<PipelineStep> pipelineRankSchedule(PpSchedule schedule, int pp, int 
     if (schedule == PpSchedule::Interleaved1F1B) {
         std::vector<PipelineStep> compute;
         interleavedComputeActions(pp, virtual_stages, m, rank, compute);
-        addFsdpActions(compute, m, out);
+        addFsdpActions(compute, pp * virtual_stages, m, out);
         return out;
     }
     if (schedule == PpSchedule::GPipe) {
@@ -151,9 +150,13 @@ std::string pipelineStepName(const PipelineStep& step) {
 namespace detail {
 
 void Lowering::pipelineStep() {
-    for (const PipelineStep& a : pipelineRankSchedule(m_sh.pp_schedule, m_pp, m_virtual, static_cast<int>(m_tr.grad_accum),
-                                                      m_stage % m_pp)) {
-        act(a);
+    for (const PipelineStep& a : *m_steps) act(a);
+}
+
+// PP5: the runtime waits for the stage's pending unshards before it computes (_assert_unsharded).
+void Lowering::waitStageUnshards(int mb, bool backward) {
+    for (int32_t u = 0; u < unitCount(); ++u) {
+        if (m_s.st[u].ag_pending) waitUnshard(u, mb, backward);
     }
 }
 
@@ -165,19 +168,14 @@ void Lowering::act(const PipelineStep& a) {
         case PipelineOp::ReduceGrad: reduceGradients(); return;
         case PipelineOp::Forward: {
             if (!m_first_stage) receive(a.mb, false);
-            // PP5: the runtime waits for the stage's pending unshards before it computes.
-            for (int32_t u = 0; u < unitCount(); ++u) {
-                if (m_s.st[u].ag_pending) waitUnshard(u, a.mb, false);
-            }
+            waitStageUnshards(a.mb, false);
             forwardPass(a.mb);
             if (!m_last_stage) send(a.mb, false);
             return;
         }
         case PipelineOp::Backward: {
             if (!m_last_stage) receive(a.mb, true);
-            for (int32_t u = 0; u < unitCount(); ++u) {
-                if (m_s.st[u].ag_pending) waitUnshard(u, a.mb, true);
-            }
+            waitStageUnshards(a.mb, true);
             backwardPass(a.mb);
             if (!m_first_stage) send(a.mb, true);
             // The received activations and the kept output die with the micro-batch's backward.
@@ -193,7 +191,8 @@ void Lowering::act(const PipelineStep& a) {
 // PP5: UNSHARD (_PipelineScheduleRuntime): unshard(async_op=True) of every FSDP module of the
 // stage, in module order (the stage's root first): their all-gathers are issued at once.
 void Lowering::unshardStage() {
-    const int mb = std::max(0, m_last_compute >= 0 ? int{m_p.tasks[static_cast<size_t>(m_last_compute)].micro_batch} : 0);
+    // Its tasks carry the micro-batch of the stage's last compute (labels only).
+    const int mb = m_last_compute >= 0 ? int{m_p.tasks[static_cast<size_t>(m_last_compute)].micro_batch} : 0;
     for (int32_t u = 0; u < unitCount(); ++u) {
         if (gathers(u)) issueUnshard(u, mb, false);
     }

@@ -41,6 +41,8 @@ struct Mesh {
     std::vector<int> stage_blocks;  // pp > 1: the blocks of each stage, in order (they sum to the model's);
                                     // stage g runs on pipeline rank g mod pp
     int stages() const { return pp * virtual_stages; }
+    // The pipeline stage pipeline rank `rank` holds in its place k (0 to virtual_stages - 1).
+    int rankStage(int rank, int k) const { return k * pp + rank; }
     int dp() const { return shard_size * replicate_size; }
 };
 

@@ -158,6 +158,28 @@ FitView::FitView(QWidget* parent) : QWidget(parent) {
     connect(m_bars, &StrategyBars::strategyClicked, this, &FitView::strategyClicked);
 }
 
+
+namespace {
+
+// " x pp P (schedule; memory and timeline of stage S ...)": the pipeline stage (or, under
+// Interleaved1F1B, the pipeline rank) the view shows.
+QString pipelineText(const core::Plan& p, const sim::Evaluation& e) {
+    if (e.stages.empty()) return {};
+    const sim::StageFigures& f = e.stages[static_cast<size_t>(e.stage)];
+    const bool interleaved = e.mesh.virtual_stages > 1;
+    return QString(" x pp %1 (%2%3; memory and timeline of %4 %5, whose memory binds: %6 blocks, %7 %8 held)")
+        .arg(e.mesh.pp)
+        .arg(toQString(core::ppScheduleName(p.sharding.pp_schedule)))
+        .arg(interleaved ? QString(", %1 stages per rank").arg(e.mesh.virtual_stages) : QString())
+        .arg(interleaved ? "pipeline rank" : "stage")
+        .arg(e.stage)
+        .arg(f.blocks)
+        .arg(f.micro_batches_held)
+        .arg(interleaved ? "(stage, micro-batch) pairs" : "micro-batches");
+}
+
+}  // namespace
+
 void FitView::setPlan(std::shared_ptr<const PlanResult> plan) {
     m_plan = std::move(plan);
     const sim::Evaluation& e = m_plan->eval;
@@ -192,23 +214,7 @@ void FitView::setPlan(std::shared_ptr<const PlanResult> plan) {
                                       .arg(e.mesh.tp)
                                       .arg(formatMs(e.tp_comm_s))
                                 : QString()) +
-                 (e.stages.empty() ? QString()
-                  : e.mesh.virtual_stages > 1
-                      ? QString(" x pp %1 (%2, %3 stages per rank; memory and timeline of pipeline rank %4, whose "
-                                "memory binds: %5 blocks, %6 (stage, micro-batch) pairs held)")
-                            .arg(e.mesh.pp)
-                            .arg(toQString(core::ppScheduleName(p.sharding.pp_schedule)))
-                            .arg(e.mesh.virtual_stages)
-                            .arg(e.stage)
-                            .arg(e.stages[static_cast<size_t>(e.stage)].blocks)
-                            .arg(e.stages[static_cast<size_t>(e.stage)].micro_batches_held)
-                      : QString(" x pp %1 (%2; memory and timeline of stage %3, whose memory binds: %4 "
-                                "blocks, %5 micro-batches held)")
-                            .arg(e.mesh.pp)
-                            .arg(toQString(core::ppScheduleName(p.sharding.pp_schedule)))
-                            .arg(e.stage)
-                            .arg(e.stages[static_cast<size_t>(e.stage)].blocks)
-                            .arg(e.stages[static_cast<size_t>(e.stage)].micro_batches_held))));
+                 pipelineText(p, e)));
 }
 
 void FitView::setStrategies(std::shared_ptr<const StrategyComparison> c) {
