@@ -79,7 +79,8 @@ void BM_Optimize_Llama405B_IssueBatch_Tp(benchmark::State& state) {
 BENCHMARK(BM_Optimize_Llama405B_IssueBatch_Tp)->Unit(benchmark::kMillisecond);
 
 // The issue's job with pipeline stages in the space too (tp 8, pp 1 and 8): the pp 8 space is
-// evaluated whole (no bounds for pipelines), every 1F1B plan of it a pipeline of 8 stage Programs.
+// searched with its bounds (the first rank's parts and the chain through the stages), every 1F1B
+// plan evaluated a pipeline of 8 stage Programs.
 void BM_Optimize_Llama405B_IssueBatch_Tp8_Pp(benchmark::State& state) {
     static const core::Plan plan = benchPlan("llama-3.1-405b", 2048);
     runOptimize(state, plan, 2048, false, false, {8}, {1, 8});

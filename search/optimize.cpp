@@ -392,6 +392,23 @@ core::Plan applyChoice(const core::Plan& base, const OptimizeChoice& c) {
     return plan;
 }
 
+namespace {
+
+// pp > 1: micro-batch 0's chain through the pipeline (search/optimize_bounds.hpp), from every
+// pipeline rank's Program of `plan`, lowered in turn into `scratch`; 0 with one rank.
+core::Result<int64_t> pipelineChainOf(const core::Plan& plan, const core::Mesh& mesh, core::Lowerer& lowerer,
+                                      BoundAnalyzer& analyzer, const CostModel& cost, core::Program& scratch) {
+    if (mesh.pp < 2) return int64_t{0};
+    std::vector<PipelineRankPart> ranks(static_cast<size_t>(mesh.pp));
+    for (int s = 0; s < mesh.pp; ++s) {
+        if (auto lowered = lowerer.lowerStage(plan, mesh, s, scratch); !lowered) return lowered.error();
+        ranks[static_cast<size_t>(s)] = analyzer.pipelineRankPart(scratch, cost);
+    }
+    return pipelineChainNs(ranks);
+}
+
+}  // namespace
+
 core::Result<BoundParts> boundParts(const core::Plan& plan, const HardwareProfile& profile) {
     core::Plan on_profile = plan;
     on_profile.cluster.gpu = profile.gpu;
@@ -404,6 +421,10 @@ core::Result<BoundParts> boundParts(const core::Plan& plan, const HardwareProfil
     BoundParts parts;
     parts.group = analyzer.groupPart(program, cost);
     parts.sharding = analyzer.shardingPart(program, cost, profile);
+    core::Lowerer lowerer;
+    auto chain = pipelineChainOf(on_profile, *mesh, lowerer, analyzer, cost, program);
+    if (!chain) return chain.error();
+    parts.group.pipeline_ns = *chain;
     return parts;
 }
 
@@ -645,11 +666,28 @@ core::Status Search::computeGroupParts() {
     reference.strategy = core::Strategy::FullShard;
     reference.fsdp = 2;
     reference.wrap.kind = core::WrapKind::Block;
-    reference.tp = m_sp.shardings.empty() ? 1 : m_sp.shardings.front().tp;  // the space's tensor-parallel degree
+    // The space's tensor- and pipeline-parallel degrees and schedule: a pipeline rank's kernels are
+    // those of its stages' blocks, in its schedule's order.
+    if (!m_sp.shardings.empty()) {
+        const Sharding& any = m_sp.shardings.front();
+        reference.tp = any.tp;
+        reference.pp = any.pp;
+        reference.pp_schedule = any.pp_schedule;
+        reference.pp_virtual = any.pp_virtual;
+    }
     for (size_t g = 0; g < m_groups; ++g) {
         auto ok = lowerForBound(m_sp.groups[g], reference);
         if (!ok) return ok.error();
-        if (*ok) m_group_part[g] = m_analyzer.groupPart(m_program, m_cost);
+        if (!*ok) continue;
+        m_group_part[g] = m_analyzer.groupPart(m_program, m_cost);
+        if (reference.pp > 1) {
+            auto mesh = core::validatePlan(m_plan);  // the group's reference, as lowerForBound left it
+            if (!mesh) return mesh.error();
+            auto chain = pipelineChainOf(m_plan, *mesh, m_lowerer, m_analyzer, m_cost, m_program);
+            if (!chain) return chain.error();
+            m_group_part[g].pipeline_ns = *chain;
+            m_stats.bound_programs += static_cast<size_t>(reference.pp);
+        }
     }
     return core::Ok{};
 }
@@ -1397,9 +1435,7 @@ core::Result<OptimizeResult> optimize(const core::Plan& base, const OptimizeSpac
                 core::Plan at = base;
                 at.sharding.tp = tp;
                 setPipelineRanks(at.sharding, pp, sched);
-                OptimizeOptions at_options = options;
-                if (pp > 1) at_options.prune = false;  // a pipeline's space is evaluated whole (OptimizeSpace::pps)
-                auto r = optimizeAtTp(at, space, profile, at_options);
+                auto r = optimizeAtTp(at, space, profile, options);
                 if (!r) {
                     // With several degrees, one whose space is empty (the global batch does not split
                     // over its data-parallel ranks, nothing left to search, nothing valid) is left out

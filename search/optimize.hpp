@@ -74,8 +74,8 @@ struct OptimizeSpace {
     std::vector<int> tps;
     // Pipeline stage counts (issue 25), with the base plan's schedule: each (tp, pp) is its own space
     // over the world / (tp x pp) data-parallel ranks, whose micro-batches per step are the
-    // pipeline's. A space with pp > 1 is evaluated whole, every configuration (the bounds are proved
-    // for one Program, not for a pipeline of them), so it stays exact. Empty: the base plan's pp only.
+    // pipeline's. Its bounds are those of the first pipeline rank's Program, which hold for the
+    // pipeline's step and peak (search/optimize_bounds.hpp). Empty: the base plan's pp only.
     std::vector<int> pps;
     // Pipeline schedules (issue 25), each searched with every pp > 1 of `pps` as its own space, the
     // answers merged exactly. Empty: the base plan's schedule only.

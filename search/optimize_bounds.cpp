@@ -270,6 +270,92 @@ ShardingBoundPart BoundAnalyzer::shardingPart(const core::Program& program, cons
     return part;
 }
 
+PipelineRankPart BoundAnalyzer::pipelineRankPart(const core::Program& program, const CostModel& cost) {
+    PipelineRankPart part;
+    const int32_t n = program.size();
+    const int pp = program.pp_size, virtual_stages = std::max(1, program.pp_virtual);
+    const int stages = pp * virtual_stages;
+    if (pp < 2 || n == 0) return part;
+    // Stream order, and the kernels' uncontended time up to each task (m_end[id]: before task id).
+    m_stream_prev.assign(static_cast<size_t>(n), -1);
+    std::array<int32_t, core::kStreamCount> last{};
+    last.fill(-1);
+    m_end.assign(static_cast<size_t>(n) + 1, 0);
+    for (int32_t id = 0; id < n; ++id) {
+        const core::Task& t = program.tasks[id];
+        m_stream_prev[id] = last[static_cast<size_t>(t.stream)];
+        last[static_cast<size_t>(t.stream)] = id;
+        m_end[id + 1] = m_end[id] + (isKernel(t) ? cost.durationNs(t, program) : 0);
+    }
+    auto kernels = [&](int32_t a, int32_t b) { return m_end[static_cast<size_t>(b) + 1] - m_end[static_cast<size_t>(a)]; };
+    // Whether task b waits for task a, through dependencies and stream order.
+    auto waitsFor = [&](int32_t a, int32_t b) {
+        if (a < 0 || b <= a) return false;
+        m_mark.assign(static_cast<size_t>(b - a) + 1, 0);
+        auto marked = [&](int32_t p) { return p >= a && m_mark[static_cast<size_t>(p - a)] != 0; };
+        m_mark[0] = 1;
+        for (int32_t id = a + 1; id <= b; ++id) {
+            const core::Task& t = program.tasks[id];
+            bool m = marked(m_stream_prev[id]);
+            const int32_t* deps = program.depsBegin(t);
+            for (uint32_t k = 0; k < t.deps.count && !m; ++k) m = marked(deps[k]);
+            m_mark[static_cast<size_t>(id - a)] = m ? 1 : 0;
+        }
+        return m_mark.back() != 0;
+    };
+    // Micro-batch 0's tasks per stage the rank holds.
+    struct Marks {
+        int32_t first_fwd = -1, last_fwd = -1, first_bwd = -1, last_bwd = -1;
+        int32_t recv_act = -1, recv_grad = -1, send_act = -1, send_grad = -1;
+    };
+    std::vector<Marks> marks(static_cast<size_t>(virtual_stages));
+    for (int32_t id = 0; id < n; ++id) {
+        const core::Task& t = program.tasks[id];
+        if (t.micro_batch != 0 || t.chunk < 0 || t.chunk >= virtual_stages) continue;
+        Marks& m = marks[static_cast<size_t>(t.chunk)];
+        const bool compute = t.stream == core::Stream::Compute;
+        if (compute && t.kind == core::TaskKind::Forward) {
+            if (m.first_fwd < 0) m.first_fwd = id;
+            m.last_fwd = id;
+        } else if (compute && t.kind == core::TaskKind::Backward) {
+            if (m.first_bwd < 0) m.first_bwd = id;
+            m.last_bwd = id;
+        } else if (t.kind == core::TaskKind::Recv) {
+            (t.peer < 0 ? m.recv_act : m.recv_grad) = id;
+        } else if (t.kind == core::TaskKind::Send) {
+            (t.peer > 0 ? m.send_act : m.send_grad) = id;
+        }
+    }
+    for (int c = 0; c < virtual_stages; ++c) {
+        const Marks& m = marks[static_cast<size_t>(c)];
+        const int g = c * pp + program.pp_stage;
+        const bool first = g == 0, final = g == stages - 1;
+        bool ordered = m.first_fwd >= 0 && m.first_bwd >= 0;
+        if (ordered && !first) ordered = waitsFor(m.recv_act, m.first_fwd) && waitsFor(m.last_bwd, m.send_grad);
+        if (ordered && !final) ordered = waitsFor(m.last_fwd, m.send_act) && waitsFor(m.recv_grad, m.first_bwd);
+        if (!ordered) return PipelineRankPart{};
+        const int32_t from = first ? 0 : m.first_fwd;
+        part.forward.push_back(final ? kernels(from, m.last_bwd) : kernels(from, m.last_fwd));
+        part.backward.push_back(final ? 0 : kernels(m.first_bwd, first ? n - 1 : m.last_bwd));
+    }
+    return part;
+}
+
+int64_t pipelineChainNs(const std::vector<PipelineRankPart>& ranks) {
+    if (ranks.size() < 2) return 0;
+    const size_t virtual_stages = ranks.front().forward.size();
+    int64_t chain = 0;
+    for (const PipelineRankPart& r : ranks) {
+        if (r.forward.empty() || r.forward.size() != virtual_stages || r.backward.size() != virtual_stages) return 0;
+        for (size_t c = 0; c < virtual_stages; ++c) chain += r.forward[c] + r.backward[c];
+    }
+    // The pipeline's timer settles each landing time to within 1 us (simulator/pipeline.cpp): once
+    // per transfer of the chain.
+    constexpr int64_t kSettledNs = 1000;
+    const auto transfers = static_cast<int64_t>(2 * (ranks.size() * virtual_stages - 1));
+    return std::max<int64_t>(0, chain - transfers * kSettledNs);
+}
+
 ConfigurationBounds combineBounds(const GroupBoundPart& group, const ShardingBoundPart& sharding,
                                   const HardwareProfile& profile) {
     ConfigurationBounds b;
@@ -283,7 +369,8 @@ ConfigurationBounds combineBounds(const GroupBoundPart& group, const ShardingBou
         const double chain = middle + outside;
         const double chain_contended =
             middle + static_cast<double>(sharding.collectives_ns) * (1.0 - 1.0 / f) + outside / f;
-        b.step_ns = withSlack(std::max({contended, chain, chain_contended, static_cast<double>(sharding.stream_busy_ns)}));
+        b.step_ns = withSlack(std::max({contended, chain, chain_contended, static_cast<double>(sharding.stream_busy_ns),
+                                        static_cast<double>(group.pipeline_ns)}));
     }
     int64_t live = group.activation_peak_bytes;
     if (!group.at_kernels.empty() && group.at_kernels.size() == sharding.at_kernels.size()) {

@@ -50,6 +50,25 @@
 //     Programs by their rank among a micro-batch's forward and backward tasks (the Programs hold
 //     the same segments); the group side takes the least over micro-batches, the sharding side
 //     the most.
+// Pipelines (pp > 1). Both parts come from Programs of the first pipeline rank (its stages' blocks
+// in its schedule's order; the group part's reference has the space's pp and schedule). The
+// pipeline's step is the slowest rank's timeline, and a receive on it lasts at least its own
+// transfer (it ends when its send's data lands, if later: simulator/pipeline.hpp), so the rank's
+// time bounds hold for the step; its peak is at most the binding rank's. The bubble adds a bound
+// of its own (GroupBoundPart::pipeline_ns), the chain micro-batch 0 takes through the G = pp x V
+// stages: stage g's forward of it cannot start before stage g - 1 sent its activations, which
+// follows that stage's last forward task of it, and its backward cannot start before stage g + 1
+// sent the input gradient; each rank's compute stream runs its tasks one at a time in Program
+// order. So, with K(a..b) the uncontended kernels (forward, backward, recompute) a compute stream
+// runs from task a through task b:
+//   step >= K(stage 0: its first task .. its last forward of mb 0)
+//         + sum over 0 < g < G - 1 of K(g: first .. last forward of mb 0) + K(g: first .. last backward of mb 0)
+//         + K(stage G - 1: first forward .. last backward of mb 0)
+//         + K(stage 0: first backward of mb 0 .. its last task),
+// each term counted only where the Program orders it behind the receive and ahead of the send it
+// needs (checked through dependencies and stream order; otherwise the chain is 0). It depends on
+// the model, the micro-batches and the schedule, not on the sharding: the search lowers every
+// pipeline rank of each group once.
 // Shardings that differ only in prefetch share one sharding part (prefetch moves when a unit is
 // gathered, not which collectives, copies and buffers there are), and Program::initial does not
 // depend on the micro-batches; the tests check both.
@@ -70,8 +89,20 @@ struct GroupBoundPart {
     // Per forward or backward task of a micro-batch: its transient bytes plus the Activation live
     // at its peak (the least over micro-batches); empty when the micro-batches differ in shape.
     std::vector<int64_t> at_kernels;
+    int64_t pipeline_ns = 0;  // pp > 1: micro-batch 0's chain through the stages (0: none proved)
     bool operator==(const GroupBoundPart&) const = default;
 };
+
+// What one pipeline rank's Program gives the chain (see above), per stage it holds (Task::chunk):
+// `forward` is K(first .. last forward of micro-batch 0), from the Program's first task on stage
+// 0, through the last backward on the last stage; `backward` is K(first .. last backward of it),
+// through the Program's last task on stage 0 (0 on the last stage). Empty when the Program does
+// not order a term behind its receive and ahead of its send.
+struct PipelineRankPart {
+    std::vector<int64_t> forward, backward;
+};
+// The chain from every pipeline rank's part (index = pipeline rank); 0 when any is empty.
+int64_t pipelineChainNs(const std::vector<PipelineRankPart>& ranks);
 
 // From a Program of the configuration's sharding at its number of micro-batches (any checkpointing).
 struct ShardingBoundPart {
@@ -98,6 +129,7 @@ class BoundAnalyzer {
 public:
     GroupBoundPart groupPart(const core::Program& program, const CostModel& cost);
     ShardingBoundPart shardingPart(const core::Program& program, const CostModel& cost, const HardwareProfile& profile);
+    PipelineRankPart pipelineRankPart(const core::Program& program, const CostModel& cost);
 
 private:
     // Per kernel point (see above) over the micro-batches: Activation live plus the task's

@@ -106,6 +106,7 @@ bool PipelineTimer::landingTimesFrom(size_t sender, const core::Timeline& timeli
             const int64_t landing = timeline.tasks[static_cast<size_t>(e.send)].end_ns;
             int64_t& r = m_ready[s][static_cast<size_t>(e.recv)];
             if (std::abs(landing - r) > kSettledNs) changed = true;
+            if (landing != r) m_stale[s] = 1;
             r = landing;
         }
     }
@@ -145,10 +146,15 @@ core::Status PipelineTimer::run(Simulator& simulator, const std::vector<core::Pr
         max_passes = std::max(max_passes, 2 * p.pp_virtual * (p.micro_batches + static_cast<int>(n)) + 4);
     }
     max_passes = std::min(max_passes, kMaxPasses);
+    // A stage whose landing times are the same as at its last simulation would time the same again:
+    // it is skipped (m_stale).
+    m_stale.assign(n, 1);
     for (int pass = 0; pass < max_passes; ++pass) {
         bool changed = false;
         for (size_t k = 0; k < n; ++k) {
             const size_t s = pass % 2 == 0 ? k : n - 1 - k;
+            if (!m_stale[s]) continue;
+            m_stale[s] = 0;
             simulator.setReadyTimes(&m_ready[s]);
             simulator.run(stages[s], out[s]);
             simulator.setReadyTimes(nullptr);

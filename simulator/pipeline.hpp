@@ -10,6 +10,8 @@
 // its neighbours' latest timelines give, until no landing time moves by more than 1 us (at most
 // 2 x virtual stages x (micro-batches + ranks) + 4 passes, since a change travels one neighbour per pass and a
 // 1F1B step's critical path turns at every micro-batch; the last pass's timelines are the answer).
+// A stage whose landing times are exactly those of its last simulation is not simulated again: it
+// would time the same.
 #include <cstdint>
 #include <vector>
 
@@ -47,6 +49,7 @@ private:
 
     std::vector<std::vector<Edge>> m_edges;     // per stage, its receives in program order
     std::vector<std::vector<int64_t>> m_ready;  // per stage, per task: landing time or -1
+    std::vector<uint8_t> m_stale;               // per stage: landing times moved since its last simulation
     int m_passes = 0;
 };
 

@@ -72,7 +72,8 @@ Exhaustive enumerateAll(const core::Plan& base, const OptimizeSpace& space, int6
         if (!parts) continue;
         // Each tensor-parallel degree is a space of its own (its groups' parts differ).
         const std::string group_key = choiceValue(c, OptimizeDimension::MicroBatch) + choiceValue(c, OptimizeDimension::Ac) +
-                                      " tp " + choiceValue(c, OptimizeDimension::Tp);
+                                      " tp " + choiceValue(c, OptimizeDimension::Tp) + " pp " +
+                                      choiceValue(c, OptimizeDimension::Pp);
         std::string sharding_key = choiceValue(c, OptimizeDimension::MicroBatch);
         for (int d = 0; d < kOptimizeDimensionCount; ++d) {
             const auto dim = static_cast<OptimizeDimension>(d);
@@ -351,6 +352,49 @@ TEST(OptimizeTest, PipelineSchedulesMatchExhaustiveEnumeration) {
     EXPECT_FALSE(parsePipelineScheduleChoice("Interleaved1F1B:1").ok());
     EXPECT_NE(parsePipelineScheduleChoice("zb").error().message.find("valid: GPipe, 1F1B or Interleaved1F1B:V"),
               std::string::npos);
+}
+
+// Pipeline spaces searched with their bounds (the first rank's parts and micro-batch 0's chain
+// through the stages): every configuration's bounds hold and its parts are shared as the search
+// assumes (enumerateAll), the search prunes, and its answer is exhaustive enumeration's, with 1F1B
+// and Interleaved1F1B (2 stages per rank) each a space of its own.
+TEST(OptimizeTest, PipelineSpacesPruneAndMatchExhaustiveEnumeration) {
+    const core::Plan base = basePlan("llama-3.1-8b", 1, 8192);
+    OptimizeSpace space;
+    space.wraps = {wrap("every:4"), wrap("block")};
+    space.acs = {{core::Checkpointing::None, 1}, {core::Checkpointing::Full, 1}};
+    space.fsdp_versions = {2};
+    space.offloads = {core::Offload::None};
+    space.prefetch = false;
+    space.partial_reshard = false;
+    space.pps = {2};
+    space.pp_schedules = {*parsePipelineScheduleChoice("1F1B"), *parsePipelineScheduleChoice("Interleaved1F1B:2")};
+    expectSameAnswer(base, space, 32, 5);
+}
+
+// The chain through the pipeline bounds the step on its own: on a pipeline rank's Programs it is
+// more than the first rank's kernels (the bubble), and at most the simulated step.
+TEST(OptimizeTest, PipelineChainBoundsTheStepWithItsBubble) {
+    core::Plan plan = basePlan("llama-3.1-8b", 1, 8192);
+    plan.sharding.pp = 4;
+    plan.training.grad_accum = 4;
+    plan.training.micro_batch = 1;
+    const HardwareProfile profile = HardwareProfile::fromCluster(plan.cluster);
+    auto parts = boundParts(plan, profile);
+    ASSERT_TRUE(parts) << parts.error().message;
+    EvaluationOptions eo;
+    eo.per_unit = false;
+    auto e = evaluatePlan(plan, &profile, eo);
+    ASSERT_TRUE(e) << e.error().message;
+    // 1F1B with as many micro-batches as stages: rank 0 runs 4 forwards and 4 backwards, and the
+    // chain adds the other 3 stages' forward and backward of micro-batch 0, so it is at least 1.5 x
+    // rank 0's kernels when each stage holds a quarter of the blocks (8 of 32; the embedding and the
+    // output make the ends a little heavier).
+    EXPECT_GT(parts->group.pipeline_ns, parts->group.kernels_ns * 3 / 2);
+    EXPECT_LE(parts->group.pipeline_ns, e->timeline.step_ns);
+    auto bound = configurationBounds(plan, profile);
+    ASSERT_TRUE(bound);
+    EXPECT_GE(bound->step_ns, parts->group.pipeline_ns * 99 / 100);
 }
 
 // A stage count the model or the world cannot take is refused by name.

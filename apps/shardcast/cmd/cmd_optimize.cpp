@@ -384,8 +384,8 @@ void registerOptimizeCommand(CLI::App& app, int& exit_code) {
     cmd->add_option("--pp", opts->pps,
                     "Pipeline stage counts to consider, comma-separated (default 1, or the plan file's), with the plan's "
                     "--pp-schedule; with pp > 1 the space is FSDP2, sharded strategies, no offload, over the GPU count / "
-                    "(tp x pp) data-parallel ranks, each step's micro-batches the pipeline's, and it is evaluated whole "
-                    "(no bounds: slower)")
+                    "(tp x pp) data-parallel ranks, each step's micro-batches the pipeline's, searched with the same "
+                    "proven bounds plus the pipeline's chain through micro-batch 0")
         ->type_name("P,...")
         ->delimiter(',');
     cmd->add_option("--pp-schedules", opts->pp_schedules,
