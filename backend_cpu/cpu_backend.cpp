@@ -266,16 +266,6 @@ core::Status CpuBackend::completeSends(std::vector<PendingSend>& sends, bool wai
     return core::Ok{};
 }
 
-namespace {
-
-// The bytes a stage sends for one transfer, from the stage, the micro-batch and the direction:
-// a receiver knows what its neighbour must have sent.
-unsigned char p2pByte(int32_t from_stage, int32_t micro_batch, bool activations, int64_t i) {
-    return static_cast<unsigned char>((i * 31 + from_stage * 7 + micro_batch * 13 + (activations ? 0 : 5)) & 0xff);
-}
-
-}  // namespace
-
 core::Status CpuBackend::p2p(const core::Program& program, int32_t id, Scratch& s) {
     const core::Task& t = program.tasks[static_cast<size_t>(id)];
     auto found = m_groups.find({kP2PKey, t.group});
@@ -290,6 +280,7 @@ core::Status CpuBackend::p2p(const core::Program& program, int32_t id, Scratch& 
     // Two stages of one rank may send the same micro-batch in one direction to one rank (pp 2):
     // the sending stage's place on its rank tells them apart.
     const int tag = ((t.micro_batch * 2 + (activations ? 0 : 1)) * program.pp_virtual) + from_stage / program.pp_size;
+    const uint32_t seed = core::verify::p2pSeed(from_stage, t.micro_batch, activations);
     const int64_t bytes = t.comm_bytes;
     if (bytes > std::numeric_limits<int>::max()) {
         return core::makeError(fmt::format("{} moves {} bytes, more than one MPI message holds", program.taskLabel(id), bytes));
@@ -299,7 +290,7 @@ core::Status CpuBackend::p2p(const core::Program& program, int32_t id, Scratch& 
         if (auto done = completeSends(sends, false); !done) return done;
         PendingSend& p = sends.emplace_back();
         p.data.resize(static_cast<size_t>(bytes));
-        for (int64_t i = 0; i < bytes; ++i) p.data[static_cast<size_t>(i)] = p2pByte(from_stage, t.micro_batch, activations, i);
+        for (int64_t i = 0; i < bytes; ++i) p.data[static_cast<size_t>(i)] = core::verify::p2pByte(seed, i);
         if (m_corrupt == 3 && program.pp_stage == program.pp_size - 1 && bytes > 0) p.data[0] ^= 0x5a;
         return mpiCheck(MPI_Isend(p.data.data(), static_cast<int>(bytes), MPI_BYTE, peer, tag, g.comm, &p.request),
                         "MPI_Isend", rank());
@@ -313,7 +304,7 @@ core::Status CpuBackend::p2p(const core::Program& program, int32_t id, Scratch& 
     if (auto waited = waitPolitely(request, "MPI_Irecv", rank()); !waited) return waited;
     if (!m_verify) return core::Ok{};
     for (int64_t i = 0; i < bytes; ++i) {
-        const unsigned char want = p2pByte(from_stage, t.micro_batch, activations, i);
+        const unsigned char want = core::verify::p2pByte(seed, i);
         if (buf[i] == want) continue;
         return core::makeError(fmt::format("verify failed: byte {} of the {} received from stage {} (rank {}) is {}, "
                                            "expected {} (what stage {} sends for micro-batch {})",

@@ -179,6 +179,22 @@ struct CudaBackend::Comm {
     std::vector<int32_t> ranks;  // world ranks in communicator order
 };
 
+// One pipeline P2P link: the sender is the communicator's rank 0, the receiver its rank 1.
+struct CudaBackend::Link {
+    ncclComm_t comm = nullptr;
+    bool sender = false;
+    int32_t peer_rank = -1;         // the world rank at the other end
+    cudaStream_t stream = nullptr;  // the sender's: its sends, not waited for
+    DeviceBuffer buf;               // the sender's send buffer, stream-ordered on `stream`
+};
+
+namespace {
+
+// A link's key: the sending stage and the direction (activations forward, input gradients back).
+int32_t linkKey(int32_t from_stage, bool activations) { return from_stage * 2 + (activations ? 0 : 1); }
+
+}  // namespace
+
 CudaBackend::CudaBackend(const CudaBackendOptions& options, Bootstrap* bootstrap)
     : m_options(options), m_bootstrap(bootstrap) {}
 
@@ -248,6 +264,15 @@ CudaBackend::~CudaBackend() {
         for (auto& [key, c] : m_comms) {
             if (c->comm != nullptr) ncclCommDestroy(c->comm);
         }
+        for (auto& [key, l] : m_links) {
+            if (l->comm != nullptr) ncclCommDestroy(l->comm);
+        }
+    }
+    for (auto& [key, l] : m_links) {
+        if (l->stream == nullptr) continue;
+        if (l->buf.ptr != nullptr) cudaFreeAsync(l->buf.ptr, l->stream);
+        cudaStreamSynchronize(l->stream);
+        cudaStreamDestroy(l->stream);
     }
     destroyEvents();
     for (auto& s : m_streams) {
@@ -341,6 +366,107 @@ core::Status CudaBackend::prepare(const core::Program& program) {
         }
         m_comms.emplace(key, std::move(comm));
     }
+    return prepareLinks(program);
+}
+
+core::Status CudaBackend::prepareLinks(const core::Program& program) {
+    if (program.pp_size < 2 || !m_links.empty()) return core::Ok{};
+    int32_t group = -1;
+    for (const core::Task& t : program.tasks) {
+        if (core::isP2P(t.kind)) {
+            group = t.group;
+            break;
+        }
+    }
+    if (group < 0) return core::Ok{};
+    // The pipeline ranks of this rank's pipeline, in order.
+    const std::vector<int32_t> members = core::groupRanks(program, group, rank());
+    if (static_cast<int>(members.size()) != program.pp_size) {
+        return core::makeError(fmt::format("the pipeline group of rank {} has {} ranks, the Program's pipeline {}", rank(),
+                                           members.size(), program.pp_size));
+    }
+    const int32_t stages = program.pp_size * std::max(1, program.pp_virtual);
+    std::vector<ncclUniqueId> all(static_cast<size_t>(m_bootstrap->worldSize()));
+    for (int32_t from = 0; from < stages; ++from) {
+        for (const bool activations : {true, false}) {
+            const int32_t to = from + (activations ? 1 : -1);
+            if (to < 0 || to >= stages) continue;
+            const int32_t sender = members[static_cast<size_t>(from % program.pp_size)];
+            const int32_t receiver = members[static_cast<size_t>(to % program.pp_size)];
+            ncclUniqueId mine{};
+            if (sender == rank()) SHARDCAST_CUDA_TRY(ncclCheck, ncclGetUniqueId(&mine));
+            if (auto s = m_bootstrap->allGather(&mine, sizeof(mine), all.data()); !s) return s;
+            if (rank() != sender && rank() != receiver) continue;
+            auto link = std::make_unique<Link>();
+            link->sender = rank() == sender;
+            link->peer_rank = link->sender ? receiver : sender;
+            SHARDCAST_CUDA_TRY(ncclCheck, ncclCommInitRank(&link->comm, 2, all[static_cast<size_t>(sender)], link->sender ? 0 : 1));
+            if (link->sender) {
+                SHARDCAST_CUDA_TRY(cudaCheck, cudaStreamCreateWithFlags(&link->stream, cudaStreamNonBlocking));
+            }
+            std::lock_guard lock(m_comms_mutex);
+            if (m_comms_aborted) {
+                ncclCommAbort(link->comm);
+                link->comm = nullptr;
+                return core::makeError("the run was aborted while its NCCL communicators were being created");
+            }
+            m_links.emplace(linkKey(from, activations), std::move(link));
+        }
+    }
+    return core::Ok{};
+}
+
+core::Status CudaBackend::p2p(const core::Program& program, int32_t id, StreamState& s) {
+    const core::Task& t = program.tasks[static_cast<size_t>(id)];
+    const bool send = t.kind == core::TaskKind::Send;
+    const int32_t own = program.stageOf(t), peer_stage = own + t.peer;
+    const int32_t from = send ? own : peer_stage;
+    const bool activations = send == (t.peer > 0);
+    const int64_t bytes = t.comm_bytes;
+    if (emulating()) {
+        {
+            std::lock_guard lock(m_emulated_mutex);
+            m_emulated.push_back(id);
+        }
+        if (send || bytes <= 0) return core::Ok{};
+        if (auto g = grow(s.recv, bytes, s.stream); !g) return g;
+        return cudaCheck(launchFill(s.recv.ptr, bytes, kEmulatedPattern, s.stream), "launchFill (emulated receive)");
+    }
+    if (bytes <= 0) return core::Ok{};
+    if (m_comms_aborted) return core::makeError("the run was aborted: this rank's NCCL communicators are gone");
+    const auto found = m_links.find(linkKey(from, activations));
+    if (found == m_links.end()) {
+        return core::makeError(fmt::format("no NCCL communicator was prepared for the P2P from stage {} to stage {}", from,
+                                           from + (activations ? 1 : -1)));
+    }
+    Link& link = *found->second;
+    const uint32_t seed = core::verify::p2pSeed(from, t.micro_batch, activations);
+    const auto n = static_cast<size_t>(bytes);
+    if (send) {
+        // After the task's start on its stream: what it sends has been computed there.
+        SHARDCAST_CUDA_TRY(cudaCheck, cudaStreamWaitEvent(link.stream, m_task_start[static_cast<size_t>(id)], 0));
+        if (auto g = grow(link.buf, bytes, link.stream); !g) return g;
+        if (m_options.verify) {
+            SHARDCAST_CUDA_TRY(cudaCheck, launchP2PBytes(link.buf.ptr, bytes, seed, core::verify::kP2PByteStride, link.stream));
+        }
+        return ncclCheck(ncclSend(link.buf.ptr, n, ncclUint8, 1, link.comm, link.stream), "ncclSend");
+    }
+    if (auto g = grow(s.recv, bytes, s.stream); !g) return g;
+    SHARDCAST_CUDA_TRY(ncclCheck, ncclRecv(s.recv.ptr, n, ncclUint8, 0, link.comm, s.stream));
+    if (!m_options.verify) return core::Ok{};
+    std::vector<unsigned char> got(n);
+    SHARDCAST_CUDA_TRY(cudaCheck, cudaMemcpyAsync(got.data(), s.recv.ptr, n, cudaMemcpyDeviceToHost, s.stream));
+    SHARDCAST_CUDA_TRY(cudaCheck, cudaStreamSynchronize(s.stream));
+    for (int64_t i = 0; i < bytes; ++i) {
+        const unsigned char want = core::verify::p2pByte(seed, i);
+        if (got[static_cast<size_t>(i)] == want) continue;
+        return core::makeError(fmt::format("verify failed: byte {} of the {} received from stage {} (rank {}) is {}, "
+                                           "expected {} (what stage {} sends for micro-batch {})",
+                                           i, activations ? "activations" : "input gradients", from, link.peer_rank,
+                                           int{got[static_cast<size_t>(i)]}, int{want}, from, t.micro_batch));
+    }
+    ++m_verified_per_stream[static_cast<size_t>(t.stream)];
+    m_elements_per_stream[static_cast<size_t>(t.stream)] += bytes;
     return core::Ok{};
 }
 
@@ -453,6 +579,9 @@ void CudaBackend::abortCommunicators() noexcept {
     for (auto& [key, c] : m_comms) {
         if (c->comm != nullptr) ncclCommAbort(c->comm);
     }
+    for (auto& [key, l] : m_links) {
+        if (l->comm != nullptr) ncclCommAbort(l->comm);
+    }
 }
 
 void CudaBackend::abortRun(const core::Error& error) noexcept {
@@ -476,6 +605,8 @@ core::Status CudaBackend::runTask(const core::Program& program, int32_t id, int3
     core::Status done = core::Ok{};
     if (core::isCollective(t.kind)) {
         done = collective(program, id, s);
+    } else if (core::isP2P(t.kind)) {
+        done = p2p(program, id, s);
     } else if (t.ops.count > 0) {
         done = compute(program, id, step, s);
     } else if (t.comm_bytes > 0) {

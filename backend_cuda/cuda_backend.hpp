@@ -51,6 +51,20 @@
 // one Bootstrap::allGather over the world, then ncclCommInitRank. In a world of threads a failed
 // rank's peers may be blocked in a collective: abortCommunicators() (ncclCommAbort) frees them.
 //
+// Pipeline P2P (pp > 1; each rank runs its stage's Program): one NCCL communicator of two ranks
+// per link, a link being one direction between two neighbouring stages (stage g's activations to
+// g + 1, or its input gradient to g - 1; Interleaved1F1B's stages wrap around the pipeline ranks).
+// NCCL matches a pair's sends and receives in issue order and has no tags (NCCL docs,
+// "Point-to-point communication"); on a link of its own each transfer is one micro-batch's, and a
+// stage sends and receives its micro-batches in the same order, so the k-th send meets the k-th
+// receive. A send is torch's isend: ncclSend on the link's own stream, after the task's start on
+// its stream, from the link's buffer, and not waited for (the next step's barrier synchronizes the
+// device); a receive is ncclRecv on the task's stream, which the task waits for as for a
+// collective. Every rank creates the links in the same order (each id from the sending rank
+// through one Bootstrap::allGather over the world), joining those it is at either end of. Verify
+// mode sends core/base/verify_data.hpp's p2pByte pattern (written by a kernel on the link's stream)
+// and checks every received byte.
+//
 // Emulation (emulate_rank set): the process runs rank R's Program alone: every allocation and
 // every kernel for real, each collective's output (its receive buffer of the real size) filled
 // locally by a fill kernel instead of communicated. Those tasks are reported by emulatedTasks().
@@ -155,6 +169,9 @@ private:
     // reductions average (`mean`), tensor-parallel ones sum partial results.
     core::Status runCollective(const core::Program& program, int32_t id, const core::Task& t, StreamState& s, bool mean);
     core::Status copy(const core::Task& task, StreamState& s);
+    // Pipeline P2P (see the header comment): the links this rank is at either end of.
+    core::Status prepareLinks(const core::Program& program);
+    core::Status p2p(const core::Program& program, int32_t id, StreamState& s);
     core::Status createPools();
     void destroyEvents() noexcept;
     std::string outOfMemoryMessage(int64_t bytes, std::string_view call, int error) const;
@@ -164,6 +181,8 @@ private:
     std::array<std::unique_ptr<StreamState>, core::kStreamCount> m_streams;  // by core::Stream
     struct Comm;
     std::map<std::pair<int, int32_t>, std::unique_ptr<Comm>> m_comms;  // by (stream, group)
+    struct Link;
+    std::map<int32_t, std::unique_ptr<Link>> m_links;  // by linkKey(sending stage, direction)
     std::array<int64_t, core::kStreamCount> m_verified_per_stream{};  // each written by its stream's worker
     std::array<int64_t, core::kStreamCount> m_elements_per_stream{};
     mutable std::mutex m_emulated_mutex;

@@ -42,6 +42,13 @@ __global__ void fillKernel(uint32_t* ptr, int64_t words, uint32_t pattern) {
     for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < words; i += stride) ptr[i] = pattern;
 }
 
+__global__ void p2pBytesKernel(unsigned char* ptr, int64_t bytes, uint32_t seed, int64_t stride) {
+    const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+    for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < bytes; i += step) {
+        ptr[i] = static_cast<unsigned char>((i * stride + static_cast<int64_t>(seed)) & 0xff);
+    }
+}
+
 }  // namespace
 
 int launchTraffic(const void* src, void* dst, int64_t bytes, cudaStream_t stream) {
@@ -65,6 +72,12 @@ int launchFill(void* ptr, int64_t bytes, uint32_t pattern, cudaStream_t stream) 
     const int64_t words = bytes / 4;
     if (words <= 0) return cudaSuccess;
     fillKernel<<<blocksFor(words), kThreads, 0, stream>>>(static_cast<uint32_t*>(ptr), words, pattern);
+    return cudaGetLastError();
+}
+
+int launchP2PBytes(void* ptr, int64_t bytes, uint32_t seed, int64_t stride, cudaStream_t stream) {
+    if (bytes <= 0) return cudaSuccess;
+    p2pBytesKernel<<<blocksFor(bytes), kThreads, 0, stream>>>(static_cast<unsigned char*>(ptr), bytes, seed, stride);
     return cudaGetLastError();
 }
 

@@ -21,4 +21,8 @@ int launchAdam(float* p, const float* g, float* m, float* v, int64_t n, int32_t 
 // bytes % 4 bytes are left as they are.
 int launchFill(void* ptr, int64_t bytes, uint32_t pattern, cudaStream_t stream);
 
+// Pipeline P2P verify data: byte i of `ptr` becomes (i x stride + seed) mod 256
+// (core/base/verify_data.hpp: p2pByte with kP2PByteStride and p2pSeed).
+int launchP2PBytes(void* ptr, int64_t bytes, uint32_t seed, int64_t stride, cudaStream_t stream);
+
 }  // namespace shardcast::cuda

@@ -9,7 +9,8 @@
 # and prints one summary table; the same for FULL_SHARD with tensor parallelism (--tp 2, its
 # collectives emulated too). With two or more GPUs it also runs tiny-llama on 2 GPUs, a thread per
 # GPU (`--gpus 2`, NCCL between them, --verify), the same with --tp 2 (NCCL tensor-parallel
-# collectives inside the compute tasks), and under mpirun one process per GPU.
+# collectives inside the compute tasks) and with --pp 2 (two pipeline stages, ncclSend / ncclRecv,
+# 1F1B and Interleaved1F1B), and under mpirun one process per GPU.
 # Budget: within 8 minutes on one H100 / H200 with a build folder present (calibration about a
 # minute with --quick; each 8B run a few seconds after its warmup).
 #   usage: scripts/gpu-check.sh [BUILD_DIR]      (default: build/ beside this script's repository)
@@ -82,6 +83,16 @@ if [ "$gpu_count" -ge 2 ]; then
     else
         tp_threads="FAILED"
     fi
+fi
+pp_threads="skipped (one GPU)"
+if [ "$gpu_count" -ge 2 ]; then
+    echo "== tiny-llama in 2 pipeline stages over 2 GPUs (--pp 2, 1F1B then Interleaved1F1B; ncclSend / ncclRecv)"
+    pp_threads="passed"
+    for schedule in "--pp-schedule 1F1B" "--pp-schedule Interleaved1F1B --pp-virtual-stages 2"; do
+        # shellcheck disable=SC2086
+        timeout 120 "$shardcast" "${tiny[@]}" --gpus 2 --pp 2 --grad-accum 4 $schedule --out "$tmp/run-2gpu-pp.json" ||
+            pp_threads="FAILED"
+    done
 fi
 if [ "$gpu_count" -ge 2 ] && command -v mpirun >/dev/null 2>&1; then
     echo "== tiny-llama on 2 GPUs under mpirun (NCCL between processes)"
@@ -163,5 +174,5 @@ print("* measured step with collectives emulated (no communication): not compara
       "errors are (predicted - measured) / measured")
 PY
 echo "gpu-check: done in $((SECONDS - start)) s; gpu tests $([ $tests_rc -eq 0 ] && echo passed || echo FAILED);" \
-     "calibration $([ -f "$calibration" ] && echo "done" || echo FAILED); 2-GPU threads $threads; 2-GPU tp $tp_threads; 2-GPU mpirun $multi"
-[ $tests_rc -eq 0 ] && [ -f "$calibration" ] && [ "$multi" != "FAILED" ] && [ "$threads" != "FAILED" ] && [ "$tp_threads" != "FAILED" ]
+     "calibration $([ -f "$calibration" ] && echo "done" || echo FAILED); 2-GPU threads $threads; 2-GPU tp $tp_threads; 2-GPU pp $pp_threads; 2-GPU mpirun $multi"
+[ $tests_rc -eq 0 ] && [ -f "$calibration" ] && [ "$multi" != "FAILED" ] && [ "$threads" != "FAILED" ] && [ "$tp_threads" != "FAILED" ] && [ "$pp_threads" != "FAILED" ]

@@ -24,6 +24,18 @@ inline float gradValue(int32_t unit, int32_t rank, int64_t element, int64_t memb
     return static_cast<float>((static_cast<int64_t>(unit) * 17 + static_cast<int64_t>(rank) * 5 + element * 3) % range);
 }
 
+// Pipeline P2P: byte `i` of what stage `from_stage` sends for `micro_batch` (its activations
+// forward, or its input gradient backward), so that a receiver knows what its neighbour must have
+// sent. Byte i is (i x kP2PByteStride + p2pSeed(...)) mod 256 (the CUDA backend's fill kernel
+// writes the same from these two).
+inline constexpr int64_t kP2PByteStride = 31;
+inline uint32_t p2pSeed(int32_t from_stage, int32_t micro_batch, bool activations) {
+    return static_cast<uint32_t>(from_stage * 7 + micro_batch * 13 + (activations ? 0 : 5));
+}
+inline unsigned char p2pByte(uint32_t seed, int64_t i) {
+    return static_cast<unsigned char>((i * kP2PByteStride + static_cast<int64_t>(seed)) & 0xff);
+}
+
 // bf16 is the top half of an fp32; rounding to nearest, ties to even.
 inline uint16_t toBf16(float v) {
     uint32_t bits = 0;

@@ -52,6 +52,15 @@ bool haveGpu(std::string& why) {
         if (!haveGpu(why_)) GTEST_SKIP() << why_; \
     } while (0)
 
+// Two CUDA devices or a skip naming what has fewer.
+#define REQUIRE_TWO_GPUS()                                                                         \
+    do {                                                                                           \
+        REQUIRE_GPU();                                                                             \
+        int count_ = 0;                                                                            \
+        ASSERT_EQ(cudaGetDeviceCount(&count_), cudaSuccess);                                       \
+        if (count_ < 2) GTEST_SKIP() << "this needs two CUDA devices; this machine has " << count_; \
+    } while (0)
+
 uint16_t toBf16(float v) {  // exact for the small integers used here
     uint32_t bits = 0;
     std::memcpy(&bits, &v, sizeof(bits));
@@ -125,7 +134,7 @@ TEST(CudaGpuTest, GemmMatchesCpuReference) {
 
 // Runs `shardcast ARGS --out FILE` on tiny-llama and checks its record against the prediction of
 // exactly what ran: a timeline of every task of the Program on its stream, exactly `emulated`
-// collectives marked emulated (all or none), and counted memory equal to the Program's events on
+// collectives and P2P tasks marked emulated (all or none), and counted memory equal to the Program's events on
 // the measured timeline and, for each category one stream touches, to the prediction's bytes.
 void runAndCheck(const std::string& args, int32_t world, int32_t recorded_rank, bool emulated) {
     const auto out = std::filesystem::temp_directory_path() / "shardcast_cuda_gpu_run.json";
@@ -147,6 +156,8 @@ void runAndCheck(const std::string& args, int32_t world, int32_t recorded_rank, 
     ASSERT_TRUE(profile.ok()) << profile.error().message;
     sim::EvaluationOptions options;
     options.issue_order_memory = false;
+    // The recorded rank's stage under pipeline parallelism (as compare predicts it).
+    options.pipeline_stage = recorded_rank / std::max(1, world / std::max(1, plan->sharding.pp));
     auto predicted = sim::evaluatePlan(*plan, &*profile, options);
     ASSERT_TRUE(predicted.ok()) << predicted.error().message;
     const core::Program& program = predicted->program;
@@ -157,7 +168,10 @@ void runAndCheck(const std::string& args, int32_t world, int32_t recorded_rank, 
         EXPECT_LE(0, t.start_ns);
         EXPECT_LE(t.start_ns, t.end_ns) << "task " << i;
         EXPECT_EQ(t.stream, program.tasks[i].stream) << "task " << i;
-        if (core::isCollective(program.tasks[i].kind)) collectives.push_back(static_cast<int32_t>(i));
+        // What an emulated rank fills locally: collectives and pipeline receives (and its sends).
+        if (core::isCollective(program.tasks[i].kind) || core::isP2P(program.tasks[i].kind)) {
+            collectives.push_back(static_cast<int32_t>(i));
+        }
     }
     EXPECT_FALSE(collectives.empty());
     EXPECT_EQ(record->emulated_tasks, emulated ? collectives : std::vector<int32_t>{});
@@ -213,11 +227,26 @@ TEST(CudaGpuTest, OneRankRunUsesNccl) {
 
 // Two GPUs as two threads of one process (--gpus 2): NCCL between the threads, rank 0 recorded.
 TEST(CudaGpuTest, TwoGpusAsThreadsOfOneProcess) {
-    REQUIRE_GPU();
-    int count = 0;
-    ASSERT_EQ(cudaGetDeviceCount(&count), cudaSuccess);
-    if (count < 2) GTEST_SKIP() << "--gpus 2 needs two CUDA devices; this machine has " << count;
+    REQUIRE_TWO_GPUS();
     runAndCheck("--nodes 1 --gpus-per-node 2 --strategy FULL_SHARD --gpus 2", 2, 0, false);
+}
+
+// Pipeline stages: `--emulate-rank 2` of a 4-rank plan with 2 stages runs stage 1's Program alone,
+// its collectives and its P2P receives filled locally; the record is predicted on stage 1.
+TEST(CudaGpuTest, EmulatedPipelineRankRunsItsStage) {
+    REQUIRE_GPU();
+    runAndCheck("--nodes 1 --gpus-per-node 4 --strategy FULL_SHARD --pp 2 --grad-accum 2 --emulate-rank 2", 4, 2, true);
+}
+
+// Two pipeline stages on two GPUs as threads (--gpus 2 --pp 2): ncclSend / ncclRecv between them
+// on links of their own, every received byte verified (--verify), Interleaved1F1B's wrap-around
+// included.
+TEST(CudaGpuTest, PipelineStagesOnTwoGpusSendAndReceiveWithNccl) {
+    REQUIRE_TWO_GPUS();
+    runAndCheck("--nodes 1 --gpus-per-node 2 --strategy FULL_SHARD --pp 2 --grad-accum 4 --gpus 2 --verify", 2, 0, false);
+    runAndCheck("--nodes 1 --gpus-per-node 2 --strategy FULL_SHARD --pp 2 --grad-accum 4 --pp-schedule Interleaved1F1B "
+                "--pp-virtual-stages 2 --gpus 2 --verify",
+                2, 0, false);
 }
 
 // An allocation the device cannot hold: std::bad_alloc naming the bytes, the plan's predicted

@@ -36,6 +36,9 @@ struct PreparedRun {
     ResolvedProfile profile;
 };
 core::Result<PreparedRun> prepareRun(const RunOptions& o);
+// The Program world rank `rank` runs: the prediction's, or under pipeline parallelism its stage's
+// (stages are the mesh's outermost dimension), then lowered into `storage`.
+core::Result<const core::Program*> rankProgram(const PreparedRun& prepared, int32_t rank, core::Program& storage);
 
 // What a backend's run prints besides the shared report.
 struct FinishText {

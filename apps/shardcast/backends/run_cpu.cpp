@@ -12,7 +12,6 @@
 #include "apps/shardcast/backends/run_backend.hpp"
 #include "apps/shardcast/commands.hpp"
 #include "backend_cpu/cpu_backend.hpp"
-#include "core/lower/lower.hpp"
 #include "backend_cpu/mpi_session.hpp"
 #include "core/base/host_info.hpp"
 #include "core/base/launch_env.hpp"
@@ -76,23 +75,11 @@ int runOnCpu(const RunOptions& o) {
     cpu::CpuBackend backend(mpi, o.verify);
     exec::Executor executor(backend);
     if (mpi.rank() == 0) progressOnTerminal(executor);
-    // Under pipeline parallelism each rank runs its stage's Program (stages are the mesh's
-    // outermost dimension); the prediction is rank 0's, stage 0.
-    const core::Program* program = &predicted.program;
+    // Under pipeline parallelism each rank runs its stage's Program; the prediction is rank 0's.
     core::Program stage_program;
-    if (predicted.mesh.pp > 1) {
-        const int stage = mpi.rank() / (mpi.worldSize() / predicted.mesh.pp);
-        if (stage != predicted.stage) {
-            core::Plan on_profile = prepared->plan;
-            on_profile.cluster.gpu = predicted.profile.gpu;
-            core::Lowerer lowerer;
-            if (auto lowered = lowerer.lowerStage(on_profile, predicted.mesh, stage, stage_program); !lowered) {
-                mpi.abort(lowered.error().message);
-            }
-            program = &stage_program;
-        }
-    }
-    auto run = executor.run(*program, {.warmup = o.warmup, .steps = o.steps});
+    auto program = rankProgram(*prepared, mpi.rank(), stage_program);
+    if (!program) mpi.abort(program.error().message);
+    auto run = executor.run(**program, {.warmup = o.warmup, .steps = o.steps});
     if (!run) mpi.abort(run.error().message);  // ends every rank: peers may wait in a collective
     // Rank 0 reports the verified collectives of every rank.
     int64_t verified[2] = {backend.collectivesVerified(), backend.elementsVerified()};

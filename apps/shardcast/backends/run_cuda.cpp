@@ -170,6 +170,17 @@ int runCudaThreads(const RunOptions& o, const PreparedRun& prepared, CudaRunShap
         }
         backends.push_back(std::move(*backend));
     }
+    // Each rank's Program: under pipeline parallelism its stage's.
+    std::vector<core::Program> stage_programs(static_cast<size_t>(n));
+    std::vector<const core::Program*> programs;
+    for (int32_t r = 0; r < n; ++r) {
+        auto program = rankProgram(prepared, r, stage_programs[static_cast<size_t>(r)]);
+        if (!program) {
+            fmt::print(stderr, "shardcast: error: rank {}: {}\n", r, program.error().message);
+            return kExitRuntimeFailure;
+        }
+        programs.push_back(*program);
+    }
     std::vector<std::optional<core::Result<exec::Execution>>> runs(static_cast<size_t>(n));
     std::atomic<int32_t> finished{0};
     std::vector<std::thread> threads;
@@ -177,7 +188,7 @@ int runCudaThreads(const RunOptions& o, const PreparedRun& prepared, CudaRunShap
         threads.emplace_back([&, r] {
             exec::Executor executor(*backends[static_cast<size_t>(r)]);
             if (r == 0) progressOnTerminal(executor);
-            auto run = executor.run(prepared.predicted.program, {.warmup = o.warmup, .steps = o.steps});
+            auto run = executor.run(*programs[static_cast<size_t>(r)], {.warmup = o.warmup, .steps = o.steps});
             // A failure before any task (prepare, initial memory) has not aborted the world yet.
             if (!run) world.member(r).abort(run.error().message);
             runs[static_cast<size_t>(r)] = std::move(run);
@@ -237,12 +248,6 @@ int runOnCuda(const RunOptions& o) {
     if (!prepared) return inputError(prepared.error().message);
     const core::Plan* plan = &prepared->plan;
     sim::Evaluation& predicted = prepared->predicted;
-    if (predicted.mesh.pp > 1) {
-        return inputError(fmt::format("run --backend cuda does not execute pipeline-parallel plans yet (sharding.pp {}): "
-                                      "their P2P sends and receives run on the CPU backend (--backend cpu under mpirun); "
-                                      "plan and simulate them with `shardcast plan`",
-                                      predicted.mesh.pp));
-    }
 
     CudaRunShape shape;
     shape.needed = predicted.program.world_size;
@@ -351,7 +356,14 @@ int runOnCuda(const RunOptions& o) {
     const int32_t me = (*backend)->rank();
     exec::Executor executor(**backend);
     if (emulate || me == 0) progressOnTerminal(executor);
-    auto run = executor.run(predicted.program, {.warmup = o.warmup, .steps = o.steps});
+    core::Program stage_program;  // under pipeline parallelism, the rank's stage's
+    auto program = rankProgram(*prepared, me, stage_program);
+    if (!program) {
+        if (!emulate && needed > 1) bootstrap->abort(program.error().message);
+        fmt::print(stderr, "shardcast: error: {}\n", program.error().message);
+        return kExitRuntimeFailure;
+    }
+    auto run = executor.run(**program, {.warmup = o.warmup, .steps = o.steps});
     if (!run) {
         if (!emulate && needed > 1) bootstrap->abort(run.error().message);  // peers may wait in a collective
         fmt::print(stderr, "shardcast: error: {}\n", run.error().message);

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "apps/shardcast/backends/run_backend.hpp"
+#include "core/lower/lower.hpp"
 #include "apps/shardcast/commands.hpp"
 #include "apps/shardcast/plan_options.hpp"
 #include "planstore/trace_run.hpp"
@@ -28,13 +29,30 @@ core::Result<PreparedRun> prepareRun(const RunOptions& o) {
     sim::EvaluationOptions options;
     options.issue_order_memory = false;
     options.record_curve = o.save.requested;  // the prediction saved beside the run
-    options.pipeline_stage = 0;               // rank 0's, which writes the record
+    // The recording rank's stage (as compare predicts it): rank 0's, or an emulated rank's own.
+    options.pipeline_stage = 0;
+    const int64_t world = plan->cluster.nodes * plan->cluster.gpus_per_node;
+    if (o.emulate_rank > 0 && plan->sharding.pp > 1 && world % plan->sharding.pp == 0) {
+        options.pipeline_stage = static_cast<int>(o.emulate_rank / (world / plan->sharding.pp));
+    }
     sim::Evaluator evaluator;
     PreparedRun prepared{std::move(*plan), {}, std::move(*profile)};
     if (auto s = evaluator.evaluate(prepared.plan, &prepared.profile.profile, options, prepared.predicted); !s) {
         return s.error();
     }
     return prepared;
+}
+
+core::Result<const core::Program*> rankProgram(const PreparedRun& prepared, int32_t rank, core::Program& storage) {
+    const sim::Evaluation& predicted = prepared.predicted;
+    if (predicted.mesh.pp <= 1) return &predicted.program;
+    const int stage = rank / (predicted.mesh.world_size / predicted.mesh.pp);
+    if (stage == predicted.stage) return &predicted.program;
+    core::Plan on_profile = prepared.plan;
+    on_profile.cluster.gpu = predicted.profile.gpu;
+    core::Lowerer lowerer;
+    if (auto lowered = lowerer.lowerStage(on_profile, predicted.mesh, stage, storage); !lowered) return lowered.error();
+    return &storage;
 }
 
 namespace {
