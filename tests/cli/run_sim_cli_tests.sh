@@ -133,7 +133,8 @@ assert "simulated by its period: micro-batches 0-3 and 39 of 40" in t, t
 ' "$tmp/out"
 
 # --- progress on a terminal: a second-long evaluation names its stage while it runs, then clears ---
-SHARDCAST_STDERR_IS_TTY=1 "$bin" simulate --model llama-3.1-405b --nodes 16 --grad-accum 300 --whole-step \
+# (600 micro-batches take about 2 s here; 300 took 0.8 s on an idle machine, too short to redraw)
+SHARDCAST_STDERR_IS_TTY=1 "$bin" simulate --model llama-3.1-405b --nodes 16 --grad-accum 600 --whole-step \
     >"$tmp/progress.out" 2>"$tmp/progress.err"
 check "progress: stage lines redrawn on stderr while it runs, the line cleared before the report" '
 import sys
