@@ -44,11 +44,19 @@ double tpCommSecondsPerMicroBatch(const core::Program& program, const HardwarePr
 
 core::Status Evaluator::evaluate(const core::Plan& plan, const HardwareProfile* profile,
                                  const EvaluationOptions& options, Evaluation& out) {
+    core::Status done = core::Ok{};
     if (options.period_over > 0 && plan.training.grad_accum > options.period_over && plan.sharding.pp == 1) {
-        return evaluateByPeriod(plan, profile, options, out);
+        done = evaluateByPeriod(plan, profile, options, out);
+    } else {
+        out.period = PeriodicStep{};
+        done = evaluateWhole(plan, profile, options, out);
     }
-    out.period = PeriodicStep{};
-    return evaluateWhole(plan, profile, options, out);
+    out.checkpoint.reset();
+    if (done && plan.checkpoint.mode != core::CheckpointMode::None) {
+        out.checkpoint = checkpointFigures(plan, out.program, out.profile, static_cast<double>(out.timeline.step_ns) * 1e-9,
+                                           out.fit.budget_bytes);
+    }
+    return done;
 }
 
 core::Status Evaluator::evaluateWhole(const core::Plan& given, const HardwareProfile* profile,

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string_view>
 
 #include "core/base/result.hpp"
@@ -16,6 +17,7 @@
 #include "core/program/program.hpp"
 #include "core/program/timeline.hpp"
 #include "core/results/step_summary.hpp"
+#include "simulator/checkpoint.hpp"
 #include "simulator/hardware_profile.hpp"
 #include "simulator/pipeline.hpp"
 #include "simulator/simulator.hpp"
@@ -118,6 +120,7 @@ struct Evaluation {
     std::vector<StageFigures> stages;  // pp > 1: per pipeline stage
     int32_t stage = 0;                 // pp > 1: the stage `program` is
     int32_t binding_stage = 0;         // pp > 1: the stage whose memory binds (the most reserved, else allocated)
+    std::optional<CheckpointFigures> checkpoint;  // plan.checkpoint.mode != none (simulator/checkpoint.hpp)
 };
 
 // The seconds of tensor-parallel collectives inside the compute tasks of one micro-batch of

@@ -133,6 +133,17 @@ void addPlanOptions(CLI::App& cmd, core::PlanOverrides& o) {
            "");
     addOpt(cmd, "--frozen", o.frozen, "REGEX",
            "Regex (std::regex_search on parameter FQNs) of frozen parameters", "");
+    addOpt(cmd, "--checkpoint", o.checkpoint, "none|full|sharded",
+           "Plan checkpoint saves: full (FULL_STATE_DICT: the model and optimizer state gathered, rank 0 writes "
+           "them) or sharded (torch.distributed.checkpoint: every rank writes its shards); the report gives the "
+           "save's memory and time and the goodput against failures, with the best interval",
+           "none");
+    addOpt(cmd, "--checkpoint-every", o.checkpoint_every, "STEPS", "Optimizer steps between checkpoint saves",
+           std::to_string(core::kDefaultCheckpointEverySteps));
+    addOpt(cmd, "--checkpoint-offload-to-cpu", o.checkpoint_offload_to_cpu, "true|false",
+           "Full save: move each gathered tensor to the host at once (FullStateDictConfig offload_to_cpu)", "false");
+    addOpt(cmd, "--checkpoint-rank0-only", o.checkpoint_rank0_only, "true|false",
+           "Full save: only rank 0 keeps the gathered state (FullStateDictConfig rank0_only)", "false");
 }
 
 void addWholeStepOption(CLI::App& cmd, bool& whole_step) {

@@ -1,6 +1,7 @@
 #include "apps/shardcast/report.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdio>
 #include <string_view>
@@ -130,6 +131,46 @@ void appendPipelineSection(std::string& out, const core::Plan& plan, const sim::
                      "reduce-scattered once per step, after the stage's last backward",
                      reshards ? "resharded" : "kept unsharded",
                      plan.sharding.reshard_after_forward == core::ReshardMode::Default ? " (torchtitan's default under pp)" : ""));
+}
+
+// Checkpoint saves (Evaluation::checkpoint, simulator/checkpoint.hpp).
+void appendCheckpointSection(std::string& out, const core::Plan& plan, const sim::Evaluation& e) {
+    if (!e.checkpoint) return;
+    const sim::CheckpointFigures& f = *e.checkpoint;
+    auto line = [&out](std::string_view text) {
+        out.append(text);
+        out.push_back('\n');
+    };
+    const core::CheckpointSpec& k = plan.checkpoint;
+    const bool full = f.mode == core::CheckpointMode::Full;
+    line("");
+    line(fmt::format("Checkpoint ({} save every {} steps{})", core::checkpointModeName(f.mode), f.every_steps,
+                     full ? fmt::format(", offload_to_cpu {}, rank0_only {}", k.offload_to_cpu, k.rank0_only) : std::string()));
+    line(fmt::format("  state saved       {:>10.2f} GB  (model {:.2f} GB + optimizer {:.2f} GB, {})", gb(f.model_bytes + f.optimizer_bytes),
+                     gb(f.model_bytes), gb(f.optimizer_bytes), core::dtypeName(plan.training.master_dtype)));
+    if (full) {
+        line(fmt::format("  rank 0 device     {:>10.2f} GiB  of a {:.2f} GiB budget: {}", gib(f.rank0_peak_bytes), gib(f.budget_bytes),
+                         f.rank0_fits ? std::string("fits")
+                                      : std::string(k.offload_to_cpu ? "OUT OF MEMORY during the save"
+                                                                     : "OUT OF MEMORY during the save (the gathered state "
+                                                                       "stays on the device: --checkpoint-offload-to-cpu "
+                                                                       "true moves it to the host piece by piece)")));
+        if (k.offload_to_cpu) {
+            line(fmt::format("  host memory       {:>10.2f} GB on rank 0, {:.2f} GB per node{}", gb(f.rank0_host_bytes),
+                             gb(f.node_host_bytes), k.rank0_only ? "" : " (every rank keeps a copy: rank0_only false)"));
+        }
+    } else {
+        line(fmt::format("  per rank          {:>10.2f} GB  written by every rank (torch.distributed.checkpoint)",
+                         gb(f.per_rank_bytes)));
+    }
+    line(fmt::format("  save              {:>10.1f} s  (gather {:.1f} s, to host {:.1f} s, write {:.1f} s at {:.2f} GB/s per node)",
+                     f.save_s, f.gather_s, f.to_host_s, f.write_s, plan.cluster.storage_bytes_per_s_per_node / 1e9));
+    line(fmt::format("  failures          one every {:.1f} h on {} GPUs ({:.3g} per GPU-hour); a restart reads the "
+                     "checkpoint back in {:.1f} s",
+                     f.mtbf_s / 3600.0, plan.cluster.worldSize(), plan.cluster.failures_per_gpu_hour, f.restart_s));
+    line(fmt::format("  goodput           {:>10.2f} %  every {} steps ({:.0f} s); best every {} steps: {:.2f} % (Young's "
+                     "interval sqrt(2 x save x MTBF))",
+                     100 * f.goodput, f.every_steps, f.interval_s, f.best_every_steps, 100 * f.best_goodput));
 }
 
 void appendTimeSection(std::string& out, const sim::Evaluation& e) {
@@ -334,6 +375,31 @@ nlohmann::ordered_json planResultJson(const core::Plan& plan, const sim::Evaluat
                          {"binding_stage", e.binding_stage},
                          {"shown_stage", e.stage},
                          {"stages", std::move(stages)}};
+    }
+    if (e.checkpoint) {
+        const sim::CheckpointFigures& f = *e.checkpoint;
+        j["checkpoint"] = {{"mode", core::checkpointModeName(f.mode)},
+                           {"every_steps", f.every_steps},
+                           {"offload_to_cpu", plan.checkpoint.offload_to_cpu},
+                           {"rank0_only", plan.checkpoint.rank0_only},
+                           {"model_bytes", f.model_bytes},
+                           {"optimizer_bytes", f.optimizer_bytes},
+                           {"rank0_peak_bytes", f.rank0_peak_bytes},
+                           {"budget_bytes", f.budget_bytes},
+                           {"rank0_fits", f.rank0_fits},
+                           {"rank0_host_bytes", f.rank0_host_bytes},
+                           {"node_host_bytes", f.node_host_bytes},
+                           {"per_rank_bytes", f.per_rank_bytes},
+                           {"gather_s", f.gather_s},
+                           {"to_host_s", f.to_host_s},
+                           {"write_s", f.write_s},
+                           {"save_s", f.save_s},
+                           {"restart_s", f.restart_s},
+                           {"mtbf_s", std::isfinite(f.mtbf_s) ? json(f.mtbf_s) : json(nullptr)},
+                           {"interval_s", f.interval_s},
+                           {"goodput", f.goodput},
+                           {"best_every_steps", f.best_every_steps},
+                           {"best_goodput", f.best_goodput}};
     }
     return j;
 }
@@ -549,6 +615,7 @@ std::string planReportText(const core::Plan& plan, const sim::Evaluation& e) {
                      gb(c.volumeBytes())));
     appendTimeSection(out, e);
     appendPipelineSection(out, plan, e);
+    appendCheckpointSection(out, plan, e);
     return out;
 }
 

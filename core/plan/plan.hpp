@@ -25,6 +25,7 @@ struct Plan {
     ClusterSpec cluster;
     TrainingSpec training;
     ShardingSpec sharding;
+    CheckpointSpec checkpoint;  // saving checkpoints (issue 26): none by default
 };
 
 // Derived sizes of a validated plan.

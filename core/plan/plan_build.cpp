@@ -323,6 +323,30 @@ Result<Plan> buildPlan(const PlanOverrides& o) {
         if (auto pattern = limits::checkFrozenPattern(*o.frozen, "--frozen"); !pattern) return pattern.error();
         t.frozen_regex = *o.frozen;
     }
+    CheckpointSpec& k = plan.checkpoint;
+    if (o.checkpoint) {
+        auto v = parseCheckpointMode(*o.checkpoint);
+        if (!v) {
+            return makeError(fmt::format("--checkpoint: unknown mode '{}'; valid: none, full, sharded", textExcerpt(*o.checkpoint)));
+        }
+        k.mode = *v;
+    }
+    if (o.checkpoint_every) {
+        if (*o.checkpoint_every < 1) {
+            return makeError(fmt::format("--checkpoint-every {}: the optimizer steps between saves must be 1 or more "
+                                         "(torchtitan's default is {})",
+                                         *o.checkpoint_every, kDefaultCheckpointEverySteps));
+        }
+        k.every_steps = *o.checkpoint_every;
+    }
+    for (auto [value, flag, field] : {std::tuple{&o.checkpoint_offload_to_cpu, "--checkpoint-offload-to-cpu", &k.offload_to_cpu},
+                                      std::tuple{&o.checkpoint_rank0_only, "--checkpoint-rank0-only", &k.rank0_only}}) {
+        if (!*value) continue;
+        if (**value != "true" && **value != "false") {
+            return makeError(fmt::format("{}: '{}' is not true or false", flag, textExcerpt(**value)));
+        }
+        *field = **value == "true";
+    }
     return plan;
 }
 

@@ -33,6 +33,10 @@ struct PlanOverrides {
     std::optional<std::string> sequence_parallel, loss_parallel, async_tp;
     // --pp-schedule GPipe|1F1B|Interleaved1F1B; --pp-stage-blocks "9,10,10,3" (blocks per stage).
     std::optional<std::string> pp_schedule, pp_stage_blocks;
+    // Checkpoints: --checkpoint none|full|sharded, --checkpoint-every STEPS, and the full save's
+    // --checkpoint-offload-to-cpu / --checkpoint-rank0-only ("true"/"false").
+    std::optional<std::string> checkpoint, checkpoint_offload_to_cpu, checkpoint_rank0_only;
+    std::optional<int64_t> checkpoint_every;
 };
 
 // Defaults used when there is no plan file.

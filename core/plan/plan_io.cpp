@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <cmath>
 #include <fstream>
 #include <functional>
 #include <regex>
@@ -147,6 +148,16 @@ public:
         out = static_cast<T>(v->get<int64_t>());
     }
 
+    // A finite number; the range is checked by validatePlan.
+    void number(std::string_view key, double& out, const char* what) {
+        const json* v = find(key);
+        if (!v) return;
+        if (!v->is_number() || !std::isfinite(v->get<double>())) {
+            return fail(key, std::string("must be ") + what + " (got " + jsonExcerpt(*v) + ")");
+        }
+        out = v->get<double>();
+    }
+
     void boolean(std::string_view key, bool& out) {
         const json* v = find(key);
         if (!v) return;
@@ -215,6 +226,16 @@ Status readTraining(const json& j, const std::string& where, TrainingSpec& t) {
     r.enumeration("hf_mask", t.hf_mask, parseHfMask, "5.x, 4.5x");
     r.string("frozen", t.frozen_regex);
     r.enumeration("allocator", t.allocator, parseAllocatorMode, "caching, expandable");
+    return r.status();
+}
+
+Status readCheckpoint(const json& j, const std::string& where, CheckpointSpec& c) {
+    SectionReader r(j, where, "checkpoint");
+    r.checkKeys({"mode", "every_steps", "offload_to_cpu", "rank0_only"});
+    r.enumeration("mode", c.mode, parseCheckpointMode, "none, full, sharded");
+    r.integer("every_steps", c.every_steps, "a positive integer (optimizer steps between saves)");
+    r.boolean("offload_to_cpu", c.offload_to_cpu);
+    r.boolean("rank0_only", c.rank0_only);
     return r.status();
 }
 
@@ -305,9 +326,11 @@ Status readSharding(const json& j, const std::string& where, const std::filesyst
 Status readCluster(const json& j, const std::string& where, const std::filesystem::path& base_dir,
                    ClusterSpec& c) {
     SectionReader r(j, where, "cluster");
-    r.checkKeys({"gpu", "nodes", "gpus_per_node"});
+    r.checkKeys({"gpu", "nodes", "gpus_per_node", "storage_bytes_per_s_per_node", "failures_per_gpu_hour"});
     r.integer("nodes", c.nodes, "a positive integer");
     r.integer("gpus_per_node", c.gpus_per_node, "a positive integer");
+    r.number("storage_bytes_per_s_per_node", c.storage_bytes_per_s_per_node, "a positive number (bytes/s)");
+    r.number("failures_per_gpu_hour", c.failures_per_gpu_hour, "a number >= 0 (failures per GPU and hour)");
     if (const json* v = r.find("gpu")) {
         if (v->is_object()) {
             auto gpu = gpuFromJson(*v, where + ": cluster.gpu");
@@ -686,6 +709,33 @@ Status checkParallelDims(const Plan& plan, int world) {
 
 }  // namespace
 
+namespace {
+
+Status validateCheckpoint(const CheckpointSpec& k, const ClusterSpec& c) {
+    if (!(c.storage_bytes_per_s_per_node > 0) || !(c.storage_bytes_per_s_per_node <= 1e15)) {
+        return makeError(fmt::format("cluster.storage_bytes_per_s_per_node must be a positive number of bytes/s up to 1e15 "
+                                     "(got {})", c.storage_bytes_per_s_per_node));
+    }
+    if (!(c.failures_per_gpu_hour >= 0) || !(c.failures_per_gpu_hour <= 1)) {
+        return makeError(fmt::format("cluster.failures_per_gpu_hour must be between 0 and 1 (got {}; Meta's Llama 3 "
+                                     "cluster saw {:.3g})",
+                                     c.failures_per_gpu_hour, kDefaultFailuresPerGpuHour));
+    }
+    if (k.mode == CheckpointMode::None) return Ok{};
+    if (k.every_steps < 1 || k.every_steps > 100'000'000) {
+        return makeError(fmt::format("checkpoint.every_steps must be a positive number of optimizer steps between saves, "
+                                     "at most 1e8 (got {}); torchtitan's default is {}",
+                                     k.every_steps, kDefaultCheckpointEverySteps));
+    }
+    if (k.mode == CheckpointMode::Sharded && (k.offload_to_cpu || k.rank0_only)) {
+        return makeError("checkpoint.offload_to_cpu and checkpoint.rank0_only are options of a full save (mode full); a "
+                         "sharded save writes every rank's own shards");
+    }
+    return Ok{};
+}
+
+}  // namespace
+
 Result<Mesh> validatePlan(const Plan& plan) { return validatePlan(plan, nullptr); }
 
 Result<Mesh> validatePlan(const Plan& plan, PlanCheckMemo* memo) {
@@ -699,6 +749,7 @@ Result<Mesh> validatePlan(const Plan& plan, PlanCheckMemo* memo) {
         return makeError(std::string(field) + " must be a positive integer (got " + std::to_string(v) + ")");
     };
     if (auto st = positive("training.micro_batch", t.micro_batch); !st) return st.error();
+    if (auto st = validateCheckpoint(plan.checkpoint, c); !st) return st.error();
     if (auto st = positive("training.seq_len", t.seq_len); !st) return st.error();
     if (auto st = positive("training.grad_accum", t.grad_accum); !st) return st.error();
     if (auto st = positive("cluster.nodes", c.nodes); !st) return st.error();
@@ -899,9 +950,9 @@ Result<Plan> planFromJson(const nlohmann::json& j, const std::string& where,
     if (!j.is_object()) return makeError(where + ": a plan must be a JSON object (got " + std::string(j.type_name()) + ")");
     for (const auto& [key, value] : j.items()) {
         if (key != "model" && key != "scale" && key != "cluster" && key != "training" && key != "sharding" &&
-            key != "about" && key != "format" && key != "version") {
+            key != "checkpoint" && key != "about" && key != "format" && key != "version") {
             return makeError(where + ": unknown key '" + key +
-                             "'; valid keys: format, version, model, scale, cluster, training, sharding, about");
+                             "'; valid keys: format, version, model, scale, cluster, training, sharding, checkpoint, about");
         }
     }
     // Hand-written plans may leave the header out; a written one carries it, and a newer version is refused.
@@ -969,6 +1020,11 @@ Result<Plan> planFromJson(const nlohmann::json& j, const std::string& where,
     if (*sharding) {
         if (auto st = readSharding(**sharding, where, base_dir, plan.sharding); !st) return st.error();
     }
+    auto checkpoint = section("checkpoint");
+    if (!checkpoint) return checkpoint.error();
+    if (*checkpoint) {
+        if (auto st = readCheckpoint(**checkpoint, where, plan.checkpoint); !st) return st.error();
+    }
 
     auto mesh = validatePlan(plan);
     if (!mesh) return makeError(where + ": " + mesh.error().message);
@@ -1000,6 +1056,11 @@ nlohmann::json planToJson(const Plan& plan) {
     cluster["gpu"] = preset && sameGpu(*preset, c.gpu) ? json(c.gpu.name) : gpuToJson(c.gpu);
     cluster["nodes"] = c.nodes;
     cluster["gpus_per_node"] = c.gpus_per_node;
+    // Written only when not the defaults (Meta's Llama 3 cluster), as plans before them read.
+    if (c.storage_bytes_per_s_per_node != kDefaultStorageBytesPerSPerNode) {
+        cluster["storage_bytes_per_s_per_node"] = c.storage_bytes_per_s_per_node;
+    }
+    if (c.failures_per_gpu_hour != kDefaultFailuresPerGpuHour) cluster["failures_per_gpu_hour"] = c.failures_per_gpu_hour;
     j["cluster"] = std::move(cluster);
 
     const TrainingSpec& t = plan.training;
@@ -1058,6 +1119,13 @@ nlohmann::json planToJson(const Plan& plan) {
     }
     if (s.cp != 1) sharding["cp"] = s.cp;
     j["sharding"] = std::move(sharding);
+    if (plan.checkpoint.mode != CheckpointMode::None) {  // written only when checkpoints are planned
+        const CheckpointSpec& k = plan.checkpoint;
+        j["checkpoint"] = json{{"mode", std::string(checkpointModeName(k.mode))},
+                               {"every_steps", k.every_steps},
+                               {"offload_to_cpu", k.offload_to_cpu},
+                               {"rank0_only", k.rank0_only}};
+    }
     return j;
 }
 

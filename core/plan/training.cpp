@@ -64,6 +64,11 @@ constexpr std::pair<std::string_view, ModelImpl> kImpls[] = {
     {"hf", ModelImpl::Hf},
     {"torchtitan", ModelImpl::Torchtitan},
 };
+constexpr std::pair<std::string_view, CheckpointMode> kCheckpointModes[] = {
+    {"none", CheckpointMode::None},
+    {"full", CheckpointMode::Full},
+    {"sharded", CheckpointMode::Sharded},
+};
 constexpr std::pair<std::string_view, HfMask> kHfMask[] = {
     {"5.x", HfMask::V5},
     {"4.5x", HfMask::V4},
@@ -273,6 +278,8 @@ std::optional<KernelImpl> parseKernelImpl(std::string_view s) { return lookup(kK
 std::string_view offloadName(Offload o) { return nameOf(kOffload, o); }
 std::optional<Offload> parseOffload(std::string_view s) { return lookup(kOffload, s); }
 std::string_view hfMaskName(HfMask m) { return nameOf(kHfMask, m); }
+std::string_view checkpointModeName(CheckpointMode m) { return nameOf(kCheckpointModes, m); }
+std::optional<CheckpointMode> parseCheckpointMode(std::string_view s) { return lookup(kCheckpointModes, s); }
 std::optional<HfMask> parseHfMask(std::string_view s) { return lookup(kHfMask, s); }
 std::string_view modelImplName(ModelImpl m) { return nameOf(kImpls, m); }
 std::optional<ModelImpl> parseModelImpl(std::string_view s) { return lookup(kImpls, s); }

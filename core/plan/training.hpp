@@ -99,6 +99,26 @@ std::optional<HfMask> parseHfMask(std::string_view s);
 // Optimizer states per trainable element, in the master dtype (AdamW: exp_avg + exp_avg_sq).
 int optimizerStatesPerParam(Optimizer o);
 
+// Saving training checkpoints (issue 26; simulator/checkpoint.hpp): FSDP's FULL_STATE_DICT (the
+// whole model and optimizer state gathered, rank 0 writes it) or a sharded save through
+// torch.distributed.checkpoint (every rank writes its own shards).
+enum class CheckpointMode : uint8_t { None, Full, Sharded };
+std::string_view checkpointModeName(CheckpointMode m);  // "none", "full", "sharded"
+std::optional<CheckpointMode> parseCheckpointMode(std::string_view s);
+// torchtitan's default checkpoint interval ([checkpoint] interval = 500 steps,
+// torchtitan/config/job_config.py).
+inline constexpr int64_t kDefaultCheckpointEverySteps = 500;
+struct CheckpointSpec {
+    CheckpointMode mode = CheckpointMode::None;
+    int64_t every_steps = kDefaultCheckpointEverySteps;  // optimizer steps between saves (>= 1)
+    // Full saves, as FSDP's FullStateDictConfig (and FSDP2's StateDictOptions) offer them:
+    // offload_to_cpu moves each gathered tensor to the host at once (cpu_offload); rank0_only keeps
+    // the gathered state on rank 0 alone.
+    bool offload_to_cpu = false;
+    bool rank0_only = false;
+    bool operator==(const CheckpointSpec&) const = default;
+};
+
 struct TrainingSpec {
     int64_t micro_batch = 1;
     int64_t seq_len = 4096;

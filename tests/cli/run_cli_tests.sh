@@ -123,6 +123,30 @@ expect_bad_input "unknown model_type config" "bogus-config\.json" "$bin" plan --
 expect_bad_input "world size not divisible by --shard-size" "shard[-_]size" \
     "$bin" plan --model gpt2 --gpus-per-node 8 --shard-size 3
 expect_bad_input "--micro-batch 0" "micro[-_]batch" "$bin" plan --model gpt2 --micro-batch 0
+# Checkpoints: bad values named; a full save of 70B on 32 H100s without offload_to_cpu is out of memory
+# on rank 0 (the report says so, in text and --json), with offload_to_cpu it fits.
+expect_bad_input "--checkpoint-every 0" "--checkpoint-every 0" "$bin" plan --model gpt2 --checkpoint full --checkpoint-every 0
+expect_bad_input "--checkpoint dcp" "--checkpoint: unknown mode 'dcp'; valid: none, full, sharded" \
+    "$bin" plan --model gpt2 --checkpoint dcp
+expect_bad_input "a sharded save with offload_to_cpu" "checkpoint\.offload_to_cpu" \
+    "$bin" plan --model gpt2 --checkpoint sharded --checkpoint-offload-to-cpu true
+expect_ok "plan --checkpoint full (70B on 32 H100s) exits 0" "$bin" plan --model llama-3.1-70b --nodes 4 --ac full \
+    --allocator expandable --checkpoint full
+check "the full save without offload_to_cpu is out of memory on rank 0" '
+import sys
+t = open(sys.argv[1]).read()
+assert "Checkpoint (full save every 500 steps, offload_to_cpu false, rank0_only false)" in t, t
+assert "OUT OF MEMORY during the save" in t and "--checkpoint-offload-to-cpu true" in t, t
+' "$tmp/out"
+expect_ok "plan --checkpoint full --checkpoint-offload-to-cpu true --json exits 0" "$bin" plan --model llama-3.1-70b \
+    --nodes 4 --ac full --allocator expandable --checkpoint full --checkpoint-offload-to-cpu true --json
+check "--json: the checkpoint's figures; with offload_to_cpu rank 0 fits" '
+import json, sys
+c = json.load(open(sys.argv[1]))["checkpoint"]
+assert c["mode"] == "full" and c["offload_to_cpu"] and c["rank0_fits"], c
+assert c["model_bytes"] == 70553706496 * 4 and c["optimizer_bytes"] == 70553706496 * 8, c
+assert c["save_s"] > c["write_s"] > 0 and 0 < c["goodput"] <= c["best_goodput"] < 1, c
+' "$tmp/out"
 # Tensor parallelism: the mesh line, and meshes that cannot be built (exit 2 with the valid choices).
 expect_ok "plan --tp 2 reports the mesh" "$bin" plan --model llama-3.1-8b --tp 2 --seq-len 2048
 if grep -q "mesh         dp_replicate 1 x dp_shard 4 x tp 2" "$tmp/out" && grep -q "tensor parallel" "$tmp/out"; then
