@@ -28,6 +28,7 @@ ALLOWED = {
     "executor": CORE,
     "db": CORE,
     "trace": CORE,
+    "configs": CORE,
     "planstore": CORE + ["simulator", "trace", "db"],
     "backend_cpu": CORE + ["simulator", "measured", "executor"],
     "backend_cuda": CORE + ["simulator", "measured", "executor"],
@@ -35,7 +36,7 @@ ALLOWED = {
     "gui/state": GUI_BELOW + ["gui/widgets"],
     "gui/views": GUI_BELOW + ["gui/widgets", "gui/state"],
     "gui/app": GUI_BELOW + ["gui/widgets", "gui/state", "gui/views"],
-    "apps": CORE + ["simulator", "search", "measured", "executor", "db", "trace", "planstore", "backend_cpu",
+    "apps": CORE + ["simulator", "search", "measured", "executor", "db", "trace", "configs", "planstore", "backend_cpu",
                     "backend_cuda"],
 }
 SOURCE = (".cpp", ".hpp", ".cu", ".h")

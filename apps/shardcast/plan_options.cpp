@@ -1,12 +1,14 @@
 #include "apps/shardcast/plan_options.hpp"
 
 #include <exception>
+#include <memory>
 #include <string>
 
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
 
+#include "configs/config_import.hpp"
 #include "simulator/evaluation.hpp"
 
 namespace shardcast::cli {
@@ -27,6 +29,10 @@ void addOpt(CLI::App& cmd, const std::string& name, std::optional<T>& target, co
 void addPlanOptions(CLI::App& cmd, core::PlanOverrides& o) {
     cmd.add_option("plan", o.plan_file, "Plan file (docs/plan-format.md); flags below override its fields")
         ->type_name("PLAN.json");
+    cmd.add_option("--from-config", o.config_file,
+                   "Start from a framework's training config instead of a plan file: a torchtitan job config (.toml; "
+                   "docs/configs.md). Flags below override its fields; how it mapped is said on stderr")
+        ->type_name("FILE");
 
     addOpt(cmd, "--model", o.model, "NAME|CONFIG.json",
            "Bundled model name (see `shardcast models`) or a HuggingFace config.json / module-tree "
@@ -174,6 +180,30 @@ void addHeadroomOption(CLI::App& cmd, double& headroom) {
             },
             "H in [0, 1)"))
         ->capture_default_str();
+}
+
+core::Result<core::Plan> buildPlanFromFlags(const core::PlanOverrides& o) {
+    if (o.config_file.empty()) return core::buildPlan(o);
+    if (!o.plan_file.empty()) {
+        return core::makeError(fmt::format("give a plan file ({}) or --from-config {}, not both", o.plan_file, o.config_file));
+    }
+    configs::ConfigContext context;
+    if (o.gpus_per_node) context.gpus_per_node = *o.gpus_per_node;
+    if (o.nodes) context.world = *o.nodes * context.gpus_per_node;
+    auto imported = configs::importConfigFile(o.config_file, context);
+    if (!imported) return imported.error();
+    fmt::print(stderr, "shardcast: --from-config {} ({}):\n", o.config_file, imported->format);
+    for (const std::string& line : imported->mapped) fmt::print(stderr, "  {}\n", line);
+    if (!imported->ignored.empty()) {
+        std::string keys;
+        for (const std::string& k : imported->ignored) keys += (keys.empty() ? "" : ", ") + k;
+        fmt::print(stderr, "  read, no effect on memory or time: {}\n", keys);
+    }
+    auto base = core::buildPlan(imported->overrides);
+    if (!base) return core::makeError(fmt::format("{}: {}", o.config_file, base.error().message));
+    core::PlanOverrides flags = o;
+    flags.base = std::make_shared<const core::Plan>(std::move(*base));
+    return core::buildPlan(flags);
 }
 
 }  // namespace shardcast::cli

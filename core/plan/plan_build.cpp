@@ -75,7 +75,12 @@ std::string relativeTo(const std::string& ref, const fs::path& dir) {
 Result<Plan> buildPlan(const PlanOverrides& o) {
     Plan plan;
     fs::path plan_dir;
-    if (!o.plan_file.empty()) {
+    if (o.base && !o.plan_file.empty()) {
+        return makeError(fmt::format("give a plan file ({}) or --from-config FILE, not both", o.plan_file));
+    }
+    if (o.base) {
+        plan = *o.base;
+    } else if (!o.plan_file.empty()) {
         auto loaded = loadPlanFile(o.plan_file);
         if (!loaded) return loaded.error();
         plan = std::move(loaded).value();

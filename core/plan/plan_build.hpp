@@ -4,6 +4,7 @@
 // from anywhere.
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -16,6 +17,10 @@ namespace shardcast::core {
 // are the command line's spellings; errors name the flag (`--micro-batch`, ...).
 struct PlanOverrides {
     std::string plan_file;  // may be empty
+    // A plan to start from instead of a plan file or the defaults (a framework's config read by
+    // configs/: `--from-config FILE`, whose path the front-ends keep in config_file).
+    std::shared_ptr<const Plan> base;
+    std::string config_file;
     std::optional<std::string> model, gpu, strategy, wrap, param_dtype, reduce_dtype, master_dtype,
         optimizer, ac, attention, kernels, impl, offload, hf_mask, reshard_after_forward, frozen;
     std::optional<std::string> allocator;  // --allocator caching | expandable

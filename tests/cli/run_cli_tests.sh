@@ -123,6 +123,28 @@ expect_bad_input "unknown model_type config" "bogus-config\.json" "$bin" plan --
 expect_bad_input "world size not divisible by --shard-size" "shard[-_]size" \
     "$bin" plan --model gpt2 --gpus-per-node 8 --shard-size 3
 expect_bad_input "--micro-batch 0" "micro[-_]batch" "$bin" plan --model gpt2 --micro-batch 0
+# --from-config: a torchtitan TOML as the base, flags over it, how it mapped on stderr; bad configs named.
+expect_ok "plan --from-config (torchtitan TOML) --nodes 16 --json exits 0" "$bin" plan \
+    --from-config "$root/tests/data/configs/torchtitan-llama3-405b-tp8.toml" --nodes 16 --ac op --json
+check "--from-config: the config's fields, --ac from the flag, the mapping on stderr" '
+import json, os, sys
+d = json.load(open(sys.argv[1]))
+assert d["model"]["name"] == "llama-3.1-405b" and d["plan"]["world_size"] == 128, d["plan"]
+t = d["training"]
+assert t["micro_batch"] == 2 and t["seq_len"] == 8192 and t["kernels"] == "compile" and t["ac"] == "op", t
+err = open(os.path.join(os.path.dirname(sys.argv[1]), "err")).read()
+assert "tensor_parallel_degree 8 -> --tp 8" in err and "training.max_norm" in err, err
+' "$tmp/out"
+expect_bad_input "--from-config: shard degree -1 without --nodes" "data_parallel_shard_degree is -1" \
+    "$bin" plan --from-config "$root/tests/data/configs/torchtitan-llama3-405b-tp8.toml"
+printf '[model]\nflavor = "8B"\n[parallelism]\ntensor_parallel_degre = 2\n' >"$tmp/typo.toml"
+expect_bad_input "--from-config: an unknown key is named" "typo\.toml: unknown key parallelism\.tensor_parallel_degre" \
+    "$bin" plan --from-config "$tmp/typo.toml" --nodes 1
+printf '[model\n' >"$tmp/broken.toml"
+expect_bad_input "--from-config: malformed TOML names the line" "broken\.toml: malformed TOML at line 1" \
+    "$bin" plan --from-config "$tmp/broken.toml" --nodes 1
+expect_bad_input "--from-config with a plan file" "not both" \
+    "$bin" plan "$tmp/good.plan.json" --from-config "$root/tests/data/configs/torchtitan-llama3-8b-3d.toml"
 # Checkpoints: bad values named; a full save of 70B on 32 H100s without offload_to_cpu is out of memory
 # on rank 0 (the report says so, in text and --json), with offload_to_cpu it fits.
 expect_bad_input "--checkpoint-every 0" "--checkpoint-every 0" "$bin" plan --model gpt2 --checkpoint full --checkpoint-every 0

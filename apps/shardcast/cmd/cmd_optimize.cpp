@@ -88,7 +88,7 @@ int parseList(const std::vector<std::string>& in, std::vector<T>& out, const cha
 }
 
 int runOptimize(const OptimizeCommandOptions& o) {
-    auto built = core::buildPlan(o.plan);
+    auto built = buildPlanFromFlags(o.plan);
     if (!built) return reportInputError(built.error().message);
     core::Plan base = std::move(*built);
     if (o.global_batch <= 0) {

@@ -31,7 +31,7 @@ struct PlanCommandOptions {
 };
 
 int runPlan(const PlanCommandOptions& o) {
-    auto plan = core::buildPlan(o.plan);
+    auto plan = buildPlanFromFlags(o.plan);
     if (!plan) return reportInputError(plan.error().message);
     auto profile = resolveProfileArg(plan->cluster, o.profile);
     if (!profile) return reportInputError("--profile " + profile.error().message);

@@ -22,7 +22,7 @@
 namespace shardcast::cli {
 
 core::Result<PreparedRun> prepareRun(const RunOptions& o) {
-    auto plan = core::buildPlan(o.plan);
+    auto plan = buildPlanFromFlags(o.plan);
     if (!plan) return plan.error();
     auto profile = resolveProfileArg(plan->cluster, o.profile);
     if (!profile) return core::makeError("--profile " + profile.error().message);

@@ -32,7 +32,7 @@ struct SearchOptions {
 double toGiB(int64_t bytes) { return static_cast<double>(bytes) / static_cast<double>(core::kGiB); }
 
 int runSearch(const SearchOptions& o) {
-    auto built = core::buildPlan(o.plan);
+    auto built = buildPlanFromFlags(o.plan);
     if (!built) return reportInputError(built.error().message);
     const core::Plan& plan = *built;
     auto mesh = core::validatePlan(plan);

@@ -67,7 +67,7 @@ void printText(const sim::Evaluation& e) {
 }
 
 int runSimulate(const SimulateOptions& o) {
-    auto plan = core::buildPlan(o.plan);
+    auto plan = buildPlanFromFlags(o.plan);
     if (!plan) return reportInputError(plan.error().message);
     auto resolved = resolveProfileArg(plan->cluster, o.profile);
     if (!resolved) return reportInputError("--profile " + resolved.error().message);

@@ -36,7 +36,7 @@ struct SweepCommandOptions {
 double toGiB(int64_t bytes) { return static_cast<double>(bytes) / static_cast<double>(core::kGiB); }
 
 int runSweepCommand(const SweepCommandOptions& o) {
-    auto built = core::buildPlan(o.plan);
+    auto built = buildPlanFromFlags(o.plan);
     if (!built) return reportInputError(built.error().message);
     const core::Plan& base = *built;
     if (auto mesh = core::validatePlan(base); !mesh) return reportInputError(mesh.error().message);

@@ -1,0 +1,456 @@
+#include "configs/config_import.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <toml++/toml.h>
+
+#include "core/base/file_io.hpp"
+
+namespace shardcast::configs {
+namespace {
+
+// What each section's keys are: read into the plan, or read and of no effect on memory or time.
+// A section listed with an empty key set is ignored whole (logging, profiling, ...).
+struct SectionKeys {
+    std::set<std::string> used;
+    std::set<std::string> ignored;
+    bool whole_ignored = false;
+};
+
+const std::map<std::string, SectionKeys>& torchtitanSections() {
+    static const std::map<std::string, SectionKeys> sections = {
+        {"job", {{}, {}, true}},
+        {"profiling", {{}, {}, true}},
+        {"metrics", {{}, {}, true}},
+        {"lr_scheduler", {{}, {}, true}},
+        {"validation", {{}, {}, true}},
+        {"comm", {{}, {}, true}},
+        {"memory_estimation", {{}, {}, true}},
+        {"fault_tolerance", {{}, {}, true}},
+        {"experimental", {{}, {}, true}},
+        {"model", {{"name", "flavor", "converters"}, {"hf_assets_path", "tokenizer_path", "print_after_conversion"}}},
+        {"optimizer",
+         {{"name", "early_step_in_backward"}, {"lr", "eps", "weight_decay", "beta1", "beta2", "implementation"}}},
+        {"training",
+         {{"local_batch_size", "batch_size", "global_batch_size", "seq_len", "dtype", "mixed_precision_param",
+           "mixed_precision_reduce", "enable_cpu_offload", "compile"},
+          {"dataset", "dataset_path", "steps", "gc_freq", "gc_debug", "seed", "deterministic", "max_norm", "dataloader",
+           "warmup_steps"}}},
+        {"parallelism",
+         {{"data_parallel_replicate_degree", "data_parallel_shard_degree", "fsdp_reshard_after_forward",
+           "tensor_parallel_degree", "disable_loss_parallel", "enable_async_tensor_parallel", "pipeline_parallel_degree",
+           "module_fqns_per_model_part", "pipeline_parallel_first_stage_less_layers",
+           "pipeline_parallel_last_stage_less_layers", "pipeline_parallel_layers_per_stage", "pipeline_parallel_schedule",
+           "pipeline_parallel_schedule_csv", "pipeline_parallel_microbatch_size", "context_parallel_degree",
+           "expert_parallel_degree", "expert_tensor_parallel_degree"},
+          {"pipeline_parallel_expert_parallel_overlap", "context_parallel_load_balancer", "context_parallel_rotate_method",
+           "expert_parallel_comm_backend", "pipeline_parallel_split_points", "enable_compiled_autograd"}}},
+        {"checkpoint",
+         {{"enable", "enable_checkpoint", "interval", "async_mode"},
+          {"folder", "initial_load_path", "initial_load_model_only", "initial_load_in_hf", "initial_load_in_hf_quantized",
+           "last_save_model_only", "last_save_in_hf", "export_dtype", "keep_latest_k", "load_step",
+           "exclude_from_loading", "enable_first_step_checkpoint", "create_seed_checkpoint", "load_only",
+           "model_weights_only", "enable_ft_dataloader_checkpoints", "interval_type"}}},
+        {"activation_checkpoint",
+         {{"mode", "selective_ac_option"},
+          {"per_op_sac_force_recompute_mm_shapes_by_fqns", "early_stop", "memory_budget", "visualize_memory_budget_pareto",
+           "preserve_rng_state", "determinism_check", "debug"}}},
+        {"compile", {{"enable", "components"}, {"backend"}}},
+        // float8 and MX options: they take effect only through model.converters (refused below).
+        {"float8", {{}, {}, true}},
+        {"quantize", {{}, {}, true}},
+    };
+    return sections;
+}
+
+class TomlReader {
+public:
+    TomlReader(const toml::table& root, const std::string& where, ImportedConfig& out)
+        : m_root(root), m_where(where), m_out(out) {}
+
+    // Every section and key accounted for (SectionKeys); the first unknown one is the error.
+    core::Status checkKeys() {
+        const auto& sections = torchtitanSections();
+        for (auto&& [name, node] : m_root) {
+            const std::string section(name.str());
+            const auto found = sections.find(section);
+            if (found == sections.end()) {
+                std::vector<std::string> known;
+                for (const auto& [k, v] : sections) known.push_back(k);
+                return core::makeError(fmt::format("{}: unknown torchtitan section [{}]; known: {}", m_where, section,
+                                                   fmt::join(known, ", ")));
+            }
+            if (found->second.whole_ignored) {
+                m_out.ignored.push_back("[" + section + "]");
+                continue;
+            }
+            const toml::table* t = node.as_table();
+            if (t == nullptr) return core::makeError(fmt::format("{}: {} must be a table ([{}])", m_where, section, section));
+            for (auto&& [key_name, value] : *t) {
+                const std::string key(key_name.str());
+                if (found->second.used.count(key) != 0) continue;
+                if (found->second.ignored.count(key) != 0) {
+                    m_out.ignored.push_back(section + "." + key);
+                    continue;
+                }
+                std::vector<std::string> known(found->second.used.begin(), found->second.used.end());
+                known.insert(known.end(), found->second.ignored.begin(), found->second.ignored.end());
+                std::sort(known.begin(), known.end());
+                return core::makeError(fmt::format("{}: unknown key {}.{}; torchtitan's [{}] keys shardcast knows: {}", m_where,
+                                                   section, key, section, fmt::join(known, ", ")));
+            }
+        }
+        return core::Ok{};
+    }
+
+    const toml::node* find(std::string_view section, std::string_view key) const {
+        const toml::table* t = m_root[section].as_table();
+        return t == nullptr ? nullptr : t->get(key);
+    }
+
+    // A value of `section.key`, or `fallback` (torchtitan's default) when absent; a value of the
+    // wrong type is an error naming the key.
+    core::Result<int64_t> integer(std::string_view section, std::string_view key, int64_t fallback) const {
+        const toml::node* n = find(section, key);
+        if (n == nullptr) return fallback;
+        if (auto v = n->value_exact<int64_t>()) return *v;
+        return typeError(section, key, "an integer");
+    }
+    core::Result<bool> boolean(std::string_view section, std::string_view key, bool fallback) const {
+        const toml::node* n = find(section, key);
+        if (n == nullptr) return fallback;
+        if (auto v = n->value_exact<bool>()) return *v;
+        return typeError(section, key, "true or false");
+    }
+    core::Result<std::string> string(std::string_view section, std::string_view key, std::string fallback) const {
+        const toml::node* n = find(section, key);
+        if (n == nullptr) return fallback;
+        if (auto v = n->value_exact<std::string>()) return *v;
+        return typeError(section, key, "a string");
+    }
+    // A list of strings (a single string is a list of one, as torchtitan's parser accepts).
+    core::Result<std::vector<std::string>> strings(std::string_view section, std::string_view key) const {
+        std::vector<std::string> out;
+        const toml::node* n = find(section, key);
+        if (n == nullptr) return out;
+        if (auto v = n->value_exact<std::string>()) {
+            out.push_back(*v);
+            return out;
+        }
+        const toml::array* a = n->as_array();
+        if (a == nullptr) return typeError(section, key, "a list of strings");
+        for (const toml::node& e : *a) {
+            auto v = e.value_exact<std::string>();
+            if (!v) return typeError(section, key, "a list of strings");
+            out.push_back(*v);
+        }
+        return out;
+    }
+    core::Error error(std::string_view section, std::string_view key, const std::string& what) const {
+        return core::Error{fmt::format("{}: {}.{} {}", m_where, section, key, what)};
+    }
+
+private:
+    core::Error typeError(std::string_view section, std::string_view key, const char* what) const {
+        const toml::node* n = find(section, key);
+        const auto line = n != nullptr ? n->source().begin.line : 0;
+        return error(section, key, fmt::format("must be {} (line {})", what, line));
+    }
+
+    const toml::table& m_root;
+    const std::string& m_where;
+    ImportedConfig& m_out;
+};
+
+#define SHARDCAST_TRY_ASSIGN(var, expr) \
+    auto var##_r = (expr);              \
+    if (!var##_r) return var##_r.error(); \
+    const auto var = *var##_r
+
+core::Status mapTorchtitan(const TomlReader& r, const std::string& where, const ConfigContext& context, ImportedConfig& out) {
+    core::PlanOverrides& o = out.overrides;
+    auto mapped = [&out](std::string text) { out.mapped.push_back(std::move(text)); };
+
+    // [model]
+    SHARDCAST_TRY_ASSIGN(name, r.string("model", "name", "llama3"));
+    SHARDCAST_TRY_ASSIGN(flavor, r.string("model", "flavor", "debugmodel"));
+    if (name != "llama3") {
+        return r.error("model", "name", fmt::format("is '{}'; shardcast reads torchtitan's llama3 (flavors 8B, 70B, 405B)", name));
+    }
+    static const std::map<std::string, std::string> flavors = {
+        {"8B", "llama-3.1-8b"}, {"70B", "llama-3.1-70b"}, {"405B", "llama-3.1-405b"}};
+    const auto model = flavors.find(flavor);
+    if (model == flavors.end()) {
+        return r.error("model", "flavor", fmt::format("is '{}'; valid: 8B, 70B, 405B (torchtitan's llama3 flavors with a "
+                                                      "HuggingFace config bundled here)", flavor));
+    }
+    o.model = model->second;
+    o.impl = "torchtitan";
+    mapped(fmt::format("model llama3 {} -> --model {} --impl torchtitan", flavor, model->second));
+    SHARDCAST_TRY_ASSIGN(converters, r.strings("model", "converters"));
+    if (!converters.empty()) {
+        return r.error("model", "converters",
+                       fmt::format("is [{}]: float8 / MX training is not modelled yet (its all-gather, scales and fp8 GEMMs); "
+                                   "remove the converters to plan the bf16 run",
+                                   fmt::join(converters, ", ")));
+    }
+
+    // [optimizer]
+    SHARDCAST_TRY_ASSIGN(optimizer, r.string("optimizer", "name", "AdamW"));
+    if (optimizer != "AdamW" && optimizer != "Adam") {
+        return r.error("optimizer", "name", fmt::format("is '{}'; shardcast models AdamW and Adam (two fp32 states per "
+                                                        "parameter)", optimizer));
+    }
+    o.optimizer = "adamw";
+    SHARDCAST_TRY_ASSIGN(early_step, r.boolean("optimizer", "early_step_in_backward", false));
+    if (early_step) return r.error("optimizer", "early_step_in_backward", "is true: an optimizer step inside backward is not modelled");
+
+    // [parallelism]
+    SHARDCAST_TRY_ASSIGN(replicate, r.integer("parallelism", "data_parallel_replicate_degree", 1));
+    SHARDCAST_TRY_ASSIGN(shard_given, r.integer("parallelism", "data_parallel_shard_degree", -1));
+    SHARDCAST_TRY_ASSIGN(tp, r.integer("parallelism", "tensor_parallel_degree", 1));
+    SHARDCAST_TRY_ASSIGN(pp, r.integer("parallelism", "pipeline_parallel_degree", 1));
+    SHARDCAST_TRY_ASSIGN(cp, r.integer("parallelism", "context_parallel_degree", 1));
+    SHARDCAST_TRY_ASSIGN(ep, r.integer("parallelism", "expert_parallel_degree", 1));
+    SHARDCAST_TRY_ASSIGN(etp, r.integer("parallelism", "expert_tensor_parallel_degree", 1));
+    for (auto [key, v] : {std::pair{"data_parallel_replicate_degree", replicate}, std::pair{"tensor_parallel_degree", tp},
+                          std::pair{"pipeline_parallel_degree", pp}}) {
+        if (v < 1 || v > 1'000'000) return r.error("parallelism", key, fmt::format("is {}; valid: a positive degree", v));
+    }
+    if (cp != 1) return r.error("parallelism", "context_parallel_degree", fmt::format("is {}: context parallelism is not modelled; valid: 1", cp));
+    if (ep != 1 || etp != 1) {
+        return r.error("parallelism", ep != 1 ? "expert_parallel_degree" : "expert_tensor_parallel_degree",
+                       "must be 1: expert parallelism is not modelled");
+    }
+    if (shard_given == 0 || shard_given < -1 || shard_given > 1'000'000) {
+        return r.error("parallelism", "data_parallel_shard_degree", fmt::format("is {}; valid: -1 (the ranks left) or a positive degree", shard_given));
+    }
+    int64_t shard = shard_given;
+    int64_t world = 0;
+    if (shard == -1) {
+        if (!context.world) {
+            return r.error("parallelism", "data_parallel_shard_degree",
+                           "is -1 (the ranks left after the other degrees): give the GPUs with --nodes and --gpus-per-node");
+        }
+        world = *context.world;
+        const int64_t others = replicate * tp * pp;
+        if (world % others != 0) {
+            return core::makeError(fmt::format("{}: the {} GPUs of --nodes x --gpus-per-node do not split over "
+                                               "data_parallel_replicate_degree {} x tensor_parallel_degree {} x "
+                                               "pipeline_parallel_degree {}",
+                                               where, world, replicate, tp, pp));
+        }
+        shard = world / others;
+    } else {
+        world = replicate * shard * tp * pp;
+        if (context.world && *context.world != world) {
+            return core::makeError(fmt::format("{}: the config's mesh is {} GPUs (replicate {} x shard {} x tp {} x pp {}) but "
+                                               "--nodes x --gpus-per-node gives {}",
+                                               where, world, replicate, shard, tp, pp, *context.world));
+        }
+    }
+    if (world % context.gpus_per_node != 0) {
+        return core::makeError(fmt::format("{}: the config's {} GPUs are not whole nodes of --gpus-per-node {}", where, world,
+                                           context.gpus_per_node));
+    }
+    o.nodes = world / context.gpus_per_node;
+    o.gpus_per_node = context.gpus_per_node;
+    o.fsdp = 2;
+    if (replicate > 1 && shard > 1) {
+        o.strategy = "HYBRID_SHARD";
+        o.shard_size = shard;
+    } else if (shard == 1 && replicate > 1) {
+        o.strategy = "NO_SHARD";
+    } else {
+        o.strategy = "FULL_SHARD";
+    }
+    mapped(fmt::format("parallelism: replicate {} x shard {} x tp {} x pp {} = {} GPUs -> --nodes {} --gpus-per-node {} "
+                       "--strategy {}{}",
+                       replicate, shard, tp, pp, world, *o.nodes, *o.gpus_per_node, *o.strategy,
+                       o.shard_size ? fmt::format(" --shard-size {}", *o.shard_size) : std::string()));
+    SHARDCAST_TRY_ASSIGN(reshard, r.string("parallelism", "fsdp_reshard_after_forward", "default"));
+    if (reshard == "always") {
+        o.reshard_after_forward = "true";
+    } else if (reshard == "never") {
+        o.reshard_after_forward = "false";
+    } else if (reshard != "default") {
+        return r.error("parallelism", "fsdp_reshard_after_forward", fmt::format("is '{}'; valid: default, always, never", reshard));
+    }
+    if (tp > 1) {
+        o.tp = tp;
+        o.sequence_parallel = "true";  // torchtitan's TP plan always shards the norms' sequence
+        SHARDCAST_TRY_ASSIGN(no_loss_parallel, r.boolean("parallelism", "disable_loss_parallel", false));
+        SHARDCAST_TRY_ASSIGN(async_tp, r.boolean("parallelism", "enable_async_tensor_parallel", false));
+        o.loss_parallel = no_loss_parallel ? "false" : "true";
+        if (async_tp) o.async_tp = "true";
+        mapped(fmt::format("tensor_parallel_degree {} -> --tp {} (sequence parallel, loss parallel {}{})", tp, tp,
+                           *o.loss_parallel, async_tp ? ", async TP" : ""));
+    }
+    SHARDCAST_TRY_ASSIGN(fqns, r.strings("parallelism", "module_fqns_per_model_part"));
+    if (r.find("parallelism", "module_fqns_per_model_part") != nullptr) {
+        return r.error("parallelism", "module_fqns_per_model_part", "is given: explicit stage modules are not read; use "
+                                                                     "pipeline_parallel_layers_per_stage or --pp-stage-blocks");
+    }
+    SHARDCAST_TRY_ASSIGN(csv, r.string("parallelism", "pipeline_parallel_schedule_csv", ""));
+    if (!csv.empty()) return r.error("parallelism", "pipeline_parallel_schedule_csv", "is given: a CSV schedule is not read");
+    for (const char* key : {"pipeline_parallel_first_stage_less_layers", "pipeline_parallel_last_stage_less_layers"}) {
+        SHARDCAST_TRY_ASSIGN(less, r.integer("parallelism", key, 1));
+        if (less != 1) return r.error("parallelism", key, fmt::format("is {}; shardcast splits stages as torchtitan's default, 1", less));
+    }
+    SHARDCAST_TRY_ASSIGN(microbatch, r.integer("parallelism", "pipeline_parallel_microbatch_size", 1));
+    if (pp > 1) {
+        SHARDCAST_TRY_ASSIGN(schedule, r.string("parallelism", "pipeline_parallel_schedule", "1F1B"));
+        if (schedule != "1F1B" && schedule != "GPipe" && schedule != "Interleaved1F1B") {
+            return r.error("parallelism", "pipeline_parallel_schedule",
+                           fmt::format("is '{}'; valid: 1F1B, GPipe, Interleaved1F1B", schedule));
+        }
+        o.pp = pp;
+        o.pp_schedule = schedule;
+        int64_t stages_per_rank = schedule == "Interleaved1F1B" ? 2 : 1;  // torchtitan's default for looped schedules
+        const toml::node* lps = r.find("parallelism", "pipeline_parallel_layers_per_stage");
+        if (lps != nullptr) {
+            SHARDCAST_TRY_ASSIGN(per_stage, r.integer("parallelism", "pipeline_parallel_layers_per_stage", 1));
+            if (per_stage < 1) return r.error("parallelism", "pipeline_parallel_layers_per_stage", "must be a positive integer");
+            // torchtitan counts the embedding and the output as one layer each.
+            static const std::map<std::string, int64_t> layers = {{"8B", 32}, {"70B", 80}, {"405B", 126}};
+            const int64_t stages = (layers.at(flavor) + 2 + per_stage - 1) / per_stage;
+            if (stages % pp != 0) {
+                return r.error("parallelism", "pipeline_parallel_layers_per_stage",
+                               fmt::format("is {}: {} stages do not split over pipeline_parallel_degree {} (torchtitan refuses it)",
+                                           per_stage, stages, pp));
+            }
+            stages_per_rank = stages / pp;
+            if ((schedule == "Interleaved1F1B") != (stages_per_rank > 1)) {
+                return r.error("parallelism", "pipeline_parallel_layers_per_stage",
+                               fmt::format("gives {} stages per rank, which schedule {} does not take", stages_per_rank, schedule));
+            }
+        }
+        if (stages_per_rank > 1) o.pp_virtual_stages = stages_per_rank;
+        mapped(fmt::format("pipeline_parallel_degree {} -> --pp {} --pp-schedule {}{}", pp, pp, schedule,
+                           stages_per_rank > 1 ? fmt::format(" --pp-virtual-stages {}", stages_per_rank) : std::string()));
+    }
+
+    // [training]: the micro-batch and the step's micro-batches.
+    const bool old_batch = r.find("training", "batch_size") != nullptr;
+    SHARDCAST_TRY_ASSIGN(local, r.integer("training", old_batch ? "batch_size" : "local_batch_size", 8));
+    SHARDCAST_TRY_ASSIGN(global_given, r.integer("training", "global_batch_size", -1));
+    SHARDCAST_TRY_ASSIGN(seq_len, r.integer("training", "seq_len", 2048));
+    if (local < 1) return r.error("training", old_batch ? "batch_size" : "local_batch_size", "must be a positive integer");
+    const int64_t dp = replicate * shard;
+    const int64_t global = global_given == -1 ? local * dp : global_given;
+    if (global < 1 || global % (local * dp) != 0) {
+        return r.error("training", "global_batch_size",
+                       fmt::format("is {}: not a multiple of local_batch_size {} x {} data-parallel ranks", global_given, local, dp));
+    }
+    const int64_t micro = pp > 1 ? microbatch : local;
+    if (micro < 1 || local % micro != 0) {
+        return r.error("parallelism", "pipeline_parallel_microbatch_size",
+                       fmt::format("is {}: it must divide local_batch_size {}", microbatch, local));
+    }
+    o.micro_batch = micro;
+    o.grad_accum = global / dp / micro;
+    o.seq_len = seq_len;
+    mapped(fmt::format("training: local_batch_size {}, global_batch_size {}{} over {} data-parallel ranks -> --micro-batch {} "
+                       "--grad-accum {} --seq-len {}",
+                       local, global, global_given == -1 ? " (local x dp)" : "", dp, micro, *o.grad_accum, seq_len));
+    SHARDCAST_TRY_ASSIGN(dtype, r.string("training", "dtype", "float32"));
+    SHARDCAST_TRY_ASSIGN(param, r.string("training", "mixed_precision_param", "bfloat16"));
+    SHARDCAST_TRY_ASSIGN(reduce, r.string("training", "mixed_precision_reduce", "float32"));
+    static const std::map<std::string, std::string> dtypes = {{"float32", "fp32"}, {"bfloat16", "bf16"}};
+    for (auto [key, value, target] : {std::tuple{"dtype", &dtype, &o.master_dtype},
+                                      std::tuple{"mixed_precision_param", &param, &o.param_dtype},
+                                      std::tuple{"mixed_precision_reduce", &reduce, &o.reduce_dtype}}) {
+        const auto d = dtypes.find(*value);
+        if (d == dtypes.end()) return r.error("training", key, fmt::format("is '{}'; valid: float32, bfloat16", *value));
+        *target = d->second;
+    }
+    SHARDCAST_TRY_ASSIGN(offload, r.boolean("training", "enable_cpu_offload", false));
+    if (offload) o.offload = "cpu";
+
+    // [activation_checkpoint]: torchtitan's default is selective, every 2nd layer.
+    SHARDCAST_TRY_ASSIGN(ac_mode, r.string("activation_checkpoint", "mode", "selective"));
+    SHARDCAST_TRY_ASSIGN(ac_option, r.string("activation_checkpoint", "selective_ac_option", "2"));
+    if (ac_mode == "none" || ac_mode == "full") {
+        o.ac = ac_mode;
+    } else if (ac_mode == "selective") {
+        const bool digits = !ac_option.empty() && ac_option.size() < 6 &&
+                            std::all_of(ac_option.begin(), ac_option.end(), [](char c) { return c >= '0' && c <= '9'; });
+        if (ac_option == "op") {
+            o.ac = "op";
+        } else if (digits && std::stoi(ac_option) >= 1) {
+            o.ac = "layer:" + ac_option;
+        } else {
+            return r.error("activation_checkpoint", "selective_ac_option",
+                           fmt::format("is '{}'; valid: op or a positive layer count K", ac_option));
+        }
+    } else {
+        return r.error("activation_checkpoint", "mode",
+                       fmt::format("is '{}'; valid: none, full, selective (memory_budget is not modelled)", ac_mode));
+    }
+    mapped(fmt::format("activation_checkpoint {}{} -> --ac {}", ac_mode,
+                       ac_mode == "selective" ? " " + ac_option : std::string(), *o.ac));
+
+    // [compile] (older configs: training.compile).
+    SHARDCAST_TRY_ASSIGN(compile_old, r.boolean("training", "compile", false));
+    SHARDCAST_TRY_ASSIGN(compile, r.boolean("compile", "enable", compile_old));
+    SHARDCAST_TRY_ASSIGN(components, r.strings("compile", "components"));
+    if (compile && (components.empty() || std::find(components.begin(), components.end(), "model") != components.end())) {
+        o.kernels = "compile";
+        mapped("compile enable -> --kernels compile");
+    }
+
+    // [checkpoint]: torchtitan saves through torch.distributed.checkpoint.
+    const bool old_enable = r.find("checkpoint", "enable_checkpoint") != nullptr;
+    SHARDCAST_TRY_ASSIGN(save, r.boolean("checkpoint", old_enable ? "enable_checkpoint" : "enable", false));
+    SHARDCAST_TRY_ASSIGN(interval, r.integer("checkpoint", "interval", 500));
+    SHARDCAST_TRY_ASSIGN(async_mode, r.string("checkpoint", "async_mode", "disabled"));
+    if (save) {
+        if (interval < 1) return r.error("checkpoint", "interval", fmt::format("is {}; valid: a positive number of steps", interval));
+        o.checkpoint = "sharded";
+        o.checkpoint_every = interval;
+        mapped(fmt::format("checkpoint enable, interval {} -> --checkpoint sharded --checkpoint-every {}{}", interval, interval,
+                           async_mode != "disabled" ? fmt::format(" (async_mode {} is planned as a blocking save)", async_mode)
+                                                    : std::string()));
+    }
+    return core::Ok{};
+}
+
+#undef SHARDCAST_TRY_ASSIGN
+
+}  // namespace
+
+core::Result<ImportedConfig> importTorchtitanToml(std::string_view text, const std::string& where,
+                                                  const ConfigContext& context) {
+    ImportedConfig out;
+    out.format = "torchtitan TOML";
+    toml::table root;
+    try {
+        root = toml::parse(text, where);
+    } catch (const toml::parse_error& e) {
+        return core::makeError(fmt::format("{}: malformed TOML at line {}, column {}: {}", where, e.source().begin.line,
+                                           e.source().begin.column, e.description()));
+    }
+    TomlReader reader(root, where, out);
+    if (auto keys = reader.checkKeys(); !keys) return keys.error();
+    if (auto mapped = mapTorchtitan(reader, where, context, out); !mapped) return mapped.error();
+    return out;
+}
+
+core::Result<ImportedConfig> importConfigFile(const std::filesystem::path& path, const ConfigContext& context) {
+    const std::string where = path.string();
+    if (path.extension() != ".toml") {
+        return core::makeError(fmt::format("--from-config {}: unknown config format '{}'; valid: a torchtitan job config "
+                                           "(.toml)",
+                                           where, path.extension().string()));
+    }
+    auto text = core::readFileBounded(path, core::kMaxTextFileBytes, "torchtitan config");
+    if (!text) return text.error();
+    return importTorchtitanToml(*text, where, context);
+}
+
+}  // namespace shardcast::configs

@@ -1,0 +1,57 @@
+#pragma once
+// Frameworks' training configs read into a plan (issue 26, `--from-config FILE`): today torchtitan's
+// TOML job config (the format torchtitan read until its February 2026 move to Python config
+// registries, torchtitan/config/job_config.py), parsed with toml++.
+//
+// Every key is accounted for: the ones that shape memory or time become plan fields; the ones that
+// do not (logging, paths, the learning rate, ...) are listed in `ignored`; the ones that ask for
+// something shardcast does not model (float8, context or expert parallelism, a schedule it does not
+// have) are errors that name the key and what is valid; a key it does not know is an error naming
+// it and the section's known keys. Nothing is dropped silently.
+//
+// torchtitan's fields and how they map (job_config.py's dataclasses):
+//   [model] name "llama3", flavor "8B" | "70B" | "405B"  -> model llama-3.1-*, impl torchtitan
+//   [training] local_batch_size, global_batch_size (-1: local x dp), seq_len, dtype (master),
+//     mixed_precision_param, mixed_precision_reduce, enable_cpu_offload
+//     -> micro-batch (pipeline_parallel_microbatch_size under pp), grad_accum = global / dp / micro-batch
+//   [parallelism] data_parallel_replicate_degree R, data_parallel_shard_degree S (-1: the ranks left),
+//     tensor_parallel_degree, pipeline_parallel_degree, pipeline_parallel_schedule,
+//     pipeline_parallel_layers_per_stage (stages per rank: ceil((layers + 2) / it) / pp, torchtitan's
+//     default 2 for looped schedules), fsdp_reshard_after_forward, disable_loss_parallel,
+//     enable_async_tensor_parallel -> strategy (R > 1 and S > 1: HYBRID_SHARD over S; S = 1: NO_SHARD;
+//     else FULL_SHARD), tp, pp, schedule; the world R x S x tp x pp sets the nodes
+//   [activation_checkpoint] mode none | full | selective (+ selective_ac_option "op" | K) -> ac
+//   [compile] enable -> kernels compile
+//   [checkpoint] enable, interval -> a sharded save (torch.distributed.checkpoint) every interval steps
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/base/result.hpp"
+#include "core/plan/plan_build.hpp"
+
+namespace shardcast::configs {
+
+struct ImportedConfig {
+    std::string format;              // "torchtitan TOML"
+    core::PlanOverrides overrides;   // the fields the config sets (model included)
+    std::vector<std::string> mapped;   // "parallelism.tensor_parallel_degree 8 -> --tp 8", ...
+    std::vector<std::string> ignored;  // keys read that change neither memory nor time
+};
+
+// The world the command line gives (--nodes x --gpus-per-node), needed when the config leaves the
+// data-parallel shard degree to the ranks left (-1); unset otherwise.
+struct ConfigContext {
+    std::optional<int64_t> world;
+    int64_t gpus_per_node = core::kDefaultGpusPerNode;
+};
+
+// `text` is the file's contents; `where` names it in errors.
+core::Result<ImportedConfig> importTorchtitanToml(std::string_view text, const std::string& where,
+                                                  const ConfigContext& context);
+// A config file by its extension: .toml (torchtitan). Errors name the file.
+core::Result<ImportedConfig> importConfigFile(const std::filesystem::path& path, const ConfigContext& context);
+
+}  // namespace shardcast::configs

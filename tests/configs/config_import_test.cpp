@@ -1,0 +1,162 @@
+// torchtitan TOML job configs read into a plan (configs/config_import.hpp): two configs written as
+// torchtitan's train configs are, checked field by field; and every way a config can be refused.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "configs/config_import.hpp"
+#include "core/plan/plan.hpp"
+
+namespace shardcast::configs {
+namespace {
+
+const std::string kData = std::string(SHARDCAST_SOURCE_DIR) + "/tests/data/configs/";
+
+core::Plan planOf(const ImportedConfig& c) {
+    auto plan = core::buildPlan(c.overrides);
+    EXPECT_TRUE(plan.ok()) << plan.error().message;
+    auto mesh = core::validatePlan(*plan);
+    EXPECT_TRUE(mesh.ok()) << mesh.error().message;
+    return *plan;
+}
+
+bool contains(const std::vector<std::string>& v, const std::string& s) {
+    return std::find(v.begin(), v.end(), s) != v.end();
+}
+
+// 405B with tp 8 on 16 nodes of 8: data_parallel_shard_degree -1 takes the 128 / 8 = 16 ranks left.
+TEST(TorchtitanTomlTest, Llama405BTp8FieldByField) {
+    ConfigContext context;
+    context.world = 128;
+    auto c = importConfigFile(kData + "torchtitan-llama3-405b-tp8.toml", context);
+    ASSERT_TRUE(c.ok()) << c.error().message;
+    EXPECT_EQ(c->format, "torchtitan TOML");
+    const core::Plan plan = planOf(*c);
+    EXPECT_EQ(plan.model_ref, "llama-3.1-405b");
+    EXPECT_EQ(plan.training.impl, core::ModelImpl::Torchtitan);
+    EXPECT_EQ(plan.cluster.nodes, 16);
+    EXPECT_EQ(plan.cluster.gpus_per_node, 8);
+    EXPECT_EQ(plan.sharding.strategy, core::Strategy::FullShard);
+    EXPECT_EQ(plan.sharding.fsdp_version, 2);
+    EXPECT_EQ(plan.sharding.tp, 8);
+    EXPECT_TRUE(plan.sharding.sequence_parallel);
+    EXPECT_TRUE(plan.sharding.loss_parallel);
+    EXPECT_TRUE(plan.sharding.async_tp);
+    EXPECT_EQ(plan.sharding.pp, 1);
+    // local_batch_size 2, global batch -1 = 2 x 16 ranks: one micro-batch of 2 per step.
+    EXPECT_EQ(plan.training.micro_batch, 2);
+    EXPECT_EQ(plan.training.grad_accum, 1);
+    EXPECT_EQ(plan.training.seq_len, 8192);
+    EXPECT_EQ(plan.training.ac, core::Checkpointing::Full);
+    EXPECT_EQ(plan.training.kernels, core::KernelImpl::Compile);
+    EXPECT_EQ(plan.training.optimizer, core::Optimizer::AdamW);
+    EXPECT_EQ(plan.training.master_dtype, core::DType::F32);
+    EXPECT_EQ(plan.training.param_dtype, core::DType::BF16);
+    EXPECT_EQ(plan.training.reduce_dtype, core::DType::F32);
+    EXPECT_EQ(plan.checkpoint.mode, core::CheckpointMode::None);  // enable = false
+    // Nothing dropped silently: what has no effect is listed.
+    for (const char* k : {"[job]", "[profiling]", "[metrics]", "[lr_scheduler]", "model.hf_assets_path", "optimizer.lr",
+                          "optimizer.eps", "training.max_norm", "training.steps", "training.dataset", "checkpoint.folder"}) {
+        EXPECT_TRUE(contains(c->ignored, k)) << k;
+    }
+}
+
+// A 3D mesh: HSDP 2 x 4, tp 2, pp 4 Interleaved1F1B (torchtitan's default of 2 stages per rank),
+// micro-batches of pipeline_parallel_microbatch_size 1 out of global 64 / 8 data-parallel ranks.
+TEST(TorchtitanTomlTest, Llama8B3DFieldByField) {
+    ConfigContext context;  // the mesh gives the world: 2 x 4 x 2 x 4 = 64
+    auto c = importConfigFile(kData + "torchtitan-llama3-8b-3d.toml", context);
+    ASSERT_TRUE(c.ok()) << c.error().message;
+    const core::Plan plan = planOf(*c);
+    EXPECT_EQ(plan.model_ref, "llama-3.1-8b");
+    EXPECT_EQ(plan.cluster.nodes * plan.cluster.gpus_per_node, 64);
+    EXPECT_EQ(plan.sharding.strategy, core::Strategy::HybridShard);
+    EXPECT_EQ(plan.sharding.shard_size, 4);
+    EXPECT_EQ(plan.sharding.tp, 2);
+    EXPECT_EQ(plan.sharding.pp, 4);
+    EXPECT_EQ(plan.sharding.pp_schedule, core::PpSchedule::Interleaved1F1B);
+    EXPECT_EQ(plan.sharding.pp_virtual_stages, 2);
+    EXPECT_EQ(plan.training.micro_batch, 1);
+    EXPECT_EQ(plan.training.grad_accum, 8);
+    EXPECT_EQ(plan.training.seq_len, 4096);
+    EXPECT_EQ(plan.training.ac, core::Checkpointing::Op);
+    EXPECT_EQ(plan.training.kernels, core::KernelImpl::Eager);
+    EXPECT_EQ(plan.checkpoint.mode, core::CheckpointMode::Sharded);
+    EXPECT_EQ(plan.checkpoint.every_steps, 100);
+    bool async_said = false;
+    for (const std::string& m : c->mapped) async_said = async_said || m.find("async_mode async") != std::string::npos;
+    EXPECT_TRUE(async_said);
+    // A world from the command line that disagrees with the config's mesh is named.
+    context.world = 32;
+    auto disagree = importConfigFile(kData + "torchtitan-llama3-8b-3d.toml", context);
+    ASSERT_FALSE(disagree.ok());
+    EXPECT_NE(disagree.error().message.find("the config's mesh is 64 GPUs"), std::string::npos) << disagree.error().message;
+}
+
+// torchtitan's defaults apply to what a config leaves out: selective checkpointing of every 2nd
+// layer, local batch 8, sequence 2,048, 1F1B.
+TEST(TorchtitanTomlTest, AbsentKeysTakeTorchtitansDefaults) {
+    ConfigContext context;
+    context.world = 8;
+    auto c = importTorchtitanToml("[model]\nflavor = \"8B\"\n[parallelism]\npipeline_parallel_degree = 2\n", "t.toml", context);
+    ASSERT_TRUE(c.ok()) << c.error().message;
+    const core::Plan plan = planOf(*c);
+    EXPECT_EQ(plan.training.ac, core::Checkpointing::Layer);
+    EXPECT_EQ(plan.training.ac_every, 2);
+    EXPECT_EQ(plan.training.seq_len, 2048);
+    EXPECT_EQ(plan.training.micro_batch, 1);  // pipeline_parallel_microbatch_size 1
+    EXPECT_EQ(plan.training.grad_accum, 8);   // local_batch_size 8 per data-parallel rank
+    EXPECT_EQ(plan.sharding.pp_schedule, core::PpSchedule::OneFOneB);
+    EXPECT_EQ(plan.sharding.pp_virtual_stages, 1);
+    // pipeline_parallel_layers_per_stage: ceil((32 + 2) / 9) = 4 stages over 2 ranks, 2 each.
+    auto lps = importTorchtitanToml(
+        "[model]\nflavor = \"8B\"\n[parallelism]\npipeline_parallel_degree = 2\npipeline_parallel_schedule = "
+        "\"Interleaved1F1B\"\npipeline_parallel_layers_per_stage = 9\n",
+        "t.toml", context);
+    ASSERT_TRUE(lps.ok()) << lps.error().message;
+    EXPECT_EQ(planOf(*lps).sharding.pp_virtual_stages, 2);
+}
+
+void expectRefused(const std::string& toml, const std::string& named, std::optional<int64_t> world = 64) {
+    ConfigContext context;
+    context.world = world;
+    auto c = importTorchtitanToml(toml, "job.toml", context);
+    ASSERT_FALSE(c.ok()) << toml;
+    EXPECT_NE(c.error().message.find(named), std::string::npos) << c.error().message;
+    EXPECT_EQ(c.error().message.rfind("job.toml: ", 0), 0u) << c.error().message;
+}
+
+TEST(TorchtitanTomlTest, RefusalsNameTheKeyAndWhatIsValid) {
+    expectRefused("[model\nflavor = 8B\n", "malformed TOML at line 1");
+    expectRefused("[model]\nflavor = \"8B\"\n[parallelism]\ntensor_parallel_degre = 2\n",
+                  "unknown key parallelism.tensor_parallel_degre; torchtitan's [parallelism] keys shardcast knows:");
+    expectRefused("[modle]\nflavor = \"8B\"\n", "unknown torchtitan section [modle]");
+    expectRefused("[model]\nflavor = \"1B\"\n", "model.flavor is '1B'; valid: 8B, 70B, 405B");
+    expectRefused("[model]\nflavor = \"8B\"\nconverters = [\"float8\"]\n", "model.converters is [float8]: float8");
+    expectRefused("[model]\nflavor = \"8B\"\n[parallelism]\ncontext_parallel_degree = 2\n", "context_parallel_degree is 2");
+    expectRefused("[model]\nflavor = \"8B\"\n[parallelism]\ntensor_parallel_degree = \"8\"\n",
+                  "parallelism.tensor_parallel_degree must be an integer (line 4)");
+    expectRefused("[model]\nflavor = \"8B\"\n", "data_parallel_shard_degree is -1", std::nullopt);
+    expectRefused("[model]\nflavor = \"8B\"\n[parallelism]\npipeline_parallel_degree = 2\npipeline_parallel_schedule = "
+                  "\"ZBVZeroBubble\"\n",
+                  "valid: 1F1B, GPipe, Interleaved1F1B");
+    expectRefused("[model]\nflavor = \"8B\"\n[parallelism]\npipeline_parallel_degree = 2\npipeline_parallel_schedule = "
+                  "\"Interleaved1F1B\"\npipeline_parallel_layers_per_stage = 2\n",
+                  "17 stages do not split over pipeline_parallel_degree 2");
+    expectRefused("[model]\nflavor = \"8B\"\n[training]\nlocal_batch_size = 2\nglobal_batch_size = 100\n",
+                  "training.global_batch_size is 100: not a multiple of local_batch_size 2 x 64");
+    expectRefused("[model]\nflavor = \"8B\"\n[activation_checkpoint]\nmode = \"memory_budget\"\n",
+                  "activation_checkpoint.mode is 'memory_budget'");
+    expectRefused("[model]\nflavor = \"8B\"\n[optimizer]\nname = \"Muon\"\n", "optimizer.name is 'Muon'");
+    expectRefused("[model]\nflavor = \"8B\"\n[checkpoint]\nenable = true\ninterval = 0\n", "checkpoint.interval is 0");
+    ConfigContext context;
+    auto yaml = importConfigFile(kData + "no-such.yaml", context);
+    ASSERT_FALSE(yaml.ok());
+    EXPECT_NE(yaml.error().message.find("unknown config format '.yaml'"), std::string::npos) << yaml.error().message;
+    auto missing = importConfigFile(kData + "no-such.toml", context);
+    ASSERT_FALSE(missing.ok());
+    EXPECT_NE(missing.error().message.find("no-such.toml"), std::string::npos) << missing.error().message;
+}
+
+}  // namespace
+}  // namespace shardcast::configs

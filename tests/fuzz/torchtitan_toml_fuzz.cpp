@@ -1,0 +1,18 @@
+// torchtitan TOML job configs (configs::importTorchtitanToml), as `--from-config FILE` reads them.
+// A config that imports must give overrides that build a plan or fail with an error, never crash.
+#include <cstdint>
+#include <string_view>
+
+#include "configs/config_import.hpp"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+    using namespace shardcast;
+    const std::string_view text(reinterpret_cast<const char*>(data), size);
+    configs::ConfigContext context;
+    context.world = 64;
+    auto imported = configs::importTorchtitanToml(text, "fuzz.toml", context);
+    if (!imported) return 0;
+    auto plan = core::buildPlan(imported->overrides);
+    if (plan) (void)core::validatePlan(*plan);
+    return 0;
+}
