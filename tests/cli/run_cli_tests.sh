@@ -145,6 +145,23 @@ expect_bad_input "--from-config: malformed TOML names the line" "broken\.toml: m
     "$bin" plan --from-config "$tmp/broken.toml" --nodes 1
 expect_bad_input "--from-config with a plan file" "not both" \
     "$bin" plan "$tmp/good.plan.json" --from-config "$root/tests/data/configs/torchtitan-llama3-8b-3d.toml"
+# --emit torchtitan FILE writes the plan as a torchtitan TOML that --from-config reads back to the same plan.
+expect_ok "plan --from-config --emit torchtitan --write-plan exits 0" "$bin" plan \
+    --from-config "$root/tests/data/configs/torchtitan-llama3-8b-3d.toml" --emit torchtitan "$tmp/emitted.toml" \
+    --write-plan "$tmp/first.plan.json"
+expect_ok "plan --from-config (the emitted TOML) --write-plan exits 0" "$bin" plan --from-config "$tmp/emitted.toml" \
+    --write-plan "$tmp/second.plan.json"
+check "the emitted torchtitan TOML reads back to the same plan" '
+import json, os, sys
+d = os.path.dirname(sys.argv[1])
+a = json.load(open(os.path.join(d, "first.plan.json"))); b = json.load(open(os.path.join(d, "second.plan.json")))
+assert a == b, (a, b)
+assert a["sharding"]["pp_schedule"] == "Interleaved1F1B" and a["checkpoint"]["mode"] == "sharded", a
+' "$tmp/out"
+expect_bad_input "--emit accelerate is not written yet" "--emit accelerate: valid: --emit torchtitan FILE" \
+    "$bin" plan --model llama-3.1-8b --emit accelerate "$tmp/a.yaml"
+expect_bad_input "--emit torchtitan of a plan torchtitan cannot express" "--emit torchtitan: sharding\.wrap" \
+    "$bin" plan --model llama-3.1-8b --wrap every:2 --emit torchtitan "$tmp/b.toml"
 # Checkpoints: bad values named; a full save of 70B on 32 H100s without offload_to_cpu is out of memory
 # on rank 0 (the report says so, in text and --json), with offload_to_cpu it fits.
 expect_bad_input "--checkpoint-every 0" "--checkpoint-every 0" "$bin" plan --model gpt2 --checkpoint full --checkpoint-every 0

@@ -1,6 +1,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -9,8 +10,9 @@
 #include "apps/shardcast/plan_options.hpp"
 #include "apps/shardcast/report.hpp"
 #include "apps/shardcast/store_cli.hpp"
-#include "core/plan/plan_build.hpp"
+#include "configs/config_export.hpp"
 #include "core/base/file_io.hpp"
+#include "core/plan/plan_build.hpp"
 #include "simulator/evaluation.hpp"
 #include "simulator/pytorch_code.hpp"
 
@@ -23,6 +25,7 @@ struct PlanCommandOptions {
     bool json = false;
     std::string write_plan;
     std::string pytorch;
+    std::vector<std::string> emit;  // --emit FORMAT FILE
     std::string profile;
     double headroom = core::kDefaultHeadroom;
     bool whole_step = false;
@@ -69,6 +72,18 @@ int runPlan(const PlanCommandOptions& o) {
             return reportInputError("--pytorch: " + written.error().message);
         }
     }
+    if (!o.emit.empty()) {
+        if (o.emit.size() != 2 || o.emit[0] != "torchtitan") {
+            return reportInputError(fmt::format("--emit {}: valid: --emit torchtitan FILE (accelerate and hf-trainer are not "
+                                                "written yet)",
+                                                o.emit.empty() ? std::string() : o.emit[0]));
+        }
+        auto toml = configs::torchtitanToml(*plan, evaluation.mesh);
+        if (!toml) return reportInputError(toml.error().message);
+        if (auto written = core::writeFileAtomically(o.emit[1], *toml); !written) {
+            return reportInputError("--emit: " + written.error().message);
+        }
+    }
     SaveOutcome saved;
     if (o.save.requested) {
         saved = savePredictionReported(*plan, evaluation, *profile, o.save);
@@ -82,6 +97,7 @@ int runPlan(const PlanCommandOptions& o) {
         fmt::print("{}", planReportText(*plan, evaluation));
         if (!o.write_plan.empty()) fmt::print("\nPlan written to {}\n", o.write_plan);
         if (!o.pytorch.empty()) fmt::print("\nPyTorch code written to {}\n", o.pytorch);
+        if (!o.emit.empty()) fmt::print("\ntorchtitan config written to {}\n", o.emit[1]);
         if (o.save.requested) fmt::print("{}\n", saved.line);
     }
     std::fflush(stdout);
@@ -110,6 +126,11 @@ void registerPlanCommand(CLI::App& app, int& exit_code) {
                     "Also write the PyTorch code that applies this plan to FILE: the device mesh, the tensor-parallel "
                     "plan (parallelize_module) with --tp, checkpoint_wrapper and fully_shard per unit")
         ->type_name("FILE");
+    cmd->add_option("--emit", opts->emit,
+                    "Also write the plan as a framework's config: torchtitan FILE (a TOML job config that --from-config "
+                    "reads back to this plan; a plan torchtitan cannot express is refused by field)")
+        ->type_name("FORMAT FILE")
+        ->expected(2);
     addProfileOption(*cmd, opts->profile);
     addSaveOption(*cmd, opts->save, "the plan and its prediction");
     cmd->callback([opts, &exit_code] { exit_code = runPlan(*opts); });
