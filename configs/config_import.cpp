@@ -1,13 +1,45 @@
 #include "configs/config_import.hpp"
 
+// toml++ 3.3 (Debian 12's) asserts preconditions its parser does not check on some malformed input
+// (found by fuzzing: "[" then a newline fails parse_key's), and under NDEBUG it turns those asserts
+// into optimiser assumptions, which is undefined behaviour. Here its asserts throw instead, in every
+// build, so that malformed TOML is an error naming the file. All of toml++ is used in this one
+// source, so no other translation unit sees it otherwise.
+#include <stdexcept>
+namespace shardcast::configs {
+struct TomlAssertion : std::logic_error {
+    using std::logic_error::logic_error;
+};
+}  // namespace shardcast::configs
+#ifdef NDEBUG
+#define SHARDCAST_TOML_NDEBUG
+#undef NDEBUG
+#endif
+#define TOML_ASSERT(expr) ((expr) ? static_cast<void>(0) : throw ::shardcast::configs::TomlAssertion(#expr))
+// Some of its asserts sit in noexcept accessors (toml::path_component) this code never calls.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wterminate"
+#endif
+#include <toml++/toml.h>
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#ifdef SHARDCAST_TOML_NDEBUG
+#define NDEBUG
+#undef SHARDCAST_TOML_NDEBUG
+#endif
+
 #include <algorithm>
+#include <cctype>
+#include <charconv>
 #include <cmath>
 #include <map>
 #include <set>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <toml++/toml.h>
+#include <yaml-cpp/yaml.h>
 
 #include "core/base/file_io.hpp"
 
@@ -424,16 +456,83 @@ core::Status mapTorchtitan(const TomlReader& r, const std::string& where, const 
 
 }  // namespace
 
+namespace {
+
+// toml++ 3.3 also reaches code it marks unreachable when it classifies some non-ASCII characters
+// (found by fuzzing: its generated Unicode tables), so it is given ASCII only. torchtitan's keys and
+// the values read here are ASCII; other characters may sit in comments (each byte becomes a space)
+// and in strings (each byte becomes '?', as no string read here holds any); anywhere else they are
+// an error naming the line and column. Bytes keep their places, so the parser's positions hold.
+core::Status asciiForToml(std::string_view text, const std::string& where, std::string& out) {
+    enum class At { Code, Comment, Basic, Literal, MultiBasic, MultiLiteral };
+    At at = At::Code;
+    out.assign(text.begin(), text.end());
+    int64_t line = 1, column = 1;
+    auto starts = [&](size_t i, std::string_view s) { return text.substr(i, s.size()) == s; };
+    for (size_t i = 0; i < text.size(); ++i) {
+        const auto c = static_cast<unsigned char>(text[i]);
+        if (c >= 0x80) {
+            if (at == At::Code) {
+                return core::makeError(fmt::format("{}: malformed TOML at line {}, column {}: a non-ASCII character outside a "
+                                                   "string or a comment",
+                                                   where, line, column));
+            }
+            out[i] = at == At::Comment ? ' ' : '?';
+        } else if (at == At::Code) {
+            if (c == '#') {
+                at = At::Comment;
+            } else if (starts(i, "\"\"\"")) {
+                at = At::MultiBasic;
+                i += 2;
+                column += 2;
+            } else if (starts(i, "'''")) {
+                at = At::MultiLiteral;
+                i += 2;
+                column += 2;
+            } else if (c == '"') {
+                at = At::Basic;
+            } else if (c == '\'') {
+                at = At::Literal;
+            }
+        } else if ((at == At::Basic || at == At::MultiBasic) && c == '\\' && i + 1 < text.size()) {
+            ++i;  // an escaped character: not the string's end
+            ++column;
+            if (static_cast<unsigned char>(text[i]) >= 0x80) out[i] = '?';
+        } else if ((at == At::Comment || at == At::Basic || at == At::Literal) && c == '\n') {
+            at = At::Code;  // a single-line string cut by the line's end: toml++ reports it
+        } else if ((at == At::Basic && c == '"') || (at == At::Literal && c == '\'')) {
+            at = At::Code;
+        } else if ((at == At::MultiBasic && starts(i, "\"\"\"")) || (at == At::MultiLiteral && starts(i, "'''"))) {
+            at = At::Code;
+            i += 2;
+            column += 2;
+        }
+        if (text[i] == '\n') {
+            ++line;
+            column = 1;
+        } else {
+            ++column;
+        }
+    }
+    return core::Ok{};
+}
+
+}  // namespace
+
 core::Result<ImportedConfig> importTorchtitanToml(std::string_view text, const std::string& where,
                                                   const ConfigContext& context) {
     ImportedConfig out;
     out.format = "torchtitan TOML";
+    std::string ascii;
+    if (auto st = asciiForToml(text, where, ascii); !st) return st.error();
     toml::table root;
     try {
-        root = toml::parse(text, where);
+        root = toml::parse(ascii, where);
     } catch (const toml::parse_error& e) {
         return core::makeError(fmt::format("{}: malformed TOML at line {}, column {}: {}", where, e.source().begin.line,
                                            e.source().begin.column, e.description()));
+    } catch (const TomlAssertion& e) {
+        return core::makeError(fmt::format("{}: malformed TOML (the parser stopped: {})", where, e.what()));
     }
     TomlReader reader(root, where, out);
     if (auto keys = reader.checkKeys(); !keys) return keys.error();
@@ -441,16 +540,287 @@ core::Result<ImportedConfig> importTorchtitanToml(std::string_view text, const s
     return out;
 }
 
+namespace {
+
+// accelerate's config YAML: every top-level key and fsdp_config key accounted for.
+const std::set<std::string> kAccelerateIgnored = {
+    "compute_environment", "debug", "downcast_bf16", "enable_cpu_affinity", "machine_rank", "main_training_function",
+    "rdzv_backend", "same_network", "gpu_ids", "main_process_ip", "main_process_port", "tpu_env", "tpu_use_cluster",
+    "tpu_use_sudo", "tpu_name", "tpu_zone", "command_file", "commands", "tpu_vm", "mpirun_config"};
+const std::set<std::string> kAccelerateUsed = {"distributed_type", "mixed_precision", "num_machines", "num_processes",
+                                               "use_cpu", "fsdp_config", "dynamo_config", "parallelism_config"};
+const std::set<std::string> kFsdpIgnored = {"fsdp_cpu_ram_efficient_loading", "fsdp_sync_module_states", "fsdp_use_orig_params",
+                                            "fsdp_transformer_layer_cls_to_wrap", "fsdp_ignored_modules"};
+const std::set<std::string> kFsdpUsed = {"fsdp_version", "fsdp_sharding_strategy", "fsdp_reshard_after_forward",
+                                         "fsdp_auto_wrap_policy", "fsdp_min_num_params", "fsdp_backward_prefetch",
+                                         "fsdp_backward_prefetch_policy", "fsdp_forward_prefetch", "fsdp_offload_params",
+                                         "fsdp_activation_checkpointing", "fsdp_limit_all_gathers", "fsdp_state_dict_type"};
+
+std::string joined(const std::set<std::string>& a, const std::set<std::string>& b) {
+    std::set<std::string> all(a);
+    all.insert(b.begin(), b.end());
+    return fmt::format("{}", fmt::join(all, ", "));
+}
+
+class YamlReader {
+public:
+    YamlReader(const YAML::Node& root, const std::string& where) : m_root(root), m_where(where) {}
+    // A scalar of `map.key` (the root when `map` is empty) as text, or unset when absent or null.
+    std::optional<std::string> scalar(std::string_view map, std::string_view key) const {
+        const YAML::Node parent = map.empty() ? YAML::Node(m_root) : m_root[std::string(map)];
+        if (!parent || !parent.IsMap()) return std::nullopt;
+        const YAML::Node node = parent[std::string(key)];
+        if (!node || node.IsNull()) return std::nullopt;
+        if (!node.IsScalar()) return std::string("\x01");  // not a scalar: refused by the typed readers
+        return node.Scalar();
+    }
+    core::Result<std::optional<bool>> boolean(std::string_view map, std::string_view key) const {
+        auto v = scalar(map, key);
+        if (!v) return std::optional<bool>{};
+        std::string low = *v;
+        std::transform(low.begin(), low.end(), low.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+        if (low == "true" || low == "yes") return std::optional<bool>{true};
+        if (low == "false" || low == "no") return std::optional<bool>{false};
+        return error(map, key, fmt::format("must be true or false (got '{}')", printable(*v)));
+    }
+    core::Result<std::optional<int64_t>> integer(std::string_view map, std::string_view key) const {
+        auto v = scalar(map, key);
+        if (!v) return std::optional<int64_t>{};
+        int64_t out = 0;
+        const auto [end, ec] = std::from_chars(v->data(), v->data() + v->size(), out);
+        if (ec != std::errc{} || end != v->data() + v->size()) {
+            return error(map, key, fmt::format("must be an integer (got '{}')", printable(*v)));
+        }
+        return std::optional<int64_t>{out};
+    }
+    core::Error error(std::string_view map, std::string_view key, const std::string& what) const {
+        return core::Error{fmt::format("{}: {}{}{} {}", m_where, map, map.empty() ? "" : ".", key, what)};
+    }
+
+private:
+    static std::string printable(const std::string& v) { return v == "\x01" ? std::string("a list or a map") : v; }
+    const YAML::Node& m_root;
+    const std::string& m_where;
+};
+
+#define SHARDCAST_TRY_ASSIGN(var, expr) \
+    auto var##_r = (expr);              \
+    if (!var##_r) return var##_r.error(); \
+    const auto var = *var##_r
+
+core::Status mapAccelerate(const YAML::Node& root, const std::string& where, ImportedConfig& out) {
+    if (!root.IsMap()) return core::makeError(fmt::format("{}: not an accelerate config (a YAML mapping of its keys)", where));
+    for (const auto& kv : root) {
+        const std::string key = kv.first.as<std::string>();
+        if (kAccelerateUsed.count(key) != 0) continue;
+        if (kAccelerateIgnored.count(key) != 0) {
+            out.ignored.push_back(key);
+            continue;
+        }
+        if (key == "deepspeed_config" || key == "megatron_lm_config") {
+            return core::makeError(fmt::format("{}: {} is given: shardcast reads accelerate's FSDP configs", where, key));
+        }
+        return core::makeError(fmt::format("{}: unknown accelerate key {}; keys shardcast knows: {}", where, key,
+                                           joined(kAccelerateUsed, kAccelerateIgnored)));
+    }
+    const YAML::Node fsdp = root["fsdp_config"];
+    if (fsdp && fsdp.IsMap()) {
+        for (const auto& kv : fsdp) {
+            const std::string key = kv.first.as<std::string>();
+            if (kFsdpUsed.count(key) != 0) continue;
+            if (kFsdpIgnored.count(key) != 0) {
+                if (key == "fsdp_ignored_modules" && !kv.second.IsNull()) {
+                    return core::makeError(fmt::format("{}: fsdp_config.fsdp_ignored_modules is given: ignored modules are "
+                                                       "not modelled",
+                                                       where));
+                }
+                out.ignored.push_back("fsdp_config." + key);
+                continue;
+            }
+            return core::makeError(fmt::format("{}: unknown key fsdp_config.{}; keys shardcast knows: {}", where, key,
+                                               joined(kFsdpUsed, kFsdpIgnored)));
+        }
+    } else if (fsdp && !fsdp.IsNull()) {
+        return core::makeError(fmt::format("{}: fsdp_config must be a mapping", where));
+    }
+    const YamlReader r(root, where);
+    core::PlanOverrides& o = out.overrides;
+    auto mapped = [&out](std::string text) { out.mapped.push_back(std::move(text)); };
+
+    const std::string type = r.scalar("", "distributed_type").value_or("NO");
+    if (type != "FSDP") {
+        return r.error("", "distributed_type", fmt::format("is '{}'; shardcast reads FSDP configs (distributed_type: FSDP)", type));
+    }
+    SHARDCAST_TRY_ASSIGN(use_cpu, r.boolean("", "use_cpu"));
+    if (use_cpu.value_or(false)) return r.error("", "use_cpu", "is true: plan CPU runs with a plan file (gpu cpu)");
+
+    // The GPUs.
+    SHARDCAST_TRY_ASSIGN(machines, r.integer("", "num_machines"));
+    SHARDCAST_TRY_ASSIGN(processes, r.integer("", "num_processes"));
+    const int64_t nodes = machines.value_or(1);
+    if (nodes < 1 || nodes > 1'000'000) return r.error("", "num_machines", "must be a positive integer");
+    if (!processes || *processes < 1 || *processes % nodes != 0) {
+        return r.error("", "num_processes", fmt::format("must be the GPUs of all {} machine(s), a positive multiple of num_machines", nodes));
+    }
+    o.nodes = nodes;
+    o.gpus_per_node = *processes / nodes;
+    mapped(fmt::format("num_machines {}, num_processes {} -> --nodes {} --gpus-per-node {}", nodes, *processes, nodes,
+                       *o.gpus_per_node));
+
+    const std::string precision = r.scalar("", "mixed_precision").value_or("no");
+    static const std::map<std::string, std::string> precisions = {{"no", "fp32"}, {"bf16", "bf16"}, {"fp16", "fp16"}};
+    const auto p = precisions.find(precision);
+    if (p == precisions.end()) {
+        return r.error("", "mixed_precision", fmt::format("is '{}'; valid: no, bf16, fp16 (fp8 is not modelled)", precision));
+    }
+    o.param_dtype = p->second;
+    o.reduce_dtype = p->second;
+    mapped(fmt::format("mixed_precision {} -> --param-dtype {} --reduce-dtype {} (accelerate reduces in the same dtype)",
+                       precision, p->second, p->second));
+
+    // FSDP.
+    SHARDCAST_TRY_ASSIGN(version, r.integer("fsdp_config", "fsdp_version"));
+    const int64_t v = version.value_or(1);
+    if (v != 1 && v != 2) return r.error("fsdp_config", "fsdp_version", fmt::format("is {}; valid: 1, 2", v));
+    o.fsdp = v;
+    static const char* const kStrategies[] = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "HYBRID_SHARD_ZERO2"};
+    auto strategyName = [&](std::string_view key, const std::string& value) -> core::Result<std::string> {
+        std::string up = value;
+        std::transform(up.begin(), up.end(), up.begin(), [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
+        if (up.size() == 1 && up[0] >= '1' && up[0] <= '5') up = kStrategies[up[0] - '1'];
+        for (const char* s : kStrategies) {
+            if (up == s) return up == "HYBRID_SHARD_ZERO2" ? std::string("_HYBRID_SHARD_ZERO2") : up;
+        }
+        return r.error("fsdp_config", key, fmt::format("is '{}'; valid: FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD, "
+                                                       "HYBRID_SHARD_ZERO2 or 1-5",
+                                                       value));
+    };
+    const auto strategy_text = r.scalar("fsdp_config", "fsdp_sharding_strategy");
+    const auto reshard_text = r.scalar("fsdp_config", "fsdp_reshard_after_forward");
+    std::string strategy = "FULL_SHARD";
+    if (strategy_text) {
+        SHARDCAST_TRY_ASSIGN(s, strategyName("fsdp_sharding_strategy", *strategy_text));
+        strategy = s;
+    }
+    if (v == 1 && reshard_text) {
+        SHARDCAST_TRY_ASSIGN(s, strategyName("fsdp_reshard_after_forward", *reshard_text));
+        strategy = s;
+    }
+    if (v == 2 && reshard_text) {
+        SHARDCAST_TRY_ASSIGN(reshard, r.boolean("fsdp_config", "fsdp_reshard_after_forward"));
+        o.reshard_after_forward = *reshard ? "true" : "false";
+    }
+    // HSDP under FSDP2: parallelism_config's replicate x shard sizes.
+    SHARDCAST_TRY_ASSIGN(replicate, r.integer("parallelism_config", "parallelism_config_dp_replicate_size"));
+    SHARDCAST_TRY_ASSIGN(shard, r.integer("parallelism_config", "parallelism_config_dp_shard_size"));
+    SHARDCAST_TRY_ASSIGN(tp, r.integer("parallelism_config", "parallelism_config_tp_size"));
+    SHARDCAST_TRY_ASSIGN(cp, r.integer("parallelism_config", "parallelism_config_cp_size"));
+    if (cp.value_or(1) != 1) return r.error("parallelism_config", "parallelism_config_cp_size", "must be 1: context parallelism is not modelled");
+    if (tp.value_or(1) != 1) {
+        return r.error("parallelism_config", "parallelism_config_tp_size",
+                       "must be 1: accelerate applies the model's own HuggingFace TP plan, which shardcast does not model (its "
+                       "--tp is torchtitan's plan)");
+    }
+    if (replicate.value_or(1) > 1) {
+        strategy = "HYBRID_SHARD";
+        if (shard) o.shard_size = *shard;
+    }
+    o.strategy = strategy;
+    if (strategy == "HYBRID_SHARD" && !o.shard_size) o.shard_size = *o.gpus_per_node;  // FSDP1's default: a node
+    mapped(fmt::format("fsdp_version {}, {} -> --fsdp {} --strategy {}{}{}", v, strategy, v, strategy,
+                       o.shard_size ? fmt::format(" --shard-size {}", *o.shard_size) : std::string(),
+                       o.reshard_after_forward ? " --reshard-after-forward " + *o.reshard_after_forward : std::string()));
+
+    const std::string wrap = r.scalar("fsdp_config", "fsdp_auto_wrap_policy").value_or("NO_WRAP");
+    if (wrap == "TRANSFORMER_BASED_WRAP") {
+        o.wrap = "block";
+    } else if (wrap == "SIZE_BASED_WRAP") {
+        SHARDCAST_TRY_ASSIGN(min_params, r.integer("fsdp_config", "fsdp_min_num_params"));
+        // accelerate's default min_num_params is 1e8.
+        o.wrap = fmt::format("min-params:{}", min_params.value_or(100'000'000));
+    } else if (wrap == "NO_WRAP") {
+        o.wrap = "whole";
+    } else {
+        return r.error("fsdp_config", "fsdp_auto_wrap_policy",
+                       fmt::format("is '{}'; valid: TRANSFORMER_BASED_WRAP, SIZE_BASED_WRAP, NO_WRAP", wrap));
+    }
+    mapped(fmt::format("fsdp_auto_wrap_policy {} -> --wrap {}", wrap, *o.wrap));
+    const auto prefetch = r.scalar("fsdp_config", "fsdp_backward_prefetch").has_value()
+                              ? r.scalar("fsdp_config", "fsdp_backward_prefetch")
+                              : r.scalar("fsdp_config", "fsdp_backward_prefetch_policy");
+    if (prefetch && v == 1) {
+        static const std::map<std::string, std::string> prefetches = {
+            {"BACKWARD_PRE", "pre"}, {"BACKWARD_POST", "post"}, {"NO_PREFETCH", "none"}};
+        const auto f = prefetches.find(*prefetch);
+        if (f == prefetches.end()) {
+            return r.error("fsdp_config", "fsdp_backward_prefetch",
+                           fmt::format("is '{}'; valid: BACKWARD_PRE, BACKWARD_POST, NO_PREFETCH", *prefetch));
+        }
+        o.backward_prefetch = f->second;
+    }
+    SHARDCAST_TRY_ASSIGN(forward_prefetch, r.boolean("fsdp_config", "fsdp_forward_prefetch"));
+    if (forward_prefetch && v == 1) o.forward_prefetch = *forward_prefetch ? "true" : "false";
+    SHARDCAST_TRY_ASSIGN(offload, r.boolean("fsdp_config", "fsdp_offload_params"));
+    if (offload.value_or(false)) {
+        o.offload = "cpu";
+        mapped("fsdp_offload_params true -> --offload cpu");
+    }
+    SHARDCAST_TRY_ASSIGN(limit, r.boolean("fsdp_config", "fsdp_limit_all_gathers"));
+    if (!limit.value_or(true)) {
+        // No flag carries it: the plan file's sharding.limit_all_gathers does.
+        return r.error("fsdp_config", "fsdp_limit_all_gathers",
+                       "is false: give it as sharding.limit_all_gathers false in a plan file (--write-plan, then edit)");
+    }
+    SHARDCAST_TRY_ASSIGN(ac, r.boolean("fsdp_config", "fsdp_activation_checkpointing"));
+    o.ac = ac.value_or(false) ? "full" : "none";
+    mapped(fmt::format("fsdp_activation_checkpointing {} -> --ac {}", ac.value_or(false), *o.ac));
+    if (const auto dump = r.scalar("fsdp_config", "fsdp_state_dict_type")) {
+        mapped(fmt::format("fsdp_state_dict_type {}: how saves are written; plan them with --checkpoint {}", *dump,
+                           *dump == "FULL_STATE_DICT" ? "full" : "sharded"));
+    }
+    const std::string backend = r.scalar("dynamo_config", "dynamo_backend").value_or("NO");
+    if (backend == "INDUCTOR") {
+        o.kernels = "compile";
+        mapped("dynamo_config.dynamo_backend INDUCTOR -> --kernels compile");
+    } else if (backend != "NO") {
+        return r.error("dynamo_config", "dynamo_backend", fmt::format("is '{}'; valid: NO, INDUCTOR", backend));
+    }
+    return core::Ok{};
+}
+
+#undef SHARDCAST_TRY_ASSIGN
+
+}  // namespace
+
+core::Result<ImportedConfig> importAccelerateYaml(std::string_view text, const std::string& where) {
+    ImportedConfig out;
+    out.format = "accelerate YAML";
+    YAML::Node root;
+    try {
+        root = YAML::Load(std::string(text));
+        if (auto mapped = mapAccelerate(root, where, out); !mapped) return mapped.error();
+        return out;
+    } catch (const YAML::ParserException& e) {
+        return core::makeError(fmt::format("{}: malformed YAML at line {}, column {}: {}", where, e.mark.line + 1,
+                                           e.mark.column + 1, e.msg));
+    } catch (const YAML::Exception& e) {
+        return core::makeError(fmt::format("{}: not an accelerate config: {}", where, e.msg));
+    }
+}
+
 core::Result<ImportedConfig> importConfigFile(const std::filesystem::path& path, const ConfigContext& context) {
     const std::string where = path.string();
-    if (path.extension() != ".toml") {
+    const std::string ext = path.extension().string();
+    if (ext != ".toml" && ext != ".yaml" && ext != ".yml") {
         return core::makeError(fmt::format("--from-config {}: unknown config format '{}'; valid: a torchtitan job config "
-                                           "(.toml)",
-                                           where, path.extension().string()));
+                                           "(.toml), an accelerate config (.yaml)",
+                                           where, ext));
     }
-    auto text = core::readFileBounded(path, core::kMaxTextFileBytes, "torchtitan config");
+    const bool toml = ext == ".toml";
+    auto text = core::readFileBounded(path, core::kMaxTextFileBytes, toml ? "torchtitan config" : "accelerate config");
     if (!text) return text.error();
-    return importTorchtitanToml(*text, where, context);
+    if (toml) return importTorchtitanToml(*text, where, context);
+    return importAccelerateYaml(*text, where);
 }
 
 }  // namespace shardcast::configs

@@ -1,7 +1,9 @@
 #pragma once
-// Frameworks' training configs read into a plan (issue 26, `--from-config FILE`): today torchtitan's
-// TOML job config (the format torchtitan read until its February 2026 move to Python config
-// registries, torchtitan/config/job_config.py), parsed with toml++.
+// Frameworks' training configs read into a plan (issue 26, `--from-config FILE`): torchtitan's TOML
+// job config (the format torchtitan read until its February 2026 move to Python config registries,
+// torchtitan/config/job_config.py), parsed with toml++; and accelerate's config YAML (`accelerate
+// config`'s file, accelerate/commands/config/config_args.py and FullyShardedDataParallelPlugin),
+// parsed with yaml-cpp.
 //
 // Every key is accounted for: the ones that shape memory or time become plan fields; the ones that
 // do not (logging, paths, the learning rate, ...) are listed in `ignored`; the ones that ask for
@@ -23,6 +25,20 @@
 //   [activation_checkpoint] mode none | full | selective (+ selective_ac_option "op" | K) -> ac
 //   [compile] enable -> kernels compile
 //   [checkpoint] enable, interval -> a sharded save (torch.distributed.checkpoint) every interval steps
+//
+// accelerate's YAML has no model and no batch (they are the script's): --model is required beside
+// it, the batch comes from the flags. Its fields:
+//   distributed_type FSDP; num_machines, num_processes -> --nodes, --gpus-per-node (processes / machines)
+//   mixed_precision no | bf16 | fp16 -> param and reduce dtype both (FullyShardedDataParallelPlugin.
+//     set_mixed_precision: MixedPrecision(param_dtype = reduce_dtype = that dtype))
+//   fsdp_config: fsdp_version (1 when absent, accelerate's default); fsdp_sharding_strategy or, FSDP1,
+//     fsdp_reshard_after_forward FULL_SHARD | SHARD_GRAD_OP | NO_SHARD | HYBRID_SHARD |
+//     HYBRID_SHARD_ZERO2 (or 1-5), FSDP2 fsdp_reshard_after_forward true | false; fsdp_auto_wrap_policy
+//     TRANSFORMER_BASED_WRAP (block) | SIZE_BASED_WRAP (min-params:fsdp_min_num_params) | NO_WRAP
+//     (whole); fsdp_backward_prefetch, fsdp_forward_prefetch, fsdp_offload_params,
+//     fsdp_activation_checkpointing (full); parallelism_config_dp_replicate_size / dp_shard_size
+//     (HSDP under FSDP2)
+//   dynamo_config.dynamo_backend INDUCTOR -> --kernels compile
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -51,7 +67,8 @@ struct ConfigContext {
 // `text` is the file's contents; `where` names it in errors.
 core::Result<ImportedConfig> importTorchtitanToml(std::string_view text, const std::string& where,
                                                   const ConfigContext& context);
-// A config file by its extension: .toml (torchtitan). Errors name the file.
+core::Result<ImportedConfig> importAccelerateYaml(std::string_view text, const std::string& where);
+// A config file by its extension: .toml (torchtitan), .yaml / .yml (accelerate). Errors name the file.
 core::Result<ImportedConfig> importConfigFile(const std::filesystem::path& path, const ConfigContext& context);
 
 }  // namespace shardcast::configs

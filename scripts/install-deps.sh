@@ -10,7 +10,7 @@ core_packages=(
     build-essential cmake ninja-build pkg-config
     nlohmann-json3-dev libcli11-dev libfmt-dev
     libgtest-dev libgmock-dev libbenchmark-dev
-    libeigen3-dev libsqlite3-dev zlib1g-dev libsimdjson-dev libtomlplusplus-dev
+    libeigen3-dev libsqlite3-dev zlib1g-dev libsimdjson-dev libtomlplusplus-dev libyaml-cpp-dev
 )
 # Later layers: Qt6 GUI (Widgets and Svg; Debian 12 names: qt6-base-dev, qt6-svg-dev; Qt6Gui's CMake
 # package looks for OpenGL, which qt6-base-dev only recommends: libqt6opengl6-dev), OpenMPI CPU backend,

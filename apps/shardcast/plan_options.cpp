@@ -30,7 +30,7 @@ void addPlanOptions(CLI::App& cmd, core::PlanOverrides& o) {
     cmd.add_option("plan", o.plan_file, "Plan file (docs/plan-format.md); flags below override its fields")
         ->type_name("PLAN.json");
     cmd.add_option("--from-config", o.config_file,
-                   "Start from a framework's training config instead of a plan file: a torchtitan job config (.toml; "
+                   "Start from a framework's training config instead of a plan file: a torchtitan job config (.toml) or an accelerate config (.yaml, with --model; "
                    "docs/configs.md). Flags below override its fields; how it mapped is said on stderr")
         ->type_name("FILE");
 
@@ -192,6 +192,21 @@ core::Result<core::Plan> buildPlanFromFlags(const core::PlanOverrides& o) {
     if (o.nodes) context.world = *o.nodes * context.gpus_per_node;
     auto imported = configs::importConfigFile(o.config_file, context);
     if (!imported) return imported.error();
+    // accelerate's config names no model (the training script loads it): --model gives it.
+    if (!imported->overrides.model) {
+        if (!o.model) {
+            return core::makeError(fmt::format("--from-config {}: an {} names no model; give --model NAME|CONFIG.json",
+                                               o.config_file, imported->format));
+        }
+        imported->overrides.model = o.model;
+    }
+    auto base = core::buildPlan(imported->overrides);
+    if (!base) return core::makeError(fmt::format("{}: {}", o.config_file, base.error().message));
+    core::PlanOverrides flags = o;
+    flags.base = std::make_shared<const core::Plan>(std::move(*base));
+    auto plan = core::buildPlan(flags);
+    if (!plan) return plan.error();
+    // How the config mapped, once it gave a plan (an error stays the one line it is).
     fmt::print(stderr, "shardcast: --from-config {} ({}):\n", o.config_file, imported->format);
     for (const std::string& line : imported->mapped) fmt::print(stderr, "  {}\n", line);
     if (!imported->ignored.empty()) {
@@ -199,11 +214,7 @@ core::Result<core::Plan> buildPlanFromFlags(const core::PlanOverrides& o) {
         for (const std::string& k : imported->ignored) keys += (keys.empty() ? "" : ", ") + k;
         fmt::print(stderr, "  read, no effect on memory or time: {}\n", keys);
     }
-    auto base = core::buildPlan(imported->overrides);
-    if (!base) return core::makeError(fmt::format("{}: {}", o.config_file, base.error().message));
-    core::PlanOverrides flags = o;
-    flags.base = std::make_shared<const core::Plan>(std::move(*base));
-    return core::buildPlan(flags);
+    return plan;
 }
 
 }  // namespace shardcast::cli

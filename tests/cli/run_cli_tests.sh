@@ -145,6 +145,17 @@ expect_bad_input "--from-config: malformed TOML names the line" "broken\.toml: m
     "$bin" plan --from-config "$tmp/broken.toml" --nodes 1
 expect_bad_input "--from-config with a plan file" "not both" \
     "$bin" plan "$tmp/good.plan.json" --from-config "$root/tests/data/configs/torchtitan-llama3-8b-3d.toml"
+# --from-config with accelerate's YAML: --model required beside it.
+expect_ok "plan --from-config (accelerate YAML) --model exits 0" "$bin" plan \
+    --from-config "$root/tests/data/configs/accelerate-fsdp2-hsdp.yaml" --model llama-3.1-8b --json
+check "--from-config accelerate: HSDP 2 x 8, FSDP2, bf16 reductions" '
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["plan"]["strategy"] == "HYBRID_SHARD" and d["plan"]["shard_size"] == 8 and d["plan"]["world_size"] == 16, d["plan"]
+assert d["training"]["reduce_dtype"] == "bf16" and d["training"]["ac"] == "full", d["training"]
+' "$tmp/out"
+expect_bad_input "--from-config accelerate without --model" "names no model; give --model" \
+    "$bin" plan --from-config "$root/tests/data/configs/accelerate-fsdp2-hsdp.yaml"
 # --emit torchtitan FILE writes the plan as a torchtitan TOML that --from-config reads back to the same plan.
 expect_ok "plan --from-config --emit torchtitan --write-plan exits 0" "$bin" plan \
     --from-config "$root/tests/data/configs/torchtitan-llama3-8b-3d.toml" --emit torchtitan "$tmp/emitted.toml" \

@@ -93,6 +93,17 @@ TEST(TorchtitanTomlTest, Llama8B3DFieldByField) {
     EXPECT_NE(disagree.error().message.find("the config's mesh is 64 GPUs"), std::string::npos) << disagree.error().message;
 }
 
+// Non-ASCII text in comments and strings is read (as torchtitan's own configs may hold it).
+TEST(TorchtitanTomlTest, NonAsciiInCommentsAndStringsIsRead) {
+    ConfigContext context;
+    context.world = 8;
+    auto c = importTorchtitanToml("# 8-way TP \xe2\x80\x94 inside a node\n[job]\ndescription = \"Llama 3 \xe2\x80\x94 8B\"\n"
+                                  "[model]\nflavor = \"8B\" # caf\xc3\xa9\n",
+                                  "t.toml", context);
+    ASSERT_TRUE(c.ok()) << c.error().message;
+    EXPECT_EQ(*c->overrides.model, "llama-3.1-8b");
+}
+
 // torchtitan's defaults apply to what a config leaves out: selective checkpointing of every 2nd
 // layer, local batch 8, sequence 2,048, 1F1B.
 TEST(TorchtitanTomlTest, AbsentKeysTakeTorchtitansDefaults) {
@@ -128,6 +139,10 @@ void expectRefused(const std::string& toml, const std::string& named, std::optio
 
 TEST(TorchtitanTomlTest, RefusalsNameTheKeyAndWhatIsValid) {
     expectRefused("[model\nflavor = 8B\n", "malformed TOML at line 1");
+    // A table header cut short: toml++ 3.3 asserts here (found by fuzzing); an error all the same.
+    expectRefused("[\n", "malformed TOML");
+    // Non-ASCII outside strings and comments (toml++ 3.3's Unicode tables are not safe on it).
+    expectRefused("e\xcf\x9d = 1\n", "malformed TOML at line 1, column 2: a non-ASCII character");
     expectRefused("[model]\nflavor = \"8B\"\n[parallelism]\ntensor_parallel_degre = 2\n",
                   "unknown key parallelism.tensor_parallel_degre; torchtitan's [parallelism] keys shardcast knows:");
     expectRefused("[modle]\nflavor = \"8B\"\n", "unknown torchtitan section [modle]");
@@ -150,12 +165,89 @@ TEST(TorchtitanTomlTest, RefusalsNameTheKeyAndWhatIsValid) {
     expectRefused("[model]\nflavor = \"8B\"\n[optimizer]\nname = \"Muon\"\n", "optimizer.name is 'Muon'");
     expectRefused("[model]\nflavor = \"8B\"\n[checkpoint]\nenable = true\ninterval = 0\n", "checkpoint.interval is 0");
     ConfigContext context;
-    auto yaml = importConfigFile(kData + "no-such.yaml", context);
-    ASSERT_FALSE(yaml.ok());
-    EXPECT_NE(yaml.error().message.find("unknown config format '.yaml'"), std::string::npos) << yaml.error().message;
+    auto json = importConfigFile(kData + "no-such.json", context);
+    ASSERT_FALSE(json.ok());
+    EXPECT_NE(json.error().message.find("unknown config format '.json'"), std::string::npos) << json.error().message;
     auto missing = importConfigFile(kData + "no-such.toml", context);
     ASSERT_FALSE(missing.ok());
     EXPECT_NE(missing.error().message.find("no-such.toml"), std::string::npos) << missing.error().message;
+}
+
+// accelerate's YAML: FSDP2 HSDP from parallelism_config, field by field (the model from the flags).
+TEST(AccelerateYamlTest, Fsdp2HsdpFieldByField) {
+    ConfigContext context;
+    auto c = importConfigFile(kData + "accelerate-fsdp2-hsdp.yaml", context);
+    ASSERT_TRUE(c.ok()) << c.error().message;
+    EXPECT_EQ(c->format, "accelerate YAML");
+    EXPECT_FALSE(c->overrides.model.has_value());
+    c->overrides.model = "llama-3.1-8b";
+    const core::Plan plan = planOf(*c);
+    EXPECT_EQ(plan.cluster.nodes, 2);
+    EXPECT_EQ(plan.cluster.gpus_per_node, 8);
+    EXPECT_EQ(plan.sharding.fsdp_version, 2);
+    EXPECT_EQ(plan.sharding.strategy, core::Strategy::HybridShard);
+    EXPECT_EQ(plan.sharding.shard_size, 8);
+    EXPECT_EQ(plan.sharding.reshard_after_forward, core::ReshardMode::True);
+    EXPECT_EQ(plan.sharding.wrap.kind, core::WrapKind::Block);
+    // accelerate's bf16: MixedPrecisionPolicy(param_dtype = reduce_dtype = bf16).
+    EXPECT_EQ(plan.training.param_dtype, core::DType::BF16);
+    EXPECT_EQ(plan.training.reduce_dtype, core::DType::BF16);
+    EXPECT_EQ(plan.training.ac, core::Checkpointing::Full);
+    EXPECT_EQ(plan.training.offload, core::Offload::None);
+    EXPECT_EQ(plan.training.kernels, core::KernelImpl::Eager);
+    for (const char* k : {"compute_environment", "rdzv_backend", "fsdp_config.fsdp_transformer_layer_cls_to_wrap",
+                          "fsdp_config.fsdp_cpu_ram_efficient_loading"}) {
+        EXPECT_TRUE(contains(c->ignored, k)) << k;
+    }
+}
+
+// FSDP1: the strategy by its number (2 = SHARD_GRAD_OP), size-based wrapping, FSDP1's prefetch
+// options, CPU offload, no mixed precision, torch.compile through dynamo_config.
+TEST(AccelerateYamlTest, Fsdp1ShardGradOpFieldByField) {
+    ConfigContext context;
+    auto c = importConfigFile(kData + "accelerate-fsdp1-shard-grad-op.yaml", context);
+    ASSERT_TRUE(c.ok()) << c.error().message;
+    c->overrides.model = "llama-3.1-8b";
+    const core::Plan plan = planOf(*c);
+    EXPECT_EQ(plan.cluster.nodes, 1);
+    EXPECT_EQ(plan.cluster.gpus_per_node, 8);
+    EXPECT_EQ(plan.sharding.fsdp_version, 1);
+    EXPECT_EQ(plan.sharding.strategy, core::Strategy::ShardGradOp);
+    EXPECT_EQ(plan.sharding.wrap.kind, core::WrapKind::MinParams);
+    EXPECT_EQ(plan.sharding.wrap.min_params, 200'000'000);
+    EXPECT_EQ(plan.sharding.backward_prefetch, core::ShardingSpec::BackwardPrefetch::Post);
+    EXPECT_TRUE(plan.sharding.forward_prefetch);
+    EXPECT_EQ(plan.training.param_dtype, core::DType::F32);
+    EXPECT_EQ(plan.training.reduce_dtype, core::DType::F32);
+    EXPECT_EQ(plan.training.offload, core::Offload::Cpu);
+    EXPECT_EQ(plan.training.ac, core::Checkpointing::None);
+    EXPECT_EQ(plan.training.kernels, core::KernelImpl::Compile);
+}
+
+void expectYamlRefused(const std::string& yaml, const std::string& named) {
+    auto c = importAccelerateYaml(yaml, "acc.yaml");
+    ASSERT_FALSE(c.ok()) << yaml;
+    EXPECT_NE(c.error().message.find(named), std::string::npos) << c.error().message;
+    EXPECT_EQ(c.error().message.rfind("acc.yaml: ", 0), 0u) << c.error().message;
+}
+
+TEST(AccelerateYamlTest, RefusalsNameTheKeyAndWhatIsValid) {
+    const std::string base = "distributed_type: FSDP\nnum_processes: 8\n";
+    expectYamlRefused("distributed_type: [FSDP\n", "malformed YAML at line");
+    expectYamlRefused(base + "fsdp_config:\n  fsdp_sharding_strateg: FULL_SHARD\n",
+                      "unknown key fsdp_config.fsdp_sharding_strateg; keys shardcast knows:");
+    expectYamlRefused(base + "deepspeed_config: {}\n", "deepspeed_config is given");
+    expectYamlRefused("distributed_type: MULTI_GPU\nnum_processes: 8\n", "distributed_type is 'MULTI_GPU'");
+    expectYamlRefused(base + "mixed_precision: fp8\n", "mixed_precision is 'fp8'; valid: no, bf16, fp16");
+    expectYamlRefused(base + "fsdp_config:\n  fsdp_version: 3\n", "fsdp_config.fsdp_version is 3; valid: 1, 2");
+    expectYamlRefused(base + "fsdp_config:\n  fsdp_sharding_strategy: 7\n", "valid: FULL_SHARD, SHARD_GRAD_OP");
+    expectYamlRefused(base + "fsdp_config:\n  fsdp_offload_params: maybe\n",
+                      "fsdp_config.fsdp_offload_params must be true or false (got 'maybe')");
+    expectYamlRefused(base + "fsdp_config:\n  fsdp_auto_wrap_policy: LAMBDA\n", "valid: TRANSFORMER_BASED_WRAP");
+    expectYamlRefused(base + "parallelism_config:\n  parallelism_config_tp_size: 2\n", "parallelism_config_tp_size must be 1");
+    expectYamlRefused("distributed_type: FSDP\nnum_machines: 3\nnum_processes: 8\n", "num_processes must be the GPUs of all 3");
+    expectYamlRefused(base + "fsdp_config:\n  fsdp_limit_all_gathers: false\n", "fsdp_limit_all_gathers is false");
+    expectYamlRefused("- a\n- b\n", "not an accelerate config");
 }
 
 }  // namespace
