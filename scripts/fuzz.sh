@@ -18,7 +18,11 @@ seconds=${2:-60}
 shift $(($# < 2 ? $# : 2))
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-    targets=(hf_config module_tree plan_file gpu_file profile_file run_record kineto_trace memory_snapshot)
+    # Every target tests/fuzz/ has (its <name>_fuzz.cpp), so a new one is never left out.
+    for src in tests/fuzz/*_fuzz.cpp; do
+        name=$(basename "$src" _fuzz.cpp)
+        targets+=("$name")
+    done
 fi
 
 status=0
