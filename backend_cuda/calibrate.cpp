@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cctype>
 #include <chrono>
 #include <cmath>
@@ -35,7 +36,6 @@ void check(core::Status s) {
 }
 
 constexpr std::array<TaskKind, 3> kKinds = {TaskKind::AllGather, TaskKind::ReduceScatter, TaskKind::AllReduce};
-constexpr uint32_t kFillPattern = 0x3C003C00u;  // bf16 2^-7 halves: no NaN or denormal in any dtype (cuda_backend.cpp)
 
 const char* collectiveName(TaskKind kind) {
     switch (kind) {
@@ -76,9 +76,12 @@ public:
     DeviceBuffer(int device, int64_t bytes) : m_device(device), m_bytes(bytes) {
         check(cudaCheck(cudaSetDevice(device), "cudaSetDevice"));
         check(cudaCheck(cudaMalloc(&m_ptr, static_cast<size_t>(bytes)), fmt::format("cudaMalloc of {} bytes", bytes)));
-        // Filled on the legacy default stream, which the non-blocking streams below do not wait
-        // for: synchronized before any of them reads it.
-        check(cudaCheck(launchFill(m_ptr, bytes, kFillPattern, nullptr), "launchFill"));
+        // Random operands, as training's are: on an H200 a bf16 GEMM of constant operands measured
+        // 912.6 TFLOP/s here, against PyTorch's 801 on random data (14% faster; gpu-check,
+        // 2026-12-04). Filled on the legacy default stream, which the non-blocking streams below
+        // do not wait for: synchronized before any of them reads it.
+        static std::atomic<uint64_t> buffers{0};
+        check(cudaCheck(launchFillRandom(m_ptr, bytes, ++buffers, nullptr), "launchFillRandom"));
         check(cudaCheck(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize (fill)"));
     }
     ~DeviceBuffer() {

@@ -42,6 +42,26 @@ __global__ void fillKernel(uint32_t* ptr, int64_t words, uint32_t pattern) {
     for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < words; i += stride) ptr[i] = pattern;
 }
 
+// Pseudo-random bf16 halves (splitmix64's finaliser of the half's index and the seed): a random
+// sign and mantissa and an exponent of 2^-7 .. 2^0, so each 32-bit word also reads as a finite fp32
+// (its high half a bf16) and each half as a finite fp16. No zeros, NaN, infinity or denormal.
+__device__ uint32_t randomHalf(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    x ^= x >> 31;
+    const auto r = static_cast<uint32_t>(x);
+    return (r & 0x8000u) | ((120u + (r >> 16) % 8u) << 7) | ((r >> 20) & 0x7Fu);
+}
+
+__global__ void fillRandomKernel(uint32_t* ptr, int64_t words, uint64_t seed) {
+    const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+    for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < words; i += stride) {
+        const uint64_t h = seed * 0x100000001B3ull + 2 * static_cast<uint64_t>(i);
+        ptr[i] = (randomHalf(h + 1) << 16) | randomHalf(h);
+    }
+}
+
 __global__ void p2pBytesKernel(unsigned char* ptr, int64_t bytes, uint32_t seed, int64_t stride) {
     const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
     for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < bytes; i += step) {
@@ -72,6 +92,13 @@ int launchFill(void* ptr, int64_t bytes, uint32_t pattern, cudaStream_t stream) 
     const int64_t words = bytes / 4;
     if (words <= 0) return cudaSuccess;
     fillKernel<<<blocksFor(words), kThreads, 0, stream>>>(static_cast<uint32_t*>(ptr), words, pattern);
+    return cudaGetLastError();
+}
+
+int launchFillRandom(void* ptr, int64_t bytes, uint64_t seed, cudaStream_t stream) {
+    const int64_t words = bytes / 4;
+    if (words <= 0) return cudaSuccess;
+    fillRandomKernel<<<blocksFor(words), kThreads, 0, stream>>>(static_cast<uint32_t*>(ptr), words, seed);
     return cudaGetLastError();
 }
 

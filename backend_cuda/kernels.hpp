@@ -21,6 +21,12 @@ int launchAdam(float* p, const float* g, float* m, float* v, int64_t n, int32_t 
 // bytes % 4 bytes are left as they are.
 int launchFill(void* ptr, int64_t bytes, uint32_t pattern, cudaStream_t stream);
 
+// Fills `bytes` of `ptr` with pseudo-random bf16 halves of magnitude 2^-7 .. 2 (random sign and
+// mantissa; every 4-byte word is also a finite fp32, every half a finite fp16), a function of the
+// seed and the position. Tensor cores run measurably faster on constant or zero operands than on
+// real data (less switching), so what is timed as real work is filled with this.
+int launchFillRandom(void* ptr, int64_t bytes, uint64_t seed, cudaStream_t stream);
+
 // Pipeline P2P verify data: byte i of `ptr` becomes (i x stride + seed) mod 256
 // (core/base/verify_data.hpp: p2pByte with kP2PByteStride and p2pSeed).
 int launchP2PBytes(void* ptr, int64_t bytes, uint32_t seed, int64_t stride, cudaStream_t stream);

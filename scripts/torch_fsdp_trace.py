@@ -2,8 +2,10 @@
 # usage: VENV/bin/python scripts/torch_fsdp_trace.py --config CONFIG.json --nproc N --out DIR
 #            [--micro-batch B] [--seq S] [--wrap block|model] [--reshard true|false]
 #            [--ac none|full] [--fsdp 2|1] [--steps K] [--schedule true|false] [--seed X]
+#            [--device cpu|cuda] [--layers L]
 """Real PyTorch FSDP training steps of a randomly initialised HuggingFace causal LM on the CPU
-(gloo, one process per rank), recorded by torch.profiler. Writes, under --out:
+(gloo, one process per rank), or with --device cuda on GPUs (NCCL, one GPU per rank, bf16 mixed
+precision as torchtitan sets it), recorded by torch.profiler. Writes, under --out:
 
   rank{r}.json.gz  each rank's Chrome trace (ProfilerActivity.CPU, profile_memory, record_shapes)
   plan.json        (rank 0) the shardcast plan of exactly this run; its model is "config.json"
@@ -19,6 +21,10 @@ output, backward, AdamW(foreach=True).step(), zero_grad(set_to_none=True); the m
 --fsdp 2: fully_shard on every decoder layer (--wrap block; after checkpoint_wrapper with --ac full)
 and on the root, on init_device_mesh("cpu", (N,)). --fsdp 1: FullyShardedDataParallel with a
 transformer auto-wrap policy on the decoder layer class (--wrap block), use_orig_params=True.
+--device cuda: the model is built on the rank's GPU; FSDP2 with MixedPrecisionPolicy(param_dtype=bf16,
+reduce_dtype=fp32), fp32 master weights and AdamW(foreach=True), PyTorch's default on a GPU and what
+shardcast's plan models; the profiler records CUDA kernels and copies too.
+--layers L: keep the first L decoder layers of the config (a full-width slice of a large model).
 --schedule true: schedule(wait=0, warmup=1, active=K-1, repeat=1), prof.step() after each step, so
 the trace holds ProfilerStep#1..K-1. --schedule false: the profiler starts before the model is
 built and records everything, so the [memory] events' totals are absolute.
@@ -59,9 +65,17 @@ def parse_args(argv):
     p.add_argument("--schedule", type=parse_bool, default=True)
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--out", required=True, help="output folder")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--layers", type=int, default=0, help="decoder layers kept (0: the config's)")
     a = p.parse_args(argv)
-    if not 2 <= a.nproc <= 4:
-        p.error("--nproc must be 2-4")
+    if a.device == "cpu" and not 2 <= a.nproc <= 4:
+        p.error("--nproc must be 2-4 on the CPU")
+    if a.device == "cuda" and a.nproc < 1:
+        p.error("--nproc must be at least 1 (one GPU per rank)")
+    if a.device == "cuda" and a.fsdp != 2:
+        p.error("--device cuda runs FSDP2 only")
+    if a.layers < 0:
+        p.error("--layers must be 0 (the config's) or positive")
     if a.micro_batch < 1 or a.seq < 1:
         p.error("--micro-batch and --seq must be positive")
     if a.steps < (2 if a.schedule else 1):
@@ -139,12 +153,13 @@ def hf_mask_value(transformers_version):
 
 
 def make_plan(args, world, transformers_version):
+    half = "bf16" if args.device == "cuda" else "fp32"
     return {
         "format": "shardcast-plan", "version": 1,
         "model": "config.json",
-        "cluster": {"gpu": "cpu", "nodes": 1, "gpus_per_node": world},
+        "cluster": {"gpu": "h200" if args.device == "cuda" else "cpu", "nodes": 1, "gpus_per_node": world},
         "training": {"micro_batch": args.micro_batch, "seq_len": args.seq, "grad_accum": 1,
-                     "optimizer": "adamw", "param_dtype": "fp32", "reduce_dtype": "fp32",
+                     "optimizer": "adamw", "param_dtype": half, "reduce_dtype": "fp32",
                      "master_dtype": "fp32", "ac": args.ac, "attention": "flash",
                      "kernels": "eager", "hf_mask": hf_mask_value(transformers_version)},
         "sharding": {"strategy": "FULL_SHARD" if args.reshard else "SHARD_GRAD_OP",
@@ -183,8 +198,12 @@ def worker(args):
     from transformers import AutoConfig, AutoModelForCausalLM
 
     torch.set_num_threads(1)
-    dist.init_process_group("gloo")
+    cuda = args.device == "cuda"
+    if cuda:
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    dist.init_process_group("nccl" if cuda else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
+    device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
     os.makedirs(args.out, exist_ok=True)
 
     if args.fsdp == 1:
@@ -203,7 +222,8 @@ def worker(args):
                 shutil.copyfileobj(src, dst)
         os.remove(trace_json)
 
-    prof_kwargs = dict(activities=[ProfilerActivity.CPU], profile_memory=True,
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    prof_kwargs = dict(activities=activities, profile_memory=True,
                        record_shapes=True, with_stack=False)
     if args.schedule:
         prof = profile(schedule=schedule(wait=0, warmup=1, active=args.steps - 1, repeat=1),
@@ -216,8 +236,14 @@ def worker(args):
     torch.manual_seed(args.seed)  # same initial weights on every rank
     config = AutoConfig.from_pretrained(os.path.abspath(args.config))
     config.use_cache = False  # training: no KV cache (a cache also breaks checkpoint recompute)
-    model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa",
-                                             dtype=torch.float32)
+    if args.layers:
+        config.num_hidden_layers = args.layers
+        for key in ("layer_types", "mlp_only_layers"):  # per-layer lists follow the layer count
+            if isinstance(getattr(config, key, None), list):
+                setattr(config, key, getattr(config, key)[:args.layers])
+    with device:
+        model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa",
+                                                 dtype=torch.float32)
     model.train()  # dropout as configured
     layer_cls = decoder_layer_class(model)
     layers = decoder_layers(model, layer_cls)
@@ -237,11 +263,19 @@ def worker(args):
             from torch.distributed.fsdp import fully_shard
         except ImportError:
             from torch.distributed._composable.fsdp import fully_shard
-        mesh = init_device_mesh("cpu", (world,))
+        mesh = init_device_mesh(args.device, (world,))
+        extra = {}
+        if cuda:  # torchtitan's default: bf16 compute and all-gather, fp32 gradient reduction
+            try:
+                from torch.distributed.fsdp import MixedPrecisionPolicy
+            except ImportError:
+                from torch.distributed._composable.fsdp import MixedPrecisionPolicy
+            extra["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16,
+                                                      reduce_dtype=torch.float32)
         if args.wrap == "block":
             for parent, i, _ in layers:
-                fully_shard(parent[i], mesh=mesh, reshard_after_forward=args.reshard)
-        fully_shard(model, mesh=mesh)
+                fully_shard(parent[i], mesh=mesh, reshard_after_forward=args.reshard, **extra)
+        fully_shard(model, mesh=mesh, **extra)
     else:
         import functools
         from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, ShardingStrategy
@@ -265,7 +299,7 @@ def worker(args):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
 
     gen = torch.Generator().manual_seed(args.seed + 1 + rank)  # different data per rank
-    batches = [torch.randint(0, config.vocab_size, (args.micro_batch, args.seq), generator=gen)
+    batches = [torch.randint(0, config.vocab_size, (args.micro_batch, args.seq), generator=gen).to(device)
                for _ in range(args.steps)]
 
     # --- steps -----------------------------------------------------------------------------
@@ -281,6 +315,8 @@ def worker(args):
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
+        if cuda:
+            torch.cuda.synchronize()
         step_ns.append(time.perf_counter_ns() - t0)
         losses.append(loss.detach())
         del loss
@@ -300,6 +336,11 @@ def worker(args):
     if rank == 0:
         with open(args.config) as f:
             hf = json.load(f)
+        if args.layers:  # the config this run built
+            hf["num_hidden_layers"] = args.layers
+            for key in ("layer_types", "mlp_only_layers"):
+                if isinstance(hf.get(key), list):
+                    hf[key] = hf[key][:args.layers]
         write_json(os.path.join(args.out, "config.json"), hf)
         write_json(os.path.join(args.out, "plan.json"),
                    make_plan(args, world, transformers.__version__))

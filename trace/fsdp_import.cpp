@@ -127,17 +127,37 @@ struct Window {
 };
 
 // The thread that runs the training loop: the one with the FSDP hooks or the profiler's steps.
+// The training loop's thread: the one that labels ProfilerStep#N, else the one with the most FSDP
+// labels. On a GPU run backward (and its FSDP hooks) runs on autograd's device thread, so the FSDP
+// labels alone would pick that one.
 std::optional<std::pair<int64_t, int64_t>> mainThread(const RankTrace& t) {
-    std::map<std::pair<int64_t, int64_t>, int64_t> votes;
+    std::map<std::pair<int64_t, int64_t>, int64_t> steps, labels;
     for (const Event& e : t.events) {
         if (e.category != Category::UserAnnotation) continue;
         const std::string_view n = t.name(e);
-        if (n.starts_with(kFsdp2Prefix) || n.starts_with(kFsdp1Prefix) || n.starts_with("ProfilerStep#")) {
-            ++votes[{e.pid, e.tid}];
-        }
+        if (n.starts_with("ProfilerStep#")) ++steps[{e.pid, e.tid}];
+        if (n.starts_with(kFsdp2Prefix) || n.starts_with(kFsdp1Prefix)) ++labels[{e.pid, e.tid}];
     }
+    const auto& votes = steps.empty() ? labels : steps;
     if (votes.empty()) return std::nullopt;
     return std::max_element(votes.begin(), votes.end(), [](const auto& a, const auto& b) { return a.second < b.second; })->first;
+}
+
+// The threads of the training process whose work is the step's: the main thread and every thread of
+// its process that runs FSDP hooks (autograd's device threads on a GPU run).
+std::set<int64_t> hostThreads(const RankTrace& t, std::pair<int64_t, int64_t> main) {
+    std::set<int64_t> tids{main.second};
+    for (const Event& e : t.events) {
+        if (e.pid != main.first || e.category != Category::UserAnnotation) continue;
+        const std::string_view n = t.name(e);
+        if (n.starts_with(kFsdp2Prefix) || n.starts_with(kFsdp1Prefix)) tids.insert(e.tid);
+    }
+    return tids;
+}
+
+// GPU work: a kernel, copy or memset, each queued by a launch on the host with the same correlation.
+bool isDeviceWork(const Event& e) {
+    return e.category == Category::Kernel || e.category == Category::Memcpy || e.category == Category::Memset;
 }
 
 bool isRootPreForward(std::string_view n) {
@@ -208,7 +228,7 @@ std::vector<std::pair<int64_t, int64_t>> gaps(std::pair<int64_t, int64_t> outer,
 class Importer {
 public:
     Importer(const RankTrace& t, const core::Program& program, Window window, std::pair<int64_t, int64_t> main)
-        : m_t(t), m_program(program), m_window(window), m_main(main) {
+        : m_t(t), m_program(program), m_window(window), m_main(main), m_host(hostThreads(t, main)) {
         for (size_t u = 0; u < program.units.size(); ++u) {
             const auto& name = program.units[u].name;
             m_unit_of[u == 0 || program.units[u].is_root ? std::string() : name] = static_cast<int32_t>(u);
@@ -219,6 +239,7 @@ public:
         }
         m_spans.assign(program.tasks.size(), std::nullopt);
         m_pieces.assign(program.tasks.size(), {});
+        m_on_device.assign(program.tasks.size(), 0);
     }
 
     Result<TraceImport> run() {
@@ -237,6 +258,10 @@ public:
         collectiveSpans();
         copySpans();
         optimizerSpans();
+        if (!m_launches.empty() && !m_device_of.empty()) {
+            out.device_time = true;
+            deviceSpans();
+        }
         out.fsdp_labels = static_cast<int64_t>(m_labels.size());
         std::map<std::string, int64_t> unmapped;
         for (const Label& l : m_labels) {
@@ -253,7 +278,8 @@ public:
     }
 
 private:
-    bool onMain(const Event& e) const { return e.pid == m_main.first && e.tid == m_main.second; }
+    // On the training loop's thread or another thread of its process that runs FSDP hooks.
+    bool onMain(const Event& e) const { return e.pid == m_main.first && m_host.contains(e.tid); }
     bool inWindow(const Event& e) const { return e.ts_ns >= m_window.start && e.ts_ns < m_window.end; }
 
     void collectEvents(TraceImport& out) {
@@ -295,6 +321,10 @@ private:
                 m_gloo.push_back(i);
             } else if (isNcclKernel(m_t, e)) {
                 m_nccl.push_back(i);
+            } else if (isDeviceWork(e) && e.correlation > 0) {
+                m_device_of.emplace(e.correlation, i);
+            } else if (onMain(e) && (e.category == Category::Runtime || e.category == Category::Driver) && e.correlation > 0) {
+                m_launches.push_back(i);
             }
         }
         out.collectives = !m_nccl.empty() ? "nccl" : !m_gloo.empty() ? "gloo" : "none";
@@ -455,8 +485,35 @@ private:
         m_pieces[static_cast<size_t>(id)] = std::move(pieces);
     }
 
-    // The ops of each compute task: the outermost CPU ops on the main thread that lie inside one of
-    // its measured pieces (an op that only partly does, e.g. one holding a hook, is looked into).
+    // A GPU run: the host only queues work, so each task timed by host spans (a unit's compute between
+    // its hooks, copy-in, copy-out, the optimizer step) is timed instead by the GPU work launched from
+    // those spans (kernels, copies and memsets, linked to their launches by correlation): from the
+    // first one's start to the last one's end on the GPU. A task that launched nothing stays unmeasured.
+    void deviceSpans() {
+        std::vector<std::pair<int64_t, size_t>> launched;  // (launch time, its GPU work), by time
+        for (const size_t i : m_launches) {
+            const Event& l = m_t.events[i];
+            if (const auto it = m_device_of.find(l.correlation); it != m_device_of.end()) launched.push_back({l.ts_ns, it->second});
+        }
+        std::sort(launched.begin(), launched.end());
+        for (size_t id = 0; id < m_program.tasks.size(); ++id) {
+            if (!m_spans[id] || m_on_device[id]) continue;
+            std::optional<std::pair<int64_t, int64_t>> span;
+            for (const auto& [a, b] : m_pieces[id]) {
+                auto it = std::lower_bound(launched.begin(), launched.end(), std::pair<int64_t, size_t>{a, 0});
+                for (; it != launched.end() && it->first < b; ++it) {
+                    const Event& d = m_t.events[it->second];
+                    span = span ? std::pair{std::min(span->first, d.ts_ns), std::max(span->second, d.endNs())}
+                                : std::pair{d.ts_ns, d.endNs()};
+                }
+            }
+            m_spans[id] = span;
+        }
+    }
+
+    // The ops of each compute task: the outermost CPU ops on a host thread that lie inside one of its
+    // measured pieces (an op that only partly does, e.g. one holding a hook, is looked into), by kind.
+    // Their time is the op's own on the CPU, or on a GPU run the GPU work the op launched.
     void taskOps(TraceImport& out) {
         out.task_ops.assign(m_program.tasks.size(), core::MeasuredOps{});
         struct Piece {
@@ -468,29 +525,58 @@ private:
             const TaskKind k = m_program.tasks[id].kind;
             if (k != TaskKind::Forward && k != TaskKind::Backward && k != TaskKind::Recompute) continue;
             for (const auto& [a, b] : m_pieces[id]) pieces.push_back(Piece{a, b, static_cast<int32_t>(id)});
-            if (!m_pieces[id].empty()) out.task_ops[id].measured = true;
+            if (m_spans[id]) out.task_ops[id].measured = true;
         }
         std::sort(pieces.begin(), pieces.end(), [](const Piece& a, const Piece& b) { return a.start < b.start; });
-        std::vector<std::pair<int64_t, bool>> open;  // enclosing ops: end, counted (or inside a counted one)
-        for (const size_t i : m_ops) {
-            const Event& e = m_t.events[i];
-            while (!open.empty() && open.back().first <= e.ts_ns) open.pop_back();
-            if (!open.empty() && open.back().second) {
-                open.emplace_back(e.endNs(), true);
-                continue;
+        const auto add = [](core::MeasuredOps& m, TraceOpKind kind, int64_t ns) {
+            switch (kind) {
+            case TraceOpKind::Gemm: m.gemm_ns += ns; break;
+            case TraceOpKind::Attention: m.attention_ns += ns; break;
+            case TraceOpKind::Communication: break;
+            case TraceOpKind::Other: m.other_ns += ns; break;
             }
-            auto p = std::upper_bound(pieces.begin(), pieces.end(), e.ts_ns, [](int64_t t, const Piece& x) { return t < x.start; });
-            const bool inside = p != pieces.begin() && e.endNs() <= std::prev(p)->end;
-            open.emplace_back(e.endNs(), inside);
-            if (!inside) continue;
-            core::MeasuredOps& m = out.task_ops[static_cast<size_t>(std::prev(p)->task)];
-            switch (opKindOfTraceOp(m_t.name(e))) {
-            case TraceOpKind::Gemm: m.gemm_ns += e.dur_ns; break;
-            case TraceOpKind::Attention: m.attention_ns += e.dur_ns; break;
-            case TraceOpKind::Communication: continue;
-            case TraceOpKind::Other: m.other_ns += e.dur_ns; break;
+        };
+        struct Counted {
+            int64_t start, end;
+            int32_t task;
+            TraceOpKind kind;
+        };
+        std::map<int64_t, std::vector<size_t>> by_thread;  // each in m_ops' order: parents first
+        for (const size_t i : m_ops) by_thread[m_t.events[i].tid].push_back(i);
+        std::map<int64_t, std::vector<Counted>> counted;  // per thread, in time order
+        for (const auto& [tid, ops] : by_thread) {
+            std::vector<std::pair<int64_t, bool>> open;  // enclosing ops: end, counted (or inside a counted one)
+            for (const size_t i : ops) {
+                const Event& e = m_t.events[i];
+                while (!open.empty() && open.back().first <= e.ts_ns) open.pop_back();
+                if (!open.empty() && open.back().second) {
+                    open.emplace_back(e.endNs(), true);
+                    continue;
+                }
+                auto p = std::upper_bound(pieces.begin(), pieces.end(), e.ts_ns, [](int64_t t, const Piece& x) { return t < x.start; });
+                const bool inside = p != pieces.begin() && e.endNs() <= std::prev(p)->end;
+                open.emplace_back(e.endNs(), inside);
+                if (!inside) continue;
+                const int32_t task = std::prev(p)->task;
+                if (!out.task_ops[static_cast<size_t>(task)].measured) continue;
+                const TraceOpKind kind = opKindOfTraceOp(m_t.name(e));
+                if (kind == TraceOpKind::Communication) continue;
+                core::MeasuredOps& m = out.task_ops[static_cast<size_t>(task)];
+                if (!out.device_time) add(m, kind, e.dur_ns);
+                counted[tid].push_back(Counted{e.ts_ns, e.endNs(), task, kind});
+                ++m.count;
             }
-            ++m.count;
+        }
+        if (!out.device_time) return;
+        for (const size_t i : m_launches) {
+            const Event& l = m_t.events[i];
+            const auto work = m_device_of.find(l.correlation);
+            const auto list = counted.find(l.tid);
+            if (work == m_device_of.end() || list == counted.end()) continue;
+            const std::vector<Counted>& c = list->second;
+            auto it = std::upper_bound(c.begin(), c.end(), l.ts_ns, [](int64_t t, const Counted& x) { return t < x.start; });
+            if (it == c.begin() || l.ts_ns >= std::prev(it)->end) continue;
+            add(out.task_ops[static_cast<size_t>(std::prev(it)->task)], std::prev(it)->kind, m_t.events[work->second].dur_ns);
         }
     }
 
@@ -565,7 +651,12 @@ private:
             const Event& x = m_t.events[*exec];
             spans[{unit, task_kind}].push_back({x.ts_ns, x.endNs()});
         }
-        for (auto& [key, list] : spans) assign(key.first, key.second, list);
+        for (auto& [key, list] : spans) {
+            assign(key.first, key.second, list);
+            if (const auto it = m_tasks.find(key); it != m_tasks.end()) {
+                for (const int32_t id : it->second) m_on_device[static_cast<size_t>(id)] = 1;
+            }
+        }
         // An all-gather label with nothing to gather (a unit already unsharded) maps to its unit.
         for (Label& l : m_labels) {
             if (l.hook == Hook::AllGather && l.unit >= 0) l.mapped = true;
@@ -638,6 +729,7 @@ private:
     const core::Program& m_program;
     Window m_window;
     std::pair<int64_t, int64_t> m_main;
+    std::set<int64_t> m_host;  // the host threads of the step (onMain)
     std::unordered_map<std::string, int32_t> m_unit_of;
     std::map<std::pair<int32_t, TaskKind>, std::vector<int32_t>> m_tasks;
     std::vector<std::optional<std::pair<int64_t, int64_t>>> m_spans;
@@ -645,7 +737,10 @@ private:
     std::vector<Label> m_labels;  // in time order (start, the longer first)
     std::vector<int32_t> m_parent;  // per label: the innermost label containing it, -1: none
     std::vector<size_t> m_issues, m_copy_in, m_gloo, m_nccl, m_optimizer;
-    std::vector<size_t> m_ops;  // CPU ops on the main thread, parents first
+    std::vector<size_t> m_ops;  // CPU ops on the host threads, parents first
+    std::vector<size_t> m_launches;  // launches on the host threads that queued GPU work, in time order
+    std::unordered_map<int64_t, size_t> m_device_of;  // correlation -> its kernel, copy or memset (NCCL's aside)
+    std::vector<char> m_on_device;  // per task: its span is already GPU time (a collective's kernel)
     bool m_fsdp1 = false;
     std::vector<int32_t> m_backward_order;  // FSDP1: units in pre-backward hook order (the root first)
 };

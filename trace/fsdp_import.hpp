@@ -9,6 +9,8 @@
 // _pre_forward", ... in hook order); a unit's compute is the time between its pre- and post-hooks
 // less that of the units nested in it; a collective is the execution (a gloo:* span on gloo's
 // thread, an NCCL kernel on its stream) of an op issued inside the unit's all-gather or reduce label.
+// On a GPU run (kernels linked to their launches by correlation) each such host span is timed by
+// the GPU work launched from it; the hooks of backward are read on autograd's device thread too.
 #include <cstdint>
 #include <filesystem>
 #include <optional>
@@ -45,6 +47,8 @@ struct TraceImport {
     core::RunRecord run;               // backend "torch"; plan and profile are the caller's to fill
     std::string flavour;               // "FSDP2" or "FSDP1"
     std::string collectives;           // "gloo", "nccl" or "none"
+    bool device_time = false;          // a GPU run: tasks timed by the GPU work they launched (kernels,
+                                       // copies, memsets linked to their launches by correlation)
     int64_t step_number = 0;           // the recorded step (ProfilerStep#N, or its index)
     int64_t fsdp_labels = 0;           // FSDP-labelled events in the recorded step
     int64_t fsdp_mapped = 0;           // of which mapped onto the Program
@@ -54,9 +58,9 @@ struct TraceImport {
     std::vector<LabelCount> unmeasured_by_kind;  // "CAST" -> n: the tasks the trace cannot time
     std::vector<RankSteps> ranks;      // the same step on every rank given, for stragglers
     std::vector<std::string> notes;    // what the trace cannot show, for people
-    // Per task id: the outermost CPU ops on the main thread inside a forward, backward or recompute
-    // task's measured pieces, by kind (opKindOfTraceOp); other tasks not measured. For calibration
-    // (measured/run_calibration.hpp); GPU kernels are not broken down yet.
+    // Per task id: the outermost CPU ops on the host threads inside a forward, backward or recompute
+    // task's measured pieces, by kind (opKindOfTraceOp), timed by their CPU time or, on a GPU run, by
+    // the GPU work each launched; other tasks not measured. For calibration (measured/run_calibration.hpp).
     std::vector<core::MeasuredOps> task_ops;
 };
 

@@ -229,7 +229,7 @@ EventKey eventKey(std::string_view k) {
 }
 
 enum class ArgKey : uint8_t {
-    Stream, GroupSize, InNelems, OutNelems, TotalAllocated, TotalReserved, Bytes, DeviceType, DeviceId, Other
+    Stream, GroupSize, InNelems, OutNelems, TotalAllocated, TotalReserved, Bytes, DeviceType, DeviceId, Correlation, Other
 };
 
 ArgKey argKey(std::string_view k) {
@@ -248,6 +248,7 @@ ArgKey argKey(std::string_view k) {
         break;
     case 11:
         if (is(k, "Device Type")) return ArgKey::DeviceType;
+        if (is(k, "correlation")) return ArgKey::Correlation;
         break;
     case 13:
         if (is(k, "In msg nelems")) return ArgKey::InNelems;
@@ -731,6 +732,7 @@ private:
             case ArgKey::Bytes: m.bytes = *x; break;
             case ArgKey::DeviceType: m.device_type = small; break;
             case ArgKey::DeviceId: m.device_id = small; break;
+            case ArgKey::Correlation: e.correlation = std::max<int64_t>(0, *x); break;
             case ArgKey::Other: break;
             }
         }

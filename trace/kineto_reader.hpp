@@ -45,6 +45,7 @@ struct Event {
     int32_t group_size = 0;       // args "Group size" of a collective (record_param_comms, nccl:*)
     int64_t in_nelems = 0;        // args "In msg nelems"
     int64_t out_nelems = 0;       // args "Out msg nelems"
+    int64_t correlation = 0;      // args "correlation": links a launch (Runtime, Driver) to the GPU work it queued; 0: none
     int64_t endNs() const { return ts_ns + dur_ns; }
 };
 

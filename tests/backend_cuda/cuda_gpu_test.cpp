@@ -5,6 +5,7 @@
 // prediction's, whose pool high-water mark covers the counted peak and whose GPU-event time lies
 // within the host clock's; an allocation beyond the device reported as out of memory.
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -12,6 +13,7 @@
 #include <fstream>
 #include <iterator>
 #include <new>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -22,6 +24,7 @@
 #include "backend_cuda/cuda_backend.hpp"
 #include "backend_cuda/cuda_check.hpp"
 #include "backend_cuda/gemm.hpp"
+#include "backend_cuda/kernels.hpp"
 #include "core/memory/timed_memory.hpp"
 #include "core/plan/plan.hpp"
 #include "core/program/program.hpp"
@@ -251,6 +254,44 @@ TEST(CudaGpuTest, PipelineStagesOnTwoGpusSendAndReceiveWithNccl) {
 
 // An allocation the device cannot hold: std::bad_alloc naming the bytes, the plan's predicted
 // peak and cudaMemGetInfo, and the backend still allocates afterwards.
+// calibrate's GEMM operands: every bf16 half finite, 2^-7 <= |x| < 2, both signs, thousands of
+// distinct values; every 32-bit word a finite fp32; the same seed the same bytes, another seed others.
+TEST(CudaGpuTest, RandomFillGivesFiniteVariedOperands) {
+    REQUIRE_GPU();
+    constexpr int64_t kBytes = int64_t{1} << 20;
+    void* d = nullptr;
+    ASSERT_EQ(cudaMalloc(&d, kBytes), cudaSuccess);
+    auto fetch = [&](uint64_t seed) {
+        std::vector<uint16_t> h(kBytes / 2);
+        EXPECT_EQ(launchFillRandom(d, kBytes, seed, nullptr), cudaSuccess);
+        EXPECT_EQ(cudaMemcpy(h.data(), d, kBytes, cudaMemcpyDeviceToHost), cudaSuccess);
+        return h;
+    };
+    const std::vector<uint16_t> a = fetch(7), again = fetch(7), other = fetch(8);
+    cudaFree(d);
+    EXPECT_EQ(a, again);
+    EXPECT_NE(a, other);
+    std::set<uint16_t> distinct;
+    int64_t negative = 0;
+    for (const uint16_t h : a) {
+        const float v = fromBf16(h);
+        ASSERT_TRUE(std::isfinite(v));
+        ASSERT_GE(std::fabs(v), 1.0f / 128);
+        ASSERT_LT(std::fabs(v), 2.0f);
+        negative += v < 0;
+        distinct.insert(h);
+    }
+    for (size_t i = 0; i + 1 < a.size(); i += 2) {
+        const uint32_t bits = (static_cast<uint32_t>(a[i + 1]) << 16) | a[i];
+        float f = 0;
+        std::memcpy(&f, &bits, sizeof(f));
+        ASSERT_TRUE(std::isfinite(f));
+    }
+    EXPECT_GT(distinct.size(), 1500u);  // 2 signs x 8 exponents x 128 mantissas = 2048 possible
+    EXPECT_GT(negative, static_cast<int64_t>(a.size()) / 3);
+    EXPECT_LT(negative, static_cast<int64_t>(a.size()) * 2 / 3);
+}
+
 TEST(CudaGpuTest, AllocationBeyondTheDeviceIsOutOfMemoryNamingTheBytes) {
     REQUIRE_GPU();
     CudaBackendOptions options;

@@ -4,8 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -222,6 +224,73 @@ TEST(FsdpImportTest, ComputeTasksBreakDownIntoTheirOps) {
             EXPECT_FALSE(imp->task_ops[id].measured) << id;
         }
     }
+}
+
+// A real GPU run (tests/data/traces/llama8b-4layers-h200: Llama-3.1-8B's width, 4 layers, seq 8192,
+// bf16 FSDP2 on one H200, README.md there). Its backward and its FSDP hooks run on autograd's device
+// thread, not the training loop's; the host only queues work, so each task is timed by the GPU work
+// launched from its span. The expected figures were read off the trace by a separate script (each
+// launch's correlation to its kernel, copy or memset, from the first one's start to the last one's
+// end; layer 1's forward per outermost launching op), not by the importer.
+TEST(FsdpImportTest, GpuRunIsTimedByTheGpuWorkEachTaskLaunched) {
+    Loaded l = load("llama8b-4layers-h200", 1);
+    auto imp = importTraces(l.ranks, l.e.program);
+    ASSERT_TRUE(imp) << imp.error().message;
+    const RankTrace& t = l.ranks[0];
+    EXPECT_EQ(imp->flavour, "FSDP2");
+    EXPECT_TRUE(imp->device_time);
+    // The step of median duration among ProfilerStep#1..4 (CPU spans of 205.7 .. 210.8 ms).
+    EXPECT_EQ(imp->step_number, 4);
+    EXPECT_EQ(imp->run.timeline.step_ns, 209'108'000);
+    int64_t threads_with_hooks = 0;
+    {
+        std::set<int64_t> tids;
+        for (const Event& e : t.events) {
+            if (e.category == Category::UserAnnotation && t.name(e).starts_with("FSDP::")) tids.insert(e.tid);
+        }
+        threads_with_hooks = static_cast<int64_t>(tids.size());
+    }
+    EXPECT_EQ(threads_with_hooks, 2);  // the loop's thread (forward) and autograd's (backward)
+    const auto span = [&](const std::string& unit, core::TaskKind kind) {
+        return imp->run.timeline.tasks[static_cast<size_t>(taskOf(l.e.program, unit, kind))].durationNs();
+    };
+    const std::array<int64_t, 4> fwd = {7'367'223, 7'371'768, 7'361'048, 7'364'600};
+    const std::array<int64_t, 4> bwd = {16'501'407, 16'915'771, 17'241'656, 17'121'785};
+    for (int layer = 0; layer < 4; ++layer) {
+        const std::string unit = "model.layers." + std::to_string(layer);
+        EXPECT_EQ(span(unit, core::TaskKind::Forward), fwd[static_cast<size_t>(layer)]) << unit;
+        EXPECT_EQ(span(unit, core::TaskKind::Backward), bwd[static_cast<size_t>(layer)]) << unit;
+    }
+    int32_t opt = -1;
+    for (int32_t id = 0; id < l.e.program.size(); ++id) {
+        if (l.e.program.tasks[static_cast<size_t>(id)].kind == core::TaskKind::OptimizerStep) opt = id;
+    }
+    ASSERT_GE(opt, 0);
+    EXPECT_EQ(imp->run.timeline.tasks[static_cast<size_t>(opt)].durationNs(), 42'500'001);  // foreach AdamW's kernels
+
+    // Layer 1's forward by the op that launched each piece of GPU work: the 7 projections' GEMMs,
+    // cuDNN's flash attention, and the rest (norms, RoPE, SiLU, casts, residual adds).
+    const core::MeasuredOps& f = imp->task_ops[static_cast<size_t>(taskOf(l.e.program, "model.layers.1", core::TaskKind::Forward))];
+    EXPECT_TRUE(f.measured);
+    EXPECT_EQ(f.gemm_ns, 4'571'986);
+    EXPECT_EQ(f.attention_ns, 902'199);
+    EXPECT_EQ(f.other_ns, 1'826'417);
+    EXPECT_EQ(f.count, 52);
+    EXPECT_LE(f.gemm_ns + f.attention_ns + f.other_ns, fwd[1]);
+
+    // GPU memory: the largest CUDA Total Allocated among the step's [memory] events.
+    const Event* step = nullptr;
+    for (const Event& e : t.events) {
+        if (e.category == Category::UserAnnotation && t.name(e) == "ProfilerStep#4") step = &e;
+    }
+    ASSERT_NE(step, nullptr);
+    int64_t peak = 0;
+    for (const MemoryEvent& m : t.memory) {
+        if (m.device_type == 1 && m.ts_ns >= step->ts_ns && m.ts_ns < step->endNs()) peak = std::max(peak, m.total_allocated);
+    }
+    EXPECT_EQ(imp->run.memory_kind, core::RunRecord::MemoryKind::Total);
+    EXPECT_EQ(imp->run.memory.peak_bytes, peak);
+    EXPECT_GT(peak, int64_t{40} << 30);
 }
 
 // CPU memory is the step's peak Total Allocated less the level the step started from (the last
