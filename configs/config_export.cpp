@@ -11,6 +11,14 @@ core::Error cannot(std::string_view field, const std::string& what) {
     return core::Error{fmt::format("--emit torchtitan: {} {}", field, what)};
 }
 
+// A TOML float that reads back to the same double: shortest round-trip digits, always with a '.'
+// or an exponent (TOML's integers are another type).
+std::string tomlFloat(double v) {
+    std::string text = fmt::format("{}", v);
+    if (text.find_first_of(".eEni") == std::string::npos) text += ".0";
+    return text;
+}
+
 }  // namespace
 
 core::Result<std::string> torchtitanToml(const core::Plan& plan, const core::Mesh& mesh) {
@@ -36,6 +44,10 @@ core::Result<std::string> torchtitanToml(const core::Plan& plan, const core::Mes
     if (t.no_sync) return cannot("training.no_sync", "is true; torchtitan reduces gradients every micro-batch");
     if (t.attention != core::AttentionKernel::Flash) return cannot("training.attention", "is eager; torchtitan runs SDPA (flash)");
     if (t.kernels == core::KernelImpl::Fused) return cannot("training.kernels", "is fused; torchtitan runs eager or compile");
+    if (!(t.clip_grad_norm > 0)) {
+        return cannot("training.clip_grad_norm", "is 0 (no clipping); torchtitan clips every step (training.max_norm, "
+                                                 "default 1.0): plan with --clip-grad-norm 1.0");
+    }
 
     // The data-parallel mesh and FSDP's reshard policy.
     int64_t replicate = mesh.replicate_size, shard = mesh.shard_size;
@@ -85,8 +97,9 @@ core::Result<std::string> torchtitanToml(const core::Plan& plan, const core::Mes
     if (t.reduceDtype() != core::DType::F32) return cannot("training.reduce_dtype", "is not fp32, torchtitan's mixed_precision_reduce");
     out += fmt::format(
         "[training]\nlocal_batch_size = {}\nglobal_batch_size = {}\nseq_len = {}\ndtype = \"{}\"\n"
-        "mixed_precision_param = \"{}\"\nmixed_precision_reduce = \"float32\"\nenable_cpu_offload = {}\n\n",
-        local, global, t.seq_len, master, param, t.offload == core::Offload::Cpu ? "true" : "false");
+        "mixed_precision_param = \"{}\"\nmixed_precision_reduce = \"float32\"\nenable_cpu_offload = {}\nmax_norm = {}\n\n",
+        local, global, t.seq_len, master, param, t.offload == core::Offload::Cpu ? "true" : "false",
+        tomlFloat(t.clip_grad_norm));
 
     out += fmt::format("[parallelism]\ndata_parallel_replicate_degree = {}\ndata_parallel_shard_degree = {}\n"
                        "fsdp_reshard_after_forward = \"{}\"\ntensor_parallel_degree = {}\n",

@@ -70,8 +70,8 @@ const std::map<std::string, SectionKeys>& torchtitanSections() {
          {{"name", "early_step_in_backward"}, {"lr", "eps", "weight_decay", "beta1", "beta2", "implementation"}}},
         {"training",
          {{"local_batch_size", "batch_size", "global_batch_size", "seq_len", "dtype", "mixed_precision_param",
-           "mixed_precision_reduce", "enable_cpu_offload", "compile"},
-          {"dataset", "dataset_path", "steps", "gc_freq", "gc_debug", "seed", "deterministic", "max_norm", "dataloader",
+           "mixed_precision_reduce", "enable_cpu_offload", "compile", "max_norm"},
+          {"dataset", "dataset_path", "steps", "gc_freq", "gc_debug", "seed", "deterministic", "dataloader",
            "warmup_steps"}}},
         {"parallelism",
          {{"data_parallel_replicate_degree", "data_parallel_shard_degree", "fsdp_reshard_after_forward",
@@ -152,6 +152,14 @@ public:
         if (n == nullptr) return fallback;
         if (auto v = n->value_exact<int64_t>()) return *v;
         return typeError(section, key, "an integer");
+    }
+    // A float or an integer (torchtitan's `float | int` fields).
+    core::Result<double> number(std::string_view section, std::string_view key, double fallback) const {
+        const toml::node* n = find(section, key);
+        if (n == nullptr) return fallback;
+        if (auto v = n->value_exact<double>()) return *v;
+        if (auto v = n->value_exact<int64_t>()) return static_cast<double>(*v);
+        return typeError(section, key, "a number");
     }
     core::Result<bool> boolean(std::string_view section, std::string_view key, bool fallback) const {
         const toml::node* n = find(section, key);
@@ -403,6 +411,14 @@ core::Status mapTorchtitan(const TomlReader& r, const std::string& where, const 
     }
     SHARDCAST_TRY_ASSIGN(offload, r.boolean("training", "enable_cpu_offload", false));
     if (offload) o.offload = "cpu";
+    // torchtitan clips every step (trainer.py: dist_utils.clip_grad_norm_ with training.max_norm,
+    // default 1.0, torchtitan/config/configs.py).
+    SHARDCAST_TRY_ASSIGN(max_norm, r.number("training", "max_norm", 1.0));
+    if (!(max_norm > 0) || !(max_norm <= 1e30)) {
+        return r.error("training", "max_norm", fmt::format("is {}; valid: a positive number (torchtitan always clips)", max_norm));
+    }
+    o.clip_grad_norm = max_norm;
+    mapped(fmt::format("training: max_norm {:g} -> --clip-grad-norm {:g} (torchtitan clips every step)", max_norm, max_norm));
 
     // [activation_checkpoint]: torchtitan's default is selective, every 2nd layer.
     SHARDCAST_TRY_ASSIGN(ac_mode, r.string("activation_checkpoint", "mode", "selective"));

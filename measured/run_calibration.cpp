@@ -30,6 +30,7 @@ int workOf(TaskKind k) {
     case TaskKind::CopyIn:
     case TaskKind::CopyOut:
     case TaskKind::Cast:
+    case TaskKind::ClipGrad:
     case TaskKind::OptimizerStep: return kMemory;
     default: return -1;
     }

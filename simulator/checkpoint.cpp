@@ -20,6 +20,25 @@ double youngInterval(double save_s, double mtbf_s) {
     return std::sqrt(2 * save_s * mtbf_s);
 }
 
+double gatherUnitsSeconds(const core::Plan& plan, const core::Program& program, const HardwareProfile& profile,
+                          int64_t (*bytes_of)(const core::UnitInfo&, int64_t item, int states)) {
+    const int64_t item = core::itemSize(plan.training.master_dtype);
+    const int states = core::optimizerStatesPerParam(plan.training.optimizer);
+    const int tp = std::max(1, plan.sharding.tp), pp = std::max(1, plan.sharding.pp);
+    const CostModel cost(profile);
+    const core::ProcessGroup* shard = nullptr;
+    for (const core::ProcessGroup& g : program.groups) {
+        if (g.kind == core::GroupKind::Shard && g.size > 1) shard = &g;
+    }
+    double s = 0;
+    for (const core::UnitInfo& u : program.units) {
+        const int64_t bytes = bytes_of(u, item, states);
+        if (shard != nullptr) s += cost.collectiveSeconds(core::TaskKind::AllGather, bytes, shard->size, shard->nodes);
+        if (tp > 1) s += cost.collectiveSeconds(core::TaskKind::AllGather, bytes * tp, tp, 1);
+    }
+    return s * pp;
+}
+
 CheckpointFigures checkpointFigures(const core::Plan& plan, const core::Program& program, const HardwareProfile& profile,
                                     double step_s, int64_t budget_bytes) {
     const core::CheckpointSpec& k = plan.checkpoint;
@@ -31,7 +50,7 @@ CheckpointFigures checkpointFigures(const core::Plan& plan, const core::Program&
     f.budget_bytes = budget_bytes;
     const int64_t item = core::itemSize(t.master_dtype);
     const int states = core::optimizerStatesPerParam(t.optimizer);
-    const int tp = std::max(1, plan.sharding.tp), pp = std::max(1, plan.sharding.pp);
+    const int tp = std::max(1, plan.sharding.tp);
     const int world = std::max(1, c.worldSize());
 
     // The whole state: every parameter, and the optimizer's states of the trainable ones (their
@@ -63,19 +82,10 @@ CheckpointFigures checkpointFigures(const core::Plan& plan, const core::Program&
         f.rank0_peak_bytes = initial + (k.offload_to_cpu ? piece : total);
         f.rank0_host_bytes = k.offload_to_cpu ? total : 0;
         f.node_host_bytes = k.offload_to_cpu ? total * (k.rank0_only ? 1 : std::min(c.gpus_per_node, world)) : 0;
-        // The gathers: each unit's model and optimizer bytes over the shard group (not NO_SHARD, whose
-        // ranks hold them whole), then over the tp group; the stages' alike (pp x the rank's).
-        const CostModel cost(profile);
-        const core::ProcessGroup* shard = nullptr;
-        for (const core::ProcessGroup& g : program.groups) {
-            if (g.kind == core::GroupKind::Shard && g.size > 1) shard = &g;
-        }
-        for (const core::UnitInfo& u : program.units) {
-            const int64_t bytes = (u.params + u.trainable_params * states) * item;
-            if (shard != nullptr) f.gather_s += cost.collectiveSeconds(core::TaskKind::AllGather, bytes, shard->size, shard->nodes);
-            if (tp > 1) f.gather_s += cost.collectiveSeconds(core::TaskKind::AllGather, bytes * tp, tp, 1);
-        }
-        f.gather_s *= pp;
+        // The gathers: each unit's model and optimizer bytes.
+        f.gather_s = gatherUnitsSeconds(plan, program, profile, [](const core::UnitInfo& u, int64_t it, int st) {
+            return (u.params + u.trainable_params * st) * it;
+        });
         f.to_host_s = k.offload_to_cpu && host_link > 0 ? static_cast<double>(total) / host_link : 0;
         f.write_s = static_cast<double>(total) / storage;
     } else {

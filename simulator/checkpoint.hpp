@@ -64,6 +64,13 @@ double checkpointGoodput(double interval_s, double save_s, double restart_s, dou
 // Young's interval sqrt(2 d M); infinity without failures (M infinite).
 double youngInterval(double save_s, double mtbf_s);
 
+// The all-gathers that make every unit of `program` whole on each rank: `bytes_of(unit)` bytes of
+// each unit gathered over the shard group (none under NO_SHARD, whose ranks hold them whole), then
+// the tp-fold bytes over the tp group, at the cost model's collective time; times the pipeline
+// stages (each rank's Program is one stage).
+double gatherUnitsSeconds(const core::Plan& plan, const core::Program& program, const HardwareProfile& profile,
+                          int64_t (*bytes_of)(const core::UnitInfo&, int64_t item, int states));
+
 // The figures of `plan`'s checkpoint (plan.checkpoint.mode != None) from its Program (rank 0's, or
 // the first pipeline stage's), the profile in effect, the step time and the memory budget.
 CheckpointFigures checkpointFigures(const core::Plan& plan, const core::Program& program, const HardwareProfile& profile,

@@ -18,6 +18,7 @@
 #include "core/program/timeline.hpp"
 #include "core/results/step_summary.hpp"
 #include "simulator/checkpoint.hpp"
+#include "simulator/lifecycle.hpp"
 #include "simulator/hardware_profile.hpp"
 #include "simulator/pipeline.hpp"
 #include "simulator/simulator.hpp"
@@ -121,6 +122,7 @@ struct Evaluation {
     int32_t stage = 0;                 // pp > 1: the stage `program` is
     int32_t binding_stage = 0;         // pp > 1: the stage whose memory binds (the most reserved, else allocated)
     std::optional<CheckpointFigures> checkpoint;  // plan.checkpoint.mode != none (simulator/checkpoint.hpp)
+    std::optional<LifecycleFigures> lifecycle;    // init and summon_full_params (simulator/lifecycle.hpp)
 };
 
 // The seconds of tensor-parallel collectives inside the compute tasks of one micro-batch of

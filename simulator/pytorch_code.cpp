@@ -273,6 +273,14 @@ namespace {
 // kept on the first stage, the norm and output on the last), checkpoint_wrapper and torchtitan's
 // TP plan on what is left, fully_shard of the plan's units that lie in the stage, then the
 // PipelineStage and its schedule over the step's micro-batches.
+
+// The gradient clipping the plan times, in each step between backward and the optimizer step.
+std::string clipCode(const core::TrainingSpec& tr) {
+    if (tr.clip_grad_norm <= 0) return "";
+    return fmt::format("# Each step, after backward and before optimizer.step():\n"
+                       "#   torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm={:g}, foreach=True)\n",
+                       tr.clip_grad_norm);
+}
 std::string pipelineCode(const core::Plan& plan, const core::Mesh& mesh, const std::vector<std::vector<std::string>>& units) {
     const core::TrainingSpec& tr = plan.training;
     const core::ShardingSpec& sh = plan.sharding;
@@ -409,6 +417,7 @@ std::string pipelineCode(const core::Plan& plan, const core::Mesh& mesh, const s
     if (mesh.tp > 1 && sh.loss_parallel) {
         s += "# loss_parallel: run schedule.step inside `with torch.distributed.tensor.parallel.loss_parallel():`\n";
     }
+    s += clipCode(tr);
     return s;
 }
 
@@ -459,6 +468,7 @@ std::string pytorchCode(const core::Plan& plan, const core::Mesh& mesh, const st
         s += fmt::format("fully_shard({}, mesh=mesh, mp_policy=mp, reshard_after_forward={})\n", target, raf);
     }
     s += "fully_shard(model, mesh=mesh, mp_policy=mp)\n";
+    s += clipCode(tr);
     return s;
 }
 

@@ -139,6 +139,11 @@ void addPlanOptions(CLI::App& cmd, core::PlanOverrides& o) {
            "");
     addOpt(cmd, "--frozen", o.frozen, "REGEX",
            "Regex (std::regex_search on parameter FQNs) of frozen parameters", "");
+    addOpt(cmd, "--clip-grad-norm", o.clip_grad_norm, "MAX_NORM",
+           "clip_grad_norm_(max_norm) before each optimizer step: the gradients' norm (one pass over them), its "
+           "all-reduce, and their scaling (another pass); torchtitan always clips (max_norm 1.0), as HF Trainer "
+           "does by default (max_grad_norm 1.0); 0: no clipping",
+           "0");
     addOpt(cmd, "--checkpoint", o.checkpoint, "none|full|sharded",
            "Plan checkpoint saves: full (FULL_STATE_DICT: the model and optimizer state gathered, rank 0 writes "
            "them) or sharded (torch.distributed.checkpoint: every rank writes its shards); the report gives the "

@@ -173,6 +173,28 @@ void appendCheckpointSection(std::string& out, const core::Plan& plan, const sim
                      100 * f.goodput, f.every_steps, f.interval_s, f.best_every_steps, 100 * f.best_goodput));
 }
 
+// Init and summon_full_params (Evaluation::lifecycle, simulator/lifecycle.hpp).
+void appendLifecycleSection(std::string& out, const sim::Evaluation& e) {
+    if (!e.lifecycle) return;
+    const sim::LifecycleFigures& f = *e.lifecycle;
+    auto line = [&out](std::string_view text) {
+        out.append(text);
+        out.push_back('\n');
+    };
+    auto verdict = [](bool fits) { return fits ? "fits" : "OUT OF MEMORY"; };
+    line("");
+    line(fmt::format("Init and summon_full_params (rank 0's device, budget {:.2f} GiB)", gib(f.budget_bytes)));
+    line(fmt::format("  init on the meta device      {:>10.2f} GiB  {} (fully_shard, then to_empty and init: only the shards)",
+                     gib(f.init_meta_bytes), verdict(f.init_meta_fits)));
+    line(fmt::format("  init materialised, sharded   {:>10.2f} GiB  {} (the whole model built on the GPU first)",
+                     gib(f.init_materialized_bytes), verdict(f.init_materialized_fits)));
+    line(fmt::format("  summon_full_params           {:>10.2f} GiB  {} (every unit whole at once; gathers {:.2f} s)",
+                     gib(f.summon_bytes), verdict(f.summon_fits), f.summon_gather_s));
+    line(fmt::format("    with offload_to_cpu        {:>10.2f} GiB  {} (one unit whole at a time; {:.2f} GB to the host "
+                     "of each rank, rank0_only: rank 0's alone; {:.2f} s to copy)",
+                     gib(f.summon_offload_bytes), verdict(f.summon_offload_fits), gb(f.summon_host_bytes), f.summon_to_host_s));
+}
+
 void appendTimeSection(std::string& out, const sim::Evaluation& e) {
     const core::StepSummary& ts = e.summary;
     const core::Program& prog = e.program;
@@ -278,6 +300,7 @@ nlohmann::ordered_json planResultJson(const core::Plan& plan, const sim::Evaluat
         {"hf_mask", core::hfMaskName(t.hf_mask)},
         {"frozen", t.frozen_regex},
         {"allocator", core::allocatorModeName(t.allocator)},
+        {"clip_grad_norm", t.clip_grad_norm},  // 0: no clipping
     };
 
     json at_peak = json::object();
@@ -375,6 +398,23 @@ nlohmann::ordered_json planResultJson(const core::Plan& plan, const sim::Evaluat
                          {"binding_stage", e.binding_stage},
                          {"shown_stage", e.stage},
                          {"stages", std::move(stages)}};
+    }
+    if (e.lifecycle) {
+        const sim::LifecycleFigures& f = *e.lifecycle;
+        j["lifecycle"] = {{"budget_bytes", f.budget_bytes},
+                          {"init_meta_bytes", f.init_meta_bytes},
+                          {"init_meta_fits", f.init_meta_fits},
+                          {"init_materialized_bytes", f.init_materialized_bytes},
+                          {"init_materialized_fits", f.init_materialized_fits},
+                          {"stage_param_bytes", f.stage_param_bytes},
+                          {"largest_unit_bytes", f.largest_unit_bytes},
+                          {"summon_bytes", f.summon_bytes},
+                          {"summon_fits", f.summon_fits},
+                          {"summon_offload_bytes", f.summon_offload_bytes},
+                          {"summon_offload_fits", f.summon_offload_fits},
+                          {"summon_host_bytes", f.summon_host_bytes},
+                          {"summon_gather_s", f.summon_gather_s},
+                          {"summon_to_host_s", f.summon_to_host_s}};
     }
     if (e.checkpoint) {
         const sim::CheckpointFigures& f = *e.checkpoint;
@@ -515,9 +555,10 @@ std::string planReportText(const core::Plan& plan, const sim::Evaluation& e) {
     line(fmt::format("  batch        micro-batch {} x seq {} = {} tokens; grad accum {}{}", t.micro_batch,
                      t.seq_len, core::formatCount(t.tokens()), t.grad_accum,
                      t.no_sync ? " (no_sync: reduce on the last micro-batch)" : ""));
-    line(fmt::format("  dtypes       param {}, reduce {}, master {}; optimizer {}", core::dtypeName(t.computeDtype()),
+    line(fmt::format("  dtypes       param {}, reduce {}, master {}; optimizer {}{}", core::dtypeName(t.computeDtype()),
                      core::dtypeName(t.reduceDtype()), core::dtypeName(t.master_dtype),
-                     core::optimizerName(t.optimizer)));
+                     core::optimizerName(t.optimizer),
+                     t.clip_grad_norm > 0 ? fmt::format(" after clip_grad_norm_(max_norm {:g})", t.clip_grad_norm) : ""));
     line(fmt::format("  compute      AC {}, attention {}, kernels {}, impl {}, offload {}{}{}", core::acString(core::acSpecOf(t)),
                      core::attentionName(t.attention), core::kernelImplName(t.kernels), core::modelImplName(t.impl),
                      core::offloadName(t.offload),
@@ -616,6 +657,7 @@ std::string planReportText(const core::Plan& plan, const sim::Evaluation& e) {
     appendTimeSection(out, e);
     appendPipelineSection(out, plan, e);
     appendCheckpointSection(out, plan, e);
+    appendLifecycleSection(out, e);
     return out;
 }
 

@@ -546,10 +546,28 @@ void Lowering::optimizerStep() {
                                                Stream::Compute};
     std::array<int32_t, 4> waits{};
     for (size_t i = 0; i < reduce_streams.size(); ++i) waits[i] = m_last_on_stream[static_cast<size_t>(reduce_streams[i])];
-    newTask(TaskKind::OptimizerStep, m_offload ? Stream::Host : Stream::Compute, -1, static_cast<int>(m_tr.grad_accum - 1));
-    for (int32_t w : waits) dep(w);
-    cur().dtype = m_master;
+    const Stream stream = m_offload ? Stream::Host : Stream::Compute;
+    const int last_mb = static_cast<int>(m_tr.grad_accum - 1);
     const int64_t item = itemSize(m_master);
+    int32_t clip = -1;
+    if (m_tr.clip_grad_norm > 0) {
+        // clip_grad_norm_ (torch/nn/utils/clip_grad.py, torchtitan's dist_utils.clip_grad_norm_ with
+        // foreach=True) on the gradients the optimizer reads: _foreach_norm reads each one once,
+        // the norms' all-reduce (one fp32 over the sharded dims, a DTensor's full_tensor(); its
+        // few microseconds are not a task), then _foreach_mul_ by the clamped coefficient reads and
+        // writes each one: 3 accesses and 3 FLOPs (square, add; multiply) per element.
+        clip = newTask(TaskKind::ClipGrad, stream, -1, last_mb);
+        for (int32_t w : waits) dep(w);
+        cur().dtype = m_master;
+        cur().flops = 3 * elems;
+        cur().hbm_bytes = 3 * elems * item;
+        cur().host_blocks = m_offload;
+        cur().ops = pushElementwise(cur().hbm_bytes, cur().flops, m_master);
+    }
+    newTask(TaskKind::OptimizerStep, stream, -1, last_mb);
+    for (int32_t w : waits) dep(w);
+    if (clip >= 0) dep(clip);
+    cur().dtype = m_master;
     cur().flops = elems * (m_tr.optimizer == Optimizer::AdamW ? kAdamWFlopsPerParam : 2 * (1 + states));
     const bool foreach_adamw = !m_offload && m_tr.optimizer == Optimizer::AdamW;
     cur().hbm_bytes = elems * item *

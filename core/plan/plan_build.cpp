@@ -328,6 +328,13 @@ Result<Plan> buildPlan(const PlanOverrides& o) {
         if (auto pattern = limits::checkFrozenPattern(*o.frozen, "--frozen"); !pattern) return pattern.error();
         t.frozen_regex = *o.frozen;
     }
+    if (o.clip_grad_norm) {
+        if (!(*o.clip_grad_norm >= 0) || !(*o.clip_grad_norm <= 1e30)) {
+            return makeError(fmt::format("--clip-grad-norm: {} is not a max_norm; valid: a number from 0 (no clipping) to 1e30",
+                                         *o.clip_grad_norm));
+        }
+        t.clip_grad_norm = *o.clip_grad_norm;
+    }
     CheckpointSpec& k = plan.checkpoint;
     if (o.checkpoint) {
         auto v = parseCheckpointMode(*o.checkpoint);

@@ -42,6 +42,7 @@ struct PlanOverrides {
     // --checkpoint-offload-to-cpu / --checkpoint-rank0-only ("true"/"false").
     std::optional<std::string> checkpoint, checkpoint_offload_to_cpu, checkpoint_rank0_only;
     std::optional<int64_t> checkpoint_every;
+    std::optional<double> clip_grad_norm;  // --clip-grad-norm MAX_NORM (0: none)
 };
 
 // Defaults used when there is no plan file.

@@ -205,7 +205,8 @@ private:
 Status readTraining(const json& j, const std::string& where, TrainingSpec& t) {
     SectionReader r(j, where, "training");
     r.checkKeys({"micro_batch", "seq_len", "grad_accum", "no_sync", "optimizer", "param_dtype", "reduce_dtype",
-                 "master_dtype", "ac", "attention", "kernels", "impl", "offload", "hf_mask", "frozen", "allocator"});
+                 "master_dtype", "ac", "attention", "kernels", "impl", "offload", "hf_mask", "frozen", "allocator",
+                 "clip_grad_norm"});
     r.integer("micro_batch", t.micro_batch, "a positive integer");
     r.integer("seq_len", t.seq_len, "a positive integer");
     r.integer("grad_accum", t.grad_accum, "a positive integer");
@@ -226,6 +227,7 @@ Status readTraining(const json& j, const std::string& where, TrainingSpec& t) {
     r.enumeration("hf_mask", t.hf_mask, parseHfMask, "5.x, 4.5x");
     r.string("frozen", t.frozen_regex);
     r.enumeration("allocator", t.allocator, parseAllocatorMode, "caching, expandable");
+    r.number("clip_grad_norm", t.clip_grad_norm, "a number >= 0 (clip_grad_norm_'s max_norm; 0: no clipping)");
     return r.status();
 }
 
@@ -752,6 +754,11 @@ Result<Mesh> validatePlan(const Plan& plan, PlanCheckMemo* memo) {
     if (auto st = validateCheckpoint(plan.checkpoint, c); !st) return st.error();
     if (auto st = positive("training.seq_len", t.seq_len); !st) return st.error();
     if (auto st = positive("training.grad_accum", t.grad_accum); !st) return st.error();
+    if (!(t.clip_grad_norm >= 0) || !(t.clip_grad_norm <= 1e30)) {
+        return makeError(fmt::format("training.clip_grad_norm must be a number from 0 (no clipping) to 1e30, the max_norm "
+                                     "of clip_grad_norm_ (got {})",
+                                     t.clip_grad_norm));
+    }
     if (auto st = positive("cluster.nodes", c.nodes); !st) return st.error();
     if (auto st = positive("cluster.gpus_per_node", c.gpus_per_node); !st) return st.error();
     // Upper bounds keep every byte count inside int64 and the Program a sane size.
@@ -1081,6 +1088,7 @@ nlohmann::json planToJson(const Plan& plan) {
     training["hf_mask"] = std::string(hfMaskName(t.hf_mask));
     training["frozen"] = t.frozen_regex;
     training["allocator"] = std::string(allocatorModeName(t.allocator));
+    if (t.clip_grad_norm > 0) training["clip_grad_norm"] = t.clip_grad_norm;
     j["training"] = std::move(training);
 
     const ShardingSpec& s = plan.sharding;

@@ -139,6 +139,9 @@ struct TrainingSpec {
     // The current transformers release (5.x) by default; 4.5x for runs pinned to transformers 4.
     HfMask hf_mask = HfMask::V5;
     std::string frozen_regex;   // parameters whose FQN matches (std::regex_search) are frozen
+    // torch.nn.utils.clip_grad_norm_(params, max_norm) before each optimizer step (torchtitan always,
+    // default 1.0; HF Trainer's max_grad_norm, default 1.0); 0: no clipping.
+    double clip_grad_norm = 0;
 
     DType computeDtype() const { return param_dtype.value_or(master_dtype); }
     DType reduceDtype() const { return reduce_dtype.value_or(computeDtype()); }

@@ -46,6 +46,7 @@ std::string_view taskKindName(TaskKind k) {
         case TaskKind::OptimizerStep: return "OPT";
         case TaskKind::Send: return "SEND";
         case TaskKind::Recv: return "RECV";
+        case TaskKind::ClipGrad: return "CLIP";
     }
     return "?";
 }

@@ -50,14 +50,15 @@ enum class TaskKind : uint8_t {
     Send,           // pipeline P2P: a micro-batch's activations to the next stage, or its input
                     // gradient to the previous one (Task::peer)
     Recv,           // pipeline P2P: the matching receive
+    ClipGrad,       // clip_grad_norm_: the gradients' norm and their scaling, before the optimizer step
 };
-constexpr int kTaskKindCount = 14;
-// "FWD", "BWD", "RECOMP", "COPYIN", "AG", "COPYOUT", "RS", "AR", "H2D", "D2H", "CAST", "OPT", "SEND", "RECV"
+constexpr int kTaskKindCount = 15;
+// "FWD", "BWD", "RECOMP", "COPYIN", "AG", "COPYOUT", "RS", "AR", "H2D", "D2H", "CAST", "OPT", "SEND", "RECV", "CLIP"
 std::string_view taskKindName(TaskKind k);
 std::optional<TaskKind> parseTaskKind(std::string_view name);
 inline bool isCompute(TaskKind k) {
     return k == TaskKind::Forward || k == TaskKind::Backward || k == TaskKind::Recompute || k == TaskKind::CopyIn ||
-           k == TaskKind::CopyOut || k == TaskKind::Cast || k == TaskKind::OptimizerStep;
+           k == TaskKind::CopyOut || k == TaskKind::Cast || k == TaskKind::OptimizerStep || k == TaskKind::ClipGrad;
 }
 inline bool isCollective(TaskKind k) {
     return k == TaskKind::AllGather || k == TaskKind::ReduceScatter || k == TaskKind::AllReduce;

@@ -47,6 +47,7 @@ QColor taskKindColor(core::TaskKind k) {
         case K::OptimizerStep: return QColor(0xe1, 0x57, 0x59);
         case K::Send: return QColor(0x8c, 0x6b, 0xb1);
         case K::Recv: return QColor(0x6a, 0x51, 0xa3);
+        case K::ClipGrad: return QColor(0xff, 0x9d, 0x9a);
     }
     return Qt::gray;
 }

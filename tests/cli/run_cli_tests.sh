@@ -133,7 +133,8 @@ assert d["model"]["name"] == "llama-3.1-405b" and d["plan"]["world_size"] == 128
 t = d["training"]
 assert t["micro_batch"] == 2 and t["seq_len"] == 8192 and t["kernels"] == "compile" and t["ac"] == "op", t
 err = open(os.path.join(os.path.dirname(sys.argv[1]), "err")).read()
-assert "tensor_parallel_degree 8 -> --tp 8" in err and "training.max_norm" in err, err
+assert "tensor_parallel_degree 8 -> --tp 8" in err and "max_norm 1 -> --clip-grad-norm 1" in err, err
+assert t["clip_grad_norm"] == 1.0, t
 ' "$tmp/out"
 expect_bad_input "--from-config: shard degree -1 without --nodes" "data_parallel_shard_degree is -1" \
     "$bin" plan --from-config "$root/tests/data/configs/torchtitan-llama3-405b-tp8.toml"
@@ -173,6 +174,26 @@ expect_bad_input "--emit accelerate is not written yet" "--emit accelerate: vali
     "$bin" plan --model llama-3.1-8b --emit accelerate "$tmp/a.yaml"
 expect_bad_input "--emit torchtitan of a plan torchtitan cannot express" "--emit torchtitan: sharding\.wrap" \
     "$bin" plan --model llama-3.1-8b --wrap every:2 --emit torchtitan "$tmp/b.toml"
+expect_bad_input "--emit torchtitan of a plan that does not clip" "--emit torchtitan: training\.clip_grad_norm is 0" \
+    "$bin" plan --model llama-3.1-8b --impl torchtitan --emit torchtitan "$tmp/c.toml"
+# Gradient clipping: a bad max_norm named with what is valid; a plan file's value read back.
+expect_bad_input "--clip-grad-norm -1" "--clip-grad-norm: -1 is not a max_norm; valid: a number from 0" \
+    "$bin" plan --model gpt2 --clip-grad-norm -1
+expect_ok "plan 70B on 32 GPUs with --clip-grad-norm --write-plan --json exits 0" "$bin" plan --model llama-3.1-70b \
+    --nodes 4 --ac full --clip-grad-norm 0.5 --write-plan "$tmp/clip.plan.json" --json
+check "--json: init materialised on the GPU is out of memory, on the meta device it fits; clip read back" '
+import json, sys
+d = json.load(open(sys.argv[1]))
+l = d["lifecycle"]
+assert l["init_meta_fits"] and not l["init_materialized_fits"] and not l["summon_fits"] and l["summon_offload_fits"], l
+assert l["stage_param_bytes"] == 282214825984, l
+assert d["training"]["clip_grad_norm"] == 0.5, d["training"]
+' "$tmp/out"
+expect_ok "the written plan with clip_grad_norm reads back" "$bin" plan "$tmp/clip.plan.json" --json
+check "plan file: training.clip_grad_norm kept" '
+import json, sys
+assert json.load(open(sys.argv[1]))["training"]["clip_grad_norm"] == 0.5
+' "$tmp/out"
 # Checkpoints: bad values named; a full save of 70B on 32 H100s without offload_to_cpu is out of memory
 # on rank 0 (the report says so, in text and --json), with offload_to_cpu it fits.
 expect_bad_input "--checkpoint-every 0" "--checkpoint-every 0" "$bin" plan --model gpt2 --checkpoint full --checkpoint-every 0

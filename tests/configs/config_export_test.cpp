@@ -37,6 +37,7 @@ core::PlanOverrides torchtitanPlan(const char* model, int64_t nodes) {
     o.model = model;
     o.nodes = nodes;
     o.impl = "torchtitan";
+    o.clip_grad_norm = 1.0;  // torchtitan's training.max_norm default: it clips every step
     return o;
 }
 
@@ -81,6 +82,7 @@ TEST(TorchtitanExportTest, PlansRoundTrip) {
     ddp.strategy = "NO_SHARD";
     ddp.ac = "none";
     ddp.grad_accum = 4;
+    ddp.clip_grad_norm = 0.25;
     expectRoundTrip(build(ddp));
 }
 
@@ -99,6 +101,9 @@ TEST(TorchtitanExportTest, WhatTorchtitanCannotExpressIsRefusedByField) {
     gpt2.model = "gpt2";
     gpt2.impl = "hf";
     expectRefused(gpt2, "model");
+    core::PlanOverrides unclipped = o;
+    unclipped.clip_grad_norm = 0.0;
+    expectRefused(unclipped, "training.clip_grad_norm");
     core::PlanOverrides wrap = o;
     wrap.wrap = "every:2";
     expectRefused(wrap, "sharding.wrap");

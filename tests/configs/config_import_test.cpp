@@ -54,9 +54,10 @@ TEST(TorchtitanTomlTest, Llama405BTp8FieldByField) {
     EXPECT_EQ(plan.training.param_dtype, core::DType::BF16);
     EXPECT_EQ(plan.training.reduce_dtype, core::DType::F32);
     EXPECT_EQ(plan.checkpoint.mode, core::CheckpointMode::None);  // enable = false
+    EXPECT_EQ(plan.training.clip_grad_norm, 1.0);  // training.max_norm = 1.0: torchtitan clips every step
     // Nothing dropped silently: what has no effect is listed.
     for (const char* k : {"[job]", "[profiling]", "[metrics]", "[lr_scheduler]", "model.hf_assets_path", "optimizer.lr",
-                          "optimizer.eps", "training.max_norm", "training.steps", "training.dataset", "checkpoint.folder"}) {
+                          "optimizer.eps", "training.steps", "training.dataset", "checkpoint.folder"}) {
         EXPECT_TRUE(contains(c->ignored, k)) << k;
     }
 }
@@ -119,6 +120,10 @@ TEST(TorchtitanTomlTest, AbsentKeysTakeTorchtitansDefaults) {
     EXPECT_EQ(plan.training.grad_accum, 8);   // local_batch_size 8 per data-parallel rank
     EXPECT_EQ(plan.sharding.pp_schedule, core::PpSchedule::OneFOneB);
     EXPECT_EQ(plan.sharding.pp_virtual_stages, 1);
+    EXPECT_EQ(plan.training.clip_grad_norm, 1.0);  // training.max_norm's default: clipped every step
+    auto clip = importTorchtitanToml("[model]\nflavor = \"8B\"\n[training]\nmax_norm = 2\n", "t.toml", context);
+    ASSERT_TRUE(clip.ok()) << clip.error().message;
+    EXPECT_EQ(planOf(*clip).training.clip_grad_norm, 2.0);  // an integer is a number too (float | int)
     // pipeline_parallel_layers_per_stage: ceil((32 + 2) / 9) = 4 stages over 2 ranks, 2 each.
     auto lps = importTorchtitanToml(
         "[model]\nflavor = \"8B\"\n[parallelism]\npipeline_parallel_degree = 2\npipeline_parallel_schedule = "
@@ -163,6 +168,8 @@ TEST(TorchtitanTomlTest, RefusalsNameTheKeyAndWhatIsValid) {
     expectRefused("[model]\nflavor = \"8B\"\n[activation_checkpoint]\nmode = \"memory_budget\"\n",
                   "activation_checkpoint.mode is 'memory_budget'");
     expectRefused("[model]\nflavor = \"8B\"\n[optimizer]\nname = \"Muon\"\n", "optimizer.name is 'Muon'");
+    expectRefused("[model]\nflavor = \"8B\"\n[training]\nmax_norm = 0.0\n", "training.max_norm is 0; valid: a positive number");
+    expectRefused("[model]\nflavor = \"8B\"\n[training]\nmax_norm = \"1\"\n", "training.max_norm");
     expectRefused("[model]\nflavor = \"8B\"\n[checkpoint]\nenable = true\ninterval = 0\n", "checkpoint.interval is 0");
     ConfigContext context;
     auto json = importConfigFile(kData + "no-such.json", context);

@@ -768,3 +768,40 @@ TEST(LoweringTest, FlopConventionsForLlama8B) {
     EXPECT_EQ(full.program.hardware_flops_per_step - none.program.hardware_flops_per_step, recomputed);
     EXPECT_EQ(full.program.model_flops_per_step, none.program.model_flops_per_step);
 }
+
+// clip_grad_norm_ (torch/nn/utils/clip_grad.py, foreach): _foreach_norm reads each sharded gradient
+// once and _foreach_mul_ reads and writes it: 3 fp32 accesses per element, after the last
+// reduce-scatter and before the optimizer step. Llama-3.1-8B over 8 ranks: every dim 0 divides by
+// 8, so each rank's shard is 8,030,261,248 / 8 = 1,003,782,656 elements: 12,045,391,872 bytes.
+TEST(LoweringTest, ClipGradNormPassesOverTheShardedGradientsBeforeTheOptimizer) {
+    Plan plan = makePlan(bundled("llama-3.1-8b"), Strategy::FullShard, 1, 8);
+    plan.training.clip_grad_norm = 1.0;
+    const Lowered l = lowerAndReplay(plan);
+    ASSERT_EQ(countTasks(l.program, TaskKind::ClipGrad), 1);
+    int32_t clip = -1, opt = -1, last_rs = -1;
+    for (int32_t id = 0; id < l.program.size(); ++id) {
+        const Task& t = l.program.tasks[static_cast<size_t>(id)];
+        if (t.kind == TaskKind::ClipGrad) clip = id;
+        if (t.kind == TaskKind::OptimizerStep) opt = id;
+        if (t.kind == TaskKind::ReduceScatter) last_rs = id;
+    }
+    const Task& c = l.program.tasks[static_cast<size_t>(clip)];
+    EXPECT_EQ(c.hbm_bytes, int64_t{12'045'391'872});
+    EXPECT_EQ(c.flops, int64_t{3} * 1'003'782'656);
+    EXPECT_EQ(c.stream, Stream::Compute);
+    EXPECT_LT(clip, opt);
+    const auto depends = [&](int32_t task, int32_t on) {
+        const Task& t = l.program.tasks[static_cast<size_t>(task)];
+        for (uint32_t i = 0; i < t.deps.count; ++i) {
+            if (l.program.deps[t.deps.offset + i] == on) return true;
+        }
+        return false;
+    };
+    EXPECT_TRUE(depends(clip, last_rs));
+    EXPECT_TRUE(depends(opt, clip));
+    // The same plan without clipping has no such task, and the same memory.
+    plan.training.clip_grad_norm = 0;
+    const Lowered none = lowerAndReplay(plan);
+    EXPECT_EQ(countTasks(none.program, TaskKind::ClipGrad), 0);
+    EXPECT_EQ(none.memory.peak_bytes, l.memory.peak_bytes);
+}
