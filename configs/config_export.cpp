@@ -1,14 +1,74 @@
 #include "configs/config_export.hpp"
 
+#include <algorithm>
 #include <map>
+
+#include <nlohmann/json.hpp>
 
 #include <fmt/format.h>
 
 namespace shardcast::configs {
 namespace {
 
-core::Error cannot(std::string_view field, const std::string& what) {
-    return core::Error{fmt::format("--emit torchtitan: {} {}", field, what)};
+core::Error cannotIn(std::string_view format, std::string_view field, const std::string& what) {
+    return core::Error{fmt::format("--emit {}: {} {}", format, field, what)};
+}
+core::Error cannot(std::string_view field, const std::string& what) { return cannotIn("torchtitan", field, what); }
+
+// What accelerate's FSDP plugin (and the HF Trainer, which builds one) can express of a plan; the
+// first field it cannot is the error. Both reduce in the compute dtype and keep fp32 masters.
+core::Status checkAccelerateExpressible(const core::Plan& plan, const core::Mesh& mesh, std::string_view format) {
+    const core::ShardingSpec& s = plan.sharding;
+    const core::TrainingSpec& t = plan.training;
+    auto no = [&](std::string_view field, const std::string& what) -> core::Status { return cannotIn(format, field, what); };
+    if (mesh.tp > 1) return no("sharding.tp", "is more than 1; accelerate applies the model's own HF TP plan, not torchtitan's");
+    if (mesh.pp > 1) return no("sharding.pp", "is more than 1; accelerate has no pipeline parallelism");
+    if (t.computeDtype() != t.reduceDtype()) {
+        return no("training.reduce_dtype", "differs from param_dtype; accelerate's mixed precision reduces in the compute dtype");
+    }
+    if (t.master_dtype != core::DType::F32) return no("training.master_dtype", "is not fp32; accelerate keeps fp32 parameters");
+    if (t.ac != core::Checkpointing::None && t.ac != core::Checkpointing::Full) {
+        return no("training.ac", "is neither none nor full; accelerate's fsdp_activation_checkpointing checkpoints every block");
+    }
+    if (s.wrap.kind != core::WrapKind::Block && s.wrap.kind != core::WrapKind::MinParams && s.wrap.kind != core::WrapKind::Whole) {
+        return no("sharding.wrap", "is not block, min-params:N or whole; accelerate wraps by layer class, by size or not at all");
+    }
+    if (!s.limit_all_gathers) return no("sharding.limit_all_gathers", "is false; written configs keep FSDP1's rate limiter");
+    if (!t.frozen_regex.empty()) return no("training.frozen", "is set; freezing is the script's");
+    if (t.no_sync) return no("training.no_sync", "is true; accelerate reduces gradients every micro-batch under FSDP");
+    if (t.attention != core::AttentionKernel::Flash) return no("training.attention", "is eager; the script picks attn_implementation");
+    if (t.kernels == core::KernelImpl::Fused) return no("training.kernels", "is fused; accelerate runs eager or compile (INDUCTOR)");
+    if (t.impl != core::ModelImpl::Hf) return no("training.impl", "is not hf; accelerate trains HuggingFace models");
+    if (t.optimizer == core::Optimizer::SgdMomentum) return no("training.optimizer", "is sgd-momentum; the Trainer's optim sgd has none");
+    if (plan.checkpoint.mode != core::CheckpointMode::None) return no("checkpoint.mode", "is set; saves are the script's");
+    if (!plan.scale.empty()) return no("scale", "is set; a scaled model is no HuggingFace checkpoint");
+    if (s.fsdp_version == 2) {
+        if (s.prefetch_depth != 1) return no("sharding.prefetch_depth", "is more than 1; accelerate keeps FSDP2's implicit prefetch");
+        if (s.strategy == core::Strategy::HybridShardZero2 || s.strategy == core::Strategy::NoShard) {
+            return no("sharding.strategy", "is HYBRID_SHARD_ZERO2 or NO_SHARD under FSDP2; accelerate's FSDP2 gives FULL_SHARD, "
+                                           "SHARD_GRAD_OP and HSDP");
+        }
+    } else if (s.reshard_after_forward != core::ReshardMode::Default) {
+        return no("sharding.reshard_after_forward", "is set under FSDP1; there the strategy decides it");
+    }
+    if (s.reshard_after_forward == core::ReshardMode::Count) return no("sharding.reshard_after_forward", "is a rank count");
+    return core::Ok{};
+}
+
+const char* strategyUpper(core::Strategy s) {
+    switch (s) {
+        case core::Strategy::ShardGradOp: return "SHARD_GRAD_OP";
+        case core::Strategy::NoShard: return "NO_SHARD";
+        case core::Strategy::HybridShard: return "HYBRID_SHARD";
+        case core::Strategy::HybridShardZero2: return "HYBRID_SHARD_ZERO2";
+        default: return "FULL_SHARD";
+    }
+}
+
+const char* precisionName(core::DType d) {
+    if (d == core::DType::BF16) return "bf16";
+    if (d == core::DType::F16) return "fp16";
+    return "no";
 }
 
 // A TOML float that reads back to the same double: shortest round-trip digits, always with a '.'
@@ -153,6 +213,92 @@ core::Result<std::string> torchtitanToml(const core::Plan& plan, const core::Mes
     out += fmt::format("[checkpoint]\nenable = {}\ninterval = {}\n", k.mode == core::CheckpointMode::Sharded ? "true" : "false",
                        k.every_steps);
     return out;
+}
+
+core::Result<std::string> accelerateYaml(const core::Plan& plan, const core::Mesh& mesh) {
+    if (auto ok = checkAccelerateExpressible(plan, mesh, "accelerate"); !ok) return ok.error();
+    const core::ShardingSpec& s = plan.sharding;
+    const core::TrainingSpec& t = plan.training;
+    const core::ClusterSpec& c = plan.cluster;
+    if (s.strategy == core::Strategy::HybridShard && s.fsdp_version == 1 && mesh.shard_size != c.gpus_per_node) {
+        return cannotIn("accelerate", "sharding.shard_size", "is not the GPUs per node; FSDP1's hybrid sharding shards within a node");
+    }
+    std::string out = fmt::format(
+        "# accelerate config written by shardcast {} (`plan --emit accelerate`): {} on {} x {} GPUs.\n"
+        "# The model, batch and optimizer are the training script's; this plan used: --model {} --micro-batch {} "
+        "--grad-accum {} --seq-len {} --optimizer {} --clip-grad-norm {:g}\n",
+        SHARDCAST_VERSION, plan.model_ref, mesh.world_size, c.gpu.name, plan.model_ref, t.micro_batch, t.grad_accum,
+        t.seq_len, core::optimizerName(t.optimizer), t.clip_grad_norm);
+    out += fmt::format("compute_environment: LOCAL_MACHINE\ndistributed_type: FSDP\nmixed_precision: {}\nnum_machines: {}\n"
+                       "num_processes: {}\nmachine_rank: 0\n",
+                       precisionName(t.computeDtype()), c.nodes, mesh.world_size);
+    out += fmt::format("fsdp_config:\n  fsdp_version: {}\n  fsdp_sharding_strategy: {}\n", s.fsdp_version, strategyUpper(s.strategy));
+    if (s.fsdp_version == 2 && s.reshard_after_forward != core::ReshardMode::Default) {
+        out += fmt::format("  fsdp_reshard_after_forward: {}\n", s.reshard_after_forward == core::ReshardMode::True ? "true" : "false");
+    }
+    if (s.wrap.kind == core::WrapKind::Block) {
+        out += "  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n";
+    } else if (s.wrap.kind == core::WrapKind::MinParams) {
+        out += fmt::format("  fsdp_auto_wrap_policy: SIZE_BASED_WRAP\n  fsdp_min_num_params: {}\n", s.wrap.min_params);
+    } else {
+        out += "  fsdp_auto_wrap_policy: NO_WRAP\n";
+    }
+    if (s.fsdp_version == 1) {
+        const char* prefetch = s.backward_prefetch == core::ShardingSpec::BackwardPrefetch::Pre    ? "BACKWARD_PRE"
+                               : s.backward_prefetch == core::ShardingSpec::BackwardPrefetch::Post ? "BACKWARD_POST"
+                                                                                                    : "NO_PREFETCH";
+        out += fmt::format("  fsdp_backward_prefetch: {}\n  fsdp_forward_prefetch: {}\n", prefetch, s.forward_prefetch);
+    }
+    out += fmt::format("  fsdp_offload_params: {}\n  fsdp_activation_checkpointing: {}\n",
+                       t.offload == core::Offload::Cpu, t.ac == core::Checkpointing::Full);
+    if (s.fsdp_version == 2 && s.strategy == core::Strategy::HybridShard) {
+        out += fmt::format("parallelism_config:\n  parallelism_config_dp_replicate_size: {}\n  parallelism_config_dp_shard_size: {}\n",
+                           mesh.replicate_size, mesh.shard_size);
+    }
+    if (t.kernels == core::KernelImpl::Compile) out += "dynamo_config:\n  dynamo_backend: INDUCTOR\n";
+    return out;
+}
+
+core::Result<std::string> hfTrainerJson(const core::Plan& plan, const core::Mesh& mesh) {
+    if (auto ok = checkAccelerateExpressible(plan, mesh, "hf-trainer"); !ok) return ok.error();
+    const core::ShardingSpec& s = plan.sharding;
+    const core::TrainingSpec& t = plan.training;
+    if ((s.strategy == core::Strategy::HybridShard || s.strategy == core::Strategy::HybridShardZero2) &&
+        mesh.shard_size != plan.cluster.gpus_per_node) {
+        return cannotIn("hf-trainer", "sharding.shard_size", "is not the GPUs per node; the Trainer's hybrid_shard shards within a node");
+    }
+    if (s.fsdp_version == 2 && s.reshard_after_forward != core::ReshardMode::Default) {
+        return cannotIn("hf-trainer", "sharding.reshard_after_forward", "is set; the Trainer's fsdp options decide it");
+    }
+    std::string strategy = strategyUpper(s.strategy);
+    std::transform(strategy.begin(), strategy.end(), strategy.begin(), [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+    std::string fsdp = strategy;
+    if (t.offload == core::Offload::Cpu) fsdp += " offload";
+    nlohmann::ordered_json config = nlohmann::ordered_json::object();
+    if (s.wrap.kind != core::WrapKind::Whole) fsdp += " auto_wrap";
+    if (s.wrap.kind == core::WrapKind::MinParams) config["min_num_params"] = s.wrap.min_params;
+    if (s.fsdp_version == 1) {
+        config["backward_prefetch"] = s.backward_prefetch == core::ShardingSpec::BackwardPrefetch::Pre    ? "backward_pre"
+                                      : s.backward_prefetch == core::ShardingSpec::BackwardPrefetch::Post ? "backward_post"
+                                                                                                           : "no_prefetch";
+        config["forward_prefetch"] = s.forward_prefetch;
+    } else {
+        config["version"] = 2;
+    }
+    config["activation_checkpointing"] = t.ac == core::Checkpointing::Full;
+    nlohmann::ordered_json j;
+    j["fsdp"] = fsdp;
+    j["fsdp_config"] = std::move(config);
+    j["per_device_train_batch_size"] = t.micro_batch;
+    j["gradient_accumulation_steps"] = t.grad_accum;
+    j["bf16"] = t.computeDtype() == core::DType::BF16;
+    j["fp16"] = t.computeDtype() == core::DType::F16;
+    j["max_grad_norm"] = t.clip_grad_norm;
+    j["optim"] = t.optimizer == core::Optimizer::AdamWFused ? "adamw_torch_fused"
+                 : t.optimizer == core::Optimizer::AdamW    ? "adamw_torch"
+                                                            : "sgd";
+    j["torch_compile"] = t.kernels == core::KernelImpl::Compile;
+    return j.dump(2) + "\n";
 }
 
 }  // namespace shardcast::configs

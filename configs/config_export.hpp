@@ -15,4 +15,15 @@ namespace shardcast::configs {
 // [compile], [checkpoint], [optimizer]); `mesh` is validatePlan's.
 core::Result<std::string> torchtitanToml(const core::Plan& plan, const core::Mesh& mesh);
 
+// accelerate's config YAML (distributed_type FSDP, mixed_precision, the machines and processes,
+// fsdp_config, parallelism_config for FSDP2's HSDP, dynamo_config): what accelerate carries. The
+// model, batch, sequence length, optimizer and clipping are the training script's: a comment names
+// their flags, which --from-config FILE.yaml needs beside it to give the same plan.
+core::Result<std::string> accelerateYaml(const core::Plan& plan, const core::Mesh& mesh);
+
+// HF Trainer's TrainingArguments JSON (fsdp, fsdp_config, per_device_train_batch_size,
+// gradient_accumulation_steps, bf16 / fp16, max_grad_norm, optim, torch_compile): the model, the
+// sequence length and the GPUs are the script's and the launcher's.
+core::Result<std::string> hfTrainerJson(const core::Plan& plan, const core::Mesh& mesh);
+
 }  // namespace shardcast::configs

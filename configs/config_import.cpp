@@ -1,4 +1,5 @@
 #include "configs/config_import.hpp"
+#include "configs/try_assign.hpp"
 
 // toml++ 3.3 (Debian 12's) asserts preconditions its parser does not check on some malformed input
 // (found by fuzzing: "[" then a newline fails parse_key's), and under NDEBUG it turns those asserts
@@ -206,11 +207,6 @@ private:
     const std::string& m_where;
     ImportedConfig& m_out;
 };
-
-#define SHARDCAST_TRY_ASSIGN(var, expr) \
-    auto var##_r = (expr);              \
-    if (!var##_r) return var##_r.error(); \
-    const auto var = *var##_r
 
 core::Status mapTorchtitan(const TomlReader& r, const std::string& where, const ConfigContext& context, ImportedConfig& out) {
     core::PlanOverrides& o = out.overrides;
@@ -468,8 +464,6 @@ core::Status mapTorchtitan(const TomlReader& r, const std::string& where, const 
     return core::Ok{};
 }
 
-#undef SHARDCAST_TRY_ASSIGN
-
 }  // namespace
 
 namespace {
@@ -618,11 +612,6 @@ private:
     const YAML::Node& m_root;
     const std::string& m_where;
 };
-
-#define SHARDCAST_TRY_ASSIGN(var, expr) \
-    auto var##_r = (expr);              \
-    if (!var##_r) return var##_r.error(); \
-    const auto var = *var##_r
 
 core::Status mapAccelerate(const YAML::Node& root, const std::string& where, ImportedConfig& out) {
     if (!root.IsMap()) return core::makeError(fmt::format("{}: not an accelerate config (a YAML mapping of its keys)", where));
@@ -804,8 +793,6 @@ core::Status mapAccelerate(const YAML::Node& root, const std::string& where, Imp
     return core::Ok{};
 }
 
-#undef SHARDCAST_TRY_ASSIGN
-
 }  // namespace
 
 core::Result<ImportedConfig> importAccelerateYaml(std::string_view text, const std::string& where) {
@@ -827,15 +814,18 @@ core::Result<ImportedConfig> importAccelerateYaml(std::string_view text, const s
 core::Result<ImportedConfig> importConfigFile(const std::filesystem::path& path, const ConfigContext& context) {
     const std::string where = path.string();
     const std::string ext = path.extension().string();
-    if (ext != ".toml" && ext != ".yaml" && ext != ".yml") {
+    if (ext != ".toml" && ext != ".yaml" && ext != ".yml" && ext != ".json") {
         return core::makeError(fmt::format("--from-config {}: unknown config format '{}'; valid: a torchtitan job config "
-                                           "(.toml), an accelerate config (.yaml)",
+                                           "(.toml), an accelerate config (.yaml), an HF Trainer TrainingArguments or "
+                                           "fsdp_config (.json)",
                                            where, ext));
     }
     const bool toml = ext == ".toml";
-    auto text = core::readFileBounded(path, core::kMaxTextFileBytes, toml ? "torchtitan config" : "accelerate config");
+    auto text = core::readFileBounded(path, core::kMaxTextFileBytes,
+                                      toml ? "torchtitan config" : ext == ".json" ? "HF Trainer config" : "accelerate config");
     if (!text) return text.error();
     if (toml) return importTorchtitanToml(*text, where, context);
+    if (ext == ".json") return importHfTrainerJson(*text, where, path.parent_path());
     return importAccelerateYaml(*text, where);
 }
 

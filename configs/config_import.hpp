@@ -1,9 +1,10 @@
 #pragma once
 // Frameworks' training configs read into a plan (issue 26, `--from-config FILE`): torchtitan's TOML
 // job config (the format torchtitan read until its February 2026 move to Python config registries,
-// torchtitan/config/job_config.py), parsed with toml++; and accelerate's config YAML (`accelerate
+// torchtitan/config/job_config.py), parsed with toml++; accelerate's config YAML (`accelerate
 // config`'s file, accelerate/commands/config/config_args.py and FullyShardedDataParallelPlugin),
-// parsed with yaml-cpp.
+// parsed with yaml-cpp; and HF Trainer's TrainingArguments or fsdp_config JSON (hf_trainer.cpp),
+// parsed with nlohmann-json.
 //
 // Every key is accounted for: the ones that shape memory or time become plan fields; the ones that
 // do not (logging, paths, the learning rate, ...) are listed in `ignored`; the ones that ask for
@@ -68,7 +69,15 @@ struct ConfigContext {
 core::Result<ImportedConfig> importTorchtitanToml(std::string_view text, const std::string& where,
                                                   const ConfigContext& context);
 core::Result<ImportedConfig> importAccelerateYaml(std::string_view text, const std::string& where);
-// A config file by its extension: .toml (torchtitan), .yaml / .yml (accelerate). Errors name the file.
+// HF Trainer (configs/hf_trainer.cpp): a TrainingArguments JSON (fsdp, fsdp_config as an object or a
+// path resolved against `base_dir`, per_device_train_batch_size, gradient_accumulation_steps, bf16,
+// fp16, max_grad_norm, gradient_checkpointing, optim, torch_compile; every other field listed as of
+// no effect, a key that is no field an error), or a bare fsdp_config JSON. No model, sequence length
+// or GPUs in either: --model and the flags give them.
+core::Result<ImportedConfig> importHfTrainerJson(std::string_view text, const std::string& where,
+                                                 const std::filesystem::path& base_dir = {});
+// A config file by its extension: .toml (torchtitan), .yaml / .yml (accelerate), .json (HF Trainer).
+// Errors name the file.
 core::Result<ImportedConfig> importConfigFile(const std::filesystem::path& path, const ConfigContext& context);
 
 }  // namespace shardcast::configs

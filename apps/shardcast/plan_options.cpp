@@ -101,7 +101,7 @@ void addPlanOptions(CLI::App& cmd, core::PlanOverrides& o) {
            "MixedPrecisionPolicy.reduce_dtype: fp32 | bf16 | fp16", "fp32");
     addOpt(cmd, "--master-dtype", o.master_dtype, "DTYPE",
            "Dtype of sharded params, grads and optimizer state: fp32 | bf16 | fp16", "fp32");
-    addOpt(cmd, "--optimizer", o.optimizer, "NAME", "adamw | sgd | sgd-momentum", "adamw");
+    addOpt(cmd, "--optimizer", o.optimizer, "NAME", "adamw (foreach, PyTorch's default) | adamw-fused (AdamW(fused=True): one pass) | sgd | sgd-momentum", "adamw");
     addOpt(cmd, "--ac", o.ac, "MODE", "Activation checkpointing: " + std::string(core::kAcChoices), "none");
     addOpt(cmd, "--attention", o.attention, "KERNEL", "Attention kernel: flash | eager", "flash");
     addOpt(cmd, "--kernels", o.kernels, "IMPL",

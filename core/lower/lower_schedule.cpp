@@ -568,7 +568,10 @@ void Lowering::optimizerStep() {
     for (int32_t w : waits) dep(w);
     if (clip >= 0) dep(clip);
     cur().dtype = m_master;
-    cur().flops = elems * (m_tr.optimizer == Optimizer::AdamW ? kAdamWFlopsPerParam : 2 * (1 + states));
+    const bool adamw = m_tr.optimizer == Optimizer::AdamW || m_tr.optimizer == Optimizer::AdamWFused;
+    cur().flops = elems * (adamw ? kAdamWFlopsPerParam : 2 * (1 + states));
+    // AdamW(fused=True) is one kernel: it reads the parameter, the gradient and both states and
+    // writes the parameter and the states (7 accesses), and allocates nothing.
     const bool foreach_adamw = !m_offload && m_tr.optimizer == Optimizer::AdamW;
     cur().hbm_bytes = elems * item *
                       (foreach_adamw ? kForeachAdamWAccessesPerParam : kOptimizerTensorsRead + kOptimizerTensorsWritten + 2 * states);

@@ -283,7 +283,7 @@ Result<Plan> buildPlan(const PlanOverrides& o) {
     }
     if (o.optimizer) {
         auto v = parseOptimizer(*o.optimizer);
-        if (!v) return makeError(fmt::format("--optimizer: unknown optimizer '{}'; valid: adamw, sgd, sgd-momentum", textExcerpt(*o.optimizer)));
+        if (!v) return makeError(fmt::format("--optimizer: unknown optimizer '{}'; valid: adamw, adamw-fused, sgd, sgd-momentum", textExcerpt(*o.optimizer)));
         t.optimizer = *v;
     }
     if (o.ac) {

@@ -211,7 +211,7 @@ Status readTraining(const json& j, const std::string& where, TrainingSpec& t) {
     r.integer("seq_len", t.seq_len, "a positive integer");
     r.integer("grad_accum", t.grad_accum, "a positive integer");
     r.boolean("no_sync", t.no_sync);
-    r.enumeration("optimizer", t.optimizer, parseOptimizer, "adamw, sgd, sgd-momentum");
+    r.enumeration("optimizer", t.optimizer, parseOptimizer, "adamw, adamw-fused, sgd, sgd-momentum");
     r.optionalDType("param_dtype", t.param_dtype);
     r.optionalDType("reduce_dtype", t.reduce_dtype);
     r.enumeration("master_dtype", t.master_dtype, parseDType, "fp32, bf16, fp16");

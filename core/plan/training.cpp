@@ -41,6 +41,8 @@ constexpr std::pair<std::string_view, Optimizer> kOptimizers[] = {
     {"sgd", Optimizer::Sgd},
     {"sgd-momentum", Optimizer::SgdMomentum},
     {"sgd_momentum", Optimizer::SgdMomentum},
+    {"adamw-fused", Optimizer::AdamWFused},
+    {"adamw_fused", Optimizer::AdamWFused},
 };
 constexpr std::pair<std::string_view, Checkpointing> kCheckpointing[] = {
     {"none", Checkpointing::None},
@@ -286,7 +288,8 @@ std::optional<ModelImpl> parseModelImpl(std::string_view s) { return lookup(kImp
 
 int optimizerStatesPerParam(Optimizer o) {
     switch (o) {
-        case Optimizer::AdamW: return 2;        // exp_avg, exp_avg_sq
+        case Optimizer::AdamW:
+        case Optimizer::AdamWFused: return 2;   // exp_avg, exp_avg_sq
         case Optimizer::Sgd: return 0;
         case Optimizer::SgdMomentum: return 1;  // momentum_buffer
     }

@@ -170,8 +170,36 @@ a = json.load(open(os.path.join(d, "first.plan.json"))); b = json.load(open(os.p
 assert a == b, (a, b)
 assert a["sharding"]["pp_schedule"] == "Interleaved1F1B" and a["checkpoint"]["mode"] == "sharded", a
 ' "$tmp/out"
-expect_bad_input "--emit accelerate is not written yet" "--emit accelerate: valid: --emit torchtitan FILE" \
-    "$bin" plan --model llama-3.1-8b --emit accelerate "$tmp/a.yaml"
+expect_bad_input "--emit of an unknown format" "--emit deepspeed: valid: --emit torchtitan\|accelerate\|hf-trainer FILE" \
+    "$bin" plan --model llama-3.1-8b --emit deepspeed "$tmp/a.json"
+# --emit accelerate / hf-trainer, read back with --from-config and the flags the format leaves to the script.
+expect_ok "plan --emit accelerate exits 0" "$bin" plan --model llama-3.1-8b --fsdp 1 --reduce-dtype bf16 --ac full \
+    --micro-batch 2 --write-plan "$tmp/acc.plan.json" --emit accelerate "$tmp/acc.yaml"
+expect_ok "plan --from-config the emitted YAML exits 0" "$bin" plan --from-config "$tmp/acc.yaml" --model llama-3.1-8b \
+    --micro-batch 2 --write-plan "$tmp/acc.back.json"
+check "--emit accelerate: the YAML reads back to the same plan" '
+import json, os, sys
+d = os.path.dirname(sys.argv[1])
+a = json.load(open(os.path.join(d, "acc.plan.json"))); b = json.load(open(os.path.join(d, "acc.back.json")))
+assert a == b, (a, b)
+' "$tmp/out"
+expect_ok "plan --emit hf-trainer exits 0" "$bin" plan --model llama-3.1-8b --fsdp 1 --reduce-dtype bf16 --optimizer adamw-fused \
+    --clip-grad-norm 1 --write-plan "$tmp/hf.plan.json" --emit hf-trainer "$tmp/hf.json"
+expect_ok "plan --from-config the emitted TrainingArguments JSON exits 0" "$bin" plan --from-config "$tmp/hf.json" \
+    --model llama-3.1-8b --write-plan "$tmp/hf.back.json"
+check "--emit hf-trainer: the JSON reads back to the same plan; the mapping on stderr" '
+import json, os, sys
+d = os.path.dirname(sys.argv[1])
+a = json.load(open(os.path.join(d, "hf.plan.json"))); b = json.load(open(os.path.join(d, "hf.back.json")))
+assert a == b, (a, b)
+err = open(os.path.join(d, "err")).read()
+assert "optim adamw_torch_fused -> --optimizer adamw-fused" in err, err
+' "$tmp/out"
+expect_bad_input "--emit hf-trainer of a plan the Trainer cannot express" "--emit hf-trainer: training\.reduce_dtype" \
+    "$bin" plan --model llama-3.1-8b --emit hf-trainer "$tmp/x.json"
+printf '{"fsdp": "full_shard", "per_device_batch": 2}' >"$tmp/typo-args.json"
+expect_bad_input "--from-config: an unknown TrainingArguments key is named" "typo-args\.json: per_device_batch is not a TrainingArguments field" \
+    "$bin" plan --from-config "$tmp/typo-args.json" --model gpt2
 expect_bad_input "--emit torchtitan of a plan torchtitan cannot express" "--emit torchtitan: sharding\.wrap" \
     "$bin" plan --model llama-3.1-8b --wrap every:2 --emit torchtitan "$tmp/b.toml"
 expect_bad_input "--emit torchtitan of a plan that does not clip" "--emit torchtitan: training\.clip_grad_norm is 0" \

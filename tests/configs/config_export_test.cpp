@@ -126,5 +126,135 @@ TEST(TorchtitanExportTest, WhatTorchtitanCannotExpressIsRefusedByField) {
     expectRefused(no_sync, "training.no_sync");
 }
 
+// accelerate's YAML and HF Trainer's JSON carry the FSDP settings; the model, the batch and the
+// rest come from the flags given beside --from-config, as a user would give them again.
+using Writer = core::Result<std::string> (*)(const core::Plan&, const core::Mesh&);
+
+void expectRoundTripWith(const core::PlanOverrides& given, Writer write, bool yaml) {
+    const core::Plan plan = build(given);
+    auto mesh = core::validatePlan(plan);
+    ASSERT_TRUE(mesh.ok()) << mesh.error().message;
+    auto text = write(plan, *mesh);
+    ASSERT_TRUE(text.ok()) << text.error().message;
+    auto back = yaml ? importAccelerateYaml(*text, "emitted.yaml") : importHfTrainerJson(*text, "emitted.json");
+    ASSERT_TRUE(back.ok()) << back.error().message << "\n" << *text;
+    // The fields the format does not carry, given again as flags over what it read.
+    core::PlanOverrides again = back->overrides;
+    again.model = given.model;
+    again.seq_len = given.seq_len;
+    if (yaml) {
+        again.micro_batch = given.micro_batch;
+        again.grad_accum = given.grad_accum;
+        again.optimizer = given.optimizer;
+        again.clip_grad_norm = given.clip_grad_norm;
+    } else {
+        again.nodes = given.nodes;
+        again.gpus_per_node = given.gpus_per_node;
+        if (given.shard_size) again.shard_size = given.shard_size;
+    }
+    EXPECT_EQ(core::planToJson(build(again)).dump(2), core::planToJson(plan).dump(2)) << *text;
+}
+
+core::PlanOverrides hfPlan(const char* model, int64_t nodes) {
+    core::PlanOverrides o;
+    o.model = model;
+    o.nodes = nodes;
+    o.reduce_dtype = "bf16";  // accelerate reduces in the compute dtype
+    o.micro_batch = 2;
+    o.grad_accum = 4;
+    o.seq_len = 2048;
+    return o;
+}
+
+TEST(AccelerateExportTest, PlansRoundTrip) {
+    // FSDP1 per block with BACKWARD_POST and forward prefetch, checkpointing, compile.
+    core::PlanOverrides fsdp1 = hfPlan("llama-3.1-8b", 1);
+    fsdp1.fsdp = 1;
+    fsdp1.backward_prefetch = "post";
+    fsdp1.forward_prefetch = "true";
+    fsdp1.ac = "full";
+    fsdp1.kernels = "compile";
+    fsdp1.optimizer = "adamw-fused";
+    fsdp1.clip_grad_norm = 1.0;
+    expectRoundTripWith(fsdp1, accelerateYaml, true);
+    // FSDP2 HSDP 2 x 8 over two nodes, reshard_after_forward false, CPU offload.
+    core::PlanOverrides hsdp = hfPlan("llama-3.1-8b", 2);
+    hsdp.fsdp = 2;
+    hsdp.strategy = "HYBRID_SHARD";
+    hsdp.shard_size = 8;
+    hsdp.reshard_after_forward = "false";
+    hsdp.offload = "cpu";
+    expectRoundTripWith(hsdp, accelerateYaml, true);
+    // FSDP1 SHARD_GRAD_OP by size, fp32.
+    core::PlanOverrides size = hfPlan("gpt2", 1);
+    size.fsdp = 1;
+    size.strategy = "SHARD_GRAD_OP";
+    size.wrap = "min-params:1000000";
+    size.param_dtype = "fp32";
+    size.reduce_dtype = "fp32";
+    expectRoundTripWith(size, accelerateYaml, true);
+}
+
+TEST(HfTrainerExportTest, PlansRoundTrip) {
+    core::PlanOverrides fsdp1 = hfPlan("llama-3.1-8b", 1);
+    fsdp1.fsdp = 1;
+    fsdp1.backward_prefetch = "none";
+    fsdp1.ac = "full";
+    fsdp1.optimizer = "adamw-fused";
+    fsdp1.clip_grad_norm = 1.0;
+    expectRoundTripWith(fsdp1, hfTrainerJson, false);
+    // hybrid_shard within each of 2 nodes, offload, whole model, foreach AdamW, compile.
+    core::PlanOverrides hybrid = hfPlan("llama-3.1-8b", 2);
+    hybrid.fsdp = 1;
+    hybrid.strategy = "HYBRID_SHARD";
+    hybrid.shard_size = 8;
+    hybrid.offload = "cpu";
+    hybrid.wrap = "whole";
+    hybrid.optimizer = "adamw";
+    hybrid.kernels = "compile";
+    hybrid.clip_grad_norm = 0.5;
+    expectRoundTripWith(hybrid, hfTrainerJson, false);
+    // FSDP2 by size, fp16.
+    core::PlanOverrides fsdp2 = hfPlan("gpt2", 1);
+    fsdp2.fsdp = 2;
+    fsdp2.wrap = "min-params:2000000";
+    fsdp2.param_dtype = "fp16";
+    fsdp2.reduce_dtype = "fp16";
+    fsdp2.optimizer = "sgd";
+    expectRoundTripWith(fsdp2, hfTrainerJson, false);
+}
+
+TEST(AccelerateExportTest, WhatAccelerateCannotExpressIsRefusedByField) {
+    auto refused = [](const core::PlanOverrides& o, Writer write, const std::string& prefix) {
+        const core::Plan plan = build(o);
+        auto mesh = core::validatePlan(plan);
+        ASSERT_TRUE(mesh.ok()) << mesh.error().message;
+        auto text = write(plan, *mesh);
+        ASSERT_FALSE(text.ok()) << prefix;
+        EXPECT_EQ(text.error().message.rfind(prefix, 0), 0u) << text.error().message;
+    };
+    core::PlanOverrides o = hfPlan("llama-3.1-8b", 1);
+    core::PlanOverrides reduce = o;
+    reduce.reduce_dtype = "fp32";
+    refused(reduce, accelerateYaml, "--emit accelerate: training.reduce_dtype ");
+    refused(reduce, hfTrainerJson, "--emit hf-trainer: training.reduce_dtype ");
+    core::PlanOverrides tp = o;
+    tp.tp = 2;
+    refused(tp, accelerateYaml, "--emit accelerate: sharding.tp ");
+    core::PlanOverrides layer = o;
+    layer.ac = "layer:2";
+    refused(layer, hfTrainerJson, "--emit hf-trainer: training.ac ");
+    core::PlanOverrides hsdp = o;
+    hsdp.nodes = 2;
+    hsdp.fsdp = 1;
+    hsdp.strategy = "HYBRID_SHARD";
+    hsdp.shard_size = 4;
+    refused(hsdp, hfTrainerJson, "--emit hf-trainer: sharding.shard_size ");
+    refused(hsdp, accelerateYaml, "--emit accelerate: sharding.shard_size ");
+    core::PlanOverrides momentum = o;
+    momentum.optimizer = "sgd-momentum";
+    refused(momentum, hfTrainerJson, "--emit hf-trainer: training.optimizer ");
+}
+
 }  // namespace
 }  // namespace shardcast::configs

@@ -20,6 +20,12 @@ core::Plan planOf(const ImportedConfig& c) {
     return *plan;
 }
 
+core::Plan build(const core::PlanOverrides& o) {
+    ImportedConfig c;
+    c.overrides = o;
+    return planOf(c);
+}
+
 bool contains(const std::vector<std::string>& v, const std::string& s) {
     return std::find(v.begin(), v.end(), s) != v.end();
 }
@@ -172,9 +178,9 @@ TEST(TorchtitanTomlTest, RefusalsNameTheKeyAndWhatIsValid) {
     expectRefused("[model]\nflavor = \"8B\"\n[training]\nmax_norm = \"1\"\n", "training.max_norm");
     expectRefused("[model]\nflavor = \"8B\"\n[checkpoint]\nenable = true\ninterval = 0\n", "checkpoint.interval is 0");
     ConfigContext context;
-    auto json = importConfigFile(kData + "no-such.json", context);
-    ASSERT_FALSE(json.ok());
-    EXPECT_NE(json.error().message.find("unknown config format '.json'"), std::string::npos) << json.error().message;
+    auto ini = importConfigFile(kData + "no-such.ini", context);
+    ASSERT_FALSE(ini.ok());
+    EXPECT_NE(ini.error().message.find("unknown config format '.ini'"), std::string::npos) << ini.error().message;
     auto missing = importConfigFile(kData + "no-such.toml", context);
     ASSERT_FALSE(missing.ok());
     EXPECT_NE(missing.error().message.find("no-such.toml"), std::string::npos) << missing.error().message;
@@ -236,6 +242,94 @@ void expectYamlRefused(const std::string& yaml, const std::string& named) {
     ASSERT_FALSE(c.ok()) << yaml;
     EXPECT_NE(c.error().message.find(named), std::string::npos) << c.error().message;
     EXPECT_EQ(c.error().message.rfind("acc.yaml: ", 0), 0u) << c.error().message;
+}
+
+// HF Trainer: a TrainingArguments JSON as HfArgumentParser reads it, its fsdp_config a file beside
+// it with the "fsdp_"-prefixed keys the Trainer documentation shows; --model gives the model.
+TEST(HfTrainerJsonTest, TrainingArgumentsFieldByField) {
+    ConfigContext context;
+    auto c = importConfigFile(kData + "hf-trainer-llama-fsdp.json", context);
+    ASSERT_TRUE(c.ok()) << c.error().message;
+    EXPECT_EQ(c->format, "HF TrainingArguments JSON");
+    core::PlanOverrides o = c->overrides;
+    EXPECT_FALSE(o.model.has_value());  // the script's: --model
+    o.model = "llama-3.1-8b";
+    const core::Plan plan = build(o);
+    EXPECT_EQ(plan.sharding.strategy, core::Strategy::FullShard);
+    EXPECT_EQ(plan.sharding.fsdp_version, 1);
+    EXPECT_EQ(plan.sharding.wrap.kind, core::WrapKind::Block);
+    EXPECT_EQ(plan.sharding.backward_prefetch, core::ShardingSpec::BackwardPrefetch::Post);
+    EXPECT_TRUE(plan.sharding.forward_prefetch);
+    EXPECT_EQ(plan.training.offload, core::Offload::Cpu);
+    EXPECT_EQ(plan.training.ac, core::Checkpointing::Full);
+    EXPECT_EQ(plan.training.micro_batch, 2);
+    EXPECT_EQ(plan.training.grad_accum, 8);
+    EXPECT_EQ(plan.training.param_dtype, core::DType::BF16);
+    EXPECT_EQ(plan.training.reduce_dtype, core::DType::BF16);
+    EXPECT_EQ(plan.training.clip_grad_norm, 0.3);
+    EXPECT_EQ(plan.training.optimizer, core::Optimizer::AdamW);
+    for (const char* k : {"learning_rate", "output_dir", "save_steps", "tf32", "fsdp_config.use_orig_params",
+                          "fsdp_config.cpu_ram_efficient_loading"}) {
+        EXPECT_TRUE(contains(c->ignored, k)) << k;
+    }
+}
+
+// The Trainer's defaults where a key is absent: batch 8, no backward prefetch (NO_PREFETCH),
+// max_grad_norm 1.0, fused AdamW; a bare fsdp_config leaves the strategy to the flags.
+TEST(HfTrainerJsonTest, AbsentKeysTakeTheTrainersDefaults) {
+    auto c = importHfTrainerJson(R"({"fsdp": ["shard_grad_op", "auto_wrap"], "fsdp_config": {"min_num_params": 1000000, "version": 2}})", "t.json");
+    ASSERT_TRUE(c.ok()) << c.error().message;
+    core::PlanOverrides o = c->overrides;
+    o.model = "gpt2";
+    const core::Plan plan = build(o);
+    EXPECT_EQ(plan.sharding.strategy, core::Strategy::ShardGradOp);
+    EXPECT_EQ(plan.sharding.fsdp_version, 2);
+    EXPECT_EQ(plan.sharding.wrap.kind, core::WrapKind::MinParams);
+    EXPECT_EQ(plan.sharding.wrap.min_params, 1'000'000);
+    EXPECT_EQ(plan.training.micro_batch, 8);
+    EXPECT_EQ(plan.training.clip_grad_norm, 1.0);
+    EXPECT_EQ(plan.training.optimizer, core::Optimizer::AdamWFused);
+    EXPECT_EQ(plan.training.param_dtype, core::DType::F32);
+    auto fsdp1 = importHfTrainerJson(R"({"fsdp": "full_shard"})", "t.json");
+    ASSERT_TRUE(fsdp1.ok()) << fsdp1.error().message;
+    EXPECT_EQ(*fsdp1->overrides.backward_prefetch, "none");  // FSDP_BACKWARD_PREFETCH=NO_PREFETCH
+    EXPECT_EQ(*fsdp1->overrides.wrap, "whole");              // no auto_wrap: one unit
+    ConfigContext context;
+    auto bare = importConfigFile(kData + "hf-fsdp-config.json", context);
+    ASSERT_TRUE(bare.ok()) << bare.error().message;
+    EXPECT_EQ(bare->format, "HF fsdp_config JSON");
+    EXPECT_FALSE(bare->overrides.strategy.has_value());
+    EXPECT_EQ(*bare->overrides.wrap, "block");
+    EXPECT_EQ(*bare->overrides.ac, "full");
+}
+
+TEST(HfTrainerJsonTest, RefusalsNameTheKeyAndWhatIsValid) {
+    auto refused = [](const std::string& text, const std::string& named) {
+        auto c = importHfTrainerJson(text, "args.json");
+        ASSERT_FALSE(c.ok()) << text;
+        EXPECT_EQ(c.error().message.rfind("args.json: ", 0), 0u) << c.error().message;
+        EXPECT_NE(c.error().message.find(named), std::string::npos) << c.error().message;
+    };
+    refused("{\"fsdp\": ", "malformed JSON");
+    refused("[1, 2]", "not an HF Trainer config");
+    refused(R"({"fsdp": "full_shard", "per_device_batch": 2})", "per_device_batch is not a TrainingArguments field");
+    refused(R"({"fsdp": "full_shard", "fsdp_config": {"fsdp_sharding_strategy": 1}})", "unknown key fsdp_config.fsdp_sharding_strategy");
+    refused(R"({"fsdp": "full_shard auto_wrap turbo"})", "has the option 'turbo'; valid: full_shard");
+    refused(R"({"fsdp": "full_shard shard_grad_op"})", "names 2 sharding strategies");
+    refused(R"({"fsdp": ""})", "fsdp is empty");
+    refused(R"({"fsdp": "full_shard", "bf16": true, "fp16": true})", "bf16 and fp16 are both true");
+    refused(R"({"fsdp": "full_shard", "per_device_train_batch_size": 0})", "per_device_train_batch_size is 0; valid: an integer");
+    refused(R"({"fsdp": "full_shard", "max_grad_norm": -1})", "max_grad_norm is -1");
+    refused(R"({"fsdp": "full_shard", "optim": "adafactor"})", "optim is 'adafactor'; modelled: adamw_torch");
+    refused(R"({"fsdp": "full_shard auto_wrap", "fsdp_config": {"min_num_params": 10, "transformer_layer_cls_to_wrap": "X"}})",
+            "mutually exclusive");
+    refused(R"({"fsdp": "full_shard", "fsdp_config": {"version": 3}})", "fsdp_config.version is 3; valid: an integer from 1 to 2");
+    refused(R"({"fsdp": "full_shard", "fsdp_config": {"backward_prefetch": "sideways"}})", "backward_prefetch is 'sideways'");
+    refused(R"({"fsdp": "full_shard", "fsdp_config": {"xla": true}})", "XLA");
+    refused(R"({"fsdp": "full_shard", "deepspeed": "ds.json"})", "deepspeed is given");
+    refused(R"({"fsdp": "full_shard", "gradient_checkpointing": true, "fsdp_config": {"activation_checkpointing": true}})",
+            "both true");
+    refused(R"({"fsdp": "full_shard", "fsdp_config": "no-such-file.json"})", "no-such-file.json");
 }
 
 TEST(AccelerateYamlTest, RefusalsNameTheKeyAndWhatIsValid) {

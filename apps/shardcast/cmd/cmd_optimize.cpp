@@ -359,7 +359,7 @@ void registerOptimizeCommand(CLI::App& app, int& exit_code) {
     str("--param-dtype", p.param_dtype, "DTYPE", "MixedPrecisionPolicy.param_dtype (default bf16)");
     str("--reduce-dtype", p.reduce_dtype, "DTYPE", "MixedPrecisionPolicy.reduce_dtype (default fp32)");
     str("--master-dtype", p.master_dtype, "DTYPE", "Dtype of sharded params, grads, optimizer state (default fp32)");
-    str("--optimizer", p.optimizer, "NAME", "adamw | sgd | sgd-momentum (default adamw)");
+    str("--optimizer", p.optimizer, "NAME", "adamw | adamw-fused | sgd | sgd-momentum (default adamw)");
     str("--attention", p.attention, "KERNEL", "flash | eager (default flash)");
     str("--kernels", p.kernels, "IMPL", "eager | fused (default eager)");
     str("--scale", p.scale, "hidden=H,layers=L,seq=S", "Shrink the model (as `plan --scale`)");

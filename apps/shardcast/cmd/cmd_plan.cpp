@@ -73,14 +73,15 @@ int runPlan(const PlanCommandOptions& o) {
         }
     }
     if (!o.emit.empty()) {
-        if (o.emit.size() != 2 || o.emit[0] != "torchtitan") {
-            return reportInputError(fmt::format("--emit {}: valid: --emit torchtitan FILE (accelerate and hf-trainer are not "
-                                                "written yet)",
-                                                o.emit.empty() ? std::string() : o.emit[0]));
+        const std::string format = o.emit.empty() ? std::string() : o.emit[0];
+        if (o.emit.size() != 2 || (format != "torchtitan" && format != "accelerate" && format != "hf-trainer")) {
+            return reportInputError(fmt::format("--emit {}: valid: --emit torchtitan|accelerate|hf-trainer FILE", format));
         }
-        auto toml = configs::torchtitanToml(*plan, evaluation.mesh);
-        if (!toml) return reportInputError(toml.error().message);
-        if (auto written = core::writeFileAtomically(o.emit[1], *toml); !written) {
+        auto text = format == "torchtitan"   ? configs::torchtitanToml(*plan, evaluation.mesh)
+                    : format == "accelerate" ? configs::accelerateYaml(*plan, evaluation.mesh)
+                                             : configs::hfTrainerJson(*plan, evaluation.mesh);
+        if (!text) return reportInputError(text.error().message);
+        if (auto written = core::writeFileAtomically(o.emit[1], *text); !written) {
             return reportInputError("--emit: " + written.error().message);
         }
     }
@@ -97,7 +98,7 @@ int runPlan(const PlanCommandOptions& o) {
         fmt::print("{}", planReportText(*plan, evaluation));
         if (!o.write_plan.empty()) fmt::print("\nPlan written to {}\n", o.write_plan);
         if (!o.pytorch.empty()) fmt::print("\nPyTorch code written to {}\n", o.pytorch);
-        if (!o.emit.empty()) fmt::print("\ntorchtitan config written to {}\n", o.emit[1]);
+        if (!o.emit.empty()) fmt::print("\n{} config written to {}\n", o.emit[0], o.emit[1]);
         if (o.save.requested) fmt::print("{}\n", saved.line);
     }
     std::fflush(stdout);
@@ -127,8 +128,11 @@ void registerPlanCommand(CLI::App& app, int& exit_code) {
                     "plan (parallelize_module) with --tp, checkpoint_wrapper and fully_shard per unit")
         ->type_name("FILE");
     cmd->add_option("--emit", opts->emit,
-                    "Also write the plan as a framework's config: torchtitan FILE (a TOML job config that --from-config "
-                    "reads back to this plan; a plan torchtitan cannot express is refused by field)")
+                    "Also write the plan as a framework's config that --from-config reads back to this plan: torchtitan "
+                    "FILE (a TOML job config), accelerate FILE (accelerate's config YAML; the model, batch and optimizer "
+                    "stay the script's: their flags are in its first comment) or hf-trainer FILE (a TrainingArguments "
+                    "JSON; the model and sequence length stay the script's). A plan the framework cannot express is "
+                    "refused by field")
         ->type_name("FORMAT FILE")
         ->expected(2);
     addProfileOption(*cmd, opts->profile);
