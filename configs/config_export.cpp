@@ -99,7 +99,9 @@ core::Result<std::string> torchtitanToml(const core::Plan& plan, const core::Mes
     if (s.prefetch_depth != 1) {
         return cannot("sharding.prefetch_depth", fmt::format("is {}; torchtitan keeps FSDP2's implicit prefetch of one unit", s.prefetch_depth));
     }
-    if (t.optimizer != core::Optimizer::AdamW) return cannot("training.optimizer", "is not adamw; torchtitan's optimizers here: AdamW");
+    if (t.optimizer != core::Optimizer::AdamW && t.optimizer != core::Optimizer::AdamWFused) {
+        return cannot("training.optimizer", "is not adamw or adamw-fused; torchtitan's optimizers here: AdamW, fused or foreach");
+    }
     if (!t.frozen_regex.empty()) return cannot("training.frozen", "is set; torchtitan trains every parameter");
     if (t.no_sync) return cannot("training.no_sync", "is true; torchtitan reduces gradients every micro-batch");
     if (t.attention != core::AttentionKernel::Flash) return cannot("training.attention", "is eager; torchtitan runs SDPA (flash)");
@@ -140,7 +142,8 @@ core::Result<std::string> torchtitanToml(const core::Plan& plan, const core::Mes
         SHARDCAST_VERSION, plan.model_ref, mesh.world_size, plan.cluster.gpu.name,
         t.impl == core::ModelImpl::Hf ? " (this plan was made with impl hf, HuggingFace's modules)" : "");
     out += fmt::format("[model]\nname = \"llama3\"\nflavor = \"{}\"\n\n", flavor->second);
-    out += "[optimizer]\nname = \"AdamW\"\n\n";
+    out += fmt::format("[optimizer]\nname = \"AdamW\"\nimplementation = \"{}\"\n\n",
+                       t.optimizer == core::Optimizer::AdamWFused ? "fused" : "foreach");
 
     // Micro-batches: under pp the pipeline's (pipeline_parallel_microbatch_size), else the local batch.
     const int64_t dp = replicate * shard;

@@ -68,7 +68,7 @@ const std::map<std::string, SectionKeys>& torchtitanSections() {
         {"experimental", {{}, {}, true}},
         {"model", {{"name", "flavor", "converters"}, {"hf_assets_path", "tokenizer_path", "print_after_conversion"}}},
         {"optimizer",
-         {{"name", "early_step_in_backward"}, {"lr", "eps", "weight_decay", "beta1", "beta2", "implementation"}}},
+         {{"name", "early_step_in_backward", "implementation"}, {"lr", "eps", "weight_decay", "beta1", "beta2"}}},
         {"training",
          {{"local_batch_size", "batch_size", "global_batch_size", "seq_len", "dtype", "mixed_precision_param",
            "mixed_precision_reduce", "enable_cpu_offload", "compile", "max_norm"},
@@ -242,7 +242,19 @@ core::Status mapTorchtitan(const TomlReader& r, const std::string& where, const 
         return r.error("optimizer", "name", fmt::format("is '{}'; shardcast models AdamW and Adam (two fp32 states per "
                                                         "parameter)", optimizer));
     }
-    o.optimizer = "adamw";
+    // torchtitan's default implementation is "fused" (job_config.py: Optimizer.implementation).
+    SHARDCAST_TRY_ASSIGN(implementation, r.string("optimizer", "implementation", "fused"));
+    if (implementation == "fused") {
+        o.optimizer = "adamw-fused";
+    } else if (implementation == "foreach") {
+        o.optimizer = "adamw";
+    } else {
+        return r.error("optimizer", "implementation",
+                       fmt::format("is '{}'; valid: fused (one kernel pass), foreach (the for-loop implementation, one "
+                                   "kernel per tensor and op, is not modelled)",
+                                   implementation));
+    }
+    mapped(fmt::format("optimizer {} ({}) -> --optimizer {}", optimizer, implementation, *o.optimizer));
     SHARDCAST_TRY_ASSIGN(early_step, r.boolean("optimizer", "early_step_in_backward", false));
     if (early_step) return r.error("optimizer", "early_step_in_backward", "is true: an optimizer step inside backward is not modelled");
 

@@ -55,7 +55,7 @@ TEST(TorchtitanTomlTest, Llama405BTp8FieldByField) {
     EXPECT_EQ(plan.training.seq_len, 8192);
     EXPECT_EQ(plan.training.ac, core::Checkpointing::Full);
     EXPECT_EQ(plan.training.kernels, core::KernelImpl::Compile);
-    EXPECT_EQ(plan.training.optimizer, core::Optimizer::AdamW);
+    EXPECT_EQ(plan.training.optimizer, core::Optimizer::AdamWFused);  // optimizer.implementation's default: fused
     EXPECT_EQ(plan.training.master_dtype, core::DType::F32);
     EXPECT_EQ(plan.training.param_dtype, core::DType::BF16);
     EXPECT_EQ(plan.training.reduce_dtype, core::DType::F32);
@@ -130,6 +130,9 @@ TEST(TorchtitanTomlTest, AbsentKeysTakeTorchtitansDefaults) {
     auto clip = importTorchtitanToml("[model]\nflavor = \"8B\"\n[training]\nmax_norm = 2\n", "t.toml", context);
     ASSERT_TRUE(clip.ok()) << clip.error().message;
     EXPECT_EQ(planOf(*clip).training.clip_grad_norm, 2.0);  // an integer is a number too (float | int)
+    auto foreach = importTorchtitanToml("[model]\nflavor = \"8B\"\n[optimizer]\nimplementation = \"foreach\"\n", "t.toml", context);
+    ASSERT_TRUE(foreach.ok()) << foreach.error().message;
+    EXPECT_EQ(planOf(*foreach).training.optimizer, core::Optimizer::AdamW);
     // pipeline_parallel_layers_per_stage: ceil((32 + 2) / 9) = 4 stages over 2 ranks, 2 each.
     auto lps = importTorchtitanToml(
         "[model]\nflavor = \"8B\"\n[parallelism]\npipeline_parallel_degree = 2\npipeline_parallel_schedule = "
@@ -175,6 +178,8 @@ TEST(TorchtitanTomlTest, RefusalsNameTheKeyAndWhatIsValid) {
                   "activation_checkpoint.mode is 'memory_budget'");
     expectRefused("[model]\nflavor = \"8B\"\n[optimizer]\nname = \"Muon\"\n", "optimizer.name is 'Muon'");
     expectRefused("[model]\nflavor = \"8B\"\n[training]\nmax_norm = 0.0\n", "training.max_norm is 0; valid: a positive number");
+    expectRefused("[model]\nflavor = \"8B\"\n[optimizer]\nimplementation = \"for-loop\"\n",
+                  "optimizer.implementation is 'for-loop'; valid: fused");
     expectRefused("[model]\nflavor = \"8B\"\n[training]\nmax_norm = \"1\"\n", "training.max_norm");
     expectRefused("[model]\nflavor = \"8B\"\n[checkpoint]\nenable = true\ninterval = 0\n", "checkpoint.interval is 0");
     ConfigContext context;
