@@ -397,6 +397,9 @@ def main():
                     help="with --pp-schedule Interleaved1F1B: stages per pipeline rank (--pp-stage is then the rank)")
     ap.add_argument("--grad-accum", type=int, default=1, help="with --pp: micro-batches per step")
     ap.add_argument("--json", default="", help="also write the result JSON here")
+    ap.add_argument("--eval-step", action="store_true",
+                    help="after the training steps, one eval step (model.eval(), torch.no_grad(), the same batch with "
+                         "labels), its peak reported as \"eval\" (not with --pp)")
     a = ap.parse_args()
 
     if a.tp < 1 or a.world % a.tp:
@@ -720,6 +723,19 @@ def main():
                 if it == 0:
                     fmt.reset_mod_stats()  # as torchtitan: iteration 0 has no optimizer state
                 gc.collect(1)
+            eval_out = None
+            if a.eval_step and a.pp == 1:
+                # An eval step in the steady state: optimizer state held, gradients set to None.
+                model.eval()
+                fmt.reset_mod_stats()  # the tracker takes one forward per module between resets
+                fmt.reset_peaks()
+                with torch.no_grad(), loss_ctx():
+                    out = model(input_ids=ids, labels=labels, use_cache=False)
+                    del out
+                model.train()
+                dev = next(iter(fmt._peak_mem_snap))
+                peak = {getattr(k, "value", str(k)): int(v) for k, v in fmt._peak_mem_snap[dev].items()}
+                eval_out = {"peak_bytes": peak.pop(TOTAL), "at_peak": peak}
         other_devs = {str(d): s[TOTAL] for d, s in fmt._peak_mem_snap.items() if str(d) != steps_out[-1]["device"]}
 
     res = {
@@ -735,6 +751,7 @@ def main():
         "steps": steps_out,
         "peak_bytes": steps_out[-1]["peak_bytes"], "at_peak": steps_out[-1]["at_peak"],
         "max_per_category": steps_out[-1]["max_per_category"],
+        "eval": eval_out,
         "timings": {**timings, "steps_s": [s["wall_s"] for s in steps_out],
                     "process_s": round(time.time() - T_START, 3)},
     }

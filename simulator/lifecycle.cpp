@@ -6,8 +6,58 @@
 
 namespace shardcast::sim {
 
-LifecycleFigures lifecycleFigures(const core::Plan& plan, const core::Program& program, const HardwareProfile& profile,
-                                  int64_t budget_bytes) {
+namespace {
+
+// The eval step of lifecycle.hpp: micro-batch 0 up to its last forward task, Activation transient.
+void evalStep(const core::Program& program, const core::Timeline& timeline, LifecycleFigures& f) {
+    int32_t last_forward = -1;
+    for (int32_t id = 0; id < program.size(); ++id) {
+        const core::Task& t = program.tasks[static_cast<size_t>(id)];
+        if (t.micro_batch == 0 && t.kind == core::TaskKind::Forward) last_forward = id;
+    }
+    if (last_forward < 0) return;
+    const auto activation = core::index(core::MemCategory::Activation);
+    int64_t cur = 0;
+    for (const int64_t b : program.initial) cur += b;
+    int64_t peak = cur;
+    // Events other than Activation change the state. A task's Activation allocations (what training
+    // keeps for backward) are alive while it runs, its outputs and the loss's logits, and gone after it:
+    // nothing is kept for backward. Returns the Activation bytes and the other bytes the span adds.
+    auto apply = [&](core::Span span, bool transient) {
+        std::pair<int64_t, int64_t> added{0, 0};
+        for (uint32_t i = 0; i < span.count; ++i) {
+            const core::MemEvent& e = program.mem[span.offset + i];
+            if (core::index(e.category) == activation) {
+                added.first += e.bytes;
+                continue;
+            }
+            added.second += e.bytes;
+            if (!transient) {
+                cur += e.bytes;
+                peak = std::max(peak, cur);
+            }
+        }
+        return added;
+    };
+    for (int32_t id = 0; id <= last_forward; ++id) {
+        const core::Task& t = program.tasks[static_cast<size_t>(id)];
+        if (t.micro_batch != 0) continue;
+        const int64_t at_start = std::max<int64_t>(0, apply(t.mem_start, false).first);
+        const auto [act_transient, other_transient] = apply(t.mem_peak, true);
+        peak = std::max(peak, cur + at_start + std::max<int64_t>(0, act_transient + other_transient));
+        const int64_t at_end = std::max<int64_t>(0, apply(t.mem_end, false).first);
+        peak = std::max(peak, cur + at_start + at_end);
+    }
+    f.eval_modelled = true;
+    f.eval_peak_bytes = peak;
+    f.eval_fits = peak <= f.budget_bytes;
+    if (timeline.tasks.size() == program.tasks.size()) f.eval_ns = timeline.tasks[static_cast<size_t>(last_forward)].end_ns;
+}
+
+}  // namespace
+
+LifecycleFigures lifecycleFigures(const core::Plan& plan, const core::Program& program, const core::Timeline& timeline,
+                                  const HardwareProfile& profile, int64_t budget_bytes) {
     LifecycleFigures f;
     f.budget_bytes = budget_bytes;
     const int64_t item = core::itemSize(plan.training.master_dtype);
@@ -38,6 +88,7 @@ LifecycleFigures lifecycleFigures(const core::Plan& plan, const core::Program& p
     });
     const double host_link = profile.gpu.host_link_bytes_per_s;
     f.summon_to_host_s = host_link > 0 ? static_cast<double>(f.stage_param_bytes) / host_link : 0;
+    if (std::max(1, plan.sharding.pp) == 1) evalStep(program, timeline, f);
     return f;
 }
 

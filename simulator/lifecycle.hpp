@@ -17,10 +17,21 @@
 // gathered and its device copy is freed: the device holds the steady state plus the largest unit
 // whole; the host the stage's parameters (every rank, or rank 0 alone with rank0_only). Time: the
 // all-gathers of every unit (gatherUnitsSeconds) and, with offload_to_cpu, the copies to the host.
+//
+// An eval step (model.eval() under torch.no_grad(), one micro-batch): FSDP still unshards and
+// reshards every unit as in training's forward, and nothing is kept for backward. From the rank's
+// Program: its micro-batch 0 up to its last forward task (the all-gathers, copies and forward
+// compute issued by then), memory replayed over them from the step's steady state with each task's
+// Activation (what training keeps for backward) alive only while the task runs: the loss's logits
+// count where they are made, nothing accumulates. Exact where the peak is at the loss (as for
+// LLMs with large vocabularies); inside a block it counts all the block's tensors at once, an upper
+// bound. Time: the simulated step's end of that last forward task. Not for pipelines (a stage's
+// forward waits on the others' sends).
 #include <cstdint>
 
 #include "core/plan/plan.hpp"
 #include "core/program/program.hpp"
+#include "core/program/timeline.hpp"
 #include "simulator/hardware_profile.hpp"
 
 namespace shardcast::sim {
@@ -38,11 +49,15 @@ struct LifecycleFigures {
     int64_t summon_host_bytes = 0;        // offload_to_cpu: the stage's parameters on each rank's host
     double summon_gather_s = 0;           // the all-gathers of every unit's parameters
     double summon_to_host_s = 0;          // offload_to_cpu: the copies to the host
+    bool eval_modelled = false;           // false under pipeline parallelism
+    int64_t eval_peak_bytes = 0;          // an eval step's peak: steady state + unshards + transients
+    bool eval_fits = true;
+    int64_t eval_ns = 0;                  // an eval step's time: training's forward phase
 };
 
 // From the rank's Program (rank 0's, or the first pipeline stage's), the profile in effect and the
 // memory budget that "fits" is judged against.
-LifecycleFigures lifecycleFigures(const core::Plan& plan, const core::Program& program, const HardwareProfile& profile,
-                                  int64_t budget_bytes);
+LifecycleFigures lifecycleFigures(const core::Plan& plan, const core::Program& program, const core::Timeline& timeline,
+                                  const HardwareProfile& profile, int64_t budget_bytes);
 
 }  // namespace shardcast::sim

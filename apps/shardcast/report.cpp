@@ -183,11 +183,18 @@ void appendLifecycleSection(std::string& out, const sim::Evaluation& e) {
     };
     auto verdict = [](bool fits) { return fits ? "fits" : "OUT OF MEMORY"; };
     line("");
-    line(fmt::format("Init and summon_full_params (rank 0's device, budget {:.2f} GiB)", gib(f.budget_bytes)));
+    line(fmt::format("Init, eval and summon_full_params (rank 0's device, budget {:.2f} GiB)", gib(f.budget_bytes)));
     line(fmt::format("  init on the meta device      {:>10.2f} GiB  {} (fully_shard, then to_empty and init: only the shards)",
                      gib(f.init_meta_bytes), verdict(f.init_meta_fits)));
     line(fmt::format("  init materialised, sharded   {:>10.2f} GiB  {} (the whole model built on the GPU first)",
                      gib(f.init_materialized_bytes), verdict(f.init_materialized_fits)));
+    if (f.eval_modelled) {
+        line(fmt::format("  eval step (no_grad)          {:>10.2f} GiB  {} ({:.2f} ms: training's forward of one micro-batch, "
+                         "nothing kept for backward)",
+                         gib(f.eval_peak_bytes), verdict(f.eval_fits), ms(f.eval_ns)));
+    } else {
+        line("  eval step (no_grad)          not modelled under pipeline parallelism");
+    }
     line(fmt::format("  summon_full_params           {:>10.2f} GiB  {} (every unit whole at once; gathers {:.2f} s)",
                      gib(f.summon_bytes), verdict(f.summon_fits), f.summon_gather_s));
     line(fmt::format("    with offload_to_cpu        {:>10.2f} GiB  {} (one unit whole at a time; {:.2f} GB to the host "
@@ -414,7 +421,11 @@ nlohmann::ordered_json planResultJson(const core::Plan& plan, const sim::Evaluat
                           {"summon_offload_fits", f.summon_offload_fits},
                           {"summon_host_bytes", f.summon_host_bytes},
                           {"summon_gather_s", f.summon_gather_s},
-                          {"summon_to_host_s", f.summon_to_host_s}};
+                          {"summon_to_host_s", f.summon_to_host_s},
+                          {"eval_modelled", f.eval_modelled},
+                          {"eval_peak_bytes", f.eval_peak_bytes},
+                          {"eval_fits", f.eval_fits},
+                          {"eval_ns", f.eval_ns}};
     }
     if (e.checkpoint) {
         const sim::CheckpointFigures& f = *e.checkpoint;

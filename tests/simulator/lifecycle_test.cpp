@@ -65,5 +65,34 @@ TEST(LifecycleTest, Llama8BOn8H100sFitsEveryWay) {
     EXPECT_LT(f.summon_offload_bytes, f.summon_bytes);
 }
 
+// An eval step against PyTorch's FSDPMemTracker: Llama-3.1-8B's width with 4 layers, 8 ranks, seq
+// 2048, bf16 FSDP2 per block, after two training steps (AdamW state held, gradients None), one
+// forward under torch.no_grad() with labels. `scripts/torch_peer.py models/llama-3.1-8b.json --world 8
+// --seq 2048 --layers 4 --eval-step` (torch 2.15.0, transformers 4.57.6, FakeTensorMode on the CPU)
+// gave an eval peak of 8,065,776,044 bytes, at the loss: the shards, the root unsharded (2.10 GB),
+// a block's all-gather, the optimizer state and 2.64 GB of logits (bf16, fp32, log-softmax). The
+// tracker counts no Runtime Overhead; within 1%.
+TEST(LifecycleTest, EvalStepOfLlama8BSliceMatchesTheTracker) {
+    core::Plan plan = testing::h100Plan("llama-3.1-8b", 1, 2048);
+    plan.model = testing::scaledModel("llama-3.1-8b", 4);
+    plan.training.hf_mask = core::HfMask::V4;
+    auto e = evaluatePlan(plan, nullptr);
+    ASSERT_TRUE(e.ok()) << e.error().message;
+    const LifecycleFigures& f = *e->lifecycle;
+    ASSERT_TRUE(f.eval_modelled);
+    const int64_t overhead = e->program.initial[core::index(core::MemCategory::RuntimeOverhead)];
+    const double tracker = 8'065'776'044.0;
+    EXPECT_NEAR(static_cast<double>(f.eval_peak_bytes - overhead) / tracker, 1.0, 0.01);
+    EXPECT_LT(f.eval_peak_bytes, e->memory.peak_bytes);  // nothing kept for backward
+    // Its time is the step's forward phase: the end of the last forward task of micro-batch 0.
+    int32_t last_forward = -1;
+    for (int32_t id = 0; id < e->program.size(); ++id) {
+        const core::Task& t = e->program.tasks[static_cast<size_t>(id)];
+        if (t.micro_batch == 0 && t.kind == core::TaskKind::Forward) last_forward = id;
+    }
+    EXPECT_EQ(f.eval_ns, e->timeline.tasks[static_cast<size_t>(last_forward)].end_ns);
+    EXPECT_LT(f.eval_ns, e->timeline.step_ns / 2);  // backward costs about twice the forward
+}
+
 }  // namespace
 }  // namespace shardcast::sim
