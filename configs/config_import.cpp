@@ -828,8 +828,8 @@ core::Result<ImportedConfig> importConfigFile(const std::filesystem::path& path,
     const std::string ext = path.extension().string();
     if (ext != ".toml" && ext != ".yaml" && ext != ".yml" && ext != ".json") {
         return core::makeError(fmt::format("--from-config {}: unknown config format '{}'; valid: a torchtitan job config "
-                                           "(.toml), an accelerate config (.yaml), an HF Trainer TrainingArguments or "
-                                           "fsdp_config (.json)",
+                                           "(.toml), an accelerate or LightningCLI config (.yaml), an HF Trainer "
+                                           "TrainingArguments or fsdp_config (.json)",
                                            where, ext));
     }
     const bool toml = ext == ".toml";
@@ -838,6 +838,7 @@ core::Result<ImportedConfig> importConfigFile(const std::filesystem::path& path,
     if (!text) return text.error();
     if (toml) return importTorchtitanToml(*text, where, context);
     if (ext == ".json") return importHfTrainerJson(*text, where, path.parent_path());
+    if (isLightningYaml(*text)) return importLightningYaml(*text, where);
     return importAccelerateYaml(*text, where);
 }
 

@@ -69,6 +69,12 @@ struct ConfigContext {
 core::Result<ImportedConfig> importTorchtitanToml(std::string_view text, const std::string& where,
                                                   const ConfigContext& context);
 core::Result<ImportedConfig> importAccelerateYaml(std::string_view text, const std::string& where);
+// Lightning (configs/lightning.cpp): a LightningCLI config YAML whose trainer.strategy is FSDPStrategy
+// (or "fsdp"): its init_args and the Trainer's devices, num_nodes, precision, accumulate_grad_batches
+// and gradient_clip_val. --model and the batch flags give the rest. isLightningYaml: a YAML mapping
+// with a `trainer` key (what tells it from accelerate's YAML).
+core::Result<ImportedConfig> importLightningYaml(std::string_view text, const std::string& where);
+bool isLightningYaml(std::string_view text);
 // HF Trainer (configs/hf_trainer.cpp): a TrainingArguments JSON (fsdp, fsdp_config as an object or a
 // path resolved against `base_dir`, per_device_train_batch_size, gradient_accumulation_steps, bf16,
 // fp16, max_grad_norm, gradient_checkpointing, optim, torch_compile; every other field listed as of

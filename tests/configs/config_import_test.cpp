@@ -337,6 +337,63 @@ TEST(HfTrainerJsonTest, RefusalsNameTheKeyAndWhatIsValid) {
     refused(R"({"fsdp": "full_shard", "fsdp_config": "no-such-file.json"})", "no-such-file.json");
 }
 
+// Lightning: a LightningCLI config whose trainer.strategy is FSDPStrategy; --model and the batch
+// (the LightningModule's and the DataModule's) come from the flags.
+TEST(LightningYamlTest, FsdpStrategyFieldByField) {
+    ConfigContext context;
+    auto c = importConfigFile(kData + "lightning-fsdp.yaml", context);
+    ASSERT_TRUE(c.ok()) << c.error().message;
+    EXPECT_EQ(c->format, "Lightning CLI YAML");
+    core::PlanOverrides o = c->overrides;
+    o.model = "llama-3.1-8b";
+    const core::Plan plan = build(o);
+    EXPECT_EQ(plan.cluster.nodes, 2);
+    EXPECT_EQ(plan.cluster.gpus_per_node, 8);
+    EXPECT_EQ(plan.sharding.fsdp_version, 1);
+    EXPECT_EQ(plan.sharding.strategy, core::Strategy::HybridShard);
+    EXPECT_EQ(plan.sharding.shard_size, 8);  // FSDP1's hybrid default: a node
+    EXPECT_EQ(plan.sharding.wrap.kind, core::WrapKind::Block);
+    EXPECT_EQ(plan.sharding.backward_prefetch, core::ShardingSpec::BackwardPrefetch::Pre);
+    EXPECT_EQ(plan.training.ac, core::Checkpointing::Full);
+    EXPECT_EQ(plan.training.param_dtype, core::DType::BF16);
+    EXPECT_EQ(plan.training.reduce_dtype, core::DType::BF16);  // FSDPPrecision: all three dtypes bf16
+    EXPECT_EQ(plan.training.grad_accum, 4);
+    EXPECT_EQ(plan.training.clip_grad_norm, 1.0);
+    for (const char* k : {"seed_everything", "model", "data", "trainer.max_steps", "trainer.log_every_n_steps",
+                          "trainer.strategy.init_args.use_orig_params"}) {
+        EXPECT_TRUE(contains(c->ignored, k)) << k;
+    }
+    // The "fsdp" alias: FSDPStrategy's defaults (FULL_SHARD, no wrapping, fp32, no clipping).
+    auto alias = importLightningYaml("trainer:\n  strategy: fsdp\n  devices: 4\n", "t.yaml");
+    ASSERT_TRUE(alias.ok()) << alias.error().message;
+    EXPECT_EQ(*alias->overrides.strategy, "FULL_SHARD");
+    EXPECT_EQ(*alias->overrides.wrap, "whole");
+    EXPECT_EQ(*alias->overrides.param_dtype, "fp32");
+    EXPECT_EQ(*alias->overrides.clip_grad_norm, 0.0);
+}
+
+TEST(LightningYamlTest, RefusalsNameTheKeyAndWhatIsValid) {
+    auto refused = [](const std::string& text, const std::string& named) {
+        auto c = importLightningYaml(text, "cli.yaml");
+        ASSERT_FALSE(c.ok()) << text;
+        EXPECT_EQ(c.error().message.rfind("cli.yaml: ", 0), 0u) << c.error().message;
+        EXPECT_NE(c.error().message.find(named), std::string::npos) << c.error().message;
+    };
+    refused("trainer: [1\n", "malformed YAML");
+    refused("trainer:\n  strategy: ddp\n", "trainer.strategy is 'ddp'");
+    refused("trainer:\n  strategy: fsdp\n  devcies: 8\n", "trainer.devcies is not a Trainer argument");
+    refused("trainer:\n  strategy:\n    class_path: DeepSpeedStrategy\n", "class_path is 'DeepSpeedStrategy'");
+    refused("trainer:\n  strategy:\n    class_path: FSDPStrategy\n    init_args:\n      sharding: FULL\n",
+            "init_args.sharding is not an FSDPStrategy argument");
+    refused("trainer:\n  strategy:\n    class_path: FSDPStrategy\n    init_args:\n      sharding_strategy: ZERO3\n",
+            "sharding_strategy is 'ZERO3'");
+    refused("trainer:\n  strategy: fsdp\n  precision: transformer-engine\n", "trainer.precision is 'transformer-engine'");
+    refused("trainer:\n  strategy: fsdp\n  gradient_clip_val: 1.0\n  gradient_clip_algorithm: value\n", "modelled: norm");
+    refused("trainer:\n  strategy: fsdp\n  accelerator: cpu\n", "trainer.accelerator is 'cpu'");
+    refused("trainer:\n  strategy: fsdp\n  devices: many\n", "trainer.devices is 'many'; valid: an integer");
+    refused("trainer:\n  strategy: fsdp\nfit: {}\n", "fit is not a LightningCLI key");
+}
+
 TEST(AccelerateYamlTest, RefusalsNameTheKeyAndWhatIsValid) {
     const std::string base = "distributed_type: FSDP\nnum_processes: 8\n";
     expectYamlRefused("distributed_type: [FSDP\n", "malformed YAML at line");
