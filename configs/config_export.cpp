@@ -267,30 +267,37 @@ core::Result<std::string> hfTrainerJson(const core::Plan& plan, const core::Mesh
     const core::ShardingSpec& s = plan.sharding;
     const core::TrainingSpec& t = plan.training;
     if ((s.strategy == core::Strategy::HybridShard || s.strategy == core::Strategy::HybridShardZero2) &&
-        mesh.shard_size != plan.cluster.gpus_per_node) {
-        return cannotIn("hf-trainer", "sharding.shard_size", "is not the GPUs per node; the Trainer's hybrid_shard shards within a node");
+        (s.fsdp_version == 2 || mesh.shard_size != plan.cluster.gpus_per_node)) {
+        return cannotIn("hf-trainer", "sharding.strategy", "is hybrid over other than a node's GPUs, or under FSDP2; the Trainer's "
+                                                          "hybrid_shard is FSDP1's, shard groups of a node");
     }
     if (s.fsdp_version == 2 && s.reshard_after_forward != core::ReshardMode::Default) {
-        return cannotIn("hf-trainer", "sharding.reshard_after_forward", "is set; the Trainer's fsdp options decide it");
+        return cannotIn("hf-trainer", "sharding.reshard_after_forward", "is set; give the strategy (FULL_SHARD or SHARD_GRAD_OP)");
     }
+    // transformers 5's form: fsdp true, everything in fsdp_config.
+    nlohmann::ordered_json config = nlohmann::ordered_json::object();
+    config["version"] = s.fsdp_version;
     std::string strategy = strategyUpper(s.strategy);
     std::transform(strategy.begin(), strategy.end(), strategy.begin(), [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
-    std::string fsdp = strategy;
-    if (t.offload == core::Offload::Cpu) fsdp += " offload";
-    nlohmann::ordered_json config = nlohmann::ordered_json::object();
-    if (s.wrap.kind != core::WrapKind::Whole) fsdp += " auto_wrap";
+    if (s.fsdp_version == 2) {
+        config["reshard_after_forward"] = s.strategy == core::Strategy::FullShard;
+    } else {
+        config["reshard_after_forward"] = strategy;
+    }
+    config["auto_wrap_policy"] = s.wrap.kind == core::WrapKind::Block       ? "TRANSFORMER_BASED_WRAP"
+                                 : s.wrap.kind == core::WrapKind::MinParams ? "SIZE_BASED_WRAP"
+                                                                            : "NO_WRAP";
     if (s.wrap.kind == core::WrapKind::MinParams) config["min_num_params"] = s.wrap.min_params;
+    config["cpu_offload"] = t.offload == core::Offload::Cpu;
+    config["activation_checkpointing"] = t.ac == core::Checkpointing::Full;
     if (s.fsdp_version == 1) {
         config["backward_prefetch"] = s.backward_prefetch == core::ShardingSpec::BackwardPrefetch::Pre    ? "backward_pre"
                                       : s.backward_prefetch == core::ShardingSpec::BackwardPrefetch::Post ? "backward_post"
                                                                                                            : "no_prefetch";
         config["forward_prefetch"] = s.forward_prefetch;
-    } else {
-        config["version"] = 2;
     }
-    config["activation_checkpointing"] = t.ac == core::Checkpointing::Full;
     nlohmann::ordered_json j;
-    j["fsdp"] = fsdp;
+    j["fsdp"] = true;
     j["fsdp_config"] = std::move(config);
     j["per_device_train_batch_size"] = t.micro_batch;
     j["gradient_accumulation_steps"] = t.grad_accum;

@@ -339,7 +339,6 @@ core::Status mapTorchtitan(const TomlReader& r, const std::string& where, const 
         mapped(fmt::format("tensor_parallel_degree {} -> --tp {} (sequence parallel, loss parallel {}{})", tp, tp,
                            *o.loss_parallel, async_tp ? ", async TP" : ""));
     }
-    SHARDCAST_TRY_ASSIGN(fqns, r.strings("parallelism", "module_fqns_per_model_part"));
     if (r.find("parallelism", "module_fqns_per_model_part") != nullptr) {
         return r.error("parallelism", "module_fqns_per_model_part", "is given: explicit stage modules are not read; use "
                                                                      "pipeline_parallel_layers_per_stage or --pp-stage-blocks");

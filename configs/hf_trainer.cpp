@@ -1,10 +1,13 @@
 // HF Trainer's FSDP settings read into a plan (configs/config_import.hpp, importHfTrainerJson): a
 // TrainingArguments JSON (the file HfArgumentParser.parse_json_file reads, or the dict a script
 // passes) or a bare fsdp_config JSON (the file `--fsdp_config` names). What the Trainer does with them
-// is transformers 4.57's: TrainingArguments.__post_init__ (training_args.py) turns `fsdp` and
-// `fsdp_config` into accelerate's FSDP plugin (FSDP1: the FullyShardedDataParallelPlugin from the
-// FSDP_* environment it sets), and Trainer.create_accelerator_and_postprocess adds limit_all_gathers
-// and activation_checkpointing.
+// is transformers 5's (training_args.py as of 5.25): `fsdp` is true, or the legacy option string or
+// list whose strategies and "offload" fill fsdp_config (_apply_legacy_fsdp_to_config), and
+// fsdp_config becomes accelerate's FSDP plugin: version 2 (FSDP2) unless it says 1, every block
+// wrapped unless auto_wrap_policy says otherwise (TRANSFORMER_BASED_WRAP by default),
+// reshard_after_forward a bool under FSDP2 and the strategy's name under FSDP1, whose
+// backward_prefetch defaults to NO_PREFETCH. transformers 4.x read the same files as FSDP1 with no
+// wrapping unless `fsdp` said auto_wrap: give --fsdp 1 (and --wrap) for a 4.x run.
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
@@ -27,46 +30,52 @@ namespace {
 
 using json = nlohmann::json;
 
-// Every field of transformers 4.57's TrainingArguments (dataclasses.fields, init=True): a key
+// Every field of TrainingArguments in transformers 4.57 or 5.25 (the dataclass's fields): a key
 // outside these (and outside fsdp_config's) is an error naming it.
 const std::set<std::string> kTrainingArguments = {
-    "accelerator_config", "adafactor", "adam_beta1", "adam_beta2", "adam_epsilon", "auto_find_batch_size",
-    "average_tokens_across_devices", "batch_eval_metrics", "bf16", "bf16_full_eval", "data_seed",
-    "dataloader_drop_last", "dataloader_num_workers", "dataloader_persistent_workers", "dataloader_pin_memory",
-    "dataloader_prefetch_factor", "ddp_backend", "ddp_broadcast_buffers", "ddp_bucket_cap_mb",
-    "ddp_find_unused_parameters", "ddp_timeout", "debug", "deepspeed", "disable_tqdm", "do_eval", "do_predict",
-    "do_train", "eval_accumulation_steps", "eval_delay", "eval_do_concat_batches", "eval_on_start", "eval_steps",
-    "eval_strategy", "eval_use_gather_object", "fp16", "fp16_backend", "fp16_full_eval", "fp16_opt_level", "fsdp",
-    "fsdp_config", "fsdp_min_num_params", "fsdp_transformer_layer_cls_to_wrap", "full_determinism",
-    "gradient_accumulation_steps", "gradient_checkpointing", "gradient_checkpointing_kwargs", "greater_is_better",
-    "group_by_length", "half_precision_backend", "hub_always_push", "hub_model_id", "hub_private_repo",
-    "hub_revision", "hub_strategy", "hub_token", "ignore_data_skip", "include_for_metrics",
-    "include_inputs_for_metrics", "include_num_input_tokens_seen", "include_tokens_per_second", "jit_mode_eval",
-    "label_names", "label_smoothing_factor", "learning_rate", "length_column_name", "liger_kernel_config",
-    "load_best_model_at_end", "local_rank", "log_level", "log_level_replica", "log_on_each_node", "logging_dir",
-    "logging_first_step", "logging_nan_inf_filter", "logging_steps", "logging_strategy", "lr_scheduler_kwargs",
-    "lr_scheduler_type", "max_grad_norm", "max_steps", "metric_for_best_model", "mp_parameters",
-    "neftune_noise_alpha", "no_cuda", "num_train_epochs", "optim", "optim_args", "optim_target_modules", "output_dir",
-    "overwrite_output_dir", "parallelism_config", "past_index", "per_device_eval_batch_size",
-    "per_device_train_batch_size", "per_gpu_eval_batch_size", "per_gpu_train_batch_size", "prediction_loss_only",
-    "project", "push_to_hub", "push_to_hub_model_id", "push_to_hub_organization", "push_to_hub_token", "ray_scope",
-    "remove_unused_columns", "report_to", "restore_callback_states_from_checkpoint", "resume_from_checkpoint",
-    "run_name", "save_on_each_node", "save_only_model", "save_safetensors", "save_steps", "save_strategy",
-    "save_total_limit", "seed", "skip_memory_metrics", "tf32", "torch_compile", "torch_compile_backend",
-    "torch_compile_mode", "torch_empty_cache_steps", "torchdynamo", "tpu_metrics_debug", "tpu_num_cores",
-    "trackio_space_id", "use_cpu", "use_legacy_prediction_loop", "use_liger_kernel", "use_mps_device", "warmup_ratio",
-    "warmup_steps", "weight_decay"};
+    "accelerator_config", "activation_checkpointing", "activation_checkpointing_kwargs", "adafactor", "adam_beta1",
+    "adam_beta2", "adam_epsilon", "auto_find_batch_size", "average_tokens_across_devices", "batch_eval_metrics",
+    "bf16", "bf16_full_eval", "data_seed", "dataloader_drop_last", "dataloader_in_order",
+    "dataloader_multiprocessing_context", "dataloader_num_workers", "dataloader_persistent_workers",
+    "dataloader_pin_memory", "dataloader_prefetch_factor", "ddp_backend", "ddp_broadcast_buffers",
+    "ddp_bucket_cap_mb", "ddp_find_unused_parameters", "ddp_static_graph", "ddp_timeout", "debug", "deepspeed",
+    "disable_tqdm", "do_eval", "do_predict", "do_train", "enable_jit_checkpoint", "eval_accumulation_steps",
+    "eval_delay", "eval_do_concat_batches", "eval_on_start", "eval_steps", "eval_strategy", "eval_use_gather_object",
+    "fp16", "fp16_backend", "fp16_full_eval", "fp16_opt_level", "fsdp", "fsdp_config", "fsdp_min_num_params",
+    "fsdp_transformer_layer_cls_to_wrap", "full_determinism", "gradient_accumulation_steps", "gradient_checkpointing",
+    "gradient_checkpointing_kwargs", "greater_is_better", "group_by_length", "half_precision_backend",
+    "hub_always_push", "hub_model_id", "hub_private_repo", "hub_revision", "hub_strategy", "hub_token",
+    "ignore_data_skip", "include_for_metrics", "include_inputs_for_metrics", "include_num_input_tokens_seen",
+    "include_tokens_per_second", "jit_mode_eval", "label_names", "label_smoothing_factor", "learning_rate",
+    "length_column_name", "liger_kernel_config", "load_best_model_at_end", "local_rank", "log_level",
+    "log_level_replica", "log_on_each_node", "logging_dir", "logging_first_step", "logging_nan_inf_filter",
+    "logging_steps", "logging_strategy", "lr_scheduler_kwargs", "lr_scheduler_type", "max_grad_norm", "max_steps",
+    "metric_for_best_model", "mp_parameters", "neftune_noise_alpha", "no_cuda", "num_train_epochs", "optim",
+    "optim_args", "optim_target_modules", "output_dir", "overwrite_output_dir", "parallelism_config", "past_index",
+    "per_device_eval_batch_size", "per_device_train_batch_size", "per_gpu_eval_batch_size",
+    "per_gpu_train_batch_size", "prediction_loss_only", "project", "push_to_hub", "push_to_hub_model_id",
+    "push_to_hub_organization", "push_to_hub_token", "ray_scope", "remove_unused_columns", "report_to",
+    "restore_callback_states_from_checkpoint", "resume_from_checkpoint", "run_name", "save_on_each_node",
+    "save_only_model", "save_safetensors", "save_steps", "save_strategy", "save_total_limit", "seed",
+    "skip_memory_metrics", "tf32", "torch_compile", "torch_compile_backend", "torch_compile_mode",
+    "torch_empty_cache_steps", "torchdynamo", "tpu_metrics_debug", "tpu_num_cores", "trackio_bucket_id",
+    "trackio_space_id", "trackio_static_space_id", "train_sampling_strategy", "use_cache", "use_cpu",
+    "use_legacy_prediction_loop", "use_liger_kernel", "use_mps_device", "warmup_ratio", "warmup_steps",
+    "weight_decay"
+};
 
 // The keys shardcast reads from TrainingArguments; the other fields change neither memory nor time.
 const std::set<std::string> kTrainingArgumentsUsed = {
     "fsdp", "fsdp_config", "fsdp_min_num_params", "fsdp_transformer_layer_cls_to_wrap", "per_device_train_batch_size",
     "per_gpu_train_batch_size", "gradient_accumulation_steps", "bf16", "fp16", "max_grad_norm", "gradient_checkpointing",
-    "optim", "torch_compile", "use_cpu", "no_cuda", "deepspeed", "parallelism_config"};
+    "optim", "torch_compile", "use_cpu", "no_cuda", "deepspeed", "parallelism_config", "activation_checkpointing"};
 
 // fsdp_config's keys (an "fsdp_" prefix is dropped first, as TrainingArguments does).
-const std::set<std::string> kFsdpConfigUsed = {"min_num_params", "transformer_layer_cls_to_wrap", "backward_prefetch",
+const std::set<std::string> kFsdpConfigUsed = {"version", "cpu_offload", "auto_wrap_policy", "min_num_params",
+                                               "transformer_layer_cls_to_wrap", "reshard_after_forward", "backward_prefetch",
                                                "forward_prefetch", "limit_all_gathers", "activation_checkpointing",
-                                               "version", "xla", "xla_fsdp_v2", "xla_fsdp_grad_ckpt", "xla_fsdp_settings"};
+                                               "state_dict_type", "xla", "xla_fsdp_v2", "xla_fsdp_grad_ckpt",
+                                               "xla_fsdp_settings"};
 const std::set<std::string> kFsdpConfigIgnored = {"use_orig_params", "sync_module_states", "cpu_ram_efficient_loading"};
 
 std::string lower(std::string s) {
@@ -149,7 +158,8 @@ core::Result<json> normalizedFsdpConfig(const json& given, const std::string& wh
     return out;
 }
 
-core::Status mapFsdpConfig(const json& c, bool auto_wrap, HfReader& r, core::PlanOverrides& o) {
+// fsdp_config (prefixes dropped, the legacy options applied) into the overrides.
+core::Status mapFsdpConfig(const json& c, HfReader& r, core::PlanOverrides& o) {
     for (const std::string& k : kFsdpConfigIgnored) {
         if (c.contains(k)) r.ignored("fsdp_config." + k);
     }
@@ -159,7 +169,37 @@ core::Status mapFsdpConfig(const json& c, bool auto_wrap, HfReader& r, core::Pla
         if (c.contains(k)) r.ignored(std::string("fsdp_config.") + k);
     }
     SHARDCAST_TRY_ASSIGN(version, r.integer(c, "version", "fsdp_config.version", 1, 2));
-    o.fsdp = version.value_or(1);
+    o.fsdp = version.value_or(2);
+    // The sharding: FSDP2's reshard_after_forward (true by default), FSDP1's strategy name.
+    if (*o.fsdp == 2) {
+        SHARDCAST_TRY_ASSIGN(reshard, r.boolean(c, "reshard_after_forward", "fsdp_config.reshard_after_forward"));
+        o.strategy = reshard.value_or(true) ? "FULL_SHARD" : "SHARD_GRAD_OP";
+        r.mapped(fmt::format("version 2{}, reshard_after_forward {} -> --fsdp 2 --strategy {}", version ? "" : " (the default)",
+                             reshard.value_or(true), *o.strategy));
+    } else {
+        SHARDCAST_TRY_ASSIGN(name, r.string(c, "reshard_after_forward", "fsdp_config.reshard_after_forward"));
+        static const std::map<std::string, std::string> strategies = {{"full_shard", "FULL_SHARD"},
+                                                                      {"shard_grad_op", "SHARD_GRAD_OP"},
+                                                                      {"no_shard", "NO_SHARD"},
+                                                                      {"hybrid_shard", "HYBRID_SHARD"},
+                                                                      {"hybrid_shard_zero2", "_HYBRID_SHARD_ZERO2"}};
+        const std::string given = lower(name.value_or("full_shard"));
+        const auto st = strategies.find(given);
+        if (st == strategies.end()) {
+            return r.error("fsdp_config.reshard_after_forward", fmt::format("is '{}'; valid under FSDP1: full_shard, shard_grad_op, "
+                                                                            "no_shard, hybrid_shard, hybrid_shard_zero2", given));
+        }
+        o.strategy = st->second;
+        r.mapped(fmt::format("version 1, reshard_after_forward {} -> --fsdp 1 --strategy {}{}", given, *o.strategy,
+                             given.find("hybrid") != std::string::npos ? " (shard groups of a node: --shard-size = --gpus-per-node)" : ""));
+    }
+    SHARDCAST_TRY_ASSIGN(offload, r.boolean(c, "cpu_offload", "fsdp_config.cpu_offload"));
+    if (offload.value_or(false)) {
+        o.offload = "cpu";
+        r.mapped("cpu_offload true -> --offload cpu");
+    }
+    // Wrapping: accelerate's policies, TRANSFORMER_BASED_WRAP unless it says otherwise.
+    SHARDCAST_TRY_ASSIGN(policy, r.string(c, "auto_wrap_policy", "fsdp_config.auto_wrap_policy"));
     SHARDCAST_TRY_ASSIGN(min_params, r.integer(c, "min_num_params", "fsdp_config.min_num_params", 0, int64_t{1} << 50));
     std::vector<std::string> classes;
     if (const auto it = c.find("transformer_layer_cls_to_wrap"); it != c.end() && !it->is_null()) {
@@ -171,60 +211,66 @@ core::Status mapFsdpConfig(const json& c, bool auto_wrap, HfReader& r, core::Pla
             return r.error("fsdp_config.transformer_layer_cls_to_wrap", fmt::format("is {}; valid: a class name or a list of them", excerpt(*it)));
         }
     }
-    if (min_params.value_or(0) > 0 && !classes.empty()) {
-        return r.error("fsdp_config.min_num_params", "and transformer_layer_cls_to_wrap are both given: the Trainer refuses that "
-                                                     "(they are mutually exclusive)");
-    }
-    if (!auto_wrap) {
+    const std::string wrap = policy.value_or("TRANSFORMER_BASED_WRAP");
+    if (wrap == "TRANSFORMER_BASED_WRAP") {
+        o.wrap = "block";
+        r.mapped(fmt::format("auto_wrap_policy TRANSFORMER_BASED_WRAP{} -> --wrap block ({})", policy ? "" : " (the default)",
+                             classes.empty() ? std::string("the model's _no_split_modules, its decoder layers")
+                                             : fmt::format("{}", fmt::join(classes, ", "))));
+    } else if (wrap == "SIZE_BASED_WRAP") {
+        o.wrap = fmt::format("min-params:{}", min_params.value_or(0) > 0 ? *min_params : 100'000'000);  // accelerate's default 1e8
+        r.mapped(fmt::format("auto_wrap_policy SIZE_BASED_WRAP -> --wrap {}", *o.wrap));
+    } else if (wrap == "NO_WRAP") {
         o.wrap = "whole";
-        r.mapped("no auto_wrap in fsdp -> --wrap whole (the model is one FSDP unit)");
-    } else if (min_params.value_or(0) > 0) {
-        o.wrap = fmt::format("min-params:{}", *min_params);
-        r.mapped(fmt::format("auto_wrap, min_num_params {} -> --wrap {}", *min_params, *o.wrap));
-    } else if (!classes.empty()) {
-        o.wrap = "block";
-        r.mapped(fmt::format("auto_wrap, transformer_layer_cls_to_wrap [{}] -> --wrap block (the model's decoder layers)",
-                             fmt::join(classes, ", ")));
+        r.mapped("auto_wrap_policy NO_WRAP -> --wrap whole");
     } else {
-        // accelerate's TRANSFORMER_BASED_WRAP without class names wraps the model's _no_split_modules.
-        o.wrap = "block";
-        r.mapped("auto_wrap -> --wrap block (the model's _no_split_modules, its decoder layers)");
+        return r.error("fsdp_config.auto_wrap_policy", fmt::format("is '{}'; valid: TRANSFORMER_BASED_WRAP, SIZE_BASED_WRAP, NO_WRAP", wrap));
     }
-    // The Trainer sets FSDP_BACKWARD_PREFETCH from fsdp_config.backward_prefetch, NO_PREFETCH when absent.
-    SHARDCAST_TRY_ASSIGN(prefetch, r.string(c, "backward_prefetch", "fsdp_config.backward_prefetch"));
-    static const std::map<std::string, std::string> prefetches = {
-        {"backward_pre", "pre"}, {"backward_post", "post"}, {"no_prefetch", "none"}};
-    const std::string p = lower(prefetch.value_or("NO_PREFETCH"));
-    const auto f = prefetches.find(p);
-    if (f == prefetches.end()) {
-        return r.error("fsdp_config.backward_prefetch", fmt::format("is '{}'; valid: backward_pre, backward_post, no_prefetch", *prefetch));
-    }
-    SHARDCAST_TRY_ASSIGN(forward_prefetch, r.boolean(c, "forward_prefetch", "fsdp_config.forward_prefetch"));
-    if (o.fsdp == 1) {
+    if (*o.fsdp == 1) {
+        // FSDP1: the Trainer sets backward_prefetch NO_PREFETCH when absent.
+        SHARDCAST_TRY_ASSIGN(prefetch, r.string(c, "backward_prefetch", "fsdp_config.backward_prefetch"));
+        static const std::map<std::string, std::string> prefetches = {
+            {"backward_pre", "pre"}, {"backward_post", "post"}, {"no_prefetch", "none"}};
+        const std::string p = lower(prefetch.value_or("NO_PREFETCH"));
+        const auto f = prefetches.find(p);
+        if (f == prefetches.end()) {
+            return r.error("fsdp_config.backward_prefetch", fmt::format("is '{}'; valid: backward_pre, backward_post, no_prefetch", *prefetch));
+        }
+        SHARDCAST_TRY_ASSIGN(forward_prefetch, r.boolean(c, "forward_prefetch", "fsdp_config.forward_prefetch"));
         o.backward_prefetch = f->second;
         o.forward_prefetch = forward_prefetch.value_or(false) ? "true" : "false";
         r.mapped(fmt::format("backward_prefetch {}{}, forward_prefetch {} -> --backward-prefetch {} --forward-prefetch {}",
                              prefetch.value_or("NO_PREFETCH"), prefetch ? "" : " (the Trainer's default)",
                              forward_prefetch.value_or(false), *o.backward_prefetch, *o.forward_prefetch));
-    }
-    SHARDCAST_TRY_ASSIGN(limit, r.boolean(c, "limit_all_gathers", "fsdp_config.limit_all_gathers"));
-    if (!limit.value_or(true)) {
-        return r.error("fsdp_config.limit_all_gathers",
-                       "is false: give it as sharding.limit_all_gathers false in a plan file (--write-plan, then edit)");
+        SHARDCAST_TRY_ASSIGN(limit, r.boolean(c, "limit_all_gathers", "fsdp_config.limit_all_gathers"));
+        if (!limit.value_or(true)) {
+            return r.error("fsdp_config.limit_all_gathers",
+                           "is false: give it as sharding.limit_all_gathers false in a plan file (--write-plan, then edit)");
+        }
+    } else {
+        for (const char* k : {"backward_prefetch", "forward_prefetch", "limit_all_gathers"}) {
+            if (c.contains(k)) r.ignored(std::string("fsdp_config.") + k + " (FSDP1 only)");
+        }
     }
     SHARDCAST_TRY_ASSIGN(ac, r.boolean(c, "activation_checkpointing", "fsdp_config.activation_checkpointing"));
     if (ac.value_or(false)) {
         o.ac = "full";
         r.mapped("activation_checkpointing true -> --ac full");
     }
+    SHARDCAST_TRY_ASSIGN(state_dict, r.string(c, "state_dict_type", "fsdp_config.state_dict_type"));
+    if (state_dict) {
+        r.mapped(fmt::format("state_dict_type {}: how saves are written; plan them with --checkpoint {}", *state_dict,
+                             *state_dict == "FULL_STATE_DICT" ? "full" : "sharded"));
+    }
     return core::Ok{};
 }
 
-// The Trainer's `fsdp`: a string of options ("full_shard auto_wrap"), a list of them, or true.
-core::Result<std::vector<std::string>> fsdpOptions(const json& v, const HfReader& r) {
+// The Trainer's `fsdp`: true, or the legacy string of options ("full_shard auto_wrap") or list.
+core::Result<std::vector<std::string>> fsdpOptions(const json& v, const HfReader& r, bool& enabled) {
     std::vector<std::string> out;
+    enabled = false;
     if (v.is_boolean()) {
-        if (v.get<bool>()) out.push_back("full_shard");
+        enabled = v.get<bool>();
         return out;
     }
     auto add = [&](const std::string& text) {
@@ -236,9 +282,36 @@ core::Result<std::vector<std::string>> fsdpOptions(const json& v, const HfReader
     } else if (v.is_array() && std::all_of(v.begin(), v.end(), [](const json& x) { return x.is_string(); })) {
         for (const json& x : v) add(x.get<std::string>());
     } else if (!v.is_null()) {
-        return r.error("fsdp", fmt::format("is {}; valid: a string of options such as \"full_shard auto_wrap\", or a list", excerpt(v)));
+        return r.error("fsdp", fmt::format("is {}; valid: true, or the options such as \"full_shard auto_wrap\"", excerpt(v)));
     }
+    enabled = !out.empty();
     return out;
+}
+
+// The legacy options into fsdp_config, as _apply_legacy_fsdp_to_config does (keys already set win):
+// a strategy becomes reshard_after_forward (FSDP2: full_shard true, shard_grad_op false, the others
+// refused; FSDP1: the strategy's name), offload cpu_offload, auto_wrap nothing (every block is
+// wrapped by default).
+core::Status applyLegacyOptions(const std::vector<std::string>& options, json& c, const HfReader& r) {
+    static const std::set<std::string> strategies = {"full_shard", "shard_grad_op", "no_shard", "hybrid_shard", "hybrid_shard_zero2"};
+    const bool fsdp2 = !c.contains("version") || (c["version"].is_number_integer() && c["version"].get<int64_t>() == 2);
+    int named = 0;
+    for (const std::string& opt : options) {
+        if (strategies.count(opt) != 0) {
+            if (++named > 1) return r.error("fsdp", "names more than one sharding strategy; give one");
+            if (fsdp2 && opt != "full_shard" && opt != "shard_grad_op") {
+                return r.error("fsdp", fmt::format("has '{}', which the Trainer gives only with FSDP1 (fsdp_config.version 1)", opt));
+            }
+            if (!c.contains("reshard_after_forward")) c["reshard_after_forward"] = fsdp2 ? json(opt == "full_shard") : json(opt);
+        } else if (opt == "offload") {
+            if (!c.contains("cpu_offload")) c["cpu_offload"] = true;
+        } else if (opt != "auto_wrap") {
+            return r.error("fsdp", fmt::format("has the option '{}'; valid: full_shard, shard_grad_op, no_shard, hybrid_shard, "
+                                               "hybrid_shard_zero2, offload, auto_wrap",
+                                               opt));
+        }
+    }
+    return core::Ok{};
 }
 
 core::Status mapTrainingArguments(const json& root, const std::string& where, const std::filesystem::path& base,
@@ -246,8 +319,8 @@ core::Status mapTrainingArguments(const json& root, const std::string& where, co
     core::PlanOverrides& o = out.overrides;
     for (const auto& [key, value] : root.items()) {
         if (kTrainingArguments.count(key) == 0) {
-            return r.error(key, "is not a TrainingArguments field (transformers 4.57); a TrainingArguments JSON holds its fields, "
-                                "e.g. fsdp, fsdp_config, per_device_train_batch_size, gradient_accumulation_steps, bf16");
+            return r.error(key, "is not a TrainingArguments field (transformers 4.57 or 5.25); a TrainingArguments JSON holds "
+                                "its fields, e.g. fsdp, fsdp_config, per_device_train_batch_size, gradient_accumulation_steps, bf16");
         }
         if (kTrainingArgumentsUsed.count(key) == 0) r.ignored(key);
     }
@@ -262,32 +335,9 @@ core::Status mapTrainingArguments(const json& root, const std::string& where, co
                                              "accelerate config YAML (--from-config FILE.yaml)");
     }
     const auto fsdp_it = root.find("fsdp");
-    SHARDCAST_TRY_ASSIGN(options, fsdpOptions(fsdp_it == root.end() ? json() : *fsdp_it, r));
-    if (options.empty()) return r.error("fsdp", "is empty: the run does not use FSDP (the Trainer's DDP); give e.g. \"full_shard auto_wrap\"");
-    static const std::map<std::string, std::string> strategies = {{"full_shard", "FULL_SHARD"},
-                                                                  {"shard_grad_op", "SHARD_GRAD_OP"},
-                                                                  {"no_shard", "NO_SHARD"},
-                                                                  {"hybrid_shard", "HYBRID_SHARD"},
-                                                                  {"hybrid_shard_zero2", "_HYBRID_SHARD_ZERO2"}};
-    bool auto_wrap = false, offload = false;
-    std::vector<std::string> chosen;
-    for (const std::string& opt : options) {
-        if (const auto s = strategies.find(opt); s != strategies.end()) {
-            chosen.push_back(s->second);
-        } else if (opt == "offload") {
-            offload = true;
-        } else if (opt == "auto_wrap") {
-            auto_wrap = true;
-        } else {
-            return r.error("fsdp", fmt::format("has the option '{}'; valid: full_shard, shard_grad_op, no_shard, hybrid_shard, "
-                                               "hybrid_shard_zero2, offload, auto_wrap",
-                                               opt));
-        }
-    }
-    if (chosen.size() > 1) return r.error("fsdp", fmt::format("names {} sharding strategies; give one", chosen.size()));
-    if (chosen.empty()) return r.error("fsdp", "names no sharding strategy (offload alone is refused by the Trainer); add e.g. full_shard");
-    o.strategy = chosen.front();
-    if (offload) o.offload = "cpu";
+    bool enabled = false;
+    SHARDCAST_TRY_ASSIGN(options, fsdpOptions(fsdp_it == root.end() ? json() : *fsdp_it, r, enabled));
+    if (!enabled) return r.error("fsdp", "is not set: the run does not use FSDP (the Trainer's DDP); give true (or \"full_shard\")");
     json config = json::object();
     if (const auto it = root.find("fsdp_config"); it != root.end() && !it->is_null()) {
         if (it->is_string()) {
@@ -303,10 +353,9 @@ core::Status mapTrainingArguments(const json& root, const std::string& where, co
     }
     SHARDCAST_TRY_ASSIGN(normalized, normalizedFsdpConfig(config, where));
     json c = normalized;
-    // The deprecated top-level fsdp_min_num_params and fsdp_transformer_layer_cls_to_wrap merge in as the Trainer does.
+    // transformers 4.x's top-level fsdp_min_num_params and fsdp_transformer_layer_cls_to_wrap merge in.
     SHARDCAST_TRY_ASSIGN(old_min, r.integer(root, "fsdp_min_num_params", "fsdp_min_num_params", 0, int64_t{1} << 50));
     SHARDCAST_TRY_ASSIGN(config_min, r.integer(c, "min_num_params", "fsdp_config.min_num_params", 0, int64_t{1} << 50));
-    SHARDCAST_TRY_ASSIGN(version, r.integer(c, "version", "fsdp_config.version", 1, 2));
     if (old_min.value_or(0) > config_min.value_or(0)) c["min_num_params"] = *old_min;
     if (const auto it = root.find("fsdp_transformer_layer_cls_to_wrap"); it != root.end() && it->is_string()) {
         json list = c.contains("transformer_layer_cls_to_wrap") ? c["transformer_layer_cls_to_wrap"] : json::array();
@@ -314,12 +363,13 @@ core::Status mapTrainingArguments(const json& root, const std::string& where, co
         if (list.is_array()) list.push_back(*it);
         c["transformer_layer_cls_to_wrap"] = list;
     }
-    r.mapped(fmt::format("fsdp \"{}\" -> --strategy {}{} (FSDP{})", fmt::join(options, " "), *o.strategy,
-                         offload ? " --offload cpu" : "", version.value_or(1)));
-    if (auto st = mapFsdpConfig(c, auto_wrap, r, o); !st) return st.error();
-    if (*o.strategy == "HYBRID_SHARD" || *o.strategy == "_HYBRID_SHARD_ZERO2") {
-        r.mapped("hybrid sharding: FSDP1 shards within a node (--shard-size = --gpus-per-node)");
+    if (!options.empty()) {
+        r.mapped(fmt::format("fsdp \"{}\": the legacy options fill fsdp_config (strategy -> reshard_after_forward, offload -> "
+                             "cpu_offload, auto_wrap: the default)",
+                             fmt::join(options, " ")));
     }
+    if (auto st = applyLegacyOptions(options, c, r); !st) return st.error();
+    if (auto st = mapFsdpConfig(c, r, o); !st) return st.error();
 
     // The batch, precision, clipping, checkpointing, optimizer and compile.
     SHARDCAST_TRY_ASSIGN(batch, r.integer(root, "per_device_train_batch_size", "per_device_train_batch_size", 1, 1 << 20));
@@ -341,11 +391,13 @@ core::Status mapTrainingArguments(const json& root, const std::string& where, co
     SHARDCAST_TRY_ASSIGN(clip, r.number(root, "max_grad_norm", "max_grad_norm"));
     o.clip_grad_norm = clip.value_or(1.0);
     r.mapped(fmt::format("max_grad_norm {}{} -> --clip-grad-norm {:g}", *o.clip_grad_norm, clip ? "" : " (default)", *o.clip_grad_norm));
+    // TrainingArguments' activation_checkpointing (5.x; gradient_checkpointing its 4.x name): the model's
+    // own checkpointing, every decoder layer; FSDP's (fsdp_config) is preferred by the Trainer.
+    SHARDCAST_TRY_ASSIGN(ta_ac, r.boolean(root, "activation_checkpointing", "activation_checkpointing"));
     SHARDCAST_TRY_ASSIGN(checkpointing, r.boolean(root, "gradient_checkpointing", "gradient_checkpointing"));
-    if (checkpointing.value_or(false)) {
-        if (o.ac) return r.error("gradient_checkpointing", "and fsdp_config.activation_checkpointing are both true: the Trainer refuses that");
+    if (ta_ac.value_or(false) || checkpointing.value_or(false)) {
         o.ac = "full";
-        r.mapped("gradient_checkpointing true -> --ac full");
+        r.mapped(fmt::format("{} true -> --ac full", ta_ac.value_or(false) ? "activation_checkpointing" : "gradient_checkpointing"));
     }
     if (!o.ac) o.ac = "none";
     SHARDCAST_TRY_ASSIGN(optim, r.string(root, "optim", "optim"));
@@ -388,10 +440,8 @@ core::Result<ImportedConfig> importHfTrainerJson(std::string_view text, const st
     out.format = "HF fsdp_config JSON";
     auto c = normalizedFsdpConfig(root, where);
     if (!c) return c.error();
-    r.mapped("an fsdp_config alone: the Trainer's fsdp options are not in it, so --strategy decides (FULL_SHARD by default)");
-    if (auto st = mapFsdpConfig(*c, c->contains("min_num_params") || c->contains("transformer_layer_cls_to_wrap"), r, out.overrides); !st) {
-        return st.error();
-    }
+    r.mapped("an fsdp_config alone, read as the Trainer reads it with fsdp true");
+    if (auto st = mapFsdpConfig(*c, r, out.overrides); !st) return st.error();
     return out;
 }
 

@@ -174,8 +174,9 @@ InputPanel::InputPanel(QWidget* parent) : QWidget(parent) {
              "fully_shard).",
              {"fp32", "bf16"}, false);
     addCombo(training, "optimizer", "training.optimizer", "optimizer",
-             "The optimizer whose state is kept per parameter (torch.optim.AdamW, SGD).",
-             {"adamw", "sgd", "sgd-momentum"}, false);
+             "The optimizer whose state is kept per parameter (torch.optim.AdamW, SGD): adamw is AdamW's foreach "
+             "implementation (PyTorch's default), adamw-fused AdamW(fused=True) (torchtitan's and HF Trainer's).",
+             {"adamw", "adamw-fused", "sgd", "sgd-momentum"}, false);
     addCombo(training, "ac", "training.ac", "activation checkpointing",
              "Recompute activations in backward (torch.utils.checkpoint): full = every block, layer:K = every K-th "
              "block (torchtitan's selective layer AC), op = torchtitan's per-op selective AC, attn-core = Megatron's "

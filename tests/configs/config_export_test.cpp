@@ -249,7 +249,7 @@ TEST(AccelerateExportTest, WhatAccelerateCannotExpressIsRefusedByField) {
     hsdp.fsdp = 1;
     hsdp.strategy = "HYBRID_SHARD";
     hsdp.shard_size = 4;
-    refused(hsdp, hfTrainerJson, "--emit hf-trainer: sharding.shard_size ");
+    refused(hsdp, hfTrainerJson, "--emit hf-trainer: sharding.strategy ");
     refused(hsdp, accelerateYaml, "--emit accelerate: sharding.shard_size ");
     core::PlanOverrides momentum = o;
     momentum.optimizer = "sgd-momentum";

@@ -250,7 +250,8 @@ void expectYamlRefused(const std::string& yaml, const std::string& named) {
 }
 
 // HF Trainer: a TrainingArguments JSON as HfArgumentParser reads it, its fsdp_config a file beside
-// it with the "fsdp_"-prefixed keys the Trainer documentation shows; --model gives the model.
+// it with the "fsdp_"-prefixed keys the Trainer documentation shows (FSDP1: fsdp_version 1; the
+// legacy "full_shard ... offload" options fill it); --model gives the model.
 TEST(HfTrainerJsonTest, TrainingArgumentsFieldByField) {
     ConfigContext context;
     auto c = importConfigFile(kData + "hf-trainer-llama-fsdp.json", context);
@@ -279,10 +280,12 @@ TEST(HfTrainerJsonTest, TrainingArgumentsFieldByField) {
     }
 }
 
-// The Trainer's defaults where a key is absent: batch 8, no backward prefetch (NO_PREFETCH),
-// max_grad_norm 1.0, fused AdamW; a bare fsdp_config leaves the strategy to the flags.
+// transformers 5's defaults where a key is absent: FSDP2, every block wrapped, batch 8,
+// max_grad_norm 1.0, fused AdamW; under FSDP1 no backward prefetch (NO_PREFETCH).
 TEST(HfTrainerJsonTest, AbsentKeysTakeTheTrainersDefaults) {
-    auto c = importHfTrainerJson(R"({"fsdp": ["shard_grad_op", "auto_wrap"], "fsdp_config": {"min_num_params": 1000000, "version": 2}})", "t.json");
+    auto c = importHfTrainerJson(
+        R"({"fsdp": ["shard_grad_op", "auto_wrap"], "fsdp_config": {"min_num_params": 1000000, "auto_wrap_policy": "SIZE_BASED_WRAP"}})",
+        "t.json");
     ASSERT_TRUE(c.ok()) << c.error().message;
     core::PlanOverrides o = c->overrides;
     o.model = "gpt2";
@@ -295,15 +298,20 @@ TEST(HfTrainerJsonTest, AbsentKeysTakeTheTrainersDefaults) {
     EXPECT_EQ(plan.training.clip_grad_norm, 1.0);
     EXPECT_EQ(plan.training.optimizer, core::Optimizer::AdamWFused);
     EXPECT_EQ(plan.training.param_dtype, core::DType::F32);
-    auto fsdp1 = importHfTrainerJson(R"({"fsdp": "full_shard"})", "t.json");
+    auto v2 = importHfTrainerJson(R"({"fsdp": true})", "t.json");
+    ASSERT_TRUE(v2.ok()) << v2.error().message;
+    EXPECT_EQ(*v2->overrides.fsdp, 2);
+    EXPECT_EQ(*v2->overrides.strategy, "FULL_SHARD");  // reshard_after_forward true
+    EXPECT_EQ(*v2->overrides.wrap, "block");           // TRANSFORMER_BASED_WRAP
+    auto fsdp1 = importHfTrainerJson(R"({"fsdp": "full_shard", "fsdp_config": {"version": 1, "auto_wrap_policy": "NO_WRAP"}})", "t.json");
     ASSERT_TRUE(fsdp1.ok()) << fsdp1.error().message;
     EXPECT_EQ(*fsdp1->overrides.backward_prefetch, "none");  // FSDP_BACKWARD_PREFETCH=NO_PREFETCH
-    EXPECT_EQ(*fsdp1->overrides.wrap, "whole");              // no auto_wrap: one unit
+    EXPECT_EQ(*fsdp1->overrides.wrap, "whole");
     ConfigContext context;
     auto bare = importConfigFile(kData + "hf-fsdp-config.json", context);
     ASSERT_TRUE(bare.ok()) << bare.error().message;
     EXPECT_EQ(bare->format, "HF fsdp_config JSON");
-    EXPECT_FALSE(bare->overrides.strategy.has_value());
+    EXPECT_EQ(*bare->overrides.strategy, "FULL_SHARD");  // FSDP1's reshard_after_forward default full_shard
     EXPECT_EQ(*bare->overrides.wrap, "block");
     EXPECT_EQ(*bare->overrides.ac, "full");
 }
@@ -320,20 +328,19 @@ TEST(HfTrainerJsonTest, RefusalsNameTheKeyAndWhatIsValid) {
     refused(R"({"fsdp": "full_shard", "per_device_batch": 2})", "per_device_batch is not a TrainingArguments field");
     refused(R"({"fsdp": "full_shard", "fsdp_config": {"fsdp_sharding_strategy": 1}})", "unknown key fsdp_config.fsdp_sharding_strategy");
     refused(R"({"fsdp": "full_shard auto_wrap turbo"})", "has the option 'turbo'; valid: full_shard");
-    refused(R"({"fsdp": "full_shard shard_grad_op"})", "names 2 sharding strategies");
-    refused(R"({"fsdp": ""})", "fsdp is empty");
+    refused(R"({"fsdp": "full_shard shard_grad_op"})", "names more than one sharding strategy");
+    refused(R"({"fsdp": ""})", "fsdp is not set");
+    refused(R"({"fsdp": "hybrid_shard"})", "only with FSDP1 (fsdp_config.version 1)");
     refused(R"({"fsdp": "full_shard", "bf16": true, "fp16": true})", "bf16 and fp16 are both true");
     refused(R"({"fsdp": "full_shard", "per_device_train_batch_size": 0})", "per_device_train_batch_size is 0; valid: an integer");
     refused(R"({"fsdp": "full_shard", "max_grad_norm": -1})", "max_grad_norm is -1");
     refused(R"({"fsdp": "full_shard", "optim": "adafactor"})", "optim is 'adafactor'; modelled: adamw_torch");
-    refused(R"({"fsdp": "full_shard auto_wrap", "fsdp_config": {"min_num_params": 10, "transformer_layer_cls_to_wrap": "X"}})",
-            "mutually exclusive");
+    refused(R"({"fsdp": true, "fsdp_config": {"auto_wrap_policy": "EVERY_LAYER"}})", "auto_wrap_policy is 'EVERY_LAYER'");
+    refused(R"({"fsdp": true, "fsdp_config": {"reshard_after_forward": "full_shard"}})", "reshard_after_forward is \"full_shard\"");
     refused(R"({"fsdp": "full_shard", "fsdp_config": {"version": 3}})", "fsdp_config.version is 3; valid: an integer from 1 to 2");
-    refused(R"({"fsdp": "full_shard", "fsdp_config": {"backward_prefetch": "sideways"}})", "backward_prefetch is 'sideways'");
+    refused(R"({"fsdp": "full_shard", "fsdp_config": {"version": 1, "backward_prefetch": "sideways"}})", "backward_prefetch is 'sideways'");
     refused(R"({"fsdp": "full_shard", "fsdp_config": {"xla": true}})", "XLA");
     refused(R"({"fsdp": "full_shard", "deepspeed": "ds.json"})", "deepspeed is given");
-    refused(R"({"fsdp": "full_shard", "gradient_checkpointing": true, "fsdp_config": {"activation_checkpointing": true}})",
-            "both true");
     refused(R"({"fsdp": "full_shard", "fsdp_config": "no-such-file.json"})", "no-such-file.json");
 }
 
