@@ -1,6 +1,7 @@
 #include "gui/app/input_panel.hpp"
 
 #include <algorithm>
+#include <limits>
 
 #include <QCheckBox>
 #include <QComboBox>
@@ -197,6 +198,18 @@ InputPanel::InputPanel(QWidget* parent) : QWidget(parent) {
              {"none", "cpu"}, false);
     addLine(training, "frozen", "training.frozen", "frozen (regex)",
             "Parameters whose name matches are frozen (param.requires_grad = False).");
+    addLine(training, "clip-grad-norm", "training.clip_grad_norm", "clip grad norm",
+            "clip_grad_norm_(max_norm) before each optimizer step: a pass over the gradients for their norm, its "
+            "all-reduce, and a pass that scales them (torchtitan and HF Trainer clip at 1.0); 0: no clipping.");
+    addCombo(training, "checkpoint", "checkpoint.mode", "checkpoint saves",
+             "Plan checkpoint saves: full (FULL_STATE_DICT gathered on rank 0) or sharded (torch.distributed.checkpoint, "
+             "every rank writes its shards): rank 0's memory, the save time and the goodput against failures.",
+             {"none", "full", "sharded"}, false);
+    addSpin(training, "checkpoint-every", "checkpoint.every_steps", "save every (steps)",
+            "Optimizer steps between checkpoint saves (torchtitan's checkpoint.interval, 500 by default).", 1, 100'000'000);
+    addCombo(training, "checkpoint-offload-to-cpu", "checkpoint.offload_to_cpu", "full save offload to CPU",
+             "Full save: each gathered tensor goes to the host at once (FullStateDictConfig offload_to_cpu).",
+             {"false", "true"}, false);
 
     QFormLayout* sharding = group("Sharding");
     addCombo(sharding, "strategy", "sharding.strategy", "strategy",
@@ -372,6 +385,10 @@ void InputPanel::fillFromPlan(const core::Plan& p) {
     set("impl", toQString(core::modelImplName(t.impl)));
     set("offload", toQString(core::offloadName(t.offload)));
     set("frozen", toQString(t.frozen_regex));
+    set("clip-grad-norm", QString::number(t.clip_grad_norm, 'g', 17));
+    set("checkpoint", toQString(core::checkpointModeName(p.checkpoint.mode)));
+    set("checkpoint-every", QString::number(p.checkpoint.every_steps));
+    set("checkpoint-offload-to-cpu", p.checkpoint.offload_to_cpu ? "true" : "false");
     set("strategy", toQString(core::strategyName(s.strategy)));
     set("shard-size", QString::number(s.shard_size));
     set("tp", QString::number(s.tp));
@@ -416,6 +433,14 @@ core::PlanOverrides InputPanel::overrides() const {
         else if (key == "impl") o.impl = s;
         else if (key == "offload") o.offload = s;
         else if (key == "frozen") o.frozen = s;
+        else if (key == "clip-grad-norm") {
+            bool ok = false;
+            const double max_norm = v.trimmed().toDouble(&ok);
+            o.clip_grad_norm = ok ? max_norm : std::numeric_limits<double>::quiet_NaN();  // buildPlan names it
+        }
+        else if (key == "checkpoint") o.checkpoint = s;
+        else if (key == "checkpoint-every") o.checkpoint_every = v.toLongLong();
+        else if (key == "checkpoint-offload-to-cpu") o.checkpoint_offload_to_cpu = s;
         else if (key == "strategy") o.strategy = s;
         else if (key == "shard-size") o.shard_size = v.toLongLong();
         else if (key == "tp") o.tp = v.toLongLong();

@@ -178,6 +178,38 @@ QString pipelineText(const core::Plan& p, const sim::Evaluation& e) {
         .arg(interleaved ? "(stage, micro-batch) pairs" : "micro-batches");
 }
 
+// What the step's neighbours need (simulator/lifecycle.hpp, simulator/checkpoint.hpp): a line each
+// for the init on the GPU, an eval step and a checkpoint save, OUT OF MEMORY in red where it is.
+QString aroundTheStepText(const core::Plan& p, const sim::Evaluation& e) {
+    auto verdict = [](bool fits) { return fits ? QString("fits") : QString("<b style='color:#c0392b'>OUT OF MEMORY</b>"); };
+    QString out;
+    if (e.lifecycle) {
+        const sim::LifecycleFigures& f = *e.lifecycle;
+        out += QString("<br>init: %1 on the meta device (%2); %3 materialised on the GPU before fully_shard (%4)")
+                   .arg(formatGiB(f.init_meta_bytes), verdict(f.init_meta_fits), formatGiB(f.init_materialized_bytes),
+                        verdict(f.init_materialized_fits));
+        if (f.eval_modelled) {
+            out += QString("<br>eval step: %1 (%2), %3").arg(formatGiB(f.eval_peak_bytes), verdict(f.eval_fits), formatMs(static_cast<double>(f.eval_ns) * 1e-9));
+        }
+        out += QString("<br>summon_full_params: %1 (%2); with offload_to_cpu %3 (%4)")
+                   .arg(formatGiB(f.summon_bytes), verdict(f.summon_fits), formatGiB(f.summon_offload_bytes),
+                        verdict(f.summon_offload_fits));
+    }
+    if (e.checkpoint) {
+        const sim::CheckpointFigures& c = *e.checkpoint;
+        out += QString("<br>checkpoint (%1 every %2 steps): rank 0 %3 (%4), save %5 s, goodput %6% (best every %7 steps: %8%)")
+                   .arg(toQString(core::checkpointModeName(c.mode)))
+                   .arg(c.every_steps)
+                   .arg(formatGiB(c.rank0_peak_bytes), verdict(c.rank0_fits))
+                   .arg(c.save_s, 0, 'f', 1)
+                   .arg(100 * c.goodput, 0, 'f', 2)
+                   .arg(c.best_every_steps)
+                   .arg(100 * c.best_goodput, 0, 'f', 2);
+    }
+    (void)p;
+    return out;
+}
+
 }  // namespace
 
 void FitView::setPlan(std::shared_ptr<const PlanResult> plan) {
@@ -214,7 +246,8 @@ void FitView::setPlan(std::shared_ptr<const PlanResult> plan) {
                                       .arg(e.mesh.tp)
                                       .arg(formatMs(e.tp_comm_s))
                                 : QString()) +
-                 pipelineText(p, e)));
+                 pipelineText(p, e)) +
+        aroundTheStepText(p, e));
 }
 
 void FitView::setStrategies(std::shared_ptr<const StrategyComparison> c) {

@@ -16,7 +16,8 @@ const QStringList kKnobs = {"model", "gpu", "nodes", "gpus-per-node", "micro-bat
                             "param-dtype", "reduce-dtype", "master-dtype", "optimizer", "ac", "attention", "kernels", "impl",
                             "offload", "frozen", "strategy", "shard-size", "fsdp", "wrap", "reshard-after-forward",
                             "prefetch-depth", "forward-prefetch", "backward-prefetch", "profile", "tp",
-                            "sequence-parallel", "loss-parallel", "async-tp", "pp", "pp-schedule", "pp-virtual-stages"};
+                            "sequence-parallel", "loss-parallel", "async-tp", "pp", "pp-schedule", "pp-virtual-stages",
+                            "clip-grad-norm", "checkpoint", "checkpoint-every", "checkpoint-offload-to-cpu"};
 }  // namespace
 
 class InputPanelTest : public QObject {
