@@ -210,7 +210,10 @@ void Lowering::fillProgramHeader() {
         unitInfo(seg.unit).fwd_flops += seg.fwd_flops;
         unitInfo(seg.unit).activation_bytes += seg.saved + seg.sac_kept;
     }
-    for (const BufferSpec& b : m_model.buffers) buffers += b.numel * itemSize(b.dtype);
+    for (const BufferSpec& b : m_model.buffers) {
+        if (b.transformers4_only && m_tr.hf_mask != HfMask::V4) continue;  // not in transformers 5's module
+        buffers += b.numel * itemSize(b.dtype);
+    }
     const GpuSpec& gpu = m_plan.cluster.gpu;
     int communicators = 1;  // the default (world) process group
     if (m_sharded && m_W != m_mesh.world_size) ++communicators;

@@ -40,6 +40,9 @@ struct BufferSpec {
     int64_t numel = 0;
     DType dtype = DType::F32;
     int32_t module = 0;
+    // Registered by transformers 4.x's modeling code only (TrainingSpec::hf_mask 4.5x): GPT-2's
+    // per-layer causal mask `attn.bias` and `attn.masked_bias`, which transformers 5 no longer has.
+    bool transformers4_only = false;
 };
 
 struct Module {

@@ -94,8 +94,8 @@ public:
         if (bias) param(m, "bias", {out});
         return m;
     }
-    void buffer(int32_t m, const std::string& leaf, int64_t numel, DType dtype) {
-        m_model.buffers.push_back(BufferSpec{qualify(m, leaf), numel, dtype, m});
+    void buffer(int32_t m, const std::string& leaf, int64_t numel, DType dtype, bool transformers4_only = false) {
+        m_model.buffers.push_back(BufferSpec{qualify(m, leaf), numel, dtype, m, transformers4_only});
     }
     Op& op(int32_t m, std::string name, OpKind kind) {
         Op o;
@@ -780,7 +780,10 @@ Result<Model> buildGpt2(const json& cfg, Model model) {
         L.layer = b.block(p);
         L.ln1 = layer_norm(p + ".ln_1");
         L.attn = b.module(p + ".attn");
-        b.buffer(L.attn, "bias", positions * positions, DType::U8);  // bool causal mask
+        // transformers 4.x's GPT2Attention registers a bool causal mask and a scalar (modeling_gpt2.py,
+        // register_buffer "bias" and "masked_bias"); transformers 5 registers neither.
+        b.buffer(L.attn, "bias", positions * positions, DType::U8, true);
+        b.buffer(L.attn, "masked_bias", 1, DType::F32, true);
         L.c_attn = conv1d(p + ".attn.c_attn", h, 3 * h);
         L.c_proj = conv1d(p + ".attn.c_proj", h, h);
         L.attn_drop = b.module(p + ".attn.attn_dropout");

@@ -805,3 +805,14 @@ TEST(LoweringTest, ClipGradNormPassesOverTheShardedGradientsBeforeTheOptimizer) 
     EXPECT_EQ(countTasks(none.program, TaskKind::ClipGrad), 0);
     EXPECT_EQ(none.memory.peak_bytes, l.memory.peak_bytes);
 }
+
+// GPT-2's buffers: transformers 4.x registers a bool causal mask of n_positions^2 and a scalar per
+// layer (12 x (1024 x 1024 + 4) = 12,582,960 bytes, what FSDPMemTracker files as Buffer with
+// transformers 4.57); transformers 5 registers none (hf_mask 5.x, the default).
+TEST(LoweringTest, Gpt2BuffersAreTransformers4s) {
+    Plan plan = makePlan(bundled("gpt2"), Strategy::FullShard, 1, 8);
+    plan.training.hf_mask = HfMask::V4;
+    EXPECT_EQ(lowerAndReplay(plan).program.initial[index(MemCategory::Buffer)], 12 * (1024 * 1024 + 4));
+    plan.training.hf_mask = HfMask::V5;
+    EXPECT_EQ(lowerAndReplay(plan).program.initial[index(MemCategory::Buffer)], 0);
+}

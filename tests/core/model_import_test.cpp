@@ -188,10 +188,13 @@ TEST(ModelImportTest, Gpt2KeepsConv1DShapesAndTiesTheHead) {
     EXPECT_EQ(findParam(m, "lm_head.weight"), nullptr);
     EXPECT_GE(m.findModule("lm_head"), 0);  // the module exists, its weight is wte's
     EXPECT_TRUE(m.arch.tied_embeddings);
-    ASSERT_EQ(m.buffers.size(), 12u);
+    // transformers 4.x's attn.bias (bool causal mask) and attn.masked_bias per layer; 5.x has neither.
+    ASSERT_EQ(m.buffers.size(), 24u);
     EXPECT_EQ(m.buffers[0].name, "transformer.h.0.attn.bias");
     EXPECT_EQ(m.buffers[0].numel, 1024 * 1024);
     EXPECT_EQ(m.buffers[0].dtype, sc::DType::U8);
+    EXPECT_EQ(m.buffers[1].name, "transformer.h.0.attn.masked_bias");
+    for (const sc::BufferSpec& b : m.buffers) EXPECT_TRUE(b.transformers4_only) << b.name;
     // Conv1D shards its [in, out] weight on dim 0 (in).
     EXPECT_EQ(findParam(m, "transformer.h.0.attn.c_attn.weight")->dim0(), 768);
     EXPECT_EQ(findParam(m, "transformer.h.0.attn.c_attn.weight")->rowNumel(), 2304);
