@@ -2,7 +2,7 @@
 # usage: VENV/bin/python scripts/torch_fsdp_trace.py --config CONFIG.json --nproc N --out DIR
 #            [--micro-batch B] [--seq S] [--wrap block|model] [--reshard true|false]
 #            [--ac none|full] [--fsdp 2|1] [--steps K] [--schedule true|false] [--seed X]
-#            [--device cpu|cuda] [--layers L]
+#            [--device cpu|cuda] [--layers L] [--eval-step]
 """Real PyTorch FSDP training steps of a randomly initialised HuggingFace causal LM on the CPU
 (gloo, one process per rank), or with --device cuda on GPUs (NCCL, one GPU per rank, bf16 mixed
 precision as torchtitan sets it), recorded by torch.profiler. Writes, under --out:
@@ -67,6 +67,9 @@ def parse_args(argv):
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--layers", type=int, default=0, help="decoder layers kept (0: the config's)")
+    p.add_argument("--eval-step", action="store_true",
+                   help="--device cuda: after the steps, one eval forward (model.eval(), torch.no_grad(), labels); "
+                        "its torch.cuda.max_memory_allocated() goes into run.json")
     a = p.parse_args(argv)
     if a.device == "cpu" and not 2 <= a.nproc <= 4:
         p.error("--nproc must be 2-4 on the CPU")
@@ -323,6 +326,20 @@ def worker(args):
         if args.schedule:
             prof.step()
     prof.stop()
+    train_peak = eval_peak = None
+    if cuda:
+        train_peak = torch.cuda.max_memory_allocated()
+        if args.eval_step:
+            # An eval step in the steady state: optimizer state held, gradients None.
+            model.eval()
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            with torch.no_grad():
+                out = model(input_ids=batches[-1], labels=batches[-1], use_cache=False)
+                del out
+            torch.cuda.synchronize()
+            eval_peak = torch.cuda.max_memory_allocated()
+            model.train()
     if not args.schedule:
         export(prof)
     elif not os.path.exists(trace_gz):
@@ -363,6 +380,8 @@ def worker(args):
             "profiled_steps": (list(range(1, args.steps)) if args.schedule
                                else list(range(args.steps))),
             "step_wall_ns": step_ns,
+            "train_peak_allocated_bytes": train_peak,
+            "eval_peak_allocated_bytes": eval_peak,
             "step_wall_ns_per_rank": all_ns,
             "loss_per_rank": all_loss,
         })
