@@ -531,6 +531,7 @@ public:
         m_budget_bytes = core::judgeFit(0, profile.gpu.memory_bytes, options.headroom).budget_bytes;
         m_eo.headroom = options.headroom;
         m_eo.per_unit = false;
+        m_eo.lifecycle = false;  // the search ranks steps; the report's init and eval lines are the winner's
         // Allocated only: the allocator is replayed by judge(), where the answer needs it (or on
         // every configuration without pruning, the reference the tests compare with).
         m_eo.reserved_memory = false;

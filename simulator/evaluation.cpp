@@ -53,7 +53,7 @@ core::Status Evaluator::evaluate(const core::Plan& plan, const HardwareProfile* 
     }
     out.checkpoint.reset();
     out.lifecycle.reset();
-    if (done) out.lifecycle = lifecycleFigures(plan, out.program, out.timeline, out.profile, out.fit.budget_bytes);
+    if (done && options.lifecycle) out.lifecycle = lifecycleFigures(plan, out.program, out.timeline, out.profile, out.fit.budget_bytes);
     if (done && plan.checkpoint.mode != core::CheckpointMode::None) {
         out.checkpoint = checkpointFigures(plan, out.program, out.profile, static_cast<double>(out.timeline.step_ns) * 1e-9,
                                            out.fit.budget_bytes);

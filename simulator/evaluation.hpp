@@ -46,6 +46,7 @@ struct EvaluationOptions {
     bool issue_order_memory = true;  // also replay in host issue order (model states, the allocator's view)
     bool record_curve = false;       // keep the timed memory curve (traces, memory views)
     bool per_unit = true;            // per-unit time breakdown in the summary
+    bool lifecycle = true;           // init, eval and summon_full_params figures (Evaluation::lifecycle)
     bool reserved_memory = true;     // replay the timed events through the caching allocator model;
                                      // "fits" is then judged on reserved memory
     // A step of more micro-batches than this is simulated by its period (Evaluator::evaluate):

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/memory/memory.hpp"
 #include "simulator/checkpoint.hpp"
 
 namespace shardcast::sim {
@@ -17,8 +18,7 @@ void evalStep(const core::Program& program, const core::Timeline& timeline, Life
     }
     if (last_forward < 0) return;
     const auto activation = core::index(core::MemCategory::Activation);
-    int64_t cur = 0;
-    for (const int64_t b : program.initial) cur += b;
+    int64_t cur = core::total(program.initial);
     int64_t peak = cur;
     // Events other than Activation change the state. A task's Activation allocations (what training
     // keeps for backward) are alive while it runs, its outputs and the loss's logits, and gone after it:
@@ -64,8 +64,7 @@ LifecycleFigures lifecycleFigures(const core::Plan& plan, const core::Program& p
     const int64_t tp = std::max(1, plan.sharding.tp);
     const int64_t sharded = program.initial[core::index(core::MemCategory::ShardedParam)];
     const int64_t overhead = program.initial[core::index(core::MemCategory::RuntimeOverhead)];
-    int64_t steady = 0;
-    for (const int64_t b : program.initial) steady += b;
+    const int64_t steady = core::total(program.initial);
     int64_t largest_shard = 0;
     for (const core::UnitInfo& u : program.units) {
         // A unit's params are the rank's tp-local share: whole, they are tp times that.
