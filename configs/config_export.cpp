@@ -35,6 +35,7 @@ core::Status checkAccelerateExpressible(const core::Plan& plan, const core::Mesh
     }
     if (!s.limit_all_gathers) return no("sharding.limit_all_gathers", "is false; written configs keep FSDP1's rate limiter");
     if (!t.frozen_regex.empty()) return no("training.frozen", "is set; freezing is the script's");
+    if (t.lora.enabled()) return no("training.lora", "is set; the script applies PEFT (plan --pytorch writes the call)");
     if (t.no_sync) return no("training.no_sync", "is true; accelerate reduces gradients every micro-batch under FSDP");
     if (t.attention != core::AttentionKernel::Flash) return no("training.attention", "is eager; the script picks attn_implementation");
     if (t.kernels == core::KernelImpl::Fused) return no("training.kernels", "is fused; accelerate runs eager or compile (INDUCTOR)");
@@ -103,6 +104,7 @@ core::Result<std::string> torchtitanToml(const core::Plan& plan, const core::Mes
         return cannot("training.optimizer", "is not adamw or adamw-fused; torchtitan's optimizers here: AdamW, fused or foreach");
     }
     if (!t.frozen_regex.empty()) return cannot("training.frozen", "is set; torchtitan trains every parameter");
+    if (t.lora.enabled()) return cannot("training.lora", "is set; torchtitan has no LoRA");
     if (t.no_sync) return cannot("training.no_sync", "is true; torchtitan reduces gradients every micro-batch");
     if (t.attention != core::AttentionKernel::Flash) return cannot("training.attention", "is eager; torchtitan runs SDPA (flash)");
     if (t.kernels == core::KernelImpl::Fused) return cannot("training.kernels", "is fused; torchtitan runs eager or compile");

@@ -396,6 +396,9 @@ def main():
     ap.add_argument("--pp-virtual-stages", type=int, default=1,
                     help="with --pp-schedule Interleaved1F1B: stages per pipeline rank (--pp-stage is then the rank)")
     ap.add_argument("--grad-accum", type=int, default=1, help="with --pp: micro-batches per step")
+    ap.add_argument("--lora", default="",
+                    help="RANK[:MODULES]: PEFT LoRA adapters (lora_alpha 2 x RANK, dropout 0) on the comma-separated "
+                         "module names (default q_proj,k_proj,v_proj,o_proj); the base model frozen")
     ap.add_argument("--json", default="", help="also write the result JSON here")
     ap.add_argument("--eval-step", action="store_true",
                     help="after the training steps, one eval step (model.eval(), torch.no_grad(), the same batch with "
@@ -506,6 +509,14 @@ def main():
                 if not last:
                     m.model.norm = torch.nn.Identity()
                     m.lm_head = torch.nn.Identity()
+            if a.lora:
+                from peft import LoraConfig, get_peft_model
+                rank, _, mods = a.lora.partition(":")
+                targets = mods.split(",") if mods else ["q_proj", "k_proj", "v_proj", "o_proj"]
+                with torch.device("meta"):
+                    m = get_peft_model(m, LoraConfig(r=int(rank), lora_alpha=2 * int(rank), lora_dropout=0.0,
+                                                     target_modules=targets))
+                lays = decoder_layers(m.base_model.model)
             divided = apply_tp(m, lays, cfg, tp_mesh, a.tp, not a.no_sp, a.loss_parallel) if a.tp > 1 else None
             for i in range(len(lays)):
                 blk = lays[i]
@@ -544,7 +555,7 @@ def main():
             model, first_stage, last_stage, tp_divided = build(a.pp_stage if a.pp > 1 else 0)
         model.to_empty(device=device)
         model.train()
-        optim = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
+        optim = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4, foreach=True)
         ids = torch.randint(0, cfg.vocab_size, (a.micro_batch, a.seq), device=device)
         labels = torch.randint(0, cfg.vocab_size, (a.micro_batch, a.seq), device=device)
         timings["build_s"] = time.time() - t0
@@ -741,7 +752,8 @@ def main():
     res = {
         "torch": torch.__version__, "transformers": transformers.__version__,
         "config": a.config, "model_type": cfg.model_type, "layers": cfg.num_hidden_layers,
-        "params": n_params, "world": a.world, "micro_batch": a.micro_batch, "seq": a.seq,
+        "params": n_params, "trainable_params": sum(p.numel() for p in model.parameters() if p.requires_grad),
+        "lora": a.lora, "world": a.world, "micro_batch": a.micro_batch, "seq": a.seq,
         "reshard_after_forward": reshard, "ac": a.ac, "attn_implementation": a.attn,
         "attention_ops": dict(fmt.attn_ops), "device": device,
         "fake_cuda_error": cuda_err, "dropout_impl": dropout_impl,

@@ -50,6 +50,22 @@ MATRIX = {
     "8b-2k-w16-tp4-acfull": ("llama-3.1-8b", 2048, 16, True, "full", "sdpa"),
     "8b-2k-w16-tp4": ("llama-3.1-8b", 2048, 16, True, "none", "sdpa"),
     "8b-2k-w16-tp2-acfull-nosp": ("llama-3.1-8b", 2048, 16, True, "full", "sdpa"),
+    # LoRA (PEFT adapters, the base frozen; LORA below).
+    "8b-2k-lora16": ("llama-3.1-8b", 2048, 8, True, "none", "sdpa"),
+    "8b-2k-lora16-acfull": ("llama-3.1-8b", 2048, 8, True, "full", "sdpa"),
+    "8b-4k-w16-lora64-all": ("llama-3.1-8b", 4096, 16, True, "none", "sdpa"),
+    "8b-2k-lora16-eager": ("llama-3.1-8b", 2048, 8, True, "none", "eager"),
+    "qwen2-7b-2k-lora16": ("qwen2-7b", 2048, 8, True, "none", "sdpa"),
+    "qwen2-7b-2k-w16-lora32-all-acfull": ("qwen2-7b", 2048, 16, True, "full", "sdpa"),
+    "gpt2-lora8": ("gpt2", 1024, 8, True, "none", "sdpa"),
+}
+
+# LoRA rows: `--lora` on both sides (torch_peer: PEFT's LoraConfig, lora_alpha 2 x rank, dropout 0).
+ALL_LINEARS = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
+LORA = {
+    "8b-2k-lora16": "16", "8b-2k-lora16-acfull": "16", "8b-4k-w16-lora64-all": "64:" + ALL_LINEARS,
+    "8b-2k-lora16-eager": "16", "qwen2-7b-2k-lora16": "16", "qwen2-7b-2k-w16-lora32-all-acfull": "32:" + ALL_LINEARS,
+    "gpt2-lora8": "8:c_attn",
 }
 
 # Tensor-parallel rows: (tp, sequence parallel). Both sides run loss_parallel off (the logits
@@ -68,6 +84,7 @@ PEER_ARGS = {
                   "math path, which saves s x s scores a CUDA flash kernel does not); residual and embedding "
                   "dropout unchanged"),
 }
+PEER_ARGS["gpt2-lora8"] = PEER_ARGS["gpt2-sdpa"]
 
 # FSDPMemTracker's category names (_FSDPRefType values) -> shardcast's (core/base/units.cpp).
 CATEGORIES = [
@@ -84,7 +101,7 @@ def setup(venv: Path) -> None:
     # The CPU wheel is enough (the tracker runs under FakeTensorMode); fall back to PyPI's.
     if subprocess.run(pip + ["torch", "--index-url", "https://download.pytorch.org/whl/cpu"]).returncode != 0:
         subprocess.run(pip + ["torch"], check=True)
-    subprocess.run(pip + [TRANSFORMERS], check=True)
+    subprocess.run(pip + [TRANSFORMERS, "peft"], check=True)
     print(f"validate-memory: venv ready at {venv}")
 
 
@@ -121,6 +138,8 @@ def run_peer(venv: Path, row, layers: int, hf_mask: str, cache: str, extra: list
 
 
 def tp_args(name: str, peer: bool) -> list:
+    if name in LORA:
+        return ["--lora", LORA[name]]
     if name not in TP:
         return []
     tp, sp = TP[name]
@@ -225,6 +244,8 @@ def main() -> int:
                 extra, note = PEER_ARGS.get(name, ([], ""))
                 peer = run_peer(venv, row, a.layers, mask, a.peer_cache, extra + tp_args(name, True))
                 sc = run_shardcast(binary, row, a.layers, mask, tp_args(name, False))
+                if name in LORA:
+                    note = (note + "; " if note else "") + f"LoRA {LORA[name]} (PEFT, the base frozen)"
                 if name in TP:
                     tp, sp = TP[name]
                     note = (note + "; " if note else "") + f"tp {tp} ({'SP' if sp else 'no SP'}), dp {row[2] // tp}, loss_parallel off"

@@ -1,5 +1,6 @@
 #include "simulator/pytorch_code.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <string>
 #include <utility>
@@ -274,6 +275,44 @@ namespace {
 // TP plan on what is left, fully_shard of the plan's units that lie in the stage, then the
 // PipelineStage and its schedule over the step's micro-batches.
 
+// LoRA as the plan has it: PEFT puts the adapters into `model` in place (the module paths below
+// stay valid) and freezes every other parameter. target_modules: the adapted modules' names when
+// every linear of that name is adapted, else their full names.
+std::string loraCode(const core::Plan& plan) {
+    const core::LoraSpec& lora = plan.training.lora;
+    if (!lora.enabled()) return "";
+    const core::Model& m = *plan.model;
+    std::vector<std::string> adapted, names;
+    bool ambiguous = false;
+    for (const core::Module& mod : m.modules) {
+        const std::string suffix = ".lora_A.default";
+        if (mod.name.size() > suffix.size() && mod.name.ends_with(suffix)) {
+            adapted.push_back(mod.name.substr(0, mod.name.size() - suffix.size()));
+        }
+    }
+    for (const std::string& a : adapted) {
+        const std::string last = a.substr(a.rfind('.') + 1);
+        if (std::find(names.begin(), names.end(), last) == names.end()) names.push_back(last);
+    }
+    // A base layer whose last name is a target's but that carries no adapter makes the names ambiguous.
+    for (const core::Module& mod : m.modules) {
+        const std::string suffix = ".base_layer";
+        if (mod.name.ends_with(suffix) || mod.name.find(".lora_") != std::string::npos) continue;
+        const std::string last = mod.name.substr(mod.name.rfind('.') + 1);
+        if (std::find(names.begin(), names.end(), last) == names.end()) continue;
+        if (std::find(adapted.begin(), adapted.end(), mod.name) == adapted.end()) ambiguous = true;
+    }
+    const std::vector<std::string>& targets = ambiguous ? adapted : names;
+    std::string list;
+    for (size_t i = 0; i < targets.size(); ++i) list += fmt::format("{}\"{}\"", i ? ", " : "", targets[i]);
+    return fmt::format(
+        "# LoRA, rank {} on {} linear modules; lora_alpha (the scaling) changes no memory or time.\n"
+        "# The optimizer then takes the trainable parameters: [p for p in model.parameters() if p.requires_grad]\n"
+        "from peft import LoraConfig, get_peft_model\n"
+        "peft_model = get_peft_model(model, LoraConfig(r={}, lora_alpha={}, lora_dropout=0.0, target_modules=[{}]))\n",
+        lora.rank, adapted.size(), lora.rank, 2 * lora.rank, list);
+}
+
 // The gradient clipping the plan times, in each step between backward and the optimizer step.
 std::string clipCode(const core::TrainingSpec& tr) {
     if (tr.clip_grad_norm <= 0) return "";
@@ -319,6 +358,7 @@ std::string pipelineCode(const core::Plan& plan, const core::Mesh& mesh, const s
     b += "model.model.layers = nn.ModuleList(list(model.model.layers)[first_block:end_block])\n";
     b += "if not is_first:\n    model.model.embed_tokens = None  # the stage reads the previous stage's activations\n";
     b += "if not is_last:\n    model.model.norm = nn.Identity()\n    model.lm_head = nn.Identity()  # its output: the residual stream\n";
+    b += loraCode(plan);
     // torchtitan's order: tensor parallelism, then activation checkpointing, then fully_shard.
     if (mesh.tp > 1) {
         b += tensorParallelCode(plan, mesh, true);
@@ -449,6 +489,7 @@ std::string pytorchCode(const core::Plan& plan, const core::Mesh& mesh, const st
     const std::string param = tr.param_dtype ? torchDtype(*tr.param_dtype) : "None";
     const std::string reduce = tr.reduce_dtype ? torchDtype(*tr.reduce_dtype) : "None";
     s += fmt::format("mp = MixedPrecisionPolicy(param_dtype={}, reduce_dtype={})\n", param, reduce);
+    s += loraCode(plan);
     s += checkpointCode(plan);
     const std::string raf = reshardArg(plan.sharding);
     for (const auto& unit : units) {

@@ -139,6 +139,11 @@ void addPlanOptions(CLI::App& cmd, core::PlanOverrides& o) {
            "");
     addOpt(cmd, "--frozen", o.frozen, "REGEX",
            "Regex (std::regex_search on parameter FQNs) of frozen parameters", "");
+    addOpt(cmd, "--lora", o.lora, "RANK[:MODULES]",
+           "LoRA fine-tuning as PEFT applies it: rank-RANK adapters (lora_A [RANK, in], lora_B [out, RANK]) on the "
+           "linear modules named (comma-separated, PEFT's target_modules; default: the attention projections), "
+           "every other parameter frozen; 0: none",
+           "");
     addOpt(cmd, "--clip-grad-norm", o.clip_grad_norm, "MAX_NORM",
            "clip_grad_norm_(max_norm) before each optimizer step: the gradients' norm (one pass over them), its "
            "all-reduce, and their scaling (another pass); torchtitan always clips (max_norm 1.0), as HF Trainer "

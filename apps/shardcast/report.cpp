@@ -13,6 +13,7 @@
 #include "apps/shardcast/commands.hpp"
 #include "core/base/units.hpp"
 #include "core/lower/lower.hpp"
+#include "core/model/model_lora.hpp"
 
 namespace shardcast::cli {
 
@@ -308,7 +309,13 @@ nlohmann::ordered_json planResultJson(const core::Plan& plan, const sim::Evaluat
         {"frozen", t.frozen_regex},
         {"allocator", core::allocatorModeName(t.allocator)},
         {"clip_grad_norm", t.clip_grad_norm},  // 0: no clipping
+        {"lora", nullptr},
     };
+    if (t.lora.enabled()) {
+        const core::LoraSummary lora = core::loraSummary(*plan.model);
+        j["training"]["lora"] = {{"rank", t.lora.rank}, {"targets", t.lora.targets}, {"modules", lora.modules},
+                                 {"module_names", lora.names}, {"adapter_params", lora.adapter_params}};
+    }
 
     json at_peak = json::object();
     json max_per = json::object();
@@ -577,6 +584,13 @@ std::string planReportText(const core::Plan& plan, const sim::Evaluation& e) {
                      t.frozen_regex.empty() ? "" : fmt::format(", frozen /{}/", t.frozen_regex)));
     line(fmt::format("  AC mode      {}",
                      core::acDescription(core::acSpecOf(t), t.attention == core::AttentionKernel::Flash)));
+    if (t.lora.enabled()) {
+        const core::LoraSummary lora = core::loraSummary(*plan.model);
+        line(fmt::format("  LoRA         rank {} on {} linear modules ({}): {} adapter params ({:.2f}% of the model); the "
+                         "base frozen, gathered but never reduced",
+                         t.lora.rank, lora.modules, fmt::join(lora.names, ", "), core::formatCount(lora.adapter_params),
+                         100.0 * static_cast<double>(lora.adapter_params) / static_cast<double>(plan.model->numParams())));
+    }
     line("");
 
     // Units.

@@ -35,6 +35,8 @@
 //       RESHARD, REDUCE_GRAD per stage                          reshardStage, reduceGradients
 //   PP3 no gradient sync or reshard in backward; one reduction  syncsNow, postBackward, reduceGradients
 //   PP4 P2P sends and receives between stages                   receive, send
+//   G1 frozen parameters (LoRA): what autograd saves and         requiresGradCosts (lower_segments.cpp),
+//      computes when only some parameters need gradients         pushBackwardOps
 #include <array>
 #include <cassert>
 #include <climits>
@@ -144,6 +146,8 @@ struct ParamShape {
 };
 
 // Costs of one op for this plan's tokens and dtypes (bytes and FLOPs per micro-batch).
+inline constexpr uint8_t kInputGrad = 1, kWeightGrad = 2;
+
 struct OpCost {
     int64_t saved = 0, temp = 0, bwd_temp = 0, flops = 0, bwd_flops = 0, io = 0, io_bwd = 0;
     // temp and bwd_temp as PyTorch allocates them: an activation-dtype tensor, then `*_f32_tensors`
@@ -171,6 +175,12 @@ struct LowerScratch {
     std::vector<int64_t> op_weight_elems;  // per model op: parameter elements its module reads
     bool grads_all_trainable = false;    // op_grad_elems holds op_weight_elems (no parameter frozen)
     std::vector<uint8_t> op_frozen;      // per model op: its module's parameters are all frozen
+    // Rule G1, when any parameter is frozen: per active op, kInputGrad if its input requires grad,
+    // kWeightGrad if its own weights do (an op with neither has no grad_fn: it saves nothing and
+    // has no backward); and per model op whether the input tensor it heads is saved already.
+    std::vector<uint8_t> op_grad;
+    std::vector<uint8_t> input_saved;
+    std::vector<int32_t> active_pos;     // per model op: its index in `active`, -1 when inactive
     std::vector<uint8_t> sac_keep;       // per active op: per-op SAC keeps its output (no recompute)
     std::vector<MemEvent> host_pending;  // host-side frees applied at the next task's start
     // Per segment, in the current micro-batch: the activations its forward saved and its recompute
@@ -311,13 +321,14 @@ private:
     void buildSegments();
     void splitIntoSegments();
     void opCosts();
+    void requiresGradCosts();
     bool sameAsPrevious(size_t si) const;
     void segmentCosts(Segment& seg);
     void segmentTensors(Segment& seg);
     void segmentOps(Segment& seg);
     int64_t linearRows(const Op& op) const;
     void pushForwardOps(const Op& op, const OpCost& c);
-    void pushBackwardOps(const Op& op, const OpCost& c, bool frozen);
+    void pushBackwardOps(const Op& op, const OpCost& c, uint8_t grad);
     void pushGemm(int64_t m, int64_t n, int64_t k, int64_t batch);
     void pushAttention(OpShapeKind kind, const Op& op);
     Span pushElementwise(int64_t bytes, int64_t flops, DType dtype);

@@ -185,7 +185,6 @@ void Lowering::opCosts() {
         return c;
     };
     for (size_t ai = 0; ai < m_s.active.size(); ++ai) {
-        const auto oi = static_cast<size_t>(m_s.active[ai]);
         const Op& op = opAt(static_cast<int64_t>(ai));
         const int32_t cls = op.cost_class;
         if (cls < 0) {
@@ -197,11 +196,57 @@ void Lowering::opCosts() {
             }
             cost[ai] = class_cost[static_cast<size_t>(cls)];
         }
-        if (!m_s.op_frozen.empty() && m_s.op_frozen[oi]) {
-            // A frozen weight needs no weight gradient: the backward keeps only dgrad.
-            cost[ai].bwd_flops = static_cast<int64_t>(static_cast<double>(cost[ai].flops) *
-                                                      std::max(0.0, op.bwd_flops_factor - 1.0));
+    }
+    if (!m_s.op_frozen.empty()) requiresGradCosts();
+}
+
+// Rule G1: with frozen parameters (LoRA, `training.frozen`) autograd saves and computes only what
+// some gradient needs (torch/csrc/autograd: a node exists when an input requires grad, and the
+// generated code saves an input only for the gradients it will compute). In forward order, an
+// op's input requires grad once any op before it made an output that does (the residual stream
+// carries it on), except an op reading the same tensor as an earlier one (q's input for k, v and
+// their adapters), which takes that op's. An op with no grad_fn saves nothing and has no backward
+// (a frozen embedding; the first block's q/k/v base layers under LoRA); a frozen linear keeps
+// its input only when another op needs it and computes dgrad only; a trainable weight whose input
+// needs no gradient computes wgrad only.
+void Lowering::requiresGradCosts() {
+    const Coef none{};
+    const size_t n = m_s.active.size();
+    m_s.op_grad.assign(n, 0);
+    m_s.input_saved.assign(m_model.ops.size(), 0);
+    m_s.active_pos.assign(m_model.ops.size(), -1);
+    for (size_t ai = 0; ai < n; ++ai) m_s.active_pos[static_cast<size_t>(m_s.active[ai])] = static_cast<int32_t>(ai);
+    const uint8_t attention_bit = m_s.active_bits[0];
+    bool live = m_stage > 0;  // a later pipeline stage receives activations that require grad
+    for (size_t ai = 0; ai < n; ++ai) {
+        const auto oi = static_cast<size_t>(m_s.active[ai]);
+        const Op& op = opAt(static_cast<int64_t>(ai));
+        const bool weight = m_s.module_trainable[static_cast<size_t>(op.module)] > 0;
+        size_t head = oi;
+        bool input = live;
+        if (op.same_input_back > 0 && oi >= static_cast<size_t>(op.same_input_back)) {
+            head = oi - static_cast<size_t>(op.same_input_back);
+            const int32_t hp = m_s.active_pos[head];
+            if (hp >= 0) input = (m_s.op_grad[static_cast<size_t>(hp)] & kInputGrad) != 0;
         }
+        m_s.op_grad[ai] = static_cast<uint8_t>((input ? kInputGrad : 0) | (weight ? kWeightGrad : 0));
+        if (input || weight) live = true;
+        OpCost& c = m_s.op_cost[ai];
+        if (!input && !weight) {
+            c.saved = c.bwd_flops = c.io_bwd = c.bwd_temp = c.bwd_temp_act = 0;
+            continue;
+        }
+        const int64_t input_bytes = elementBytes(op.wgrad_saved_act, none, none, none);
+        if (op.same_input_back == 0) c.saved -= input_bytes;  // saved_act counted it
+        c.saved -= elementBytes(none, op.wgrad_saved_f32, none, none);
+        const bool kept = (op.input_kept_under & attention_bit) != 0 && input;
+        if ((weight || kept) && input_bytes > 0 && !m_s.input_saved[head]) {
+            c.saved += input_bytes;
+            m_s.input_saved[head] = 1;
+        }
+        if (weight) c.saved += elementBytes(none, op.wgrad_saved_f32, none, none);
+        // dgrad when the input needs its gradient, wgrad when the weight does: one GEMM each.
+        if (op.kernel == KernelShape::Linear) c.bwd_flops = (input ? c.flops : 0) + (weight ? c.flops : 0);
     }
 }
 
@@ -230,6 +275,7 @@ bool Lowering::sameAsPrevious(size_t si) const {
         const auto ob = static_cast<size_t>(m_s.active[ib]);
         if (m_s.op_grad_elems[oa] != m_s.op_grad_elems[ob] || m_s.op_weight_elems[oa] != m_s.op_weight_elems[ob]) return false;
         if (!m_s.op_frozen.empty() && m_s.op_frozen[oa] != m_s.op_frozen[ob]) return false;
+        if (!m_s.op_grad.empty() && m_s.op_grad[ia] != m_s.op_grad[ib]) return false;
     }
     return true;
 }
@@ -416,10 +462,9 @@ void Lowering::segmentOps(Segment& seg) {
             }
             recomputed = true;
         }
-        const auto oi = static_cast<size_t>(m_s.active[static_cast<size_t>(ai)]);
-        const bool frozen = !m_s.op_frozen.empty() && m_s.op_frozen[oi];
+        const uint8_t grad = m_s.op_frozen.empty() ? kInputGrad | kWeightGrad : m_s.op_grad[static_cast<size_t>(ai)];
         tpBefore(ai, true);
-        pushBackwardOps(opAt(ai), m_s.op_cost[static_cast<size_t>(ai)], frozen);
+        pushBackwardOps(opAt(ai), m_s.op_cost[static_cast<size_t>(ai)], grad);
         tpAfter(ai, true);
     }
     seg.bwd_ops.count = static_cast<uint32_t>(m_p.ops.size()) - seg.bwd_ops.offset;
@@ -455,13 +500,14 @@ void Lowering::pushForwardOps(const Op& op, const OpCost& c) {
 // Backward of each kernel: a linear layer's input gradient (dgrad) and, unless its weight is
 // frozen, its weight gradient (wgrad); eager attention's two products per GEMM; the flash
 // backward kernel; an elementwise op reads and writes twice what its forward moved.
-void Lowering::pushBackwardOps(const Op& op, const OpCost& c, bool frozen) {
+void Lowering::pushBackwardOps(const Op& op, const OpCost& c, uint8_t grad) {
     const int64_t b = m_tr.micro_batch, s = m_seq;
+    if (grad == 0) return;  // no grad_fn: no backward (rule G1)
     switch (op.kernel) {
         case KernelShape::Linear: {
             const int64_t rows = linearRows(op);
-            pushGemm(rows, op.in_features, op.out_features, 1);
-            if (!frozen) pushGemm(op.out_features, op.in_features, rows, 1);
+            if (grad & kInputGrad) pushGemm(rows, op.in_features, op.out_features, 1);
+            if (grad & kWeightGrad) pushGemm(op.out_features, op.in_features, rows, 1);
             return;
         }
         case KernelShape::FlashAttention:

@@ -174,6 +174,11 @@ void Lowering::activeOpTables() {
 Status Lowering::findFrozenParams() {
     auto& frozen = m_s.frozen;
     frozen.assign(m_model.params.size(), 0);
+    if (m_tr.lora.enabled()) {
+        // LoRA: the adapters train, everything else is frozen (PEFT's mark_only_lora_as_trainable).
+        for (size_t i = 0; i < m_model.params.size(); ++i) frozen[i] = m_model.params[i].lora ? 0 : 1;
+        return Ok{};
+    }
     if (m_tr.frozen_regex.empty()) return Ok{};
     std::regex re;
     try {
@@ -192,7 +197,7 @@ Status Lowering::findFrozenParams() {
 void Lowering::unitSizes() {
     const auto n_units = m_s.ua.units.size();
     const auto n_params = m_s.param_shapes.size();
-    const bool any_frozen = !m_tr.frozen_regex.empty();
+    const bool any_frozen = !m_tr.frozen_regex.empty() || m_tr.lora.enabled();
     const bool fsdp2 = m_sharded && !m_fsdp1;
     if (m_sharded && m_fsdp1) {
         m_s.fsdp1_flat.assign(n_units, 0);
@@ -281,6 +286,7 @@ void Lowering::unitSizes() {
     vocabGradExtra();
     unshardedParamTensors();
     m_s.op_frozen.clear();
+    m_s.op_grad.clear();
     if (any_frozen) {
         m_s.op_frozen.assign(m_model.ops.size(), 0);
         for (size_t i = 0; i < m_model.ops.size(); ++i) {

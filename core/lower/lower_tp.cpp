@@ -46,7 +46,7 @@ void Lowering::vocabGradExtra() {
     for (size_t k = 0; k < m_s.param_shapes.size(); ++k) {
         const int32_t op = m_s.param_grad_op[k];
         if (op < 0 || m_model.ops[static_cast<size_t>(op)].tp != TpRole::Vocab) continue;
-        if (!m_tr.frozen_regex.empty() && m_s.frozen[k]) continue;
+        if ((!m_tr.frozen_regex.empty() || m_tr.lora.enabled()) && m_s.frozen[k]) continue;
         const int64_t extra = m_s.param_shapes[k].numel * (m_tp - 1);
         if (!any) {
             // op_grad_elems is kept between plans while every gradient is a weight's (grads_all_trainable):
@@ -118,7 +118,8 @@ Op tpLocalOp(const Op& op, int tp, bool sp, bool lp) {
     const auto d = static_cast<double>(tp);
     auto divideAll = [&](bool keep_i64, bool keep_mask) {
         for (Coef* c : {&o.flops, &o.saved_act, &o.saved_f32, &o.saved_u8, &o.saved_act_repeat_kv, &o.temp_act,
-                        &o.temp_f32, &o.bwd_temp_act, &o.bwd_temp_f32, &o.io_act, &o.io_bwd_act, &o.io_fused_act})
+                        &o.temp_f32, &o.bwd_temp_act, &o.bwd_temp_f32, &o.io_act, &o.io_bwd_act, &o.io_fused_act,
+                        &o.wgrad_saved_act, &o.wgrad_saved_f32})
             divide(*c, d);
         if (!keep_i64) divide(o.saved_i64, d);
         if (!keep_mask) divide(o.saved_act_hf_mask, d);
@@ -147,6 +148,7 @@ Op tpLocalOp(const Op& op, int tp, bool sp, bool lp) {
             o.in_features = ceilDiv(op.in_features, int64_t{tp});
             divide(o.flops, d);
             divide(o.saved_act, d);
+            divide(o.wgrad_saved_act, d);
             o.io_act.per_token = static_cast<double>(o.in_features + op.out_features) * op.token_share;
             break;
         }

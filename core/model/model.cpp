@@ -83,6 +83,23 @@ double Model::modelFlopsPerToken(int64_t seq_len) const {
     return 6.0 * n + 3.0 * seq_flops * s;
 }
 
+Op linearOp(std::string name, int32_t module, int64_t in, int64_t out, bool saves_input, double share) {
+    Op o;
+    o.name = std::move(name);
+    o.module = module;
+    o.kind = OpKind::Matmul;
+    o.kernel = KernelShape::Linear;
+    o.in_features = in;
+    o.out_features = out;
+    o.token_share = share;
+    o.flops.per_token = 2.0 * static_cast<double>(in) * static_cast<double>(out) * share;
+    o.bwd_flops_factor = 2;
+    o.wgrad_saved_act.per_token = static_cast<double>(in) * share;
+    o.saved_act.per_token = saves_input ? o.wgrad_saved_act.per_token : 0;
+    o.io_act.per_token = static_cast<double>(in + out) * share;
+    return o;
+}
+
 namespace {
 
 bool sameCoef(const Coef& a, const Coef& b) { return a.per_token == b.per_token && a.per_token_seq == b.per_token_seq; }
@@ -99,7 +116,9 @@ bool sameCosts(const Op& a, const Op& b) {
            a.temp_f32_tensors == b.temp_f32_tensors && a.bwd_temp_f32_tensors == b.bwd_temp_f32_tensors &&
            sameCoef(a.io_act, b.io_act) && a.kernel == b.kernel && a.in_features == b.in_features &&
            a.out_features == b.out_features && a.token_share == b.token_share && a.heads == b.heads &&
-           a.kv_heads == b.kv_heads && a.head_dim == b.head_dim && a.tp == b.tp;
+           a.kv_heads == b.kv_heads && a.head_dim == b.head_dim && a.tp == b.tp &&
+           sameCoef(a.wgrad_saved_act, b.wgrad_saved_act) && sameCoef(a.wgrad_saved_f32, b.wgrad_saved_f32) &&
+           a.same_input_back == b.same_input_back && a.input_kept_under == b.input_kept_under;
 }
 
 }  // namespace

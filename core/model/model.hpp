@@ -30,6 +30,7 @@ struct Param {
     // Tensor parallelism (Model::tp_plan): the dim the TP plan shards (0: ColwiseParallel's
     // weight and bias, an embedding's vocab rows; 1: RowwiseParallel's weight); -1 replicated.
     int8_t tp_dim = -1;
+    bool lora = false;  // a LoRA adapter (core/model/model_lora.hpp): trainable while the rest is frozen
     int64_t numel() const;
     int64_t dim0() const { return shape.empty() ? 1 : shape[0]; }
     int64_t rowNumel() const;  // numel / dim0
@@ -113,6 +114,19 @@ struct Op {
     // K and V repeated to all heads before SDPA (repeat_kv copies, which SDPA saves): transformers
     // 4.5x with a mask, and torchtitan's Llama always.
     Coef saved_act_repeat_kv;
+    // What autograd saves depends on what requires grad (core/lower: rule G1, used once any
+    // parameter is frozen, as under LoRA). An op saves only when it has a grad_fn (an input or a
+    // weight requires grad), and these parts of saved_act / saved_f32 only for its own weights'
+    // gradient: a linear's input (mm saves `self` for the weight's gradient only), eager Llama
+    // RMSNorm's `weight * x` operand, Gemma's fp32 `x_normed`.
+    Coef wgrad_saved_act, wgrad_saved_f32;
+    // The op reads the input tensor of the op this many places before it (k and v after q, up
+    // after gate, a LoRA adapter after its base layer): that tensor is saved once, by whichever
+    // of them first needs it, and not in saved_act here (wgrad_saved_act gives its size).
+    int16_t same_input_back = 0;
+    // Attention variants under which the op's input is kept by the op before it whatever this op
+    // needs: o_proj's input is the flash kernel's saved output (variant::kFlash).
+    uint8_t input_kept_under = 0;
     // Transient while the forward op runs (outputs consumed by the next op, workspaces).
     Coef temp_act, temp_f32;
     // Transient while the backward op runs (gradients of outputs and inputs).
@@ -147,6 +161,11 @@ struct Op {
         return (attention_variants & attention_bit) && (kernel_variants & kernel_bit);
     }
 };
+
+// A linear layer y = x W^T over `share` of the tokens: 2 * in * out FLOPs per token, backward dgrad
+// + wgrad, its input saved for the weight's gradient (wgrad_saved_act; saved_act only when
+// `saves_input`, false for a linear reading an input another op saves).
+Op linearOp(std::string name, int32_t module, int64_t in, int64_t out, bool saves_input, double share = 1);
 
 // Architecture facts of an imported HuggingFace model (zero for custom module trees).
 struct ModelArch {

@@ -148,8 +148,10 @@ void addNorm(Builder& b, int32_t m, int64_t h, NormImpl impl, bool input_shared 
     if (impl == NormImpl::LlamaRms) {
         e.saved_f32.per_token = hd + 1;
         e.saved_act.per_token = hd;
+        e.wgrad_saved_act.per_token = hd;  // `weight * x.to(dtype)` keeps x for the weight's gradient
     } else {
         e.saved_f32.per_token = 2 * hd + 1;
+        e.wgrad_saved_f32.per_token = hd;  // `x_normed * (1 + weight.float())` keeps x_normed for it
     }
     e.temp_f32.per_token = hd;
     // Backward (torch/csrc/autograd/FunctionsManual.cpp): the fp32 input gets two gradients, the
@@ -185,14 +187,22 @@ void addNorm(Builder& b, int32_t m, int64_t h, NormImpl impl, bool input_shared 
 Op& addMatmul(Builder& b, int32_t m, const std::string& name, int64_t in, int64_t out, bool saves_input,
               double f = 1) {
     Op& o = b.op(m, name, OpKind::Matmul);
-    o.kernel = KernelShape::Linear;
-    o.in_features = in;
-    o.out_features = out;
-    o.token_share = f;
-    o.flops.per_token = 2.0 * static_cast<double>(in) * static_cast<double>(out) * f;
-    o.bwd_flops_factor = 2;
-    o.saved_act.per_token = saves_input ? static_cast<double>(in) * f : 0;
-    o.io_act.per_token = static_cast<double>(in + out) * f;
+    o = linearOp(name, m, in, out, saves_input, f);
+    return o;
+}
+
+// A linear reading the input of the op `back` places before it (q's for k and v): saved once.
+Op& addSiblingMatmul(Builder& b, int32_t m, const std::string& name, int64_t in, int64_t out, int16_t back,
+                     double f = 1) {
+    Op& o = addMatmul(b, m, name, in, out, false, f);
+    o.same_input_back = back;
+    return o;
+}
+
+// The linear after the attention core: under SDPA its input is the kernel's saved output.
+Op& addAttnOutMatmul(Builder& b, int32_t m, const std::string& name, int64_t in, int64_t out) {
+    Op& o = addMatmul(b, m, name, in, out, true);
+    o.input_kept_under = variant::kFlash;
     return o;
 }
 
@@ -332,7 +342,7 @@ struct GatedMlpModules {
 void addGatedMlp(Builder& b, const GatedMlpModules& mm, int64_t h, int64_t inter, double f = 1) {
     const double I = static_cast<double>(inter) * f;
     addMatmul(b, mm.gate, "gate_proj", h, inter, true, f);
-    addMatmul(b, mm.up, "up_proj", h, inter, false, f);  // same input as gate, saved once
+    addSiblingMatmul(b, mm.up, "up_proj", h, inter, 1, f);  // same input as gate, saved once
     // Eager: act_fn saves its input (gate output), `act * up` saves both operands.
     Op& act = b.op(mm.act, "act_fn", OpKind::Elementwise);
     act.kernel_variants = variant::kEagerKernels;
@@ -692,11 +702,11 @@ Result<Model> buildLlamaFamily(const json& cfg, Model model) {
     for (const LayerModules& L : lm) {
         addNorm(b, L.in_norm, h, norm);
         addMatmul(b, L.q, "q_proj", h, qd, true);  // q/k/v share the norm output: saved once
-        addMatmul(b, L.k, "k_proj", h, kvd, false);
-        addMatmul(b, L.v, "v_proj", h, kvd, false);
+        addSiblingMatmul(b, L.k, "k_proj", h, kvd, 1);
+        addSiblingMatmul(b, L.v, "v_proj", h, kvd, 2);
         addRope(b, L.attn, qd + kvd);
         addAttentionCore(b, L.attn, shape);
-        addMatmul(b, L.o, "o_proj", qd, h, true);
+        addAttnOutMatmul(b, L.o, "o_proj", qd, h);
         if (gemma) addNorm(b, L.post_attn_norm, h, norm);
         addResidual(b, L.layer, h);
         addNorm(b, gemma ? L.pre_ff_norm : L.post_attn_norm, h, norm);
@@ -811,7 +821,7 @@ Result<Model> buildGpt2(const json& cfg, Model model) {
         addMatmul(b, L.c_attn, "c_attn", h, 3 * h, true);
         addAttentionCore(b, L.attn, shape);
         (void)L.attn_drop;  // the attention-probability dropout runs inside attn.dropout
-        addMatmul(b, L.c_proj, "c_proj", h, h, true);
+        addAttnOutMatmul(b, L.c_proj, "c_proj", h, h);
         addDropout(b, L.resid_drop, "dropout", static_cast<double>(h), resid_p);
         addResidual(b, L.layer, h);
         addNorm(b, L.ln2, h, NormImpl::LayerNorm);
@@ -895,7 +905,7 @@ Result<Model> buildGptNeox(const json& cfg, Model model) {
         addMatmul(b, L.qkv, "query_key_value", h, 3 * h, true);
         addRope(b, L.attn, 2 * heads * rotary_ndims);
         addAttentionCore(b, L.attn, shape);
-        addMatmul(b, L.dense, "dense", h, h, true);
+        addAttnOutMatmul(b, L.dense, "dense", h, h);
         addDropout(b, L.attn_drop, "dropout", static_cast<double>(h), hidden_p);
         // Parallel residual: x + attn(ln1(x)) + mlp(ln2(x)); both norms read the same x.
         if (!parallel) addResidual(b, L.layer, h);

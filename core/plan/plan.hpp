@@ -22,6 +22,9 @@ struct Plan {
     // plan); null when model_ref names a bundled model or a file. planToJson writes it back embedded.
     std::shared_ptr<const nlohmann::json> model_config;
     ModelScale scale;       // applied to model_ref's config (`--scale`); `model` is the scaled model
+    // With LoRA (training.lora), `model` carries the adapters and this is the model before them;
+    // null without LoRA. applyLora keeps the two in step.
+    std::shared_ptr<const Model> base_model;
     ClusterSpec cluster;
     TrainingSpec training;
     ShardingSpec sharding;
@@ -55,6 +58,11 @@ struct Mesh {
 // Errors name sharding.pp / sharding.pp_stage_blocks and what is valid.
 // With virtual_stages V > 1 (Interleaved1F1B) the model is split into pp x V stages.
 Result<std::vector<int>> pipelineStageBlocks(int pp, int64_t blocks, const std::vector<int>& given, int virtual_stages = 1);
+
+// Puts training.lora's adapters on the plan's model (core/model/model_lora.hpp), starting from
+// base_model when the model has them already, or takes them off when LoRA is off. Errors name
+// training.lora (`where` first) and the valid module names.
+Status applyLora(Plan& plan, const std::string& where);
 
 // Checks every field against the others; the error names the field and what would be valid.
 Result<Mesh> validatePlan(const Plan& plan);

@@ -96,6 +96,11 @@ Result<Plan> buildPlan(const PlanOverrides& o) {
         plan.cluster.nodes = kDefaultNodes;
         plan.cluster.gpus_per_node = kDefaultGpusPerNode;
     }
+    // The model before any LoRA adapters: --model, --scale and --lora below start from it.
+    if (plan.base_model) {
+        plan.model = std::move(plan.base_model);
+        plan.base_model.reset();
+    }
 
     // Flag-level checks first, so the message names the flag rather than the plan field.
     for (auto status : {checkRange(o.nodes, 1, kMaxNodes, "--nodes"),
@@ -358,6 +363,14 @@ Result<Plan> buildPlan(const PlanOverrides& o) {
             return makeError(fmt::format("{}: '{}' is not true or false", flag, textExcerpt(**value)));
         }
         *field = **value == "true";
+    }
+    if (o.lora) {
+        auto lora = parseLora(*o.lora, "--lora");
+        if (!lora) return lora.error();
+        t.lora = std::move(lora).value();
+    }
+    if (plan.model) {
+        if (auto st = applyLora(plan, o.lora ? "--lora" : "training.lora"); !st) return st.error();
     }
     return plan;
 }

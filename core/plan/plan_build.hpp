@@ -43,6 +43,7 @@ struct PlanOverrides {
     std::optional<std::string> checkpoint, checkpoint_offload_to_cpu, checkpoint_rank0_only;
     std::optional<int64_t> checkpoint_every;
     std::optional<double> clip_grad_norm;  // --clip-grad-norm MAX_NORM (0: none)
+    std::optional<std::string> lora;       // --lora RANK[:MODULES] (0: none)
 };
 
 // Defaults used when there is no plan file.

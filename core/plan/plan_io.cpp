@@ -21,6 +21,7 @@
 #include "core/base/json_text.hpp"
 #include "core/base/limits.hpp"
 #include "core/model/model_io.hpp"
+#include "core/model/model_lora.hpp"
 #include "core/plan/wrap.hpp"
 
 namespace shardcast::core {
@@ -206,7 +207,7 @@ Status readTraining(const json& j, const std::string& where, TrainingSpec& t) {
     SectionReader r(j, where, "training");
     r.checkKeys({"micro_batch", "seq_len", "grad_accum", "no_sync", "optimizer", "param_dtype", "reduce_dtype",
                  "master_dtype", "ac", "attention", "kernels", "impl", "offload", "hf_mask", "frozen", "allocator",
-                 "clip_grad_norm"});
+                 "clip_grad_norm", "lora"});
     r.integer("micro_batch", t.micro_batch, "a positive integer");
     r.integer("seq_len", t.seq_len, "a positive integer");
     r.integer("grad_accum", t.grad_accum, "a positive integer");
@@ -228,7 +229,13 @@ Status readTraining(const json& j, const std::string& where, TrainingSpec& t) {
     r.string("frozen", t.frozen_regex);
     r.enumeration("allocator", t.allocator, parseAllocatorMode, "caching, expandable");
     r.number("clip_grad_norm", t.clip_grad_norm, "a number >= 0 (clip_grad_norm_'s max_norm; 0: no clipping)");
-    return r.status();
+    std::string lora = "0";
+    r.string("lora", lora);
+    if (!r.status()) return r.status();
+    auto parsed = parseLora(lora, where + ": training.lora");
+    if (!parsed) return parsed.error();
+    t.lora = std::move(parsed).value();
+    return Ok{};
 }
 
 Status readCheckpoint(const json& j, const std::string& where, CheckpointSpec& c) {
@@ -816,6 +823,16 @@ Result<Mesh> validatePlan(const Plan& plan, PlanCheckMemo* memo) {
     if (!t.frozen_regex.empty()) {
         if (auto pattern = limits::checkFrozenPattern(t.frozen_regex, "training.frozen"); !pattern) return pattern.error();
     }
+    if (t.lora.enabled()) {
+        if (!plan.base_model) {
+            return makeError("training.lora is set but the plan's model carries no adapters (core::applyLora was not run)");
+        }
+        if (s.tp > 1) {
+            return makeError(fmt::format("training.lora with tensor parallelism (sharding.tp {}) is not modelled: the TP plan "
+                                         "has no rule for the adapters; use tp 1",
+                                         s.tp));
+        }
+    }
     if (t.offload == Offload::Cpu && s.strategy == Strategy::NoShard) {
         return makeError("training.offload cpu needs a sharded strategy: FSDP CPU offload keeps sharded "
                          "parameters on the host; use FULL_SHARD, SHARD_GRAD_OP or a hybrid strategy");
@@ -1033,9 +1050,28 @@ Result<Plan> planFromJson(const nlohmann::json& j, const std::string& where,
         if (auto st = readCheckpoint(**checkpoint, where, plan.checkpoint); !st) return st.error();
     }
 
+    if (auto st = applyLora(plan, where + ": training.lora"); !st) return st.error();
     auto mesh = validatePlan(plan);
     if (!mesh) return makeError(where + ": " + mesh.error().message);
     return plan;
+}
+
+Status applyLora(Plan& plan, const std::string& where) {
+    if (plan.base_model) {
+        plan.model = std::move(plan.base_model);
+        plan.base_model.reset();
+    }
+    const LoraSpec& lora = plan.training.lora;
+    if (!lora.enabled() || !plan.model) return Ok{};
+    if (!plan.training.frozen_regex.empty()) {
+        return makeError(where + ": LoRA freezes every parameter but the adapters; training.frozen (--frozen) cannot be "
+                         "combined with it (give one of them)");
+    }
+    auto modules = loraTargetModules(*plan.model, lora.targets, where);
+    if (!modules) return modules.error();
+    plan.base_model = plan.model;
+    plan.model = std::make_shared<const Model>(addLoraAdapters(*plan.base_model, lora.rank, *modules));
+    return Ok{};
 }
 
 Result<Plan> loadPlanFile(const std::filesystem::path& path) {
@@ -1089,6 +1125,7 @@ nlohmann::json planToJson(const Plan& plan) {
     training["frozen"] = t.frozen_regex;
     training["allocator"] = std::string(allocatorModeName(t.allocator));
     if (t.clip_grad_norm > 0) training["clip_grad_norm"] = t.clip_grad_norm;
+    if (t.lora.enabled()) training["lora"] = loraString(t.lora);
     j["training"] = std::move(training);
 
     const ShardingSpec& s = plan.sharding;

@@ -286,6 +286,43 @@ std::optional<HfMask> parseHfMask(std::string_view s) { return lookup(kHfMask, s
 std::string_view modelImplName(ModelImpl m) { return nameOf(kImpls, m); }
 std::optional<ModelImpl> parseModelImpl(std::string_view s) { return lookup(kImpls, s); }
 
+Result<LoraSpec> parseLora(std::string_view text, std::string_view where) {
+    auto bad = [&](std::string_view why) {
+        return makeError(std::string(where) + ": expected RANK or RANK:MODULE[,MODULE...] (a rank from 0 to " +
+                         std::to_string(kMaxLoraRank) + ", module names as PEFT's target_modules), " + std::string(why) +
+                         " (got '" + textExcerpt(text) + "')");
+    };
+    const size_t colon = text.find(':');
+    const std::string_view rank_text = text.substr(0, colon);
+    LoraSpec out;
+    const auto [end, ec] = std::from_chars(rank_text.data(), rank_text.data() + rank_text.size(), out.rank);
+    if (rank_text.empty() || ec != std::errc{} || end != rank_text.data() + rank_text.size() || out.rank < 0 ||
+        out.rank > kMaxLoraRank) {
+        return bad("the rank is not such a number");
+    }
+    if (colon == std::string_view::npos) return out;
+    if (out.rank == 0) return bad("rank 0 (no LoRA) takes no modules");
+    std::string_view rest = text.substr(colon + 1);
+    while (true) {
+        const size_t comma = rest.find(',');
+        const std::string_view name = rest.substr(0, comma);
+        const bool ok = !name.empty() && std::all_of(name.begin(), name.end(), [](unsigned char c) {
+            return std::isalnum(c) || c == '_' || c == '.';
+        });
+        if (!ok) return bad("a module name is empty or has a character other than letters, digits, '_' and '.'");
+        if (std::find(out.targets.begin(), out.targets.end(), name) == out.targets.end()) out.targets.emplace_back(name);
+        if (comma == std::string_view::npos) break;
+        rest = rest.substr(comma + 1);
+    }
+    return out;
+}
+
+std::string loraString(const LoraSpec& lora) {
+    std::string s = std::to_string(lora.rank);
+    for (size_t i = 0; i < lora.targets.size(); ++i) s += (i == 0 ? ":" : ",") + lora.targets[i];
+    return s;
+}
+
 int optimizerStatesPerParam(Optimizer o) {
     switch (o) {
         case Optimizer::AdamW:

@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/base/result.hpp"
 #include "core/base/units.hpp"
 #include "core/memory/caching_allocator.hpp"
 
@@ -121,6 +122,20 @@ struct CheckpointSpec {
     bool operator==(const CheckpointSpec&) const = default;
 };
 
+// LoRA fine-tuning (core/model/model_lora.hpp): rank-`rank` adapters on the `targets` linear
+// modules (PEFT's target_modules; empty: the attention projections), every other parameter frozen.
+struct LoraSpec {
+    int rank = 0;  // 0: no LoRA
+    std::vector<std::string> targets;
+    bool enabled() const { return rank > 0; }
+    bool operator==(const LoraSpec&) const = default;
+};
+inline constexpr int kMaxLoraRank = 65536;
+// "RANK" or "RANK:MODULE,MODULE" (`--lora`); errors start with `where`.
+Result<LoraSpec> parseLora(std::string_view text, std::string_view where);
+// The spelling parseLora reads: "16" or "16:q_proj,v_proj".
+std::string loraString(const LoraSpec& lora);
+
 struct TrainingSpec {
     int64_t micro_batch = 1;
     int64_t seq_len = 4096;
@@ -141,6 +156,7 @@ struct TrainingSpec {
     // The current transformers release (5.x) by default; 4.5x for runs pinned to transformers 4.
     HfMask hf_mask = HfMask::V5;
     std::string frozen_regex;   // parameters whose FQN matches (std::regex_search) are frozen
+    LoraSpec lora;              // LoRA adapters (the model gains them; the rest is frozen)
     // torch.nn.utils.clip_grad_norm_(params, max_norm) before each optimizer step (torchtitan always,
     // default 1.0; HF Trainer's max_grad_norm, default 1.0); 0: no clipping.
     double clip_grad_norm = 0;

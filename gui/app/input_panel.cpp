@@ -198,6 +198,9 @@ InputPanel::InputPanel(QWidget* parent) : QWidget(parent) {
              {"none", "cpu"}, false);
     addLine(training, "frozen", "training.frozen", "frozen (regex)",
             "Parameters whose name matches are frozen (param.requires_grad = False).");
+    addLine(training, "lora", "training.lora", "LoRA (rank[:modules])",
+            "LoRA fine-tuning as PEFT applies it: RANK or RANK:MODULE,MODULE (PEFT's target_modules; default the "
+            "attention projections); every other parameter frozen. 0: none.");
     addLine(training, "clip-grad-norm", "training.clip_grad_norm", "clip grad norm",
             "clip_grad_norm_(max_norm) before each optimizer step: a pass over the gradients for their norm, its "
             "all-reduce, and a pass that scales them (torchtitan and HF Trainer clip at 1.0); 0: no clipping.");
@@ -385,6 +388,7 @@ void InputPanel::fillFromPlan(const core::Plan& p) {
     set("impl", toQString(core::modelImplName(t.impl)));
     set("offload", toQString(core::offloadName(t.offload)));
     set("frozen", toQString(t.frozen_regex));
+    set("lora", toQString(core::loraString(t.lora)));
     set("clip-grad-norm", QString::number(t.clip_grad_norm, 'g', 17));
     set("checkpoint", toQString(core::checkpointModeName(p.checkpoint.mode)));
     set("checkpoint-every", QString::number(p.checkpoint.every_steps));
@@ -433,6 +437,7 @@ core::PlanOverrides InputPanel::overrides() const {
         else if (key == "impl") o.impl = s;
         else if (key == "offload") o.offload = s;
         else if (key == "frozen") o.frozen = s;
+        else if (key == "lora") o.lora = s.empty() ? std::string("0") : s;
         else if (key == "clip-grad-norm") {
             bool ok = false;
             const double max_norm = v.trimmed().toDouble(&ok);

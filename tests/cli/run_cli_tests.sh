@@ -204,6 +204,29 @@ expect_bad_input "--emit torchtitan of a plan torchtitan cannot express" "--emit
     "$bin" plan --model llama-3.1-8b --wrap every:2 --emit torchtitan "$tmp/b.toml"
 expect_bad_input "--emit torchtitan of a plan that does not clip" "--emit torchtitan: training\.clip_grad_norm is 0" \
     "$bin" plan --model llama-3.1-8b --impl torchtitan --emit torchtitan "$tmp/c.toml"
+# LoRA: adapters counted, written and read back; a target that matches nothing named with the valid ones.
+expect_ok "plan --lora 16 --json --write-plan exits 0" "$bin" plan --model llama-3.1-8b --seq-len 2048 --lora 16 \
+    --write-plan "$tmp/lora.plan.json" --json
+check "--lora: 128 adapted modules, 13,631,488 trainable parameters, written to the plan file" '
+import json, os, sys
+d = json.load(open(sys.argv[1]))
+l = d["training"]["lora"]
+assert l["rank"] == 16 and l["modules"] == 128 and l["adapter_params"] == 13631488, l
+assert l["module_names"] == ["q_proj", "k_proj", "v_proj", "o_proj"], l
+assert d["model"]["trainable_params"] == 13631488, d["model"]
+p = json.load(open(os.path.join(os.path.dirname(sys.argv[1]), "lora.plan.json")))
+assert p["training"]["lora"] == "16", p["training"]
+' "$tmp/out"
+expect_ok "plan of the written LoRA plan file exits 0" "$bin" plan "$tmp/lora.plan.json"
+expect_bad_input "--lora with a target that matches nothing" \
+    "--lora: target .nope. matches no linear module of llama-3.1-8b; linear modules: down_proj, gate_proj" \
+    "$bin" plan --model llama-3.1-8b --lora 16:q_proj,nope
+python3 -c 'import json,sys; p=json.load(open(sys.argv[1])); p["training"]["lora"]="16:q_proj,"; json.dump(p,open(sys.argv[2],"w"))' \
+    "$tmp/lora.plan.json" "$tmp/lora-bad.plan.json"
+expect_bad_input "a plan file whose training.lora is malformed" "lora-bad.plan.json: training.lora: expected RANK" \
+    "$bin" plan "$tmp/lora-bad.plan.json"
+expect_bad_input "--emit torchtitan of a LoRA plan" "training.lora is set; torchtitan has no LoRA" \
+    "$bin" plan --model llama-3.1-8b --impl torchtitan --clip-grad-norm 1 --lora 8 --emit torchtitan "$tmp/l.toml"
 # Gradient clipping: a bad max_norm named with what is valid; a plan file's value read back.
 expect_bad_input "--clip-grad-norm -1" "--clip-grad-norm: -1 is not a max_norm; valid: a number from 0" \
     "$bin" plan --model gpt2 --clip-grad-norm -1

@@ -17,7 +17,7 @@ const QStringList kKnobs = {"model", "gpu", "nodes", "gpus-per-node", "micro-bat
                             "offload", "frozen", "strategy", "shard-size", "fsdp", "wrap", "reshard-after-forward",
                             "prefetch-depth", "forward-prefetch", "backward-prefetch", "profile", "tp",
                             "sequence-parallel", "loss-parallel", "async-tp", "pp", "pp-schedule", "pp-virtual-stages",
-                            "clip-grad-norm", "checkpoint", "checkpoint-every", "checkpoint-offload-to-cpu"};
+                            "clip-grad-norm", "lora", "checkpoint", "checkpoint-every", "checkpoint-offload-to-cpu"};
 }  // namespace
 
 class InputPanelTest : public QObject {
@@ -59,6 +59,25 @@ private slots:
         QVERIFY(panel.errorText("shard-size").isEmpty());
         panel.clearErrors();
         QVERIFY(panel.errorText("").isEmpty());
+    }
+
+    // LoRA: empty in the example, an override once set, and buildPlan's error lands under it.
+    void loraKnob() {
+        gui::InputPanel panel;
+        QVERIFY(panel.setBasePlan(kExample).ok());
+        QCOMPARE(panel.knobText("lora"), QString("0"));
+        QVERIFY(!panel.overrides().lora);
+        QVERIFY(panel.setKnob("lora", "16:q_proj,v_proj"));
+        const core::PlanOverrides o = panel.overrides();
+        QCOMPARE(QString::fromStdString(o.lora.value_or("")), QString("16:q_proj,v_proj"));
+        auto plan = core::buildPlan(o);
+        QVERIFY(plan.ok());
+        QCOMPARE(plan->model->numParams() - plan->base_model->numParams(), int64_t{32 * 2 * 16 * (4096 + 4096)} - 32 * 16 * 3072);
+        QVERIFY(panel.setKnob("lora", "16:nope"));
+        auto bad = core::buildPlan(panel.overrides());
+        QVERIFY(!bad.ok());
+        panel.showError(QString::fromStdString(bad.error().message));
+        QVERIFY2(panel.errorText("lora").contains("matches no linear module"), qPrintable(panel.errorText("lora")));
     }
 
     void everyKnobHasATooltip() {
