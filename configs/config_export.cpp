@@ -36,6 +36,9 @@ core::Status checkAccelerateExpressible(const core::Plan& plan, const core::Mesh
     if (!s.limit_all_gathers) return no("sharding.limit_all_gathers", "is false; written configs keep FSDP1's rate limiter");
     if (!t.frozen_regex.empty()) return no("training.frozen", "is set; freezing is the script's");
     if (t.lora.enabled()) return no("training.lora", "is set; the script applies PEFT (plan --pytorch writes the call)");
+    if (t.all_gather_dtype != core::AllGatherDtype::Param) {
+        return no("training.all_gather_dtype", "is fp8; the FSDP plugin has no float8 all-gather (plan --pytorch writes torchao's)");
+    }
     if (t.no_sync) return no("training.no_sync", "is true; accelerate reduces gradients every micro-batch under FSDP");
     if (t.attention != core::AttentionKernel::Flash) return no("training.attention", "is eager; the script picks attn_implementation");
     if (t.kernels == core::KernelImpl::Fused) return no("training.kernels", "is fused; accelerate runs eager or compile (INDUCTOR)");
@@ -143,7 +146,12 @@ core::Result<std::string> torchtitanToml(const core::Plan& plan, const core::Mes
         "# torchtitan runs its own Llama implementation{}.\n\n",
         SHARDCAST_VERSION, plan.model_ref, mesh.world_size, plan.cluster.gpu.name,
         t.impl == core::ModelImpl::Hf ? " (this plan was made with impl hf, HuggingFace's modules)" : "");
-    out += fmt::format("[model]\nname = \"llama3\"\nflavor = \"{}\"\n\n", flavor->second);
+    out += fmt::format("[model]\nname = \"llama3\"\nflavor = \"{}\"\n", flavor->second);
+    if (t.all_gather_dtype == core::AllGatherDtype::Fp8) {
+        out += "converters = [\"float8\"]\n\n[float8]\nenable_fsdp_float8_all_gather = true\n"
+               "precompute_float8_dynamic_scale_for_fsdp = true\nfilter_fqns = [\"output\"]\n";
+    }
+    out += "\n";
     out += fmt::format("[optimizer]\nname = \"AdamW\"\nimplementation = \"{}\"\n\n",
                        t.optimizer == core::Optimizer::AdamWFused ? "fused" : "foreach");
 

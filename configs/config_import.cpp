@@ -94,8 +94,12 @@ const std::map<std::string, SectionKeys>& torchtitanSections() {
           {"per_op_sac_force_recompute_mm_shapes_by_fqns", "early_stop", "memory_budget", "visualize_memory_budget_pareto",
            "preserve_rng_state", "determinism_check", "debug"}}},
         {"compile", {{"enable", "components"}, {"backend"}}},
-        // float8 and MX options: they take effect only through model.converters (refused below).
-        {"float8", {{}, {}, true}},
+        // float8 options: read when model.converters holds "float8" (torchao float8 training); the
+        // others (emulate, moe_fqns_prototype, ...) are accepted unread. MX's are refused with it.
+        {"float8",
+         {{"enable_fsdp_float8_all_gather", "precompute_float8_dynamic_scale_for_fsdp", "recipe_name", "filter_fqns"},
+          {},
+          true}},
         {"quantize", {{}, {}, true}},
     };
     return sections;
@@ -230,10 +234,37 @@ core::Status mapTorchtitan(const TomlReader& r, const std::string& where, const 
     mapped(fmt::format("model llama3 {} -> --model {} --impl torchtitan", flavor, model->second));
     SHARDCAST_TRY_ASSIGN(converters, r.strings("model", "converters"));
     if (!converters.empty()) {
-        return r.error("model", "converters",
-                       fmt::format("is [{}]: float8 / MX training is not modelled yet (its all-gather, scales and fp8 GEMMs); "
-                                   "remove the converters to plan the bf16 run",
-                                   fmt::join(converters, ", ")));
+        if (converters != std::vector<std::string>{"float8"}) {
+            return r.error("model", "converters",
+                           fmt::format("is [{}]: shardcast models torchao float8 training ([\"float8\"]) only, not MX",
+                                       fmt::join(converters, ", ")));
+        }
+        // torchtitan's Float8LinearConverter (torchtitan/components/quantization/float8.py).
+        SHARDCAST_TRY_ASSIGN(fp8_gather, r.boolean("float8", "enable_fsdp_float8_all_gather", false));
+        SHARDCAST_TRY_ASSIGN(precompute, r.boolean("float8", "precompute_float8_dynamic_scale_for_fsdp", false));
+        SHARDCAST_TRY_ASSIGN(recipe, r.string("float8", "recipe_name", ""));
+        SHARDCAST_TRY_ASSIGN(filters, r.strings("float8", "filter_fqns"));
+        if (!fp8_gather) {
+            return r.error("float8", "enable_fsdp_float8_all_gather",
+                           "is false: float8 GEMMs with a bf16 all-gather are not modelled; set it true (--all-gather-dtype fp8)");
+        }
+        if (!precompute) {
+            return r.error("float8", "precompute_float8_dynamic_scale_for_fsdp",
+                           "is false: an amax all-reduce per weight before each all-gather is not modelled; set it true");
+        }
+        if (!recipe.empty() && recipe != "tensorwise") {
+            return r.error("float8", "recipe_name",
+                           fmt::format("is '{}'; shardcast models the tensorwise recipe (the one the float8 all-gather takes)",
+                                       recipe));
+        }
+        if (!filters.empty() && filters != std::vector<std::string>{"output"}) {
+            return r.error("float8", "filter_fqns",
+                           fmt::format("is [{}]; shardcast converts every linear but the output (filter_fqns = [\"output\"])",
+                                       fmt::join(filters, ", ")));
+        }
+        o.all_gather_dtype = "fp8";
+        mapped("model.converters [\"float8\"] with float8.enable_fsdp_float8_all_gather and "
+               "precompute_float8_dynamic_scale_for_fsdp -> --all-gather-dtype fp8");
     }
 
     // [optimizer]

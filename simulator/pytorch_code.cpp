@@ -313,6 +313,20 @@ std::string loraCode(const core::Plan& plan) {
         lora.rank, adapted.size(), lora.rank, 2 * lora.rank, list);
 }
 
+// torchao float8 training with FSDP2's float8 all-gather and precomputed scales, on the layers
+// core::float8Weights names (torchtitan's Float8LinearConverter filter).
+std::string float8Code(const core::Plan& plan) {
+    if (plan.training.all_gather_dtype != core::AllGatherDtype::Fp8) return "";
+    return "# Float8 training (torchao, tensorwise scaling) with FSDP2's float8 all-gather, as torchtitan's\n"
+           "# [float8] enable_fsdp_float8_all_gather and precompute_float8_dynamic_scale_for_fsdp set it.\n"
+           "from torchao.float8 import Float8LinearConfig, convert_to_float8_training, "
+           "precompute_float8_dynamic_scale_for_fsdp\n"
+           "convert_to_float8_training(\n"
+           "    model, config=Float8LinearConfig(enable_fsdp_float8_all_gather=True),\n"
+           "    module_filter_fn=lambda mod, fqn: fqn != \"lm_head\" and mod.in_features % 16 == 0 and mod.out_features % 16 == 0)\n"
+           "# Each step, after optimizer.step(): precompute_float8_dynamic_scale_for_fsdp(model)\n";
+}
+
 // The gradient clipping the plan times, in each step between backward and the optimizer step.
 std::string clipCode(const core::TrainingSpec& tr) {
     if (tr.clip_grad_norm <= 0) return "";
@@ -359,6 +373,7 @@ std::string pipelineCode(const core::Plan& plan, const core::Mesh& mesh, const s
     b += "if not is_first:\n    model.model.embed_tokens = None  # the stage reads the previous stage's activations\n";
     b += "if not is_last:\n    model.model.norm = nn.Identity()\n    model.lm_head = nn.Identity()  # its output: the residual stream\n";
     b += loraCode(plan);
+    b += float8Code(plan);
     // torchtitan's order: tensor parallelism, then activation checkpointing, then fully_shard.
     if (mesh.tp > 1) {
         b += tensorParallelCode(plan, mesh, true);
@@ -490,6 +505,7 @@ std::string pytorchCode(const core::Plan& plan, const core::Mesh& mesh, const st
     const std::string reduce = tr.reduce_dtype ? torchDtype(*tr.reduce_dtype) : "None";
     s += fmt::format("mp = MixedPrecisionPolicy(param_dtype={}, reduce_dtype={})\n", param, reduce);
     s += loraCode(plan);
+    s += float8Code(plan);
     s += checkpointCode(plan);
     const std::string raf = reshardArg(plan.sharding);
     for (const auto& unit : units) {

@@ -144,6 +144,12 @@ void addPlanOptions(CLI::App& cmd, core::PlanOverrides& o) {
            "linear modules named (comma-separated, PEFT's target_modules; default: the attention projections), "
            "every other parameter frozen; 0: none",
            "");
+    addOpt(cmd, "--all-gather-dtype", o.all_gather_dtype, "param|fp8",
+           "What FSDP2 all-gathers: parameters in param_dtype, or (fp8) torchao float8 training's "
+           "enable_fsdp_float8_all_gather with precomputed scales: the Float8Linear weights (every linear but the "
+           "output whose dims are multiples of 16) gathered and held unsharded in float8, one amax pass and "
+           "all-reduce after the optimizer step, and their GEMMs in fp8 with the casts of inputs and gradients",
+           "param");
     addOpt(cmd, "--clip-grad-norm", o.clip_grad_norm, "MAX_NORM",
            "clip_grad_norm_(max_norm) before each optimizer step: the gradients' norm (one pass over them), its "
            "all-reduce, and their scaling (another pass); torchtitan always clips (max_norm 1.0), as HF Trainer "

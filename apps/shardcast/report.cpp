@@ -310,7 +310,12 @@ nlohmann::ordered_json planResultJson(const core::Plan& plan, const sim::Evaluat
         {"allocator", core::allocatorModeName(t.allocator)},
         {"clip_grad_norm", t.clip_grad_norm},  // 0: no clipping
         {"lora", nullptr},
+        {"all_gather_dtype", core::allGatherDtypeName(t.all_gather_dtype)},
     };
+    if (t.all_gather_dtype == core::AllGatherDtype::Fp8) {
+        const core::Float8Summary f8 = core::float8Summary(*plan.model);
+        j["training"]["float8"] = {{"weights", f8.weights}, {"params", f8.params}, {"amax_all_reduce_bytes", 4 * f8.weights}};
+    }
     if (t.lora.enabled()) {
         const core::LoraSummary lora = core::loraSummary(*plan.model);
         j["training"]["lora"] = {{"rank", t.lora.rank}, {"targets", t.lora.targets}, {"modules", lora.modules},
@@ -584,6 +589,14 @@ std::string planReportText(const core::Plan& plan, const sim::Evaluation& e) {
                      t.frozen_regex.empty() ? "" : fmt::format(", frozen /{}/", t.frozen_regex)));
     line(fmt::format("  AC mode      {}",
                      core::acDescription(core::acSpecOf(t), t.attention == core::AttentionKernel::Flash)));
+    if (t.all_gather_dtype == core::AllGatherDtype::Fp8) {
+        const core::Float8Summary f8 = core::float8Summary(*plan.model);
+        const int64_t weights = f8.weights, params = f8.params;
+        line(fmt::format("  float8       torchao Float8Linear on {} weights ({} params, {:.1f}% of the model): gathered and held "
+                         "in fp8, GEMMs in fp8; after each optimizer step an amax pass and one all-reduce of {} B",
+                         weights, core::formatCount(params),
+                         100.0 * static_cast<double>(params) / static_cast<double>(plan.model->numParams()), 4 * weights));
+    }
     if (t.lora.enabled()) {
         const core::LoraSummary lora = core::loraSummary(*plan.model);
         line(fmt::format("  LoRA         rank {} on {} linear modules ({}): {} adapter params ({:.2f}% of the model); the "

@@ -37,6 +37,8 @@
 //   PP4 P2P sends and receives between stages                   receive, send
 //   G1 frozen parameters (LoRA): what autograd saves and         requiresGradCosts (lower_segments.cpp),
 //      computes when only some parameters need gradients         pushBackwardOps
+//   F8 fp8 all-gather (torchao float8): fp8 weights gathered      addParamFsdp2, float8Costs, pushForwardOps,
+//      and held, fp8 GEMMs and casts, the amax pass               pushBackwardOps, optimizerStep
 #include <array>
 #include <cassert>
 #include <climits>
@@ -61,6 +63,7 @@ struct UnitSizes {
     int64_t rs_input_elems = 0;    // reduce-scatter input elements (padded, trainable, W ranks)
     int64_t grad_shard_elems = 0;  // reduce-scatter output elements per rank (padded)
     int64_t opt_elems = 0;         // unpadded trainable shard elements (optimizer state)
+    int64_t float8_weights = 0, float8_shard_elems = 0;  // fp8 all-gather: its weights, their unpadded shard elements
     int64_t first_op = INT_MAX, last_op = -1;  // forward op range (model op indices)
     Span param_tensors;            // FSDP2: the unsharded parameters, one tensor each (Program::tensor_bytes)
     int32_t blocks = 0;
@@ -142,6 +145,7 @@ struct UnitState {
 struct ParamShape {
     int32_t module = 0;
     std::optional<DType> dtype;  // unset: the training's master dtype
+    bool float8 = false;         // a Float8Linear weight (core::float8Weights): fp8 all-gather gathers it in fp8
     int64_t numel = 0, dim0 = 1, row = 1;  // Param::numel(), dim0(), rowNumel()
 };
 
@@ -155,6 +159,10 @@ struct OpCost {
     int64_t temp_act = 0, bwd_temp_act = 0;
     int16_t temp_f32_tensors = 1, bwd_temp_f32_tensors = 1;
     int64_t out = 0;  // output bytes per-op SAC keeps when it saves this op (mm, flash attention)
+    // A Float8Linear under fp8 all-gather (rule F8): its GEMMs in fp8, and the casts' bytes (also in
+    // io and io_bwd) with their kernels.
+    bool float8 = false;
+    int64_t cast_fwd = 0, cast_bwd_grad = 0, cast_bwd_input = 0, cast_bwd_weight = 0;
 };
 
 }  // namespace detail
@@ -235,9 +243,11 @@ struct LowerScratch {
         KernelImpl kernels = KernelImpl::Eager;
         int tp = 1;
         bool sp = true, lp = true;
+        AllGatherDtype all_gather = AllGatherDtype::Param;
         bool operator==(const OpCostKey&) const = default;
     };
     OpCostKey op_cost_key;
+    std::vector<uint8_t> module_float8;  // per module: it holds a Float8Linear weight (with the active ops)
     // Tensor parallelism: the model's ops as one tp rank sees them (tpLocalOp), kept while the
     // model and the TP settings repeat.
     struct TpKey {
@@ -322,6 +332,7 @@ private:
     void splitIntoSegments();
     void opCosts();
     void requiresGradCosts();
+    void float8Costs();
     bool sameAsPrevious(size_t si) const;
     void segmentCosts(Segment& seg);
     void segmentTensors(Segment& seg);
@@ -329,7 +340,7 @@ private:
     int64_t linearRows(const Op& op) const;
     void pushForwardOps(const Op& op, const OpCost& c);
     void pushBackwardOps(const Op& op, const OpCost& c, uint8_t grad);
-    void pushGemm(int64_t m, int64_t n, int64_t k, int64_t batch);
+    void pushGemm(int64_t m, int64_t n, int64_t k, int64_t batch, std::optional<DType> dtype = std::nullopt);
     void pushAttention(OpShapeKind kind, const Op& op);
     Span pushElementwise(int64_t bytes, int64_t flops, DType dtype);
     void pushEagerKernels(int64_t bytes, int64_t flops, int kernels);

@@ -577,6 +577,20 @@ void Lowering::optimizerStep() {
                       (foreach_adamw ? kForeachAdamWAccessesPerParam : kOptimizerTensorsRead + kOptimizerTensorsWritten + 2 * states);
     cur().host_blocks = m_offload;
     cur().ops = pushElementwise(cur().hbm_bytes, cur().flops, m_master);
+    // Rule F8: precompute_float8_dynamic_scale_for_fsdp after the step (torchtitan calls it when
+    // [float8] precompute_float8_dynamic_scale_for_fsdp is set, as with the fp8 all-gather):
+    // _foreach_norm(ord=inf) reads every Float8Linear weight's shard once (one FLOP per element),
+    // then one all-reduce (MAX) of one fp32 amax per weight over the data-parallel ranks, a few
+    // microseconds that are not a task (as clip_grad_norm_'s), and the scales from them.
+    int64_t float8_elems = 0;
+    for (const UnitSizes& us : m_s.us) float8_elems += us.float8_shard_elems;
+    if (m_tr.all_gather_dtype == AllGatherDtype::Fp8 && float8_elems > 0) {
+        const int64_t bytes = float8_elems * item;
+        cur().hbm_bytes += bytes;
+        cur().flops += float8_elems;
+        pushElementwise(bytes, float8_elems, m_master);
+        ++cur().ops.count;
+    }
     // PyTorch's default foreach AdamW keeps one temporary of the parameters' size (sqrt(v)),
     // filed as OptState: MemTracker files what the optimizer step allocates as OPT.
     if (!m_offload && m_tr.optimizer == Optimizer::AdamW) peakScratch(MemCategory::OptState, elems * item);

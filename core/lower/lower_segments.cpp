@@ -141,7 +141,7 @@ void Lowering::opCosts() {
     const int64_t t = m_tokens, s = m_seq;
     // The same ops (model and variants) at the same sizes and dtypes cost the same: keep them.
     const LowerScratch::OpCostKey key{m_plan.model, m_s.active_bits, t, s, m_pdt, m_tr.impl, m_tr.hf_mask, m_tr.kernels,
-                                      static_cast<int>(m_tp), m_sp, m_lp};
+                                      static_cast<int>(m_tp), m_sp, m_lp, m_tr.all_gather_dtype};
     if (m_s.op_frozen.empty() && m_s.op_cost_key == key) return;
     m_s.op_cost_key = m_s.op_frozen.empty() ? key : LowerScratch::OpCostKey{};
     auto& cost = m_s.op_cost;
@@ -197,7 +197,32 @@ void Lowering::opCosts() {
             cost[ai] = class_cost[static_cast<size_t>(cls)];
         }
     }
+    if (m_tr.all_gather_dtype == AllGatherDtype::Fp8) float8Costs();
     if (!m_s.op_frozen.empty()) requiresGradCosts();
+}
+
+// Rule F8: a Float8Linear (torchao float8 training, tensorwise dynamic scaling; with fp8 all-gather
+// its weight arrives in fp8 with a precomputed scale) runs its GEMMs in fp8 (torch._scaled_mm) and
+// casts what is not fp8 yet. A dynamic cast (hp_tensor_to_float8_dynamic) is an amax reduction that
+// reads the bf16 tensor, then a cast that reads it again and writes one byte per element: 5 bytes
+// per element in 2 kernels. Forward: the input. Backward: the output gradient (e5m2), the saved
+// bf16 input again for the weight gradient, and the fp8 weight transposed for the input gradient
+// (_scaled_mm's second operand is column-major: read and write one byte per element, 1 kernel).
+// Activations do not change: Float8Linear saves the bf16 input and the weight (float8_linear.py).
+void Lowering::float8Costs() {
+    for (size_t ai = 0; ai < m_s.active.size(); ++ai) {
+        const Op& op = opAt(static_cast<int64_t>(ai));
+        if (op.kernel != KernelShape::Linear || !m_s.module_float8[static_cast<size_t>(op.module)]) continue;
+        OpCost& c = m_s.op_cost[ai];
+        const int64_t rows = linearRows(op);
+        c.float8 = true;
+        c.cast_fwd = 5 * rows * op.in_features;
+        c.cast_bwd_grad = 5 * rows * op.out_features;
+        c.cast_bwd_input = 5 * rows * op.in_features;
+        c.cast_bwd_weight = 2 * op.in_features * op.out_features;
+        c.io += c.cast_fwd;
+        c.io_bwd += c.cast_bwd_grad + c.cast_bwd_input + c.cast_bwd_weight;
+    }
 }
 
 // Rule G1: with frozen parameters (LoRA, `training.frozen`) autograd saves and computes only what
@@ -480,7 +505,8 @@ void Lowering::pushForwardOps(const Op& op, const OpCost& c) {
     const int64_t b = m_tr.micro_batch, s = m_seq;
     switch (op.kernel) {
         case KernelShape::Linear: {
-            pushGemm(linearRows(op), op.out_features, op.in_features, 1);
+            if (c.float8) pushEagerKernels(c.cast_fwd, 0, 2);
+            pushGemm(linearRows(op), op.out_features, op.in_features, 1, c.float8 ? std::optional(DType::F8) : std::nullopt);
             return;
         }
         case KernelShape::FlashAttention:
@@ -506,8 +532,16 @@ void Lowering::pushBackwardOps(const Op& op, const OpCost& c, uint8_t grad) {
     switch (op.kernel) {
         case KernelShape::Linear: {
             const int64_t rows = linearRows(op);
-            if (grad & kInputGrad) pushGemm(rows, op.in_features, op.out_features, 1);
-            if (grad & kWeightGrad) pushGemm(op.out_features, op.in_features, rows, 1);
+            const auto dtype = c.float8 ? std::optional(DType::F8) : std::nullopt;
+            if (c.float8) pushEagerKernels(c.cast_bwd_grad, 0, 2);
+            if (grad & kInputGrad) {
+                if (c.float8) pushEagerKernels(c.cast_bwd_weight, 0, 1);
+                pushGemm(rows, op.in_features, op.out_features, 1, dtype);
+            }
+            if (grad & kWeightGrad) {
+                if (c.float8) pushEagerKernels(c.cast_bwd_input, 0, 2);
+                pushGemm(op.out_features, op.in_features, rows, 1, dtype);
+            }
             return;
         }
         case KernelShape::FlashAttention:
@@ -548,10 +582,10 @@ void Lowering::pushEagerKernels(int64_t bytes, int64_t flops, int kernels) {
 }
 
 // Kernel shapes are written in place (no temporary copied in: see newTask).
-void Lowering::pushGemm(int64_t m, int64_t n, int64_t k, int64_t batch) {
+void Lowering::pushGemm(int64_t m, int64_t n, int64_t k, int64_t batch, std::optional<DType> dtype) {
     OpShape& o = m_p.ops.emplace_back();
     o.kind = OpShapeKind::Gemm;
-    o.dtype = m_pdt;
+    o.dtype = dtype.value_or(m_pdt);
     o.m = m;
     o.n = n;
     o.k = k;

@@ -126,11 +126,15 @@ void Lowering::activeOpTables() {
     m_s.param_shapes.resize(n_params);
     m_s.param_grad_op.resize(n_params);
     m_s.op_weight_elems.assign(m_model.ops.size(), 0);
+    const std::vector<uint8_t> float8 = float8Weights(m_model);
+    m_s.module_float8.assign(n_mod, 0);
     for (size_t i = 0; i < n_params; ++i) {
         const Param& prm = m_model.params[i];
         ParamShape& ps = m_s.param_shapes[i];
         ps.module = prm.module;
         ps.dtype = prm.dtype;
+        ps.float8 = float8[i] != 0;
+        if (ps.float8) m_s.module_float8[static_cast<size_t>(prm.module)] = 1;
         ps.numel = prm.numel();
         ps.dim0 = prm.dim0();
         ps.row = prm.rowNumel();
@@ -151,12 +155,12 @@ void Lowering::activeOpTables() {
         if (grad_op >= 0) m_s.op_weight_elems[static_cast<size_t>(grad_op)] += ps.numel;
     }
     m_s.param_signature.resize(n_params);
-    std::map<std::tuple<int64_t, int64_t, int, bool>, int32_t> shapes;
+    std::map<std::tuple<int64_t, int64_t, int, bool, bool>, int32_t> shapes;
     for (size_t i = 0; i < n_params; ++i) {
         const ParamShape& ps = m_s.param_shapes[i];
         const int dtype = ps.dtype ? static_cast<int>(*ps.dtype) : -1;
         m_s.param_signature[i] =
-            shapes.try_emplace({ps.dim0, ps.row, dtype, m_s.param_grad_op[i] >= 0}, static_cast<int32_t>(shapes.size()))
+            shapes.try_emplace({ps.dim0, ps.row, dtype, m_s.param_grad_op[i] >= 0, ps.float8}, static_cast<int32_t>(shapes.size()))
                 .first->second;
     }
     m_s.active_signature.resize(m_s.active.size());
@@ -277,6 +281,8 @@ void Lowering::unitSizes() {
         to.rs_input_elems += us.rs_input_elems;
         to.grad_shard_elems += us.grad_shard_elems;
         to.opt_elems += us.opt_elems;
+        to.float8_weights += us.float8_weights;
+        to.float8_shard_elems += us.float8_shard_elems;
         prev = us;
         prev_begin = i;
         prev_len = end - i;
@@ -320,8 +326,17 @@ int64_t Lowering::addParamFsdp2(UnitSizes& us, const ParamShape& prm, bool train
     const int64_t d0 = prm.dim0;
     const int64_t rows = ceilDiv(d0, m_W);
     const int64_t padded_shard = rows * row;
-    const DType pdt = m_tr.param_dtype.value_or(orig);
+    // Rule F8: a Float8Linear weight under fp8 all-gather: torchao's fsdp_pre_all_gather casts the
+    // shard to float8 e4m3 with the precomputed scale and the all-gather moves those bytes (FSDP2
+    // all-gathers mixed dtypes as one uint8 buffer); fsdp_post_all_gather wraps the gathered bytes as
+    // the unsharded Float8 weight (torchao/float8/fsdp_utils.py, WeightWithDynamicFloat8CastTensor).
+    const bool float8 = prm.float8 && m_tr.all_gather_dtype == AllGatherDtype::Fp8;
+    const DType pdt = float8 ? DType::F8 : m_tr.param_dtype.value_or(orig);
     us.sharded_bytes += padded_shard * itemSize(orig);
+    if (float8) {
+        ++us.float8_weights;
+        us.float8_shard_elems += std::min(rows, d0) * row;
+    }
     const int64_t unsharded = m_W * padded_shard * itemSize(pdt);
     us.flat_bytes += unsharded;
     us.unsharded_bytes += unsharded;

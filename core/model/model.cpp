@@ -100,6 +100,36 @@ Op linearOp(std::string name, int32_t module, int64_t in, int64_t out, bool save
     return o;
 }
 
+std::vector<uint8_t> float8Weights(const Model& m) {
+    std::vector<int32_t> linear_of(m.modules.size(), -1);
+    for (size_t i = 0; i < m.ops.size(); ++i) {
+        const Op& op = m.ops[i];
+        if (op.kernel == KernelShape::Linear && linear_of[static_cast<size_t>(op.module)] < 0) {
+            linear_of[static_cast<size_t>(op.module)] = static_cast<int32_t>(i);
+        }
+    }
+    std::vector<uint8_t> out(m.params.size(), 0);
+    for (size_t i = 0; i < m.params.size(); ++i) {
+        const Param& p = m.params[i];
+        const int32_t oi = linear_of[static_cast<size_t>(p.module)];
+        if (oi < 0 || p.shape.size() != 2 || !p.name.ends_with(".weight")) continue;
+        const Op& op = m.ops[static_cast<size_t>(oi)];
+        out[i] = op.name != "lm_head" && op.in_features % 16 == 0 && op.out_features % 16 == 0;
+    }
+    return out;
+}
+
+Float8Summary float8Summary(const Model& m) {
+    const std::vector<uint8_t> f8 = float8Weights(m);
+    Float8Summary out;
+    for (size_t i = 0; i < f8.size(); ++i) {
+        if (!f8[i]) continue;
+        ++out.weights;
+        out.params += m.params[i].numel();
+    }
+    return out;
+}
+
 namespace {
 
 bool sameCoef(const Coef& a, const Coef& b) { return a.per_token == b.per_token && a.per_token_seq == b.per_token_seq; }

@@ -202,6 +202,17 @@ struct Model {
     double modelFlopsPerToken(int64_t seq_len) const;
 };
 
+// Per parameter: 1 when it is the weight of a layer torchao's float8 training converts to
+// Float8Linear as torchtitan applies it (Float8LinearConverter: every nn.Linear but the output
+// layer, here the op named "lm_head", whose in and out features are multiples of 16, as
+// _scaled_mm needs).
+std::vector<uint8_t> float8Weights(const Model& m);
+// Those weights counted, and their elements (for reports).
+struct Float8Summary {
+    int64_t weights = 0, params = 0;
+};
+Float8Summary float8Summary(const Model& m);
+
 // What one pipeline stage holds of `m`, as torchtitan's pipeline split builds it (a copy of the
 // model with the other stages' modules deleted): blocks [block_begin, block_end) of Model::blocks;
 // the modules outside the blocks that run before them (the embedding) on the first stage only,

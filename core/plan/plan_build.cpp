@@ -364,6 +364,15 @@ Result<Plan> buildPlan(const PlanOverrides& o) {
         }
         *field = **value == "true";
     }
+    if (o.all_gather_dtype) {
+        auto v = parseAllGatherDtype(*o.all_gather_dtype);
+        if (!v) {
+            return makeError(fmt::format("--all-gather-dtype: unknown dtype '{}'; valid: param (param_dtype), fp8 (torchao "
+                                         "float8 all-gather)",
+                                         textExcerpt(*o.all_gather_dtype)));
+        }
+        t.all_gather_dtype = *v;
+    }
     if (o.lora) {
         auto lora = parseLora(*o.lora, "--lora");
         if (!lora) return lora.error();

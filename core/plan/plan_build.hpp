@@ -44,6 +44,7 @@ struct PlanOverrides {
     std::optional<int64_t> checkpoint_every;
     std::optional<double> clip_grad_norm;  // --clip-grad-norm MAX_NORM (0: none)
     std::optional<std::string> lora;       // --lora RANK[:MODULES] (0: none)
+    std::optional<std::string> all_gather_dtype;  // --all-gather-dtype param|fp8
 };
 
 // Defaults used when there is no plan file.

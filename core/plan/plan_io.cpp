@@ -207,7 +207,7 @@ Status readTraining(const json& j, const std::string& where, TrainingSpec& t) {
     SectionReader r(j, where, "training");
     r.checkKeys({"micro_batch", "seq_len", "grad_accum", "no_sync", "optimizer", "param_dtype", "reduce_dtype",
                  "master_dtype", "ac", "attention", "kernels", "impl", "offload", "hf_mask", "frozen", "allocator",
-                 "clip_grad_norm", "lora"});
+                 "clip_grad_norm", "lora", "all_gather_dtype"});
     r.integer("micro_batch", t.micro_batch, "a positive integer");
     r.integer("seq_len", t.seq_len, "a positive integer");
     r.integer("grad_accum", t.grad_accum, "a positive integer");
@@ -229,6 +229,7 @@ Status readTraining(const json& j, const std::string& where, TrainingSpec& t) {
     r.string("frozen", t.frozen_regex);
     r.enumeration("allocator", t.allocator, parseAllocatorMode, "caching, expandable");
     r.number("clip_grad_norm", t.clip_grad_norm, "a number >= 0 (clip_grad_norm_'s max_norm; 0: no clipping)");
+    r.enumeration("all_gather_dtype", t.all_gather_dtype, parseAllGatherDtype, "param, fp8");
     std::string lora = "0";
     r.string("lora", lora);
     if (!r.status()) return r.status();
@@ -833,6 +834,19 @@ Result<Mesh> validatePlan(const Plan& plan, PlanCheckMemo* memo) {
                                          s.tp));
         }
     }
+    if (t.all_gather_dtype == AllGatherDtype::Fp8) {
+        auto refuse = [](const std::string& why) {
+            return makeError("training.all_gather_dtype fp8 (torchao float8 training with FSDP2's float8 all-gather) " + why);
+        };
+        if (s.fsdp_version != 2) return refuse("needs FSDP2 (sharding.fsdp 2): torchao extends fully_shard's all-gather");
+        if (s.strategy == Strategy::NoShard) return refuse("needs a sharded strategy: NO_SHARD gathers nothing");
+        if (t.computeDtype() != DType::BF16) return refuse("needs training.param_dtype bf16: the other layers compute in bf16");
+        if (t.lora.enabled()) return refuse("with training.lora is not modelled");
+        if (!plan.cluster.gpu.host_device && plan.cluster.gpu.peak_flops_fp8 <= 0) {
+            return refuse("needs a GPU with fp8 tensor cores; " + plan.cluster.gpu.name +
+                          " has none (peak_flops_fp8 0): H100, H200, B200 or another with peak_flops_fp8 set");
+        }
+    }
     if (t.offload == Offload::Cpu && s.strategy == Strategy::NoShard) {
         return makeError("training.offload cpu needs a sharded strategy: FSDP CPU offload keeps sharded "
                          "parameters on the host; use FULL_SHARD, SHARD_GRAD_OP or a hybrid strategy");
@@ -1126,6 +1140,7 @@ nlohmann::json planToJson(const Plan& plan) {
     training["allocator"] = std::string(allocatorModeName(t.allocator));
     if (t.clip_grad_norm > 0) training["clip_grad_norm"] = t.clip_grad_norm;
     if (t.lora.enabled()) training["lora"] = loraString(t.lora);
+    if (t.all_gather_dtype != AllGatherDtype::Param) training["all_gather_dtype"] = std::string(allGatherDtypeName(t.all_gather_dtype));
     j["training"] = std::move(training);
 
     const ShardingSpec& s = plan.sharding;

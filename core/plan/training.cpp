@@ -283,6 +283,10 @@ std::string_view hfMaskName(HfMask m) { return nameOf(kHfMask, m); }
 std::string_view checkpointModeName(CheckpointMode m) { return nameOf(kCheckpointModes, m); }
 std::optional<CheckpointMode> parseCheckpointMode(std::string_view s) { return lookup(kCheckpointModes, s); }
 std::optional<HfMask> parseHfMask(std::string_view s) { return lookup(kHfMask, s); }
+constexpr std::pair<std::string_view, AllGatherDtype> kAllGatherDtype[] = {{"param", AllGatherDtype::Param},
+                                                                         {"fp8", AllGatherDtype::Fp8}};
+std::string_view allGatherDtypeName(AllGatherDtype d) { return nameOf(kAllGatherDtype, d); }
+std::optional<AllGatherDtype> parseAllGatherDtype(std::string_view s) { return lookup(kAllGatherDtype, s); }
 std::string_view modelImplName(ModelImpl m) { return nameOf(kImpls, m); }
 std::optional<ModelImpl> parseModelImpl(std::string_view s) { return lookup(kImpls, s); }
 

@@ -46,6 +46,11 @@ enum class Offload : uint8_t { None, Cpu };
 // any position_ids as possibly packed, materialises a [b, 1, s, s] mask that SDPA converts to
 // the activation dtype and saves in every layer, and repeats K and V to all heads (repeat_kv).
 enum class HfMask : uint8_t { V5, V4 };
+// What FSDP2 all-gathers: the parameters in param_dtype, or (torchao float8 training with
+// enable_fsdp_float8_all_gather and precompute_float8_dynamic_scale_for_fsdp, as torchtitan's
+// [float8] sets them) the weights of the Float8Linear layers in float8 e4m3 with a precomputed
+// per-tensor scale; those layers then run their GEMMs in fp8 (torchao's tensorwise recipe).
+enum class AllGatherDtype : uint8_t { Param, Fp8 };
 
 std::string_view optimizerName(Optimizer o);         // "adamw", "sgd", "sgd-momentum"
 std::optional<Optimizer> parseOptimizer(std::string_view s);
@@ -98,6 +103,8 @@ std::string_view offloadName(Offload o);             // "none", "cpu"
 std::optional<Offload> parseOffload(std::string_view s);
 std::string_view hfMaskName(HfMask m);                // "5.x", "4.5x"
 std::optional<HfMask> parseHfMask(std::string_view s);
+std::string_view allGatherDtypeName(AllGatherDtype d);  // "param", "fp8"
+std::optional<AllGatherDtype> parseAllGatherDtype(std::string_view s);
 
 // Optimizer states per trainable element, in the master dtype (AdamW: exp_avg + exp_avg_sq).
 int optimizerStatesPerParam(Optimizer o);
@@ -157,6 +164,7 @@ struct TrainingSpec {
     HfMask hf_mask = HfMask::V5;
     std::string frozen_regex;   // parameters whose FQN matches (std::regex_search) are frozen
     LoraSpec lora;              // LoRA adapters (the model gains them; the rest is frozen)
+    AllGatherDtype all_gather_dtype = AllGatherDtype::Param;
     // torch.nn.utils.clip_grad_norm_(params, max_norm) before each optimizer step (torchtitan always,
     // default 1.0; HF Trainer's max_grad_norm, default 1.0); 0: no clipping.
     double clip_grad_norm = 0;

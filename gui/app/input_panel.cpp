@@ -198,6 +198,10 @@ InputPanel::InputPanel(QWidget* parent) : QWidget(parent) {
              {"none", "cpu"}, false);
     addLine(training, "frozen", "training.frozen", "frozen (regex)",
             "Parameters whose name matches are frozen (param.requires_grad = False).");
+    addCombo(training, "all-gather-dtype", "training.all_gather_dtype", "all-gather dtype",
+             "What FSDP2 all-gathers: parameters in param_dtype, or fp8 (torchao float8 training with "
+             "enable_fsdp_float8_all_gather: linear weights gathered and held in fp8, their GEMMs in fp8).",
+             {"param", "fp8"}, false);
     addLine(training, "lora", "training.lora", "LoRA (rank[:modules])",
             "LoRA fine-tuning as PEFT applies it: RANK or RANK:MODULE,MODULE (PEFT's target_modules; default the "
             "attention projections); every other parameter frozen. 0: none.");
@@ -389,6 +393,7 @@ void InputPanel::fillFromPlan(const core::Plan& p) {
     set("offload", toQString(core::offloadName(t.offload)));
     set("frozen", toQString(t.frozen_regex));
     set("lora", toQString(core::loraString(t.lora)));
+    set("all-gather-dtype", toQString(core::allGatherDtypeName(t.all_gather_dtype)));
     set("clip-grad-norm", QString::number(t.clip_grad_norm, 'g', 17));
     set("checkpoint", toQString(core::checkpointModeName(p.checkpoint.mode)));
     set("checkpoint-every", QString::number(p.checkpoint.every_steps));
@@ -438,6 +443,7 @@ core::PlanOverrides InputPanel::overrides() const {
         else if (key == "offload") o.offload = s;
         else if (key == "frozen") o.frozen = s;
         else if (key == "lora") o.lora = s.empty() ? std::string("0") : s;
+        else if (key == "all-gather-dtype") o.all_gather_dtype = s;
         else if (key == "clip-grad-norm") {
             bool ok = false;
             const double max_norm = v.trimmed().toDouble(&ok);

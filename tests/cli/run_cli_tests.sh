@@ -227,6 +227,19 @@ expect_bad_input "a plan file whose training.lora is malformed" "lora-bad.plan.j
     "$bin" plan "$tmp/lora-bad.plan.json"
 expect_bad_input "--emit torchtitan of a LoRA plan" "training.lora is set; torchtitan has no LoRA" \
     "$bin" plan --model llama-3.1-8b --impl torchtitan --clip-grad-norm 1 --lora 8 --emit torchtitan "$tmp/l.toml"
+# fp8 all-gather: the Float8Linear weights counted; fp8 on a GPU without fp8 tensor cores refused.
+expect_ok "plan --all-gather-dtype fp8 --json exits 0" "$bin" plan --model llama-3.1-8b --all-gather-dtype fp8 --json
+check "--all-gather-dtype fp8: 224 Float8Linear weights (7 per block), their amax all-reduce 896 B" '
+import json, sys
+d = json.load(open(sys.argv[1]))
+f = d["training"]["float8"]
+assert d["training"]["all_gather_dtype"] == "fp8" and f["weights"] == 224 and f["amax_all_reduce_bytes"] == 896, f
+assert d["communication"]["all_gather_bytes"] < 0.55 * 30019690496, d["communication"]
+' "$tmp/out"
+expect_bad_input "--all-gather-dtype fp4" "--all-gather-dtype: unknown dtype .fp4.; valid: param" \
+    "$bin" plan --model llama-3.1-8b --all-gather-dtype fp4
+expect_bad_input "--all-gather-dtype fp8 on an A100" "training.all_gather_dtype fp8 .*A100-80G has none" \
+    "$bin" plan --model llama-3.1-8b --gpu A100-80G --all-gather-dtype fp8
 # Gradient clipping: a bad max_norm named with what is valid; a plan file's value read back.
 expect_bad_input "--clip-grad-norm -1" "--clip-grad-norm: -1 is not a max_norm; valid: a number from 0" \
     "$bin" plan --model gpt2 --clip-grad-norm -1

@@ -111,6 +111,19 @@ TEST(TorchtitanTomlTest, NonAsciiInCommentsAndStringsIsRead) {
     EXPECT_EQ(*c->overrides.model, "llama-3.1-8b");
 }
 
+// torchtitan's float8 converter as its Llama 3 benchmark configs set it (docs/float8.md): the
+// fp8 all-gather with precomputed scales.
+TEST(TorchtitanTomlTest, Float8ConverterWithFp8AllGather) {
+    ConfigContext context;
+    context.world = 8;
+    auto c = importTorchtitanToml("[model]\nflavor = \"8B\"\nconverters = [\"float8\"]\n[float8]\n"
+                                  "enable_fsdp_float8_all_gather = true\nprecompute_float8_dynamic_scale_for_fsdp = true\n"
+                                  "filter_fqns = [\"output\"]\nemulate = false\n",
+                                  "t.toml", context);
+    ASSERT_TRUE(c.ok()) << c.error().message;
+    EXPECT_EQ(planOf(*c).training.all_gather_dtype, core::AllGatherDtype::Fp8);
+}
+
 // torchtitan's defaults apply to what a config leaves out: selective checkpointing of every 2nd
 // layer, local batch 8, sequence 2,048, 1F1B.
 TEST(TorchtitanTomlTest, AbsentKeysTakeTorchtitansDefaults) {
@@ -161,7 +174,14 @@ TEST(TorchtitanTomlTest, RefusalsNameTheKeyAndWhatIsValid) {
                   "unknown key parallelism.tensor_parallel_degre; torchtitan's [parallelism] keys shardcast knows:");
     expectRefused("[modle]\nflavor = \"8B\"\n", "unknown torchtitan section [modle]");
     expectRefused("[model]\nflavor = \"1B\"\n", "model.flavor is '1B'; valid: 8B, 70B, 405B");
-    expectRefused("[model]\nflavor = \"8B\"\nconverters = [\"float8\"]\n", "model.converters is [float8]: float8");
+    expectRefused("[model]\nflavor = \"8B\"\nconverters = [\"mx\"]\n", "model.converters is [mx]: shardcast models torchao float8");
+    expectRefused("[model]\nflavor = \"8B\"\nconverters = [\"float8\"]\n",
+                  "float8.enable_fsdp_float8_all_gather is false: float8 GEMMs with a bf16 all-gather are not modelled");
+    expectRefused("[model]\nflavor = \"8B\"\nconverters = [\"float8\"]\n[float8]\nenable_fsdp_float8_all_gather = true\n",
+                  "float8.precompute_float8_dynamic_scale_for_fsdp is false");
+    expectRefused("[model]\nflavor = \"8B\"\nconverters = [\"float8\"]\n[float8]\nenable_fsdp_float8_all_gather = true\n"
+                  "precompute_float8_dynamic_scale_for_fsdp = true\nrecipe_name = \"rowwise\"\n",
+                  "float8.recipe_name is 'rowwise'");
     expectRefused("[model]\nflavor = \"8B\"\n[parallelism]\ncontext_parallel_degree = 2\n", "context_parallel_degree is 2");
     expectRefused("[model]\nflavor = \"8B\"\n[parallelism]\ntensor_parallel_degree = \"8\"\n",
                   "parallelism.tensor_parallel_degree must be an integer (line 4)");

@@ -17,7 +17,7 @@ const QStringList kKnobs = {"model", "gpu", "nodes", "gpus-per-node", "micro-bat
                             "offload", "frozen", "strategy", "shard-size", "fsdp", "wrap", "reshard-after-forward",
                             "prefetch-depth", "forward-prefetch", "backward-prefetch", "profile", "tp",
                             "sequence-parallel", "loss-parallel", "async-tp", "pp", "pp-schedule", "pp-virtual-stages",
-                            "clip-grad-norm", "lora", "checkpoint", "checkpoint-every", "checkpoint-offload-to-cpu"};
+                            "clip-grad-norm", "lora", "all-gather-dtype", "checkpoint", "checkpoint-every", "checkpoint-offload-to-cpu"};
 }  // namespace
 
 class InputPanelTest : public QObject {
@@ -78,6 +78,17 @@ private slots:
         QVERIFY(!bad.ok());
         panel.showError(QString::fromStdString(bad.error().message));
         QVERIFY2(panel.errorText("lora").contains("matches no linear module"), qPrintable(panel.errorText("lora")));
+    }
+
+    void allGatherDtypeKnob() {
+        gui::InputPanel panel;
+        QVERIFY(panel.setBasePlan(kExample).ok());
+        QCOMPARE(panel.knobText("all-gather-dtype"), QString("param"));
+        QVERIFY(!panel.overrides().all_gather_dtype);
+        QVERIFY(panel.setKnob("all-gather-dtype", "fp8"));
+        auto plan = core::buildPlan(panel.overrides());
+        QVERIFY(plan.ok());
+        QVERIFY(plan->training.all_gather_dtype == core::AllGatherDtype::Fp8);
     }
 
     void everyKnobHasATooltip() {
