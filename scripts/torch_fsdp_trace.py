@@ -67,6 +67,9 @@ def parse_args(argv):
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--layers", type=int, default=0, help="decoder layers kept (0: the config's)")
+    p.add_argument("--lora", default="",
+                   help="RANK[:MODULES]: PEFT LoRA adapters (lora_alpha 2 x RANK, dropout 0) on the named modules "
+                        "(default q_proj,k_proj,v_proj,o_proj), the base frozen; the plan gets training.lora")
     p.add_argument("--eval-step", action="store_true",
                    help="--device cuda: after the steps, one eval forward (model.eval(), torch.no_grad(), labels); "
                         "its torch.cuda.max_memory_allocated() goes into run.json")
@@ -164,7 +167,8 @@ def make_plan(args, world, transformers_version):
         "training": {"micro_batch": args.micro_batch, "seq_len": args.seq, "grad_accum": 1,
                      "optimizer": "adamw", "param_dtype": half, "reduce_dtype": "fp32",
                      "master_dtype": "fp32", "ac": args.ac, "attention": "flash",
-                     "kernels": "eager", "hf_mask": hf_mask_value(transformers_version)},
+                     "kernels": "eager", "hf_mask": hf_mask_value(transformers_version),
+                     **({"lora": args.lora} if args.lora else {})},
         "sharding": {"strategy": "FULL_SHARD" if args.reshard else "SHARD_GRAD_OP",
                      "fsdp": args.fsdp,
                      "wrap": "block" if args.wrap == "block" else "whole"},
@@ -249,6 +253,12 @@ def worker(args):
                                                  dtype=torch.float32)
     model.train()  # dropout as configured
     layer_cls = decoder_layer_class(model)
+    if args.lora:  # PEFT puts the adapters into the model in place and freezes the rest
+        from peft import LoraConfig, get_peft_model
+        rank_text, _, mods = args.lora.partition(":")
+        targets = mods.split(",") if mods else ["q_proj", "k_proj", "v_proj", "o_proj"]
+        model = get_peft_model(model, LoraConfig(r=int(rank_text), lora_alpha=2 * int(rank_text), lora_dropout=0.0,
+                                                 target_modules=targets))
     layers = decoder_layers(model, layer_cls)
     bad = [n for n, p in model.named_parameters() if p.dtype != torch.float32]
     if bad:
@@ -299,7 +309,7 @@ def worker(args):
             apply_activation_checkpointing(model, checkpoint_wrapper_fn=checkpoint_wrapper,
                                            check_fn=lambda m: isinstance(m, layer_cls))
 
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4, foreach=True)
 
     gen = torch.Generator().manual_seed(args.seed + 1 + rank)  # different data per rank
     batches = [torch.randint(0, config.vocab_size, (args.micro_batch, args.seq), generator=gen).to(device)

@@ -304,7 +304,7 @@ private:
                 if (n.starts_with(kFsdp2Prefix)) {
                     const auto [kind, unit] = splitFsdp2(n);
                     Label l{fsdp2Hook(kind), -1, i, e.ts_ns, e.endNs(), false};
-                    if (const auto it = m_unit_of.find(std::string(unit)); it != m_unit_of.end()) l.unit = it->second;
+                    l.unit = unitNamed(unit);
                     m_labels.push_back(l);
                 } else if (n.starts_with(kFsdp1Prefix)) {
                     m_fsdp1 = true;
@@ -731,6 +731,19 @@ private:
     std::pair<int64_t, int64_t> m_main;
     std::set<int64_t> m_host;  // the host threads of the step (onMain)
     std::unordered_map<std::string, int32_t> m_unit_of;
+
+    // The Program unit a label names, -1 when none. A PEFT model (LoRA) is the FSDP root around the
+    // model, so its labels name "base_model.model." + the model's module names.
+    int32_t unitNamed(std::string_view name) const {
+        constexpr std::string_view kPeftPrefix = "base_model.model.";
+        if (const auto it = m_unit_of.find(std::string(name)); it != m_unit_of.end()) return it->second;
+        if (name.starts_with(kPeftPrefix)) {
+            if (const auto it = m_unit_of.find(std::string(name.substr(kPeftPrefix.size()))); it != m_unit_of.end()) {
+                return it->second;
+            }
+        }
+        return -1;
+    }
     std::map<std::pair<int32_t, TaskKind>, std::vector<int32_t>> m_tasks;
     std::vector<std::optional<std::pair<int64_t, int64_t>>> m_spans;
     std::vector<std::vector<std::pair<int64_t, int64_t>>> m_pieces;  // per task: the measured pieces of its span

@@ -143,7 +143,9 @@ TEST(FsdpImportTest, OtherFixturesMapEveryFsdpLabel) {
     // FSDP1: no copy-in op (its all-gathers, prefetched in backward for the next unit, are all timed).
     for (const Case& c : {Case{"llama-whole-2r", 2, "FSDP2", {"BWD", "FWD"}},
                           Case{"llama-block-noreshard-acfull-4r", 4, "FSDP2", {"RECOMP"}}, Case{"gpt2-block-2r", 2, "FSDP2", {}},
-                          Case{"llama-block-2r-absolute", 2, "FSDP2", {}}, Case{"llama-fsdp1-block-2r", 2, "FSDP1", {"COPYIN"}}}) {
+                          Case{"llama-block-2r-absolute", 2, "FSDP2", {}}, Case{"llama-fsdp1-block-2r", 2, "FSDP1", {"COPYIN"}},
+                          // PEFT's LoRA model is the FSDP root: its labels name "base_model.model." + the units.
+                          Case{"llama-lora-block-2r", 2, "FSDP2", {}}}) {
         SCOPED_TRACE(c.fixture);
         Loaded l = load(c.fixture, c.ranks);
         auto imp = importTraces(l.ranks, l.e.program);
