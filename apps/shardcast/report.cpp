@@ -591,11 +591,10 @@ std::string planReportText(const core::Plan& plan, const sim::Evaluation& e) {
                      core::acDescription(core::acSpecOf(t), t.attention == core::AttentionKernel::Flash)));
     if (t.all_gather_dtype == core::AllGatherDtype::Fp8) {
         const core::Float8Summary f8 = core::float8Summary(*plan.model);
-        const int64_t weights = f8.weights, params = f8.params;
         line(fmt::format("  float8       torchao Float8Linear on {} weights ({} params, {:.1f}% of the model): gathered and held "
                          "in fp8, GEMMs in fp8; after each optimizer step an amax pass and one all-reduce of {} B",
-                         weights, core::formatCount(params),
-                         100.0 * static_cast<double>(params) / static_cast<double>(plan.model->numParams()), 4 * weights));
+                         f8.weights, core::formatCount(f8.params),
+                         100.0 * static_cast<double>(f8.params) / static_cast<double>(params), 4 * f8.weights));
     }
     if (t.lora.enabled()) {
         const core::LoraSummary lora = core::loraSummary(*plan.model);
