@@ -123,9 +123,11 @@ enum class ActImpl { Silu, Gelu, GeluTanh, GeluNew };
 
 // `input_shared`: the norm's input is already saved by another op (GPT-NeoX's parallel residual
 // feeds the same hidden states to both norms), so it is not counted again.
-void addNorm(Builder& b, int32_t m, int64_t h, NormImpl impl, bool input_shared = false) {
+// `rows`: the rows normalised per token (1; Qwen3's q_norm and k_norm normalise each head: heads).
+void addNorm(Builder& b, int32_t m, int64_t h, NormImpl impl, bool input_shared = false, int64_t rows = 1) {
     const double hd = static_cast<double>(h);
     const double in = input_shared ? 0 : hd;
+    const double rd = static_cast<double>(rows);
     if (impl == NormImpl::LayerNorm) {
         // LayerNorm also saves mean and rstd (2 fp32 per token); omitted so that two LayerNorms
         // give exactly Korthikanti et al.'s 4sbh.
@@ -146,11 +148,11 @@ void addNorm(Builder& b, int32_t m, int64_t h, NormImpl impl, bool input_shared 
     e.kernel_variants = variant::kEagerKernels;
     e.flops.per_token = kNormFlopsPerElem * hd;
     if (impl == NormImpl::LlamaRms) {
-        e.saved_f32.per_token = hd + 1;
+        e.saved_f32.per_token = hd + rd;
         e.saved_act.per_token = hd;
         e.wgrad_saved_act.per_token = hd;  // `weight * x.to(dtype)` keeps x for the weight's gradient
     } else {
-        e.saved_f32.per_token = 2 * hd + 1;
+        e.saved_f32.per_token = 2 * hd + rd;
         e.wgrad_saved_f32.per_token = hd;  // `x_normed * (1 + weight.float())` keeps x_normed for it
     }
     e.temp_f32.per_token = hd;
@@ -176,7 +178,7 @@ void addNorm(Builder& b, int32_t m, int64_t h, NormImpl impl, bool input_shared 
     f.kernel_variants = variant::kFusedKernels;
     f.flops.per_token = kNormFlopsPerElem * hd;
     f.saved_act.per_token = in;
-    f.saved_f32.per_token = 1;
+    f.saved_f32.per_token = rd;
     f.io_act.per_token = 2 * hd;
     // Backward: dx reads x and dy and writes dx; the weight gradient rereads both: two kernels.
     f.io_bwd_act.per_token = 5 * hd;
@@ -440,7 +442,7 @@ void addResidual(Builder& b, int32_t m, int64_t h) {
 
 // Reading HF config fields with errors that name the file and the field.
 
-const char* const kSupportedTypes = "llama, mistral, mixtral, qwen2, gemma2, gpt2, gpt_neox";
+const char* const kSupportedTypes = "llama, mistral, mixtral, qwen2, qwen3, gemma2, gpt2, gpt_neox";
 
 class ConfigReader {
 public:
@@ -562,7 +564,7 @@ void applyLlamaTpPlan(Model& model) {
             return TpRole::Colwise;
         if (l == "o_proj" || l == "down_proj") return TpRole::Rowwise;
         if (l == "embed_tokens") return TpRole::Vocab;
-        if (l == "self_attn" || l == "mlp" || l == "act_fn") return TpRole::Heads;
+        if (l == "self_attn" || l == "mlp" || l == "act_fn" || l == "q_norm" || l == "k_norm") return TpRole::Heads;
         return TpRole::Sequence;  // norms, residual adds (the block), the embedding scale (the model)
     };
     for (Param& p : model.params) {
@@ -584,13 +586,14 @@ void applyLlamaTpPlan(Model& model) {
     model.tp_plan = "torchtitan-llama";
 }
 
-// Llama family: llama, mistral, qwen2, gemma2, mixtral (LlamaForCausalLM layout).
+// Llama family: llama, mistral, qwen2, qwen3, gemma2, mixtral (LlamaForCausalLM layout).
 
 Result<Model> buildLlamaFamily(const json& cfg, Model model) {
     const std::string& type = model.arch.model_type;
     ConfigReader r(cfg, model.source, type);
     const bool gemma = type == "gemma2";
     const bool moe = type == "mixtral";
+    const bool qk_norm = type == "qwen3";  // Qwen3Attention: RMSNorm over each head of q and k
 
     const int64_t h = r.required("hidden_size", limits::kMaxHidden);
     const int64_t layers = r.required("num_hidden_layers", limits::kMaxLayers);
@@ -641,6 +644,7 @@ Result<Model> buildLlamaFamily(const json& cfg, Model model) {
 
     struct LayerModules {
         int32_t layer, attn, q, k, v, o, in_norm, post_attn_norm, pre_ff_norm = -1, post_ff_norm = -1;
+        int32_t q_norm = -1, k_norm = -1;
         GatedMlpModules mlp{};
         int32_t router = -1;
         std::vector<GatedMlpModules> experts;
@@ -655,6 +659,12 @@ Result<Model> buildLlamaFamily(const json& cfg, Model model) {
         L.k = b.linear(p + ".self_attn.k_proj", h, kvd, qkv_bias);
         L.v = b.linear(p + ".self_attn.v_proj", h, kvd, qkv_bias);
         L.o = b.linear(p + ".self_attn.o_proj", qd, h, o_bias);
+        if (qk_norm) {
+            L.q_norm = b.module(p + ".self_attn.q_norm");
+            b.param(L.q_norm, "weight", {head_dim});
+            L.k_norm = b.module(p + ".self_attn.k_norm");
+            b.param(L.k_norm, "weight", {head_dim});
+        }
         if (moe) {
             const std::string s = p + ".block_sparse_moe";
             L.mlp.mlp = b.module(s);
@@ -701,9 +711,14 @@ Result<Model> buildLlamaFamily(const json& cfg, Model model) {
     AttnShape shape{heads, kv, head_dim, true, attn_softcap, attn_dropout};
     for (const LayerModules& L : lm) {
         addNorm(b, L.in_norm, h, norm);
-        addMatmul(b, L.q, "q_proj", h, qd, true);  // q/k/v share the norm output: saved once
-        addSiblingMatmul(b, L.k, "k_proj", h, kvd, 1);
-        addSiblingMatmul(b, L.v, "v_proj", h, kvd, 2);
+        // q/k/v share the norm output: saved once. Qwen3: q = q_norm(q_proj(x)), k = k_norm(k_proj(x))
+        // per head before RoPE (modeling_qwen3.py, Qwen3Attention.forward).
+        const size_t q_at = model.ops.size();
+        addMatmul(b, L.q, "q_proj", h, qd, true);
+        if (qk_norm) addNorm(b, L.q_norm, qd, norm, false, heads);
+        addSiblingMatmul(b, L.k, "k_proj", h, kvd, static_cast<int16_t>(model.ops.size() - q_at));
+        if (qk_norm) addNorm(b, L.k_norm, kvd, norm, false, kv);
+        addSiblingMatmul(b, L.v, "v_proj", h, kvd, static_cast<int16_t>(model.ops.size() - q_at));
         addRope(b, L.attn, qd + kvd);
         addAttentionCore(b, L.attn, shape);
         addAttnOutMatmul(b, L.o, "o_proj", qd, h);
@@ -984,7 +999,7 @@ Result<Model> importHfConfig(const json& config, std::string name, std::string s
     model.source = source;
     model.arch.model_type = type;
     Result<Model> built = makeError(source + ": unknown model_type '" + type + "'; supported: " + kSupportedTypes);
-    if (type == "llama" || type == "mistral" || type == "qwen2" || type == "gemma2" || type == "mixtral") {
+    if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3" || type == "gemma2" || type == "mixtral") {
         built = buildLlamaFamily(config, std::move(model));
     } else if (type == "gpt2") {
         built = buildGpt2(config, std::move(model));

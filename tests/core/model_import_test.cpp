@@ -60,7 +60,10 @@ TEST(ModelImportTest, EveryBundledConfigHasTheReferenceParameterCount) {
     // the transformers layouts: e.g. Qwen2-7B = 28 * 233,057,792 + 2 * 152064 * 3584 + 3584).
     std::map<std::string, int64_t> expected = {
         {"qwen2-7b", 7'615'616'512}, {"gemma-2-9b", 9'241'705'984}, {"pythia-160m", 162'322'944},
-        {"tiny-llama", 3'950'848}, {"tiny-gpt2", 3'945'984}};  // tiny ones: see TinyModels* below
+        {"tiny-llama", 3'950'848}, {"tiny-gpt2", 3'945'984},  // tiny ones: see TinyModels* below
+        // Qwen3-8B: 36 * (2 * 4096^2 + 2 * 1024 * 4096 + 3 * 4096 * 12288 + 2 * 128 + 2 * 4096) + 2 * 151936
+        // * 4096 + 4096 (q_norm and k_norm: one head_dim weight each).
+        {"qwen3-8b", 8'190'735'360}};
     for (auto it = ref.begin(); it != ref.end(); ++it)
         if (it.value().is_number_integer()) expected[it.key()] = it.value().get<int64_t>();
 
@@ -227,6 +230,38 @@ TEST(ModelImportTest, Qwen2HasQkvBiasButNoOutputBias) {
     EXPECT_EQ(shapeOf(m, "lm_head.weight"), (std::vector<int64_t>{152064, 3584}));
 }
 
+// Qwen3: no q/k/v bias; q_norm and k_norm (one head_dim weight each) normalise every head of q and
+// k after their projections, before RoPE. Eager RMSNorm keeps the fp32 input with one rsqrt per
+// head (qd + heads per token), and for the weight's gradient the bf16 cast (qd); k and v read q's
+// input, saved once.
+TEST(ModelImportTest, Qwen3NormalisesEachHeadOfQAndK) {
+    const sc::Model m = load("qwen3-8b");
+    EXPECT_EQ(findParam(m, "model.layers.0.self_attn.q_proj.bias"), nullptr);
+    EXPECT_EQ(shapeOf(m, "model.layers.0.self_attn.q_norm.weight"), (std::vector<int64_t>{128}));
+    EXPECT_EQ(shapeOf(m, "model.layers.0.self_attn.k_norm.weight"), (std::vector<int64_t>{128}));
+    const int32_t q_norm = m.findModule("model.layers.0.self_attn.q_norm");
+    const int32_t k_norm = m.findModule("model.layers.0.self_attn.k_norm");
+    std::vector<std::string> names;
+    const sc::Op* eager_q = nullptr;
+    const sc::Op* eager_k = nullptr;
+    size_t q_at = 0;
+    for (size_t i = 0; i < m.ops.size(); ++i) {
+        const sc::Op& op = m.ops[i];
+        if (m.modules[static_cast<size_t>(op.module)].name.rfind("model.layers.0.self_attn", 0) != 0) continue;
+        if (op.name == "q_proj") q_at = i;
+        if (op.name == "k_proj" || op.name == "v_proj") EXPECT_EQ(i - static_cast<size_t>(op.same_input_back), q_at);
+        if (op.module == q_norm && op.kernel_variants == sc::variant::kEagerKernels) eager_q = &op;
+        if (op.module == k_norm && op.kernel_variants == sc::variant::kEagerKernels) eager_k = &op;
+        if (op.kernel_variants != sc::variant::kFusedKernels) names.push_back(op.name);
+    }
+    EXPECT_EQ(names, (std::vector<std::string>{"q_proj", "rms_norm", "k_proj", "rms_norm", "v_proj", "rope", "attn.core",
+                                               "attn.qkv", "attn.scores", "attn.softmax", "attn.pv", "o_proj"}));
+    ASSERT_TRUE(eager_q && eager_k);
+    EXPECT_EQ(eager_q->saved_f32.per_token, 4096 + 32);
+    EXPECT_EQ(eager_q->wgrad_saved_act.per_token, 4096);
+    EXPECT_EQ(eager_k->saved_f32.per_token, 1024 + 8);
+}
+
 TEST(ModelImportTest, Gemma2HasExplicitHeadDimFourNormsAndTiedHead) {
     const sc::Model m = load("gemma-2-9b");
     // head_dim 256 * 16 heads = 4096 != hidden 3584.
@@ -288,7 +323,7 @@ TEST(ModelImportTest, MissingFileSaysCannotOpen) {
 TEST(ModelImportTest, UnknownModelTypeListsSupportedTypes) {
     const auto path = writeTemp("bert.json", R"({"model_type": "bert", "hidden_size": 768})");
     const std::string e = errorOf(path);
-    EXPECT_NE(e.find("bert.json: unknown model_type 'bert'; supported: llama, mistral, mixtral, qwen2, gemma2, "
+    EXPECT_NE(e.find("bert.json: unknown model_type 'bert'; supported: llama, mistral, mixtral, qwen2, qwen3, gemma2, "
                      "gpt2, gpt_neox"),
               std::string::npos)
         << e;
