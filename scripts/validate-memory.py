@@ -63,6 +63,11 @@ MATRIX = {
     "qwen3-8b-2k-acfull": ("qwen3-8b", 2048, 8, True, "full", "sdpa"),
     "qwen3-8b-2k-w16-eager": ("qwen3-8b", 2048, 16, True, "none", "eager"),
     "qwen3-8b-2k-lora16": ("qwen3-8b", 2048, 8, True, "none", "sdpa"),
+    # OLMo 2 (post-norms, q_norm and k_norm over all heads, fp32 weight multiply).
+    "olmo2-7b-2k": ("olmo-2-7b", 2048, 8, True, "none", "sdpa"),
+    "olmo2-7b-2k-acfull": ("olmo-2-7b", 2048, 8, True, "full", "sdpa"),
+    "olmo2-7b-2k-w16-eager": ("olmo-2-7b", 2048, 16, True, "none", "eager"),
+    "olmo2-7b-2k-lora16": ("olmo-2-7b", 2048, 8, True, "none", "sdpa"),
 }
 
 # LoRA rows: `--lora` on both sides (torch_peer: PEFT's LoraConfig, lora_alpha 2 x rank, dropout 0).
@@ -70,7 +75,7 @@ ALL_LINEARS = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
 LORA = {
     "8b-2k-lora16": "16", "8b-2k-lora16-acfull": "16", "8b-4k-w16-lora64-all": "64:" + ALL_LINEARS,
     "8b-2k-lora16-eager": "16", "qwen2-7b-2k-lora16": "16", "qwen2-7b-2k-w16-lora32-all-acfull": "32:" + ALL_LINEARS,
-    "gpt2-lora8": "8:c_attn", "qwen3-8b-2k-lora16": "16",
+    "gpt2-lora8": "8:c_attn", "qwen3-8b-2k-lora16": "16", "olmo2-7b-2k-lora16": "16",
 }
 
 # Tensor-parallel rows: (tp, sequence parallel). Both sides run loss_parallel off (the logits

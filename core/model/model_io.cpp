@@ -442,7 +442,7 @@ void addResidual(Builder& b, int32_t m, int64_t h) {
 
 // Reading HF config fields with errors that name the file and the field.
 
-const char* const kSupportedTypes = "llama, mistral, mixtral, qwen2, qwen3, gemma2, gpt2, gpt_neox";
+const char* const kSupportedTypes = "llama, mistral, mixtral, qwen2, qwen3, gemma2, olmo2, gpt2, gpt_neox";
 
 class ConfigReader {
 public:
@@ -586,7 +586,7 @@ void applyLlamaTpPlan(Model& model) {
     model.tp_plan = "torchtitan-llama";
 }
 
-// Llama family: llama, mistral, qwen2, qwen3, gemma2, mixtral (LlamaForCausalLM layout).
+// Llama family: llama, mistral, qwen2, qwen3, gemma2, olmo2, mixtral (LlamaForCausalLM layout).
 
 Result<Model> buildLlamaFamily(const json& cfg, Model model) {
     const std::string& type = model.arch.model_type;
@@ -594,6 +594,9 @@ Result<Model> buildLlamaFamily(const json& cfg, Model model) {
     const bool gemma = type == "gemma2";
     const bool moe = type == "mixtral";
     const bool qk_norm = type == "qwen3";  // Qwen3Attention: RMSNorm over each head of q and k
+    // OLMo 2 (modeling_olmo2.py): no pre-norms; RMSNorm after attention and after the MLP, and over
+    // the whole q and k projections; Olmo2RMSNorm multiplies by the weight in fp32, as Gemma's does.
+    const bool olmo2 = type == "olmo2";
 
     const int64_t h = r.required("hidden_size", limits::kMaxHidden);
     const int64_t layers = r.required("num_hidden_layers", limits::kMaxLayers);
@@ -633,7 +636,7 @@ Result<Model> buildLlamaFamily(const json& cfg, Model model) {
     (void)act;  // gated MLP cost is the same for silu and gelu-tanh
 
     model.arch = ModelArch{type, h, layers, heads, kv, head_dim, inter, vocab, experts, top_k, tied};
-    const NormImpl norm = gemma ? NormImpl::GemmaRms : NormImpl::LlamaRms;
+    const NormImpl norm = gemma || olmo2 ? NormImpl::GemmaRms : NormImpl::LlamaRms;
     const int64_t qd = heads * head_dim, kvd = kv * head_dim;
 
     Builder b(model);
@@ -659,11 +662,11 @@ Result<Model> buildLlamaFamily(const json& cfg, Model model) {
         L.k = b.linear(p + ".self_attn.k_proj", h, kvd, qkv_bias);
         L.v = b.linear(p + ".self_attn.v_proj", h, kvd, qkv_bias);
         L.o = b.linear(p + ".self_attn.o_proj", qd, h, o_bias);
-        if (qk_norm) {
+        if (qk_norm || olmo2) {
             L.q_norm = b.module(p + ".self_attn.q_norm");
-            b.param(L.q_norm, "weight", {head_dim});
+            b.param(L.q_norm, "weight", {olmo2 ? qd : head_dim});
             L.k_norm = b.module(p + ".self_attn.k_norm");
-            b.param(L.k_norm, "weight", {head_dim});
+            b.param(L.k_norm, "weight", {olmo2 ? kvd : head_dim});
         }
         if (moe) {
             const std::string s = p + ".block_sparse_moe";
@@ -692,8 +695,9 @@ Result<Model> buildLlamaFamily(const json& cfg, Model model) {
             b.param(m, "weight", {h});
             return m;
         };
-        L.in_norm = norm_module("input_layernorm");
+        if (!olmo2) L.in_norm = norm_module("input_layernorm");
         L.post_attn_norm = norm_module("post_attention_layernorm");
+        if (olmo2) L.post_ff_norm = norm_module("post_feedforward_layernorm");
         if (gemma) {
             L.pre_ff_norm = norm_module("pre_feedforward_layernorm");
             L.post_ff_norm = norm_module("post_feedforward_layernorm");
@@ -710,21 +714,21 @@ Result<Model> buildLlamaFamily(const json& cfg, Model model) {
     if (gemma) addElementwise(b, b.find("model"), "embed_scale", static_cast<double>(h), 1, 0);
     AttnShape shape{heads, kv, head_dim, true, attn_softcap, attn_dropout};
     for (const LayerModules& L : lm) {
-        addNorm(b, L.in_norm, h, norm);
-        // q/k/v share the norm output: saved once. Qwen3: q = q_norm(q_proj(x)), k = k_norm(k_proj(x))
+        if (!olmo2) addNorm(b, L.in_norm, h, norm);
+        // q/k/v share the norm output (OLMo 2: the block's input): saved once. Qwen3: q = q_norm(q_proj(x)), k = k_norm(k_proj(x))
         // per head before RoPE (modeling_qwen3.py, Qwen3Attention.forward).
         const size_t q_at = model.ops.size();
         addMatmul(b, L.q, "q_proj", h, qd, true);
-        if (qk_norm) addNorm(b, L.q_norm, qd, norm, false, heads);
+        if (qk_norm || olmo2) addNorm(b, L.q_norm, qd, norm, false, olmo2 ? 1 : heads);
         addSiblingMatmul(b, L.k, "k_proj", h, kvd, static_cast<int16_t>(model.ops.size() - q_at));
-        if (qk_norm) addNorm(b, L.k_norm, kvd, norm, false, kv);
+        if (qk_norm || olmo2) addNorm(b, L.k_norm, kvd, norm, false, olmo2 ? 1 : kv);
         addSiblingMatmul(b, L.v, "v_proj", h, kvd, static_cast<int16_t>(model.ops.size() - q_at));
         addRope(b, L.attn, qd + kvd);
         addAttentionCore(b, L.attn, shape);
         addAttnOutMatmul(b, L.o, "o_proj", qd, h);
-        if (gemma) addNorm(b, L.post_attn_norm, h, norm);
+        if (gemma || olmo2) addNorm(b, L.post_attn_norm, h, norm);
         addResidual(b, L.layer, h);
-        addNorm(b, gemma ? L.pre_ff_norm : L.post_attn_norm, h, norm);
+        if (!olmo2) addNorm(b, gemma ? L.pre_ff_norm : L.post_attn_norm, h, norm);
         if (moe) {
             const double E = static_cast<double>(experts), k = static_cast<double>(top_k);
             addMatmul(b, L.router, "router", h, experts, true);
@@ -746,12 +750,13 @@ Result<Model> buildLlamaFamily(const json& cfg, Model model) {
         } else {
             addGatedMlp(b, L.mlp, h, inter);
         }
-        if (gemma) addNorm(b, L.post_ff_norm, h, norm);
+        if (gemma || olmo2) addNorm(b, L.post_ff_norm, h, norm);
         addResidual(b, L.layer, h);
     }
     addNorm(b, final_norm, h, norm);
     addHeadAndLoss(b, head, h, vocab, final_softcap);
-    applyLlamaTpPlan(model);
+    // OLMo 2's q_norm and k_norm normalise across the heads tensor parallelism would shard: no plan.
+    if (!olmo2) applyLlamaTpPlan(model);
     return model;
 }
 
@@ -999,7 +1004,8 @@ Result<Model> importHfConfig(const json& config, std::string name, std::string s
     model.source = source;
     model.arch.model_type = type;
     Result<Model> built = makeError(source + ": unknown model_type '" + type + "'; supported: " + kSupportedTypes);
-    if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3" || type == "gemma2" || type == "mixtral") {
+    if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3" || type == "gemma2" || type == "mixtral" ||
+        type == "olmo2") {
         built = buildLlamaFamily(config, std::move(model));
     } else if (type == "gpt2") {
         built = buildGpt2(config, std::move(model));

@@ -63,7 +63,10 @@ TEST(ModelImportTest, EveryBundledConfigHasTheReferenceParameterCount) {
         {"tiny-llama", 3'950'848}, {"tiny-gpt2", 3'945'984},  // tiny ones: see TinyModels* below
         // Qwen3-8B: 36 * (2 * 4096^2 + 2 * 1024 * 4096 + 3 * 4096 * 12288 + 2 * 128 + 2 * 4096) + 2 * 151936
         // * 4096 + 4096 (q_norm and k_norm: one head_dim weight each).
-        {"qwen3-8b", 8'190'735'360}};
+        {"qwen3-8b", 8'190'735'360},
+        // OLMo-2-7B: 32 * (4 * 4096^2 + 2 * 4096 (q_norm, k_norm over all heads) + 3 * 4096 * 11008 + 2 * 4096)
+        // + 2 * 100352 * 4096 + 4096, as transformers' Olmo2ForCausalLM counts it.
+        {"olmo-2-7b", 7'298'617'344}};
     for (auto it = ref.begin(); it != ref.end(); ++it)
         if (it.value().is_number_integer()) expected[it.key()] = it.value().get<int64_t>();
 
@@ -323,7 +326,7 @@ TEST(ModelImportTest, MissingFileSaysCannotOpen) {
 TEST(ModelImportTest, UnknownModelTypeListsSupportedTypes) {
     const auto path = writeTemp("bert.json", R"({"model_type": "bert", "hidden_size": 768})");
     const std::string e = errorOf(path);
-    EXPECT_NE(e.find("bert.json: unknown model_type 'bert'; supported: llama, mistral, mixtral, qwen2, qwen3, gemma2, "
+    EXPECT_NE(e.find("bert.json: unknown model_type 'bert'; supported: llama, mistral, mixtral, qwen2, qwen3, gemma2, olmo2, "
                      "gpt2, gpt_neox"),
               std::string::npos)
         << e;
