@@ -369,6 +369,35 @@ void addGatedMlp(Builder& b, const GatedMlpModules& mm, int64_t h, int64_t inter
     addMatmul(b, mm.down, "down_proj", inter, h, true, f);
 }
 
+// Phi-3's MLP: one gate_up_proj, its output chunked into gate and up (views), up * act(gate), down.
+// act saves its input, a view that keeps gate_up_proj's whole [tokens, 2 I] output; the product
+// saves up (the same storage) and act's output.
+void addFusedGatedMlp(Builder& b, const GatedMlpModules& mm, int64_t h, int64_t inter) {
+    const double I = static_cast<double>(inter);
+    addMatmul(b, mm.gate, "gate_up_proj", h, 2 * inter, true);
+    Op& act = b.op(mm.act, "act_fn", OpKind::Elementwise);
+    act.kernel_variants = variant::kEagerKernels;
+    act.flops.per_token = kActFlopsPerElem * I;
+    act.saved_act.per_token = 2 * I;
+    act.io_act.per_token = 2 * I;
+    act.io_bwd_act.per_token = 3 * I;
+    Op& mul = b.op(mm.mlp, "mul", OpKind::Elementwise);
+    mul.kernel_variants = variant::kEagerKernels;
+    mul.flops.per_token = I;
+    mul.saved_act.per_token = I;
+    mul.io_act.per_token = 3 * I;
+    // grad * act and grad * up, then the two halves' gradients concatenated into one [tokens, 2 I].
+    mul.io_bwd_act.per_token = 10 * I;
+    mul.bwd_kernels = 3;
+    Op& fused = b.op(mm.mlp, "gated_act", OpKind::Elementwise);
+    fused.kernel_variants = variant::kFusedKernels;
+    fused.flops.per_token = (kActFlopsPerElem + 1) * I;
+    fused.saved_act.per_token = 2 * I;
+    fused.io_act.per_token = 3 * I;
+    fused.io_bwd_act.per_token = 5 * I;
+    addMatmul(b, mm.down, "down_proj", inter, h, true);
+}
+
 // The activation of a plain (fc1 -> act -> fc2) MLP. GPT-2's "gelu_new" is a Python composite
 // (NewGELUActivation) whose autograd keeps x, tanh(.), 0.5*x and 1+tanh(.): 4 tensors of I.
 void addActivation(Builder& b, int32_t m, int64_t inter, ActImpl impl) {
@@ -442,7 +471,7 @@ void addResidual(Builder& b, int32_t m, int64_t h) {
 
 // Reading HF config fields with errors that name the file and the field.
 
-const char* const kSupportedTypes = "llama, mistral, mixtral, qwen2, qwen3, gemma2, olmo2, gpt2, gpt_neox";
+const char* const kSupportedTypes = "llama, mistral, mixtral, qwen2, qwen3, gemma2, olmo2, phi3, gpt2, gpt_neox";
 
 class ConfigReader {
 public:
@@ -586,7 +615,7 @@ void applyLlamaTpPlan(Model& model) {
     model.tp_plan = "torchtitan-llama";
 }
 
-// Llama family: llama, mistral, qwen2, qwen3, gemma2, olmo2, mixtral (LlamaForCausalLM layout).
+// Llama family: llama, mistral, qwen2, qwen3, gemma2, olmo2, phi3, mixtral (LlamaForCausalLM layout).
 
 Result<Model> buildLlamaFamily(const json& cfg, Model model) {
     const std::string& type = model.arch.model_type;
@@ -597,6 +626,8 @@ Result<Model> buildLlamaFamily(const json& cfg, Model model) {
     // OLMo 2 (modeling_olmo2.py): no pre-norms; RMSNorm after attention and after the MLP, and over
     // the whole q and k projections; Olmo2RMSNorm multiplies by the weight in fp32, as Gemma's does.
     const bool olmo2 = type == "olmo2";
+    // Phi-3 (modeling_phi3.py): one qkv_proj and one gate_up_proj, their outputs split by views.
+    const bool phi3 = type == "phi3";
 
     const int64_t h = r.required("hidden_size", limits::kMaxHidden);
     const int64_t layers = r.required("num_hidden_layers", limits::kMaxLayers);
@@ -616,6 +647,7 @@ Result<Model> buildLlamaFamily(const json& cfg, Model model) {
     const bool o_bias = type != "qwen2" && r.flag("attention_bias", false);
     const bool mlp_bias = r.flag("mlp_bias", false);
     const double attn_dropout = r.probability("attention_dropout", 0.0);
+    const double resid_dropout = phi3 ? r.probability("resid_pdrop", 0.0) : 0.0;
     const ActImpl act = gemma ? readAct(r, "hidden_activation", "gelu_pytorch_tanh")
                               : readAct(r, "hidden_act", "silu");
     int64_t experts = 0, top_k = 0;
@@ -648,6 +680,7 @@ Result<Model> buildLlamaFamily(const json& cfg, Model model) {
     struct LayerModules {
         int32_t layer, attn, q, k, v, o, in_norm, post_attn_norm, pre_ff_norm = -1, post_ff_norm = -1;
         int32_t q_norm = -1, k_norm = -1;
+        int32_t resid_attn_drop = -1, resid_mlp_drop = -1;  // Phi-3
         GatedMlpModules mlp{};
         int32_t router = -1;
         std::vector<GatedMlpModules> experts;
@@ -658,10 +691,15 @@ Result<Model> buildLlamaFamily(const json& cfg, Model model) {
         const std::string p = "model.layers." + std::to_string(i);
         L.layer = b.block(p);
         L.attn = b.module(p + ".self_attn");
-        L.q = b.linear(p + ".self_attn.q_proj", h, qd, qkv_bias);
-        L.k = b.linear(p + ".self_attn.k_proj", h, kvd, qkv_bias);
-        L.v = b.linear(p + ".self_attn.v_proj", h, kvd, qkv_bias);
-        L.o = b.linear(p + ".self_attn.o_proj", qd, h, o_bias);
+        if (phi3) {  // Phi3Attention registers o_proj first
+            L.o = b.linear(p + ".self_attn.o_proj", qd, h, o_bias);
+            L.q = L.k = L.v = b.linear(p + ".self_attn.qkv_proj", h, qd + 2 * kvd, qkv_bias);
+        } else {
+            L.q = b.linear(p + ".self_attn.q_proj", h, qd, qkv_bias);
+            L.k = b.linear(p + ".self_attn.k_proj", h, kvd, qkv_bias);
+            L.v = b.linear(p + ".self_attn.v_proj", h, kvd, qkv_bias);
+            L.o = b.linear(p + ".self_attn.o_proj", qd, h, o_bias);
+        }
         if (qk_norm || olmo2) {
             L.q_norm = b.module(p + ".self_attn.q_norm");
             b.param(L.q_norm, "weight", {olmo2 ? qd : head_dim});
@@ -683,6 +721,11 @@ Result<Model> buildLlamaFamily(const json& cfg, Model model) {
                 em.act = b.module(e + ".act_fn");
                 L.experts.push_back(em);
             }
+        } else if (phi3) {
+            L.mlp.mlp = b.module(p + ".mlp");
+            L.mlp.gate = L.mlp.up = b.linear(p + ".mlp.gate_up_proj", h, 2 * inter, mlp_bias);
+            L.mlp.down = b.linear(p + ".mlp.down_proj", inter, h, mlp_bias);
+            L.mlp.act = b.module(p + ".mlp.activation_fn");
         } else {
             L.mlp.mlp = b.module(p + ".mlp");
             L.mlp.gate = b.linear(p + ".mlp.gate_proj", h, inter, mlp_bias);
@@ -698,6 +741,10 @@ Result<Model> buildLlamaFamily(const json& cfg, Model model) {
         if (!olmo2) L.in_norm = norm_module("input_layernorm");
         L.post_attn_norm = norm_module("post_attention_layernorm");
         if (olmo2) L.post_ff_norm = norm_module("post_feedforward_layernorm");
+        if (phi3) {
+            L.resid_attn_drop = b.module(p + ".resid_attn_dropout");
+            L.resid_mlp_drop = b.module(p + ".resid_mlp_dropout");
+        }
         if (gemma) {
             L.pre_ff_norm = norm_module("pre_feedforward_layernorm");
             L.post_ff_norm = norm_module("post_feedforward_layernorm");
@@ -718,15 +765,33 @@ Result<Model> buildLlamaFamily(const json& cfg, Model model) {
         // q/k/v share the norm output (OLMo 2: the block's input): saved once. Qwen3: q = q_norm(q_proj(x)), k = k_norm(k_proj(x))
         // per head before RoPE (modeling_qwen3.py, Qwen3Attention.forward).
         const size_t q_at = model.ops.size();
+        if (phi3) {
+            addMatmul(b, L.q, "qkv_proj", h, qd + 2 * kvd, true);
+            // q, k and v are views of qkv's output; the attention kernel keeps v, so the whole output
+            // stays: q's and k's parts beyond what the kernel's own saved tensors count.
+            Op& kept = addElementwise(b, L.attn, "qkv.kept", 0, 0, static_cast<double>(qd + kvd), 0);
+            kept.io_bwd_act.per_token = static_cast<double>(qd + 2 * kvd);  // the gradients' cat into one
+            // And SDPA's output is not o_proj's input here: the transpose back copies it (seen with
+            // saved-tensor hooks on CUDA and CPU, transformers 5.17 and 4.57), so the kernel's saved
+            // output counts on its own.
+            Op& out = addElementwise(b, L.attn, "attn.out", 0, 0, static_cast<double>(qd), 0);
+            out.attention_variants = variant::kFlash;
+        } else {
         addMatmul(b, L.q, "q_proj", h, qd, true);
         if (qk_norm || olmo2) addNorm(b, L.q_norm, qd, norm, false, olmo2 ? 1 : heads);
         addSiblingMatmul(b, L.k, "k_proj", h, kvd, static_cast<int16_t>(model.ops.size() - q_at));
         if (qk_norm || olmo2) addNorm(b, L.k_norm, kvd, norm, false, olmo2 ? 1 : kv);
         addSiblingMatmul(b, L.v, "v_proj", h, kvd, static_cast<int16_t>(model.ops.size() - q_at));
+        }
         addRope(b, L.attn, qd + kvd);
         addAttentionCore(b, L.attn, shape);
-        addAttnOutMatmul(b, L.o, "o_proj", qd, h);
+        if (phi3) {
+            addMatmul(b, L.o, "o_proj", qd, h, true);  // its own copy of the attention output
+        } else {
+            addAttnOutMatmul(b, L.o, "o_proj", qd, h);
+        }
         if (gemma || olmo2) addNorm(b, L.post_attn_norm, h, norm);
+        if (phi3) addDropout(b, L.resid_attn_drop, "dropout", static_cast<double>(h), resid_dropout);
         addResidual(b, L.layer, h);
         if (!olmo2) addNorm(b, gemma ? L.pre_ff_norm : L.post_attn_norm, h, norm);
         if (moe) {
@@ -747,16 +812,20 @@ Result<Model> buildLlamaFamily(const json& cfg, Model model) {
                 scale.saved_act.per_token = (static_cast<double>(h) + 1) * k / E;
                 scale.io_act.per_token = 2 * static_cast<double>(h) * k / E;
             }
+        } else if (phi3) {
+            addFusedGatedMlp(b, L.mlp, h, inter);
         } else {
             addGatedMlp(b, L.mlp, h, inter);
         }
+        if (phi3) addDropout(b, L.resid_mlp_drop, "dropout", static_cast<double>(h), resid_dropout);
         if (gemma || olmo2) addNorm(b, L.post_ff_norm, h, norm);
         addResidual(b, L.layer, h);
     }
     addNorm(b, final_norm, h, norm);
     addHeadAndLoss(b, head, h, vocab, final_softcap);
     // OLMo 2's q_norm and k_norm normalise across the heads tensor parallelism would shard: no plan.
-    if (!olmo2) applyLlamaTpPlan(model);
+    // Phi-3's fused qkv_proj and gate_up_proj have no plan either (torchtitan shards separate ones).
+    if (!olmo2 && !phi3) applyLlamaTpPlan(model);
     return model;
 }
 
@@ -1005,7 +1074,7 @@ Result<Model> importHfConfig(const json& config, std::string name, std::string s
     model.arch.model_type = type;
     Result<Model> built = makeError(source + ": unknown model_type '" + type + "'; supported: " + kSupportedTypes);
     if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3" || type == "gemma2" || type == "mixtral" ||
-        type == "olmo2") {
+        type == "olmo2" || type == "phi3") {
         built = buildLlamaFamily(config, std::move(model));
     } else if (type == "gpt2") {
         built = buildGpt2(config, std::move(model));

@@ -66,7 +66,10 @@ TEST(ModelImportTest, EveryBundledConfigHasTheReferenceParameterCount) {
         {"qwen3-8b", 8'190'735'360},
         // OLMo-2-7B: 32 * (4 * 4096^2 + 2 * 4096 (q_norm, k_norm over all heads) + 3 * 4096 * 11008 + 2 * 4096)
         // + 2 * 100352 * 4096 + 4096, as transformers' Olmo2ForCausalLM counts it.
-        {"olmo-2-7b", 7'298'617'344}};
+        {"olmo-2-7b", 7'298'617'344},
+        // Phi-3-mini: 32 * (3072 * (3072 + 2 * 3072) + 3072^2 + 3072 * 2 * 8192 + 8192 * 3072 + 2 * 3072)
+        // + 2 * 32064 * 3072 + 3072 (qkv_proj and gate_up_proj fused).
+        {"phi-3-mini-4k", 3'821'079'552}};
     for (auto it = ref.begin(); it != ref.end(); ++it)
         if (it.value().is_number_integer()) expected[it.key()] = it.value().get<int64_t>();
 
@@ -265,6 +268,32 @@ TEST(ModelImportTest, Qwen3NormalisesEachHeadOfQAndK) {
     EXPECT_EQ(eager_k->saved_f32.per_token, 1024 + 8);
 }
 
+// Phi-3: fused qkv_proj [3 x 3072, 3072] and gate_up_proj [2 x 8192, 3072]. SDPA keeps v, a view of
+// qkv's output, so q's and k's parts stay too (qkv.kept), and its own output besides o_proj's copy
+// (attn.out, flash only); act keeps gate_up's whole output through its gate view.
+TEST(ModelImportTest, Phi3FusesQkvAndGateUpAndKeepsTheirWholeOutputs) {
+    const sc::Model m = load("phi-3-mini-4k");
+    EXPECT_EQ(shapeOf(m, "model.layers.0.self_attn.qkv_proj.weight"), (std::vector<int64_t>{9216, 3072}));
+    EXPECT_EQ(shapeOf(m, "model.layers.0.mlp.gate_up_proj.weight"), (std::vector<int64_t>{16384, 3072}));
+    EXPECT_EQ(findParam(m, "model.layers.0.self_attn.q_proj.weight"), nullptr);
+    double kept = -1, out = -1, act = -1;
+    uint8_t out_variants = 0;
+    for (const sc::Op& op : m.ops) {
+        if (m.modules[static_cast<size_t>(op.module)].name.rfind("model.layers.0.", 0) != 0) continue;
+        if (op.name == "qkv.kept") kept = op.saved_act.per_token;
+        if (op.name == "attn.out") {
+            out = op.saved_act.per_token;
+            out_variants = op.attention_variants;
+        }
+        if (op.name == "act_fn") act = op.saved_act.per_token;
+    }
+    EXPECT_EQ(kept, 3072 + 3072);
+    EXPECT_EQ(out, 3072);
+    EXPECT_EQ(out_variants, sc::variant::kFlash);
+    EXPECT_EQ(act, 2 * 8192);
+    EXPECT_TRUE(m.tp_plan.empty());  // no TP plan for the fused projections
+}
+
 TEST(ModelImportTest, Gemma2HasExplicitHeadDimFourNormsAndTiedHead) {
     const sc::Model m = load("gemma-2-9b");
     // head_dim 256 * 16 heads = 4096 != hidden 3584.
@@ -326,7 +355,7 @@ TEST(ModelImportTest, MissingFileSaysCannotOpen) {
 TEST(ModelImportTest, UnknownModelTypeListsSupportedTypes) {
     const auto path = writeTemp("bert.json", R"({"model_type": "bert", "hidden_size": 768})");
     const std::string e = errorOf(path);
-    EXPECT_NE(e.find("bert.json: unknown model_type 'bert'; supported: llama, mistral, mixtral, qwen2, qwen3, gemma2, olmo2, "
+    EXPECT_NE(e.find("bert.json: unknown model_type 'bert'; supported: llama, mistral, mixtral, qwen2, qwen3, gemma2, olmo2, phi3, "
                      "gpt2, gpt_neox"),
               std::string::npos)
         << e;
