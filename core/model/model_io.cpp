@@ -340,25 +340,26 @@ struct GatedMlpModules {
     int32_t mlp, gate, up, down, act;
 };
 
-// down(act(gate(x)) * up(x)): SwiGLU (silu) or GeGLU (gelu tanh). `f` = share of tokens routed here.
-void addGatedMlp(Builder& b, const GatedMlpModules& mm, int64_t h, int64_t inter, double f = 1) {
-    const double I = static_cast<double>(inter) * f;
-    addMatmul(b, mm.gate, "gate_proj", h, inter, true, f);
-    addSiblingMatmul(b, mm.up, "up_proj", h, inter, 1, f);  // same input as gate, saved once
-    // Eager: act_fn saves its input (gate output), `act * up` saves both operands.
+// The gated activation act(gate) * up over I elements per token (eager: act_fn, then the product;
+// fused: one kernel that saves gate and up). `act_saved` / `mul_saved`: what the two eager ops keep
+// (they differ when gate and up are views of one fused output); `split_grads`: the two halves'
+// gradients are concatenated back into one [tokens, 2 I] (a fused gate_up projection).
+void addGatedActivation(Builder& b, const GatedMlpModules& mm, double I, double act_saved, double mul_saved,
+                        bool split_grads) {
     Op& act = b.op(mm.act, "act_fn", OpKind::Elementwise);
     act.kernel_variants = variant::kEagerKernels;
     act.flops.per_token = kActFlopsPerElem * I;
-    act.saved_act.per_token = I;
+    act.saved_act.per_token = act_saved;
     act.io_act.per_token = 2 * I;
     act.io_bwd_act.per_token = 3 * I;  // silu_backward: reads grad and input, writes grad
     Op& mul = b.op(mm.mlp, "mul", OpKind::Elementwise);
     mul.kernel_variants = variant::kEagerKernels;
     mul.flops.per_token = I;
-    mul.saved_act.per_token = 2 * I;
+    mul.saved_act.per_token = mul_saved;
     mul.io_act.per_token = 3 * I;
-    mul.io_bwd_act.per_token = 6 * I;  // grad * up and grad * act: two kernels of 3 each
-    mul.bwd_kernels = 2;
+    // grad * up and grad * act: two kernels of 3 each (and the concatenation of the halves: 4 more).
+    mul.io_bwd_act.per_token = (split_grads ? 10 : 6) * I;
+    mul.bwd_kernels = split_grads ? 3 : 2;
     // Fused gated activation: saves the gate and up outputs only.
     Op& fused = b.op(mm.mlp, "gated_act", OpKind::Elementwise);
     fused.kernel_variants = variant::kFusedKernels;
@@ -366,6 +367,15 @@ void addGatedMlp(Builder& b, const GatedMlpModules& mm, int64_t h, int64_t inter
     fused.saved_act.per_token = 2 * I;
     fused.io_act.per_token = 3 * I;
     fused.io_bwd_act.per_token = 5 * I;  // reads gate, up and grad, writes both gradients
+}
+
+// down(act(gate(x)) * up(x)): SwiGLU (silu) or GeGLU (gelu tanh). `f` = share of tokens routed here.
+// Eager: act_fn saves its input (gate output), `act * up` saves both operands.
+void addGatedMlp(Builder& b, const GatedMlpModules& mm, int64_t h, int64_t inter, double f = 1) {
+    const double I = static_cast<double>(inter) * f;
+    addMatmul(b, mm.gate, "gate_proj", h, inter, true, f);
+    addSiblingMatmul(b, mm.up, "up_proj", h, inter, 1, f);  // same input as gate, saved once
+    addGatedActivation(b, mm, I, I, 2 * I, false);
     addMatmul(b, mm.down, "down_proj", inter, h, true, f);
 }
 
@@ -375,26 +385,7 @@ void addGatedMlp(Builder& b, const GatedMlpModules& mm, int64_t h, int64_t inter
 void addFusedGatedMlp(Builder& b, const GatedMlpModules& mm, int64_t h, int64_t inter) {
     const double I = static_cast<double>(inter);
     addMatmul(b, mm.gate, "gate_up_proj", h, 2 * inter, true);
-    Op& act = b.op(mm.act, "act_fn", OpKind::Elementwise);
-    act.kernel_variants = variant::kEagerKernels;
-    act.flops.per_token = kActFlopsPerElem * I;
-    act.saved_act.per_token = 2 * I;
-    act.io_act.per_token = 2 * I;
-    act.io_bwd_act.per_token = 3 * I;
-    Op& mul = b.op(mm.mlp, "mul", OpKind::Elementwise);
-    mul.kernel_variants = variant::kEagerKernels;
-    mul.flops.per_token = I;
-    mul.saved_act.per_token = I;
-    mul.io_act.per_token = 3 * I;
-    // grad * act and grad * up, then the two halves' gradients concatenated into one [tokens, 2 I].
-    mul.io_bwd_act.per_token = 10 * I;
-    mul.bwd_kernels = 3;
-    Op& fused = b.op(mm.mlp, "gated_act", OpKind::Elementwise);
-    fused.kernel_variants = variant::kFusedKernels;
-    fused.flops.per_token = (kActFlopsPerElem + 1) * I;
-    fused.saved_act.per_token = 2 * I;
-    fused.io_act.per_token = 3 * I;
-    fused.io_bwd_act.per_token = 5 * I;
+    addGatedActivation(b, mm, I, 2 * I, I, true);
     addMatmul(b, mm.down, "down_proj", inter, h, true);
 }
 
