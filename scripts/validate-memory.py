@@ -73,6 +73,13 @@ MATRIX = {
     "phi3-mini-1k-acfull": ("phi-3-mini-4k", 1024, 8, True, "full", "sdpa"),
     "phi3-mini-1k-w16-eager": ("phi-3-mini-4k", 1024, 16, True, "none", "eager"),
     "phi3-mini-1k-lora16": ("phi-3-mini-4k", 1024, 8, True, "none", "sdpa"),
+    # Gemma, Gemma 2 and Mistral (issue 26's families already modelled).
+    "gemma-7b-2k": ("gemma-7b", 2048, 8, True, "none", "sdpa"),
+    "gemma-7b-2k-acfull": ("gemma-7b", 2048, 8, True, "full", "sdpa"),
+    "gemma2-9b-2k": ("gemma-2-9b", 2048, 8, True, "none", "sdpa"),
+    "gemma2-9b-2k-w16-acfull": ("gemma-2-9b", 2048, 16, True, "full", "sdpa"),
+    "mistral-7b-2k": ("mistral-7b-v0.1", 2048, 8, True, "none", "sdpa"),
+    "mistral-7b-2k-w16-lora16": ("mistral-7b-v0.1", 2048, 16, True, "none", "sdpa"),
 }
 
 # LoRA rows: `--lora` on both sides (torch_peer: PEFT's LoraConfig, lora_alpha 2 x rank, dropout 0).
@@ -80,7 +87,7 @@ ALL_LINEARS = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
 LORA = {
     "8b-2k-lora16": "16", "8b-2k-lora16-acfull": "16", "8b-4k-w16-lora64-all": "64:" + ALL_LINEARS,
     "8b-2k-lora16-eager": "16", "qwen2-7b-2k-lora16": "16", "qwen2-7b-2k-w16-lora32-all-acfull": "32:" + ALL_LINEARS,
-    "gpt2-lora8": "8:c_attn", "qwen3-8b-2k-lora16": "16", "olmo2-7b-2k-lora16": "16", "phi3-mini-1k-lora16": "16:qkv_proj,o_proj",
+    "gpt2-lora8": "8:c_attn", "qwen3-8b-2k-lora16": "16", "olmo2-7b-2k-lora16": "16", "phi3-mini-1k-lora16": "16:qkv_proj,o_proj", "mistral-7b-2k-w16-lora16": "16",
 }
 
 # Tensor-parallel rows: (tp, sequence parallel). Both sides run loss_parallel off (the logits

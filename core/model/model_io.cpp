@@ -462,7 +462,7 @@ void addResidual(Builder& b, int32_t m, int64_t h) {
 
 // Reading HF config fields with errors that name the file and the field.
 
-const char* const kSupportedTypes = "llama, mistral, mixtral, qwen2, qwen3, gemma2, olmo2, phi3, gpt2, gpt_neox";
+const char* const kSupportedTypes = "llama, mistral, mixtral, qwen2, qwen3, gemma, gemma2, olmo2, phi3, gpt2, gpt_neox";
 
 class ConfigReader {
 public:
@@ -606,12 +606,15 @@ void applyLlamaTpPlan(Model& model) {
     model.tp_plan = "torchtitan-llama";
 }
 
-// Llama family: llama, mistral, qwen2, qwen3, gemma2, olmo2, phi3, mixtral (LlamaForCausalLM layout).
+// Llama family: llama, mistral, qwen2, qwen3, gemma, gemma2, olmo2, phi3, mixtral (LlamaForCausalLM layout).
 
 Result<Model> buildLlamaFamily(const json& cfg, Model model) {
     const std::string& type = model.arch.model_type;
     ConfigReader r(cfg, model.source, type);
-    const bool gemma = type == "gemma2";
+    // Gemma (modeling_gemma.py) and Gemma 2: GemmaRMSNorm's (1 + weight) in fp32, the embedding
+    // scaled by sqrt(hidden), GeGLU, tied embeddings; Gemma 2 adds two norms per block and softcaps.
+    const bool gemma2 = type == "gemma2";
+    const bool gemma = gemma2 || type == "gemma";
     const bool moe = type == "mixtral";
     const bool qk_norm = type == "qwen3";  // Qwen3Attention: RMSNorm over each head of q and k
     // OLMo 2 (modeling_olmo2.py): no pre-norms; RMSNorm after attention and after the MLP, and over
@@ -653,8 +656,8 @@ Result<Model> buildLlamaFamily(const json& cfg, Model model) {
                     std::to_string(experts) + ") must be at most " + std::to_string(limits::kMaxLayerExperts) +
                     " (the limit; see docs/limits.md)");
     }
-    const bool attn_softcap = gemma && r.has("attn_logit_softcapping");
-    const bool final_softcap = gemma && r.has("final_logit_softcapping");
+    const bool attn_softcap = gemma2 && r.has("attn_logit_softcapping");
+    const bool final_softcap = gemma2 && r.has("final_logit_softcapping");
     if (r.error()) return *r.error();
     (void)act;  // gated MLP cost is the same for silu and gelu-tanh
 
@@ -736,7 +739,7 @@ Result<Model> buildLlamaFamily(const json& cfg, Model model) {
             L.resid_attn_drop = b.module(p + ".resid_attn_dropout");
             L.resid_mlp_drop = b.module(p + ".resid_mlp_dropout");
         }
-        if (gemma) {
+        if (gemma2) {
             L.pre_ff_norm = norm_module("pre_feedforward_layernorm");
             L.post_ff_norm = norm_module("post_feedforward_layernorm");
         }
@@ -781,10 +784,10 @@ Result<Model> buildLlamaFamily(const json& cfg, Model model) {
         } else {
             addAttnOutMatmul(b, L.o, "o_proj", qd, h);
         }
-        if (gemma || olmo2) addNorm(b, L.post_attn_norm, h, norm);
+        if (gemma2 || olmo2) addNorm(b, L.post_attn_norm, h, norm);
         if (phi3) addDropout(b, L.resid_attn_drop, "dropout", static_cast<double>(h), resid_dropout);
         addResidual(b, L.layer, h);
-        if (!olmo2) addNorm(b, gemma ? L.pre_ff_norm : L.post_attn_norm, h, norm);
+        if (!olmo2) addNorm(b, gemma2 ? L.pre_ff_norm : L.post_attn_norm, h, norm);
         if (moe) {
             const double E = static_cast<double>(experts), k = static_cast<double>(top_k);
             addMatmul(b, L.router, "router", h, experts, true);
@@ -809,7 +812,7 @@ Result<Model> buildLlamaFamily(const json& cfg, Model model) {
             addGatedMlp(b, L.mlp, h, inter);
         }
         if (phi3) addDropout(b, L.resid_mlp_drop, "dropout", static_cast<double>(h), resid_dropout);
-        if (gemma || olmo2) addNorm(b, L.post_ff_norm, h, norm);
+        if (gemma2 || olmo2) addNorm(b, L.post_ff_norm, h, norm);
         addResidual(b, L.layer, h);
     }
     addNorm(b, final_norm, h, norm);
@@ -1064,7 +1067,8 @@ Result<Model> importHfConfig(const json& config, std::string name, std::string s
     model.source = source;
     model.arch.model_type = type;
     Result<Model> built = makeError(source + ": unknown model_type '" + type + "'; supported: " + kSupportedTypes);
-    if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3" || type == "gemma2" || type == "mixtral" ||
+    if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3" || type == "gemma" || type == "gemma2" ||
+        type == "mixtral" ||
         type == "olmo2" || type == "phi3") {
         built = buildLlamaFamily(config, std::move(model));
     } else if (type == "gpt2") {

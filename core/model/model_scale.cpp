@@ -28,7 +28,7 @@ struct SizeKeys {
 std::optional<SizeKeys> sizeKeys(const std::string& model_type) {
     if (model_type == "gpt2") return SizeKeys{"n_embd", "n_layer", "n_head", "n_inner", false};
     if (model_type == "llama" || model_type == "mistral" || model_type == "qwen2" || model_type == "qwen3" ||
-        model_type == "gemma2" || model_type == "olmo2" || model_type == "phi3" ||
+        model_type == "gemma" || model_type == "gemma2" || model_type == "olmo2" || model_type == "phi3" ||
         model_type == "mixtral" || model_type == "gpt_neox") {
         return SizeKeys{"hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", true};
     }

@@ -69,7 +69,10 @@ TEST(ModelImportTest, EveryBundledConfigHasTheReferenceParameterCount) {
         {"olmo-2-7b", 7'298'617'344},
         // Phi-3-mini: 32 * (3072 * (3072 + 2 * 3072) + 3072^2 + 3072 * 2 * 8192 + 8192 * 3072 + 2 * 3072)
         // + 2 * 32064 * 3072 + 3072 (qkv_proj and gate_up_proj fused).
-        {"phi-3-mini-4k", 3'821'079'552}};
+        {"phi-3-mini-4k", 3'821'079'552},
+        // Gemma-7B: 28 * (3 * 3072 * 4096 + 4096 * 3072 + 3 * 3072 * 24576 + 2 * 3072) + 256000 * 3072 (tied)
+        // + 3072 (q/k/v/o over 16 heads of 256).
+        {"gemma-7b", 8'537'680'896}};
     for (auto it = ref.begin(); it != ref.end(); ++it)
         if (it.value().is_number_integer()) expected[it.key()] = it.value().get<int64_t>();
 
@@ -355,7 +358,7 @@ TEST(ModelImportTest, MissingFileSaysCannotOpen) {
 TEST(ModelImportTest, UnknownModelTypeListsSupportedTypes) {
     const auto path = writeTemp("bert.json", R"({"model_type": "bert", "hidden_size": 768})");
     const std::string e = errorOf(path);
-    EXPECT_NE(e.find("bert.json: unknown model_type 'bert'; supported: llama, mistral, mixtral, qwen2, qwen3, gemma2, olmo2, phi3, "
+    EXPECT_NE(e.find("bert.json: unknown model_type 'bert'; supported: llama, mistral, mixtral, qwen2, qwen3, gemma, gemma2, olmo2, phi3, "
                      "gpt2, gpt_neox"),
               std::string::npos)
         << e;
