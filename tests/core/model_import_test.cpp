@@ -258,7 +258,9 @@ TEST(ModelImportTest, Qwen3NormalisesEachHeadOfQAndK) {
         const sc::Op& op = m.ops[i];
         if (m.modules[static_cast<size_t>(op.module)].name.rfind("model.layers.0.self_attn", 0) != 0) continue;
         if (op.name == "q_proj") q_at = i;
-        if (op.name == "k_proj" || op.name == "v_proj") EXPECT_EQ(i - static_cast<size_t>(op.same_input_back), q_at);
+        if (op.name == "k_proj" || op.name == "v_proj") {
+            EXPECT_EQ(i - static_cast<size_t>(op.same_input_back), q_at);
+        }
         if (op.module == q_norm && op.kernel_variants == sc::variant::kEagerKernels) eager_q = &op;
         if (op.module == k_norm && op.kernel_variants == sc::variant::kEagerKernels) eager_k = &op;
         if (op.kernel_variants != sc::variant::kFusedKernels) names.push_back(op.name);
