@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "core/model/model_lora.hpp"
 #include "core/plan/wrap.hpp"
 
 namespace shardcast::sim {
@@ -281,28 +282,8 @@ namespace {
 std::string loraCode(const core::Plan& plan) {
     const core::LoraSpec& lora = plan.training.lora;
     if (!lora.enabled()) return "";
-    const core::Model& m = *plan.model;
-    std::vector<std::string> adapted, names;
-    bool ambiguous = false;
-    for (const core::Module& mod : m.modules) {
-        const std::string suffix = ".lora_A.default";
-        if (mod.name.size() > suffix.size() && mod.name.ends_with(suffix)) {
-            adapted.push_back(mod.name.substr(0, mod.name.size() - suffix.size()));
-        }
-    }
-    for (const std::string& a : adapted) {
-        const std::string last = a.substr(a.rfind('.') + 1);
-        if (std::find(names.begin(), names.end(), last) == names.end()) names.push_back(last);
-    }
-    // A base layer whose last name is a target's but that carries no adapter makes the names ambiguous.
-    for (const core::Module& mod : m.modules) {
-        const std::string suffix = ".base_layer";
-        if (mod.name.ends_with(suffix) || mod.name.find(".lora_") != std::string::npos) continue;
-        const std::string last = mod.name.substr(mod.name.rfind('.') + 1);
-        if (std::find(names.begin(), names.end(), last) == names.end()) continue;
-        if (std::find(adapted.begin(), adapted.end(), mod.name) == adapted.end()) ambiguous = true;
-    }
-    const std::vector<std::string>& targets = ambiguous ? adapted : names;
+    const core::LoraSummary summary = core::loraSummary(*plan.model);
+    const std::vector<std::string>& targets = summary.names_ambiguous ? summary.adapted : summary.names;
     std::string list;
     for (size_t i = 0; i < targets.size(); ++i) list += fmt::format("{}\"{}\"", i ? ", " : "", targets[i]);
     return fmt::format(
@@ -310,7 +291,7 @@ std::string loraCode(const core::Plan& plan) {
         "# The optimizer then takes the trainable parameters: [p for p in model.parameters() if p.requires_grad]\n"
         "from peft import LoraConfig, get_peft_model\n"
         "peft_model = get_peft_model(model, LoraConfig(r={}, lora_alpha={}, lora_dropout=0.0, target_modules=[{}]))\n",
-        lora.rank, adapted.size(), lora.rank, 2 * lora.rank, list);
+        lora.rank, summary.modules, lora.rank, 2 * lora.rank, list);
 }
 
 // torchao float8 training with FSDP2's float8 all-gather and precomputed scales, on the layers

@@ -63,7 +63,7 @@ struct UnitSizes {
     int64_t rs_input_elems = 0;    // reduce-scatter input elements (padded, trainable, W ranks)
     int64_t grad_shard_elems = 0;  // reduce-scatter output elements per rank (padded)
     int64_t opt_elems = 0;         // unpadded trainable shard elements (optimizer state)
-    int64_t float8_weights = 0, float8_shard_elems = 0;  // fp8 all-gather: its weights, their unpadded shard elements
+    int64_t float8_shard_elems = 0;  // fp8 all-gather: its Float8Linear weights' unpadded shard elements
     int64_t first_op = INT_MAX, last_op = -1;  // forward op range (model op indices)
     Span param_tensors;            // FSDP2: the unsharded parameters, one tensor each (Program::tensor_bytes)
     int32_t blocks = 0;
@@ -182,7 +182,7 @@ struct LowerScratch {
     std::vector<int64_t> op_grad_elems;  // per model op: gradient elements produced in its backward
     std::vector<int64_t> op_weight_elems;  // per model op: parameter elements its module reads
     bool grads_all_trainable = false;    // op_grad_elems holds op_weight_elems (no parameter frozen)
-    std::vector<uint8_t> op_frozen;      // per model op: its module's parameters are all frozen
+    bool any_frozen = false;             // some parameter is frozen (training.frozen, LoRA)
     // Rule G1, when any parameter is frozen: per active op, kInputGrad if its input requires grad,
     // kWeightGrad if its own weights do (an op with neither has no grad_fn: it saves nothing and
     // has no backward); and per model op whether the input tensor it heads is saved already.

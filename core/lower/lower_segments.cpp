@@ -142,8 +142,8 @@ void Lowering::opCosts() {
     // The same ops (model and variants) at the same sizes and dtypes cost the same: keep them.
     const LowerScratch::OpCostKey key{m_plan.model, m_s.active_bits, t, s, m_pdt, m_tr.impl, m_tr.hf_mask, m_tr.kernels,
                                       static_cast<int>(m_tp), m_sp, m_lp, m_tr.all_gather_dtype};
-    if (m_s.op_frozen.empty() && m_s.op_cost_key == key) return;
-    m_s.op_cost_key = m_s.op_frozen.empty() ? key : LowerScratch::OpCostKey{};
+    if (!m_s.any_frozen && m_s.op_cost_key == key) return;
+    m_s.op_cost_key = m_s.any_frozen ? LowerScratch::OpCostKey{} : key;
     auto& cost = m_s.op_cost;
     cost.resize(m_s.active.size());
     auto& class_cost = m_s.class_cost;
@@ -198,7 +198,7 @@ void Lowering::opCosts() {
         }
     }
     if (m_tr.all_gather_dtype == AllGatherDtype::Fp8) float8Costs();
-    if (!m_s.op_frozen.empty()) requiresGradCosts();
+    if (m_s.any_frozen) requiresGradCosts();
 }
 
 // Rule F8: a Float8Linear (torchao float8 training, tensorwise dynamic scaling; with fp8 all-gather
@@ -283,7 +283,7 @@ bool Lowering::sameAsPrevious(size_t si) const {
     const Segment& b = m_s.segs[si];
     if (a.op_end - a.op_begin != b.op_end - b.op_begin || a.checkpointed != b.checkpointed || a.op_sac != b.op_sac) return false;
     const auto n = static_cast<size_t>(a.op_end - a.op_begin);
-    if (m_s.op_frozen.empty()) {
+    if (!m_s.any_frozen) {
         // Every parameter trainable: each op's gradient elements are its weight elements, which
         // the signatures cover with the cost classes.
         const auto ia = static_cast<size_t>(a.op_begin), ib = static_cast<size_t>(b.op_begin);
@@ -299,8 +299,7 @@ bool Lowering::sameAsPrevious(size_t si) const {
         const auto oa = static_cast<size_t>(m_s.active[ia]);
         const auto ob = static_cast<size_t>(m_s.active[ib]);
         if (m_s.op_grad_elems[oa] != m_s.op_grad_elems[ob] || m_s.op_weight_elems[oa] != m_s.op_weight_elems[ob]) return false;
-        if (!m_s.op_frozen.empty() && m_s.op_frozen[oa] != m_s.op_frozen[ob]) return false;
-        if (!m_s.op_grad.empty() && m_s.op_grad[ia] != m_s.op_grad[ib]) return false;
+        if (m_s.op_grad[ia] != m_s.op_grad[ib]) return false;  // rule G1: what needs a gradient
     }
     return true;
 }
@@ -487,7 +486,7 @@ void Lowering::segmentOps(Segment& seg) {
             }
             recomputed = true;
         }
-        const uint8_t grad = m_s.op_frozen.empty() ? kInputGrad | kWeightGrad : m_s.op_grad[static_cast<size_t>(ai)];
+        const uint8_t grad = m_s.any_frozen ? m_s.op_grad[static_cast<size_t>(ai)] : kInputGrad | kWeightGrad;
         tpBefore(ai, true);
         pushBackwardOps(opAt(ai), m_s.op_cost[static_cast<size_t>(ai)], grad);
         tpAfter(ai, true);

@@ -281,7 +281,6 @@ void Lowering::unitSizes() {
         to.rs_input_elems += us.rs_input_elems;
         to.grad_shard_elems += us.grad_shard_elems;
         to.opt_elems += us.opt_elems;
-        to.float8_weights += us.float8_weights;
         to.float8_shard_elems += us.float8_shard_elems;
         prev = us;
         prev_begin = i;
@@ -291,15 +290,8 @@ void Lowering::unitSizes() {
     if (m_sharded && m_fsdp1) fsdp1FlatParameterSizes();
     vocabGradExtra();
     unshardedParamTensors();
-    m_s.op_frozen.clear();
+    m_s.any_frozen = any_frozen;
     m_s.op_grad.clear();
-    if (any_frozen) {
-        m_s.op_frozen.assign(m_model.ops.size(), 0);
-        for (size_t i = 0; i < m_model.ops.size(); ++i) {
-            const int32_t m = m_model.ops[i].module;
-            m_s.op_frozen[i] = m_s.module_params[m] > 0 && m_s.module_trainable[m] == 0;
-        }
-    }
     for (int32_t b : m_model.blocks) ++m_s.us[m_s.pidx[m_s.ua.module_unit[b]]].blocks;
 }
 
@@ -333,10 +325,7 @@ int64_t Lowering::addParamFsdp2(UnitSizes& us, const ParamShape& prm, bool train
     const bool float8 = prm.float8 && m_tr.all_gather_dtype == AllGatherDtype::Fp8;
     const DType pdt = float8 ? DType::F8 : m_tr.param_dtype.value_or(orig);
     us.sharded_bytes += padded_shard * itemSize(orig);
-    if (float8) {
-        ++us.float8_weights;
-        us.float8_shard_elems += std::min(rows, d0) * row;
-    }
+    if (float8) us.float8_shard_elems += std::min(rows, d0) * row;
     const int64_t unsharded = m_W * padded_shard * itemSize(pdt);
     us.flat_bytes += unsharded;
     us.unsharded_bytes += unsharded;

@@ -100,14 +100,19 @@ Op linearOp(std::string name, int32_t module, int64_t in, int64_t out, bool save
     return o;
 }
 
-std::vector<uint8_t> float8Weights(const Model& m) {
-    std::vector<int32_t> linear_of(m.modules.size(), -1);
+std::vector<int32_t> linearOpOfModule(const Model& m) {
+    std::vector<int32_t> op_of(m.modules.size(), -1);
     for (size_t i = 0; i < m.ops.size(); ++i) {
         const Op& op = m.ops[i];
-        if (op.kernel == KernelShape::Linear && linear_of[static_cast<size_t>(op.module)] < 0) {
-            linear_of[static_cast<size_t>(op.module)] = static_cast<int32_t>(i);
+        if (op.kernel == KernelShape::Linear && op_of[static_cast<size_t>(op.module)] < 0) {
+            op_of[static_cast<size_t>(op.module)] = static_cast<int32_t>(i);
         }
     }
+    return op_of;
+}
+
+std::vector<uint8_t> float8Weights(const Model& m) {
+    const std::vector<int32_t> linear_of = linearOpOfModule(m);
     std::vector<uint8_t> out(m.params.size(), 0);
     for (size_t i = 0; i < m.params.size(); ++i) {
         const Param& p = m.params[i];

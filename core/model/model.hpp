@@ -202,6 +202,9 @@ struct Model {
     double modelFlopsPerToken(int64_t seq_len) const;
 };
 
+// Per module: the index of the first Linear-kernel op it runs, -1 when it runs none.
+std::vector<int32_t> linearOpOfModule(const Model& m);
+
 // Per parameter: 1 when it is the weight of a layer torchao's float8 training converts to
 // Float8Linear as torchtitan applies it (Float8LinearConverter: every nn.Linear but the output
 // layer, here the op named "lm_head", whose in and out features are multiples of 16, as

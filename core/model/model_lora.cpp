@@ -13,18 +13,6 @@ std::string lastPart(const std::string& name) {
     return dot == std::string::npos ? name : name.substr(dot + 1);
 }
 
-// Per module: the index of the Linear op it runs, -1 when it runs none.
-std::vector<int32_t> linearOpOfModule(const Model& model) {
-    std::vector<int32_t> op_of(model.modules.size(), -1);
-    for (size_t i = 0; i < model.ops.size(); ++i) {
-        const Op& op = model.ops[i];
-        if (op.kernel == KernelShape::Linear && op_of[static_cast<size_t>(op.module)] < 0) {
-            op_of[static_cast<size_t>(op.module)] = static_cast<int32_t>(i);
-        }
-    }
-    return op_of;
-}
-
 bool isAttentionName(const std::string& name) {
     return name.find("attn") != std::string::npos || name.find("attention") != std::string::npos;
 }
@@ -85,12 +73,11 @@ Result<std::vector<int32_t>> loraTargetModules(const Model& model, const std::ve
 
 Model addLoraAdapters(const Model& base, int rank, const std::vector<int32_t>& modules) {
     Model m = base;
-    const size_t n_base_modules = base.modules.size();
     const std::vector<int32_t> op_of = linearOpOfModule(base);
     struct Adapter {
         int32_t base_layer = -1, a = -1, b = -1;
     };
-    std::vector<Adapter> adapter(n_base_modules);
+    std::vector<Adapter> adapter(base.modules.size());
     auto addModule = [&](std::string name, int32_t parent, bool container) {
         m.modules.push_back(Module{std::move(name), parent, container, false});
         return static_cast<int32_t>(m.modules.size() - 1);
@@ -154,20 +141,18 @@ Model addLoraAdapters(const Model& base, int rank, const std::vector<int32_t>& m
         if (ad.base_layer < 0) continue;
         const double f = op.token_share;
         const auto out = static_cast<double>(op.out_features);
-        const auto rd = static_cast<double>(r);
-        auto linear = [&](const char* name, int32_t module, int64_t fan_in, int64_t fan_out) -> Op& {
-            Op o = linearOp(name, module, fan_in, fan_out, false, f);
+        auto linear = [&](const char* name, int32_t module, int64_t fan_in, int64_t fan_out, bool saves_input) -> Op& {
+            Op o = linearOp(name, module, fan_in, fan_out, saves_input, f);
             o.attention_variants = op.attention_variants;
             o.kernel_variants = op.kernel_variants;
             m.ops.push_back(std::move(o));
             return m.ops.back();
         };
         // lora_A reads the base layer's input (saved once, by whichever needs it first).
-        Op& a = linear("lora_A", ad.a, op.in_features, r);
+        Op& a = linear("lora_A", ad.a, op.in_features, r, false);
         a.same_input_back = back(m.ops.size() - 1, head);
         // lora_B keeps lora_A's output for its weight gradient.
-        Op& b = linear("lora_B", ad.b, r, op.out_features);
-        b.saved_act.per_token = rd * f;
+        linear("lora_B", ad.b, r, op.out_features, true);
         // `result + lora_B(..) * scaling`: a mul and an add; one [tokens, out] beyond the result
         // is alive at a time. Backward: the mul's grad * scaling.
         Op add;
@@ -189,14 +174,26 @@ Model addLoraAdapters(const Model& base, int rank, const std::vector<int32_t>& m
 
 LoraSummary loraSummary(const Model& model) {
     LoraSummary out;
+    std::vector<uint8_t> adapted(model.modules.size(), 0);
     for (const Param& p : model.params) {
         if (!p.lora) continue;
         out.adapter_params += p.numel();
-        const std::string& adapter = model.modules[static_cast<size_t>(p.module)].name;  // M.lora_A.default
-        if (adapter.size() < 15 || adapter.compare(adapter.size() - 15, 15, ".lora_A.default") != 0) continue;
-        ++out.modules;
-        const std::string name = lastPart(adapter.substr(0, adapter.size() - 15));
+        // lora_A's module is M.lora_A.default: its grandparent is the adapted module M.
+        const Module& adapter = model.modules[static_cast<size_t>(p.module)];
+        const int32_t dict = adapter.parent;
+        if (dict <= 0 || lastPart(model.modules[static_cast<size_t>(dict)].name) != "lora_A") continue;
+        adapted[static_cast<size_t>(model.modules[static_cast<size_t>(dict)].parent)] = 1;
+    }
+    for (size_t m = 0; m < model.modules.size(); ++m) {
+        if (!adapted[m]) continue;
+        out.adapted.push_back(model.modules[m].name);
+        const std::string name = lastPart(model.modules[m].name);
         if (std::find(out.names.begin(), out.names.end(), name) == out.names.end()) out.names.push_back(name);
+    }
+    out.modules = static_cast<int64_t>(out.adapted.size());
+    for (size_t m = 0; m < model.modules.size(); ++m) {
+        const std::string name = lastPart(model.modules[m].name);
+        if (!adapted[m] && std::find(out.names.begin(), out.names.end(), name) != out.names.end()) out.names_ambiguous = true;
     }
     return out;
 }

@@ -26,12 +26,15 @@ Result<std::vector<int32_t>> loraTargetModules(const Model& model, const std::ve
 // output, and the scale and add run as two eager kernels.
 Model addLoraAdapters(const Model& base, int rank, const std::vector<int32_t>& modules);
 
-// What a model's adapters are (for reports): the adapted modules, their distinct last names in
-// model order ("q_proj", ...), and the adapter parameters.
+// What a model's adapters are (for reports and emitted code): the adapted modules' names in model
+// order, their distinct last names ("q_proj", ...), whether a module not adapted shares one of those
+// last names (then PEFT's target_modules must list full names), and the adapter parameters.
 struct LoraSummary {
     int64_t modules = 0;
     int64_t adapter_params = 0;
     std::vector<std::string> names;
+    std::vector<std::string> adapted;
+    bool names_ambiguous = false;
 };
 LoraSummary loraSummary(const Model& model);
 

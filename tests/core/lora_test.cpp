@@ -93,6 +93,17 @@ TEST(LoraTest, AdaptersArePeftsParametersBesideTheFrozenBaseLayer) {
     EXPECT_EQ(s.adapter_params, 32 * per_layer);
     EXPECT_EQ(s.adapter_params, 13'631'488);
     EXPECT_EQ(s.names, (std::vector<std::string>{"q_proj", "k_proj", "v_proj", "o_proj"}));
+    EXPECT_EQ(s.adapted.front(), "model.layers.0.self_attn.q_proj");
+    EXPECT_FALSE(s.names_ambiguous);  // every q/k/v/o_proj is adapted: PEFT's names suffice
+    // GPT-2's default adapts attn.c_proj but not mlp.c_proj: the names alone would match both.
+    PlanOverrides g;
+    g.model = "gpt2";
+    g.lora = "8";
+    auto gpt2 = buildPlan(g);
+    ASSERT_TRUE(gpt2.ok());
+    const LoraSummary gs = loraSummary(*gpt2->model);
+    EXPECT_EQ(gs.modules, 24);
+    EXPECT_TRUE(gs.names_ambiguous);
     EXPECT_EQ(m.numParams(), plan.base_model->numParams() + s.adapter_params);
     // named_parameters() order as PEFT gives it: the base layer, then lora_A and lora_B.
     auto at = [&](const std::string& name) {
