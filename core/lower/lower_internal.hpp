@@ -39,6 +39,8 @@
 //      computes when only some parameters need gradients         pushBackwardOps
 //   F8 fp8 all-gather (torchao float8): fp8 weights gathered      addParamFsdp2, float8Costs, pushForwardOps,
 //      and held, fp8 GEMMs and casts, the amax pass               pushBackwardOps, optimizerStep
+//   T1 a tied LM head's weight gradient held until the           tiedHeadGrad, segmentCosts, backwardSegment
+//      embedding's backward adds its own to it
 #include <array>
 #include <cassert>
 #include <climits>
@@ -90,6 +92,10 @@ struct Segment {
     int64_t ckpt_peak_temp = 0;                      // forward transient under checkpointing
     int64_t bwd_peak_grad = 0, bwd_peak_temp = 0, bwd_peak_freed = 0;
     int64_t grad_bytes = 0;    // gradients (param_dtype) produced by this segment
+    // Rule T1: the tied head's weight gradient this segment's backward makes and autograd holds
+    // (bytes), and whether its backward (the embedding's) frees it.
+    int64_t tied_held = 0;
+    bool tied_frees = false;
     int64_t weight_bytes = 0;  // unsharded parameters (param_dtype) the segment's ops read
     int64_t op_begin = 0, op_end = 0;  // range in LowerScratch::active
     Span fwd_ops, rec_ops, bwd_ops;  // kernel shapes in Program::ops (forward; recompute; backward)
@@ -190,6 +196,12 @@ struct LowerScratch {
     std::vector<uint8_t> input_saved;
     std::vector<int32_t> active_pos;     // per model op: its index in `active`, -1 when inactive
     std::vector<uint8_t> sac_keep;       // per active op: per-op SAC keeps its output (no recompute)
+    // Rule T1: the tied LM head and the embedding whose weight it reads (active indices, -1: the
+    // model has no tied head, or the weight is frozen), the head's weight gradient (param_dtype
+    // bytes), and that gradient while autograd holds it in the current micro-batch's backward.
+    int32_t tied_head_ai = -1, tied_embed_ai = -1;
+    int64_t tied_grad_bytes = 0;
+    detail::BufferRef tied_held;
     std::vector<MemEvent> host_pending;  // host-side frees applied at the next task's start
     // Per segment, in the current micro-batch: the activations its forward saved and its recompute
     // re-created; the gradients its backward produced and the next older gradient buffer of the
@@ -332,6 +344,7 @@ private:
     void splitIntoSegments();
     void opCosts();
     void requiresGradCosts();
+    void tiedHeadGrad();
     void float8Costs();
     bool sameAsPrevious(size_t si) const;
     void segmentCosts(Segment& seg);

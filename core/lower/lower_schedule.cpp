@@ -321,6 +321,12 @@ void Lowering::backwardSegment(int32_t si, int mb) {
     peakReleased(seg.checkpointed ? recomputed : saved, seg.bwd_peak_freed);
     release(At::End, recomputed);
     release(At::End, saved);
+    // Rule T1: the tied head's weight gradient, held by autograd until the embedding's backward.
+    if (seg.tied_frees) {
+        release(At::End, m_s.tied_held);
+    } else if (seg.tied_held > 0) {
+        m_s.tied_held = alloc(At::End, MemCategory::Temp, seg.tied_held);
+    }
     if (persistent) {
         // Reduced by this micro-batch's post-backward: Temp until then (freed there). Kept for
         // the next micro-batch (no_sync): Unsharded Grad, as the tracker files it from then on.

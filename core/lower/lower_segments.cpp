@@ -20,6 +20,7 @@ int64_t Lowering::elementBytes(const Coef& act, const Coef& f32, const Coef& u8,
 
 void Lowering::buildSegments() {
     splitIntoSegments();
+    tiedHeadGrad();
     opCosts();
     for (size_t si = 0; si < m_s.segs.size(); ++si) {
         Segment& seg = m_s.segs[si];
@@ -246,7 +247,8 @@ void Lowering::requiresGradCosts() {
     for (size_t ai = 0; ai < n; ++ai) {
         const auto oi = static_cast<size_t>(m_s.active[ai]);
         const Op& op = opAt(static_cast<int64_t>(ai));
-        const bool weight = m_s.module_trainable[static_cast<size_t>(op.module)] > 0;
+        // A tied head's weight is the embedding's (rule T1: tied_head_ai is set only when it trains).
+        const bool weight = m_s.module_trainable[static_cast<size_t>(op.module)] > 0 || static_cast<int32_t>(ai) == m_s.tied_head_ai;
         size_t head = oi;
         bool input = live;
         if (op.same_input_back > 0 && oi >= static_cast<size_t>(op.same_input_back)) {
@@ -275,6 +277,47 @@ void Lowering::requiresGradCosts() {
     }
 }
 
+// Rule T1: an LM head tied to the embedding (tie_word_embeddings) reads the embedding's weight, so
+// the weight gets two gradients, and autograd's engine sums them in the input buffer of its one
+// AccumulateGrad node (torch/csrc/autograd/input_buffer.cpp): the head's weight gradient, made
+// first in backward (a transposed view of mm's [hidden, vocab] output), is held there until the
+// embedding's backward (embedding_dense_backward) makes the other, and the sum is a third tensor
+// (the held view cannot be accumulated into in place), which becomes param.grad; the two addends
+// are freed. So from the head's backward to the embedding's, one more [vocab, hidden] gradient is
+// alive, and the embedding's backward holds three at once. Seen with a dispatch mode on real and
+// fake CPU tensors (torch 2.15) and in FSDPMemTracker's Temp at the end of Gemma's backward (3 x
+// vocab x hidden x 2 B). Nothing is held when the weight is frozen, nor with tp or pp (both refuse
+// tied embeddings).
+void Lowering::tiedHeadGrad() {
+    m_s.tied_head_ai = m_s.tied_embed_ai = -1;
+    m_s.tied_grad_bytes = 0;
+    m_s.tied_held = BufferRef{};
+    const int64_t vocab = m_model.arch.vocab;
+    if (!m_model.arch.tied_embeddings || vocab <= 0) return;
+    int32_t weight = -1;
+    for (size_t ai = 0; ai < m_s.active.size(); ++ai) {
+        const Op& op = opAt(static_cast<int64_t>(ai));
+        if (op.kind == OpKind::Embedding && m_s.tied_embed_ai < 0) {
+            for (size_t k = 0; k < m_model.params.size(); ++k) {
+                const Param& prm = m_model.params[k];
+                if (prm.module == op.module && prm.shape.size() == 2 && prm.dim0() == vocab) {
+                    m_s.tied_embed_ai = static_cast<int32_t>(ai);
+                    weight = static_cast<int32_t>(k);
+                    break;
+                }
+            }
+        } else if (op.kernel == KernelShape::Linear && op.out_features == vocab && m_s.op_weight_elems[m_s.active[ai]] == 0) {
+            m_s.tied_head_ai = static_cast<int32_t>(ai);
+        }
+    }
+    const bool frozen = weight >= 0 && m_s.any_frozen && m_s.frozen[static_cast<size_t>(weight)];
+    if (m_s.tied_embed_ai < 0 || m_s.tied_head_ai < 0 || frozen) {
+        m_s.tied_head_ai = m_s.tied_embed_ai = -1;
+        return;
+    }
+    m_s.tied_grad_bytes = m_s.param_shapes[static_cast<size_t>(weight)].numel * itemSize(m_pdt);
+}
+
 // Same op classes, gradients, weights and frozen flags as the previous segment: the next block
 // of a uniform model, whose costs need not be worked out again.
 bool Lowering::sameAsPrevious(size_t si) const {
@@ -282,6 +325,10 @@ bool Lowering::sameAsPrevious(size_t si) const {
     const Segment& a = m_s.segs[si - 1];
     const Segment& b = m_s.segs[si];
     if (a.op_end - a.op_begin != b.op_end - b.op_begin || a.checkpointed != b.checkpointed || a.op_sac != b.op_sac) return false;
+    auto holds = [&](const Segment& g, int32_t ai) { return ai >= g.op_begin && ai < g.op_end; };
+    for (const int32_t ai : {m_s.tied_head_ai, m_s.tied_embed_ai}) {
+        if (holds(a, ai) || holds(b, ai)) return false;  // rule T1's segments have their own costs
+    }
     const auto n = static_cast<size_t>(a.op_end - a.op_begin);
     if (!m_s.any_frozen) {
         // Every parameter trainable: each op's gradient elements are its weight elements, which
@@ -354,6 +401,8 @@ void Lowering::segmentCosts(Segment& seg) {
     if (!seg.checkpointed) seg.saved = seg.saved_full;
     int64_t freed = 0, grads = 0, bbest = INT64_MIN;
     bool sel_pending = sel_saved > 0;
+    seg.tied_held = 0;
+    seg.tied_frees = false;
     for (int64_t ai = seg.op_end - 1; ai >= seg.op_begin; --ai) {
         const auto oi = static_cast<size_t>(m_s.active[static_cast<size_t>(ai)]);
         const OpCost& c = m_s.op_cost[static_cast<size_t>(ai)];
@@ -362,6 +411,17 @@ void Lowering::segmentCosts(Segment& seg) {
         if (dropped && sel_pending) {
             temp += sel_saved;  // the attention core is recomputed at once
             sel_pending = false;
+        }
+        if (ai == m_s.tied_head_ai) {
+            seg.tied_held = m_s.tied_grad_bytes;  // rule T1: held from here on
+            grads += m_s.tied_grad_bytes;
+        }
+        if (ai == m_s.tied_embed_ai) {
+            // Rule T1: the embedding's own gradient beside the held one while their sum is made;
+            // the sum reads both and writes the gradient kept (the add kernel's bytes).
+            temp += m_s.tied_grad_bytes;
+            seg.bwd_hbm += 3 * m_s.tied_grad_bytes;
+            seg.tied_frees = true;
         }
         grads += m_s.op_grad_elems[oi] * grad_item;
         const int64_t extra = grads + temp - freed;
@@ -438,6 +498,7 @@ void Lowering::segmentTensors(Segment& seg) {
     if (seg.bwd_peak_op >= 0) {
         listOf(seg.bwd_peak_grad_tensors, seg.bwd_peak_grad, [&](auto&& push) {
             for (int64_t ai = seg.op_end - 1; ai >= seg.bwd_peak_op; --ai) {
+                if (ai == m_s.tied_head_ai) push(m_s.tied_grad_bytes);  // rule T1
                 push(m_s.op_grad_elems[static_cast<size_t>(m_s.active[static_cast<size_t>(ai)])] * grad_item);
             }
         });

@@ -301,6 +301,16 @@ void addAttentionCore(Builder& b, int32_t m, const AttnShape& a) {
     // softmax saves its output; the fp32 variant's .to(dtype) copy is what PV saves below.
     (a.softmax_f32 ? softmax.saved_f32 : softmax.saved_act).per_token_seq = heads;
     softmax.io_act.per_token_seq = 2 * heads;
+    // Backward: _softmax_backward_data makes its s x s output while the incoming gradient is
+    // alive, both in the softmax's dtype (fp32: the bf16 gradient's upcast, by ToCopyBackward,
+    // whose bf16 input the engine has freed by then). Seen at FSDPMemTracker's peak in a Phi-3
+    // block's backward (transformers 4.57, eager): two fp32 [b, heads, s, s] Temp tensors.
+    if (a.softmax_f32) {
+        softmax.bwd_temp_f32.per_token_seq = 2 * heads;
+        softmax.bwd_temp_f32_tensors = 2;
+    } else {
+        softmax.bwd_temp_act.per_token_seq = 2 * heads;
+    }
 
     if (a.dropout > 0) {
         Op& drop = b.op(m, "attn.dropout", OpKind::Dropout);
@@ -318,6 +328,7 @@ void addAttentionCore(Builder& b, int32_t m, const AttnShape& a) {
     pv.bwd_flops_factor = 2;
     pv.selective_recompute = true;
     pv.saved_act.per_token_seq = heads;  // the (dropped-out) probabilities in the act dtype
+    pv.bwd_temp_act.per_token_seq = heads;  // their gradient, made beside them
     pv.io_act.per_token_seq = heads;
 }
 

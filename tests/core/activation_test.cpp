@@ -251,6 +251,37 @@ TEST(ActivationTest, EagerRmsNormBackwardHoldsFiveFp32Copies) {
     EXPECT_EQ(eager_norms, 2 * 32 + 1);  // two per block and the final norm
 }
 
+TEST(ActivationTest, EagerSoftmaxBackwardHoldsTwoScoreSizedGradients) {
+    // HF eager attention: softmax(scores, dtype=fp32).to(bf16), then probs @ v. Backward: PV's
+    // gradient of the probabilities (bf16, beside the saved probabilities), upcast by
+    // ToCopyBackward, then _softmax_backward_data's output while that fp32 gradient is alive: two
+    // fp32 [b, heads, s, s] tensors, FSDPMemTracker's Temp at its peak in a Phi-3 block (32 heads,
+    // s = 1,024: 2 x 134,217,728 B). GPT-2 runs its softmax in bf16: two bf16 ones.
+    const sc::Model phi3 = load("phi-3-mini-4k");
+    const int64_t s = 1024;
+    int softmaxes = 0, pvs = 0;
+    for (const sc::Op& op : phi3.ops) {
+        if (!op.existsUnder(v::kEagerAttn, v::kEagerKernels)) continue;
+        if (op.name == "attn.softmax") {
+            ++softmaxes;
+            EXPECT_EQ(op.bwd_temp_f32.at(s, s) * 4, 2 * 134'217'728.0);
+            EXPECT_EQ(op.bwd_temp_f32_tensors, 2);
+            EXPECT_EQ(op.bwd_temp_act.at(s, s), 0.0);
+        } else if (op.name == "attn.pv") {
+            ++pvs;
+            EXPECT_EQ(op.bwd_temp_act.at(s, s) * 2, 67'108'864.0);  // 32 x 1024 x 1024 bf16
+        }
+    }
+    EXPECT_EQ(softmaxes, 32);
+    EXPECT_EQ(pvs, 32);
+    const sc::Model gpt2 = load("gpt2");  // 12 heads
+    for (const sc::Op& op : gpt2.ops) {
+        if (op.name != "attn.softmax" || !op.existsUnder(v::kEagerAttn, v::kEagerKernels)) continue;
+        EXPECT_EQ(op.bwd_temp_act.at(s, s) * 2, 2 * 12 * 1024 * 1024 * 2.0);
+        EXPECT_EQ(op.bwd_temp_f32.at(s, s), 0.0);
+    }
+}
+
 TEST(ActivationTest, Transformers45MaskAddsTheMaskAndRepeatedKv) {
     // transformers 4.5x sdpa_attention_forward with a materialised mask: use_gqa_in_sdpa() is
     // false, so repeat_kv expands K and V from 8 to 32 heads: 2 * (4096 - 1024) = 6,144 more bf16
