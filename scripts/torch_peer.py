@@ -185,6 +185,43 @@ class Tracker(FSDPMemTracker):
         return super().__torch_dispatch__(func, types, args, kwargs)
 
 
+def patch_moe_balanced_routing():
+    """HF Mixtral's MoE block picks each expert's tokens with nonzero() and torch.where(), whose
+    output sizes depend on the data: FakeTensorMode refuses them (DynamicOutputShapeException). This
+    runs the same block with the routing fixed and balanced, the assumption shardcast plans with:
+    token t goes to experts (t*k + j) mod E, j < k, so each expert gets tokens*k/E of them. Everything
+    else is HF's code path (router, fp32 softmax, topk, one-hot mask, the per-expert gather, MLP,
+    routing-weight product and index_add_), so autograd saves what it saves for real routing."""
+    from transformers.models.mixtral import modeling_mixtral as mm
+    import torch.nn.functional as F
+
+    def forward(self, hidden_states):
+        batch_size, sequence_length, hidden_dim = hidden_states.shape
+        hidden_states = hidden_states.view(-1, hidden_dim)
+        router_logits = self.gate(hidden_states)
+        routing_weights = F.softmax(router_logits, dim=1, dtype=torch.float)
+        routing_weights, selected_experts = torch.topk(routing_weights, self.top_k, dim=-1)
+        routing_weights /= routing_weights.sum(dim=-1, keepdim=True)
+        routing_weights = routing_weights.to(hidden_states.dtype)
+        final_hidden_states = torch.zeros((batch_size * sequence_length, hidden_dim), dtype=hidden_states.dtype,
+                                          device=hidden_states.device)
+        expert_mask = torch.nn.functional.one_hot(selected_experts, num_classes=self.num_experts).permute(2, 1, 0)
+        n, k, e_count = batch_size * sequence_length, self.top_k, self.num_experts
+        for expert_idx in range(e_count):
+            pairs = [(j, t) for t in range(n) for j in range(k) if (t * k + j) % e_count == expert_idx]
+            idx = torch.tensor([j for j, _ in pairs], dtype=torch.long, device=hidden_states.device)
+            top_x = torch.tensor([t for _, t in pairs], dtype=torch.long, device=hidden_states.device)
+            expert_layer = self.experts[expert_idx]
+            current_state = hidden_states[None, top_x].reshape(-1, hidden_dim)
+            current_hidden_states = expert_layer(current_state) * routing_weights[top_x, idx, None]
+            final_hidden_states.index_add_(0, top_x, current_hidden_states.to(hidden_states.dtype))
+        del expert_mask
+        final_hidden_states = final_hidden_states.reshape(batch_size, sequence_length, hidden_dim)
+        return final_hidden_states, router_logits
+
+    mm.MixtralSparseMoeBlock.forward = forward
+
+
 def patch_dropout_like_cuda():
     """On CPU, F.dropout runs at::_dropout, which keeps a noise tensor in the input dtype (2 bytes per
     element in bf16) for backward. CUDA takes the fused at::native_dropout, which keeps a bool mask
@@ -458,6 +495,12 @@ def main():
     cfg = AutoConfig.from_pretrained(a.config)
     if a.layers:
         cfg.num_hidden_layers = a.layers
+    moe_routing = ""
+    if cfg.model_type == "mixtral":
+        patch_moe_balanced_routing()
+        moe_routing = "balanced (token t to experts (t*k + j) mod E: FakeTensorMode refuses HF's data-dependent routing)"
+        if getattr(cfg, "router_jitter_noise", 0):
+            cfg.router_jitter_noise = 0.0
     if a.tp > 1:
         heads = cfg.num_attention_heads
         kv = getattr(cfg, "num_key_value_heads", None) or heads
@@ -757,6 +800,7 @@ def main():
         "reshard_after_forward": reshard, "ac": a.ac, "attn_implementation": a.attn,
         "attention_ops": dict(fmt.attn_ops), "device": device,
         "fake_cuda_error": cuda_err, "dropout_impl": dropout_impl,
+        "moe_routing": moe_routing,
         "attn_dropout": {f: getattr(cfg, f) for f in attn_dropout_fields}, "hf_unpacked_mask": a.hf_unpacked_mask, "param_dtype": a.param_dtype, "reduce_dtype": a.reduce_dtype,
         "optimizer": "AdamW(foreach=True)", "gc_disabled": not a.no_gc_disable,
         "other_devices_peak_bytes": other_devs,

@@ -80,6 +80,9 @@ MATRIX = {
     "gemma2-9b-2k-w16-acfull": ("gemma-2-9b", 2048, 16, True, "full", "sdpa"),
     "mistral-7b-2k": ("mistral-7b-v0.1", 2048, 8, True, "none", "sdpa"),
     "mistral-7b-2k-w16-lora16": ("mistral-7b-v0.1", 2048, 16, True, "none", "sdpa"),
+    # Mixtral: the peer routes tokens balanced (torch_peer.py patch_moe_balanced_routing), as planned.
+    "mixtral-8x7b-4k-w16": ("mixtral-8x7b", 4096, 16, True, "none", "sdpa"),
+    "mixtral-8x7b-2k-w16-acfull": ("mixtral-8x7b", 2048, 16, True, "full", "sdpa"),
 }
 
 # LoRA rows: `--lora` on both sides (torch_peer: PEFT's LoraConfig, lora_alpha 2 x rank, dropout 0).

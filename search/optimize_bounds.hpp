@@ -135,6 +135,15 @@ private:
     // Per kernel point (see above) over the micro-batches: Activation live plus the task's
     // transient bytes (least), and other bytes live (most).
     void livePerKernel(const core::Program& program);
+    // Which buffers hold activations for the bounds: allocated as Activation, or made by a
+    // recompute (the lowering files those as Temp, as FSDPMemTracker does, but like the forward's
+    // they depend on the checkpointing and the micro-batch, not on the sharding).
+    void markActivationBuffers(const core::Program& program);
+    bool activationEvent(const core::Task& t, const core::MemEvent& e) const {
+        if (e.category == core::MemCategory::Activation) return true;
+        if (t.kind == core::TaskKind::Recompute && e.bytes > 0) return true;
+        return e.buffer >= 0 && static_cast<size_t>(e.buffer) < m_activation.size() && m_activation[static_cast<size_t>(e.buffer)];
+    }
     // Durations of every task but the kernels (collectives scaled by min(1, g)).
     void durations(const core::Program& program, const CostModel& cost, double collective_scale);
 
@@ -147,7 +156,7 @@ private:
     std::vector<int64_t> m_group_points, m_sharding_points;
     std::vector<int32_t> m_lo, m_hi;  // per buffer: the compute ordinals it is live over
     std::vector<int64_t> m_bytes;
-    std::vector<uint8_t> m_activation;
+    std::vector<uint8_t> m_activation;  // per buffer (markActivationBuffers)
     std::vector<std::vector<int64_t>> m_group_per_mb, m_sharding_per_mb;
 };
 

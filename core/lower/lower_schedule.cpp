@@ -291,6 +291,10 @@ void Lowering::prefetchAfter(int32_t u, int mb) {
 // produces the segment's gradients (kept, or accumulated into those already held). Per-op SAC's
 // kept outputs are handed back to the recompute, which re-creates what the backward needs
 // (saved_full, sharing their storage where they are among it); the rest of them die with it.
+// What the recompute makes is Temp, as FSDPMemTracker files it: the tensors are made in backward
+// and its AC flag (_in_ac) is raised only by an FSDP module's pre-forward in backward, which a
+// checkpoint_wrapper inside the FSDP unit does not run again (seen at a tracker peak inside a
+// recomputed block: Mixtral, and Llama with a small vocabulary, docs/validation-memory.md).
 void Lowering::backwardSegment(int32_t si, int mb) {
     const Segment& seg = m_s.segs[static_cast<size_t>(si)];
     BufferRef& saved = m_s.seg_saved[slotOf(si, mb)];
@@ -302,9 +306,9 @@ void Lowering::backwardSegment(int32_t si, int mb) {
         cur().hbm_bytes = seg.rec_hbm + seg.rec_weight_bytes;
         cur().ops = seg.rec_ops;
         release(At::Start, m_s.seg_kept[slotOf(si, mb)]);
-        peakScratch(MemCategory::Activation, seg.fwd_peak_act, seg.fwd_peak_act_tensors);  // ACT under AC too
-        peakScratch(MemCategory::Activation, seg.fwd_peak_temp, seg.fwd_peak_temp_tensors);
-        recomputed = alloc(At::End, MemCategory::Activation, seg.saved_full, seg.saved_tensors);
+        peakScratch(MemCategory::Temp, seg.fwd_peak_act, seg.fwd_peak_act_tensors);
+        peakScratch(MemCategory::Temp, seg.fwd_peak_temp, seg.fwd_peak_temp_tensors);
+        recomputed = alloc(At::End, MemCategory::Temp, seg.saved_full, seg.saved_tensors);
     }
     computeTask(TaskKind::Backward, seg.unit, mb);
     cur().flops = seg.bwd_flops;

@@ -809,12 +809,15 @@ Result<Model> buildLlamaFamily(const json& cfg, Model model) {
             route.saved_i64.per_token = k;
             route.io_act.per_token = E;
             // Uniform routing: each expert sees tokens * k / E. Each gathers its tokens (saved
-            // as w1's input) and scales its output by the routing weight (saves both).
+            // as w1's input) and scales its output by the routing weight (saves both); index_add_
+            // puts the product back into the layer's output and saves it too (IndexAddBackward0
+            // keeps `source`, checked on torch 2.15; the tracker holds one [tokens * k / E, h] per
+            // expert more than the two above).
             for (const GatedMlpModules& em : L.experts) {
                 addGatedMlp(b, em, h, inter, k / E);
                 Op& scale = b.op(em.mlp, "route_scale", OpKind::Elementwise);
                 scale.flops.per_token = static_cast<double>(h) * k / E;
-                scale.saved_act.per_token = (static_cast<double>(h) + 1) * k / E;
+                scale.saved_act.per_token = (2 * static_cast<double>(h) + 1) * k / E;
                 scale.io_act.per_token = 2 * static_cast<double>(h) * k / E;
             }
         } else if (phi3) {

@@ -204,6 +204,22 @@ TEST(ActivationTest, MixtralExpertsDoTopKOfTheDenseMlpWork) {
     EXPECT_GT(ops_in_e3, 3);
 }
 
+TEST(ActivationTest, MixtralRoutingProductIsSavedTwice) {
+    // Per expert, HF's MixtralSparseMoeBlock computes expert(x) * routing_weight (MulBackward0 saves
+    // both operands) and index_add_s the product into the output (IndexAddBackward0 saves its
+    // `source`): 2 h + 1 elements per routed token. Top-2 of 8 over 2,048 tokens: 512 tokens per
+    // expert, (2 x 4096 + 1) x 512 x 2 B = 8,389,632 B per expert, FSDPMemTracker's two
+    // [512, 4096] bf16 tensors and the [512, 1] weight (docs/validation-memory.md, Mixtral).
+    const sc::Model m = load("mixtral-8x7b");
+    int scales = 0;
+    for (const sc::Op& op : m.ops) {
+        if (op.name != "route_scale") continue;
+        ++scales;
+        EXPECT_DOUBLE_EQ(op.saved_act.at(2048, 2048) * 2, 8'389'632.0);
+    }
+    EXPECT_EQ(scales, 32 * 8);
+}
+
 TEST(ActivationTest, NeoxParallelResidualSavesTheSharedNormInputOnce) {
     const sc::Model m = load("pythia-160m");
     const int32_t ln1 = m.findModule("gpt_neox.layers.0.input_layernorm");

@@ -522,6 +522,35 @@ TEST(LoweringTest, FullCheckpointingKeepsBlockInputs) {
     EXPECT_GT(r.program.hardware_flops_per_step, none.program.hardware_flops_per_step);
 }
 
+// What a recompute makes is Temp, as FSDPMemTracker files it (its AC flag stays down: the FSDP
+// unit's pre-forward does not run again inside checkpoint_wrapper); only the block's input, kept
+// from the forward, is Activation in backward.
+TEST(LoweringTest, RecomputedTensorsAreTemp) {
+    auto plan = llama8BAt8192(Checkpointing::Full);
+    auto r = lowerAndReplay(plan);
+    int recomputes = 0;
+    for (const Task& t : r.program.tasks) {
+        if (t.kind != TaskKind::Recompute) continue;
+        ++recomputes;
+        int64_t temp_made = 0;
+        for (const Span span : {t.mem_start, t.mem_peak, t.mem_end}) {
+            for (uint32_t i = 0; i < span.count; ++i) {
+                const MemEvent& e = r.program.mem[span.offset + i];
+                if (e.bytes > 0) {
+                    EXPECT_NE(e.category, MemCategory::Activation) << "recompute of unit " << t.unit;
+                }
+            }
+        }
+        for (uint32_t i = 0; i < t.mem_end.count; ++i) {
+            const MemEvent& e = r.program.mem[t.mem_end.offset + i];
+            if (e.bytes > 0 && e.category == MemCategory::Temp) temp_made += e.bytes;
+        }
+        // A block's saved tensors, re-created: more than ten times the kept input (8192 x 4096 x 2 B).
+        EXPECT_GT(temp_made, 10 * int64_t{8192} * 4096 * 2);
+    }
+    EXPECT_EQ(recomputes, 32);
+}
+
 // Every allocation is freed within the step, for every strategy and option combination.
 TEST(LoweringTest, StepReturnsToInitialState) {
     auto model = bundled("llama-3.1-8b");
