@@ -208,9 +208,9 @@ def patch_moe_balanced_routing():
         expert_mask = torch.nn.functional.one_hot(selected_experts, num_classes=self.num_experts).permute(2, 1, 0)
         n, k, e_count = batch_size * sequence_length, self.top_k, self.num_experts
         for expert_idx in range(e_count):
-            pairs = [(j, t) for t in range(n) for j in range(k) if (t * k + j) % e_count == expert_idx]
-            idx = torch.tensor([j for j, _ in pairs], dtype=torch.long, device=hidden_states.device)
-            top_x = torch.tensor([t for _, t in pairs], dtype=torch.long, device=hidden_states.device)
+            # The (token, slot) pairs p = t*k + j with p mod E == expert_idx.
+            flat = torch.arange(expert_idx, n * k, e_count, dtype=torch.long, device=hidden_states.device)
+            idx, top_x = flat % k, flat // k
             expert_layer = self.experts[expert_idx]
             current_state = hidden_states[None, top_x].reshape(-1, hidden_dim)
             current_hidden_states = expert_layer(current_state) * routing_weights[top_x, idx, None]
@@ -220,6 +220,35 @@ def patch_moe_balanced_routing():
         return final_hidden_states, router_logits
 
     mm.MixtralSparseMoeBlock.forward = forward
+
+
+def patch_deepseek_v3_balanced_routing():
+    """DeepSeek-V3's DeepseekV3MoE.moe picks each expert's tokens with torch.where() too: the same
+    fixed, balanced routing as patch_moe_balanced_routing (token t to experts (t*k + j) mod E), the
+    router (fp32 linear, sigmoid, grouped top-k, gather, normalisation) and the rest of moe() as HF
+    runs them."""
+    from transformers.models.deepseek_v3 import modeling_deepseek_v3 as dm
+
+    def moe(self, hidden_states, topk_indices, topk_weights):
+        final_hidden_states = torch.zeros_like(hidden_states, dtype=topk_weights.dtype)
+        expert_mask = torch.nn.functional.one_hot(topk_indices, num_classes=len(self.experts))
+        expert_mask = expert_mask.permute(2, 0, 1)
+        n, k, e_count = hidden_states.shape[0], topk_indices.shape[1], len(self.experts)
+        for expert_idx in range(e_count):
+            expert = self.experts[expert_idx]
+            if expert_idx >= n * k:
+                continue
+            flat = torch.arange(expert_idx, n * k, e_count, dtype=torch.long, device=hidden_states.device)
+            token_indices, weight_indices = flat // k, flat % k
+            expert_weights = topk_weights[token_indices, weight_indices]
+            expert_input = hidden_states[token_indices]
+            expert_output = expert(expert_input)
+            weighted_output = expert_output * expert_weights.unsqueeze(-1)
+            final_hidden_states.index_add_(0, token_indices, weighted_output)
+        del expert_mask
+        return final_hidden_states.type(hidden_states.dtype)
+
+    dm.DeepseekV3MoE.moe = moe
 
 
 def patch_dropout_like_cuda():
@@ -496,6 +525,9 @@ def main():
     if a.layers:
         cfg.num_hidden_layers = a.layers
     moe_routing = ""
+    if cfg.model_type == "deepseek_v3":
+        patch_deepseek_v3_balanced_routing()
+        moe_routing = "balanced (token t to experts (t*k + j) mod E: FakeTensorMode refuses HF's data-dependent routing)"
     if cfg.model_type == "mixtral":
         patch_moe_balanced_routing()
         moe_routing = "balanced (token t to experts (t*k + j) mod E: FakeTensorMode refuses HF's data-dependent routing)"

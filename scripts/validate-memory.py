@@ -80,9 +80,19 @@ MATRIX = {
     "gemma2-9b-2k-w16-acfull": ("gemma-2-9b", 2048, 16, True, "full", "sdpa"),
     "mistral-7b-2k": ("mistral-7b-v0.1", 2048, 8, True, "none", "sdpa"),
     "mistral-7b-2k-w16-lora16": ("mistral-7b-v0.1", 2048, 16, True, "none", "sdpa"),
+    # AC full for the families whose rows above have none.
+    "mistral-7b-2k-acfull": ("mistral-7b-v0.1", 2048, 8, True, "full", "sdpa"),
+    "qwen2-7b-2k": ("qwen2-7b", 2048, 8, True, "none", "sdpa"),
+    "qwen2-7b-2k-w16-acfull": ("qwen2-7b", 2048, 16, True, "full", "sdpa"),
+    "gpt2-sdpa-acfull": ("gpt2", 1024, 8, True, "full", "sdpa"),
     # Mixtral: the peer routes tokens balanced (torch_peer.py patch_moe_balanced_routing), as planned.
     "mixtral-8x7b-4k-w16": ("mixtral-8x7b", 4096, 16, True, "none", "sdpa"),
     "mixtral-8x7b-2k-w16-acfull": ("mixtral-8x7b", 2048, 16, True, "full", "sdpa"),
+    # DeepSeek-V3 (MLA, 256 routed experts, balanced routing on the peer); run with --layers (3 dense + MoE).
+    # Eager attention: on the CPU, SDPA with q/k heads of 192 and v heads of 128 has no fused kernel
+    # and runs the math path in fp32, which a GPU's efficient-attention kernel does not.
+    "deepseek-v3-2k-w16-eager": ("deepseek-v3", 2048, 16, True, "none", "eager"),
+    "deepseek-v3-2k-w16-eager-acfull": ("deepseek-v3", 2048, 16, True, "full", "eager"),
 }
 
 # LoRA rows: `--lora` on both sides (torch_peer: PEFT's LoraConfig, lora_alpha 2 x rank, dropout 0).
@@ -110,6 +120,7 @@ PEER_ARGS = {
                   "dropout unchanged"),
 }
 PEER_ARGS["gpt2-lora8"] = PEER_ARGS["gpt2-sdpa"]
+PEER_ARGS["gpt2-sdpa-acfull"] = PEER_ARGS["gpt2-sdpa"]
 
 # FSDPMemTracker's category names (_FSDPRefType values) -> shardcast's (core/base/units.cpp).
 CATEGORIES = [

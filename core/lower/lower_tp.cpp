@@ -109,6 +109,7 @@ namespace {
 void divide(Coef& c, double d) {
     c.per_token /= d;
     c.per_token_seq /= d;
+    c.fixed /= d;
 }
 
 }  // namespace

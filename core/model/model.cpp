@@ -137,7 +137,9 @@ Float8Summary float8Summary(const Model& m) {
 
 namespace {
 
-bool sameCoef(const Coef& a, const Coef& b) { return a.per_token == b.per_token && a.per_token_seq == b.per_token_seq; }
+bool sameCoef(const Coef& a, const Coef& b) {
+    return a.per_token == b.per_token && a.per_token_seq == b.per_token_seq && a.fixed == b.fixed;
+}
 
 bool sameCosts(const Op& a, const Op& b) {
     return a.kind == b.kind && a.attention_variants == b.attention_variants && a.kernel_variants == b.kernel_variants &&

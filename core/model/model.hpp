@@ -11,15 +11,18 @@
 
 namespace shardcast::core {
 
-// A quantity that scales with the micro-batch: value = tokens * (per_token + per_token_seq * seq),
-// tokens = micro_batch * seq_len. The per_token_seq term carries attention's s^2 parts.
+// A quantity that scales with the micro-batch: value = fixed + tokens * (per_token + per_token_seq * seq),
+// tokens = micro_batch * seq_len. The per_token_seq term carries attention's s^2 parts; `fixed`
+// what an op makes once per micro-batch whatever its tokens (DeepSeek-V3's router saves an fp32
+// copy of its weight).
 struct Coef {
     double per_token = 0;
     double per_token_seq = 0;
+    double fixed = 0;
     double at(int64_t tokens, int64_t seq) const {
-        return static_cast<double>(tokens) * (per_token + per_token_seq * static_cast<double>(seq));
+        return fixed + static_cast<double>(tokens) * (per_token + per_token_seq * static_cast<double>(seq));
     }
-    bool zero() const { return per_token == 0 && per_token_seq == 0; }
+    bool zero() const { return per_token == 0 && per_token_seq == 0 && fixed == 0; }
 };
 
 struct Param {

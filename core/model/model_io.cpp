@@ -231,6 +231,10 @@ struct AttnShape {
     bool softmax_f32 = true;  // HF eager softmax in fp32 (llama family); GPT-2 uses the act dtype
     bool softcap = false;     // Gemma 2 attention logit soft-capping (tanh saves its output)
     double dropout = 0;
+    // Multi-head latent attention (DeepSeek-V3): q and k heads of qk_dim, v heads of v_dim (0:
+    // head_dim), and v a view of a wider tensor of v_base elements per token that a kernel saving
+    // v keeps whole (0: v is a tensor of its own).
+    int64_t qk_dim = 0, v_dim = 0, v_base = 0;
 };
 
 // The attention core (after the projections and RoPE). Flash keeps q, k, v (GQA not expanded),
@@ -238,8 +242,13 @@ struct AttnShape {
 // ones selective activation checkpointing (Korthikanti et al. 2022) drops and recomputes.
 void addAttentionCore(Builder& b, int32_t m, const AttnShape& a) {
     const double heads = static_cast<double>(a.heads);
-    const double qd = static_cast<double>(a.heads * a.head_dim);
-    const double kvd = static_cast<double>(a.kv_heads * a.head_dim);
+    const double kv_heads = static_cast<double>(a.kv_heads);
+    const double qk = static_cast<double>(a.qk_dim > 0 ? a.qk_dim : a.head_dim);
+    const double vd = static_cast<double>(a.v_dim > 0 ? a.v_dim : a.head_dim);
+    const double qd = heads * qk;  // q, and k or v repeated to all heads
+    const double kd = kv_heads * qk;
+    const double v_saved = a.v_base > 0 ? static_cast<double>(a.v_base) : kv_heads * vd;
+    const double out = heads * vd;
 
     auto attentionKernel = [&](Op& o, KernelShape kernel) {
         o.kernel = kernel;
@@ -250,7 +259,7 @@ void addAttentionCore(Builder& b, int32_t m, const AttnShape& a) {
     Op& flash = b.op(m, "attn.core", OpKind::Attention);
     attentionKernel(flash, KernelShape::FlashAttention);
     flash.attention_variants = variant::kFlash;
-    flash.flops.per_token_seq = 4 * qd;  // QK^T + PV over all s x s; causal halves what runs (lowering)
+    flash.flops.per_token_seq = 2 * qd + 2 * out;  // QK^T + PV over all s x s; causal halves what runs (lowering)
     // FlashAttention-2's backward recomputes Q K^T: 5 GEMMs for the forward's 2 (flash-attention
     // benchmarks/benchmark_flash_attention.py, flops(): bwd = 2.5 * fwd).
     flash.bwd_flops_factor = 2.5;
@@ -258,28 +267,28 @@ void addAttentionCore(Builder& b, int32_t m, const AttnShape& a) {
     // Its output is saved too, but that storage is o_proj's saved input (HF's sdpa_attention_forward
     // transposes it back to [b, s, h, d], which the kernel wrote contiguously, so .contiguous() and
     // the reshape copy nothing): counted once, by o_proj.
-    flash.saved_act.per_token = qd + 2 * kvd;
+    flash.saved_act.per_token = qd + kd + v_saved;
     flash.saved_f32.per_token = heads;
     // transformers 4.5x (sdpa_attention_forward): with a mask, use_gqa_in_sdpa() is false and
-    // repeat_kv copies K and V to all heads (2 * (qd - kvd) more saved); the boolean [b, 1, s, s]
+    // repeat_kv copies K and V to all heads ((heads - kv_heads) x (qk + v) more saved); the boolean [b, 1, s, s]
     // mask is converted to the query dtype inside scaled_dot_product_attention on every call and
     // saved by the kernel (one element per token per key position, per layer).
-    flash.saved_act_repeat_kv.per_token = 2 * (qd - kvd);
+    flash.saved_act_repeat_kv.per_token = (heads - kv_heads) * (qk + vd);
     flash.saved_act_hf_mask.per_token_seq = 1;
-    flash.io_act.per_token = qd + 2 * kvd + qd;
+    flash.io_act.per_token = qd + kd + kv_heads * vd + out;
 
     // Eager: q, and k and v expanded to all heads by repeat_kv (copies when kv_heads < heads).
     // These stay saved under selective recompute; the s^2 ops below do not. Eager kernels
     // compute the full s x s product, so the eager ops are not marked causal.
     Op& inputs = b.op(m, "attn.qkv", OpKind::Attention);
     inputs.attention_variants = variant::kEagerAttn;
-    inputs.saved_act.per_token = 3 * qd;
-    inputs.io_act.per_token = 2 * (qd - kvd);  // repeat_kv copies
+    inputs.saved_act.per_token = 2 * qd + (a.kv_heads == a.heads ? v_saved : out);
+    inputs.io_act.per_token = (heads - kv_heads) * (qk + vd);  // repeat_kv copies
 
     Op& scores = b.op(m, "attn.scores", OpKind::Attention);
     attentionKernel(scores, KernelShape::AttnScores);
     scores.attention_variants = variant::kEagerAttn;
-    scores.flops.per_token_seq = 2 * qd;
+    scores.flops.per_token_seq = 2 * qd;  // heads x qk per query and key
     scores.bwd_flops_factor = 2;
     scores.selective_recompute = true;
     scores.temp_act.per_token_seq = heads;
@@ -324,7 +333,7 @@ void addAttentionCore(Builder& b, int32_t m, const AttnShape& a) {
     Op& pv = b.op(m, "attn.pv", OpKind::Attention);
     attentionKernel(pv, KernelShape::AttnValues);
     pv.attention_variants = variant::kEagerAttn;
-    pv.flops.per_token_seq = 2 * qd;
+    pv.flops.per_token_seq = 2 * out;
     pv.bwd_flops_factor = 2;
     pv.selective_recompute = true;
     pv.saved_act.per_token_seq = heads;  // the (dropped-out) probabilities in the act dtype
@@ -350,6 +359,17 @@ void addRope(Builder& b, int32_t m, int64_t rotated_elems) {
 struct GatedMlpModules {
     int32_t mlp, gate, up, down, act;
 };
+
+// A LlamaMLP-style module `m`: gate_proj, up_proj, down_proj (h -> size -> h), act_fn.
+GatedMlpModules addGatedMlpModules(Builder& b, const std::string& m, int64_t h, int64_t size, bool bias) {
+    GatedMlpModules g;
+    g.mlp = b.module(m);
+    g.gate = b.linear(m + ".gate_proj", h, size, bias);
+    g.up = b.linear(m + ".up_proj", h, size, bias);
+    g.down = b.linear(m + ".down_proj", size, h, bias);
+    g.act = b.module(m + ".act_fn");
+    return g;
+}
 
 // The gated activation act(gate) * up over I elements per token (eager: act_fn, then the product;
 // fused: one kernel that saves gate and up). `act_saved` / `mul_saved`: what the two eager ops keep
@@ -466,6 +486,31 @@ void addHeadAndLoss(Builder& b, int32_t head, int64_t h, int64_t vocab, bool fin
 
 // The add reads two and writes one; in backward the gradient flows to both inputs as is, and where
 // the residual stream meets the norm's input gradient autograd adds the two (3 per element).
+// Before the blocks, as LlamaForCausalLM registers them: model, model.embed_tokens and the
+// model.layers container. Returns the embedding module.
+int32_t addEmbedTokens(Builder& b, int64_t vocab, int64_t h) {
+    b.module("model");
+    const int32_t embed = b.module("model.embed_tokens");
+    b.param(embed, "weight", {vocab, h});
+    b.container("model.layers");
+    return embed;
+}
+
+struct HeadModules {
+    int32_t final_norm, head;
+};
+
+// After the blocks, as LlamaForCausalLM registers them: model.norm, the rotary embedding's inv_freq
+// buffer (rotary_dims / 2 fp32) and lm_head (its weight unless tied to the embedding).
+HeadModules addNormRotaryHead(Builder& b, int64_t h, int64_t vocab, bool tied, int64_t rotary_dims) {
+    HeadModules m{b.module("model.norm"), -1};
+    b.param(m.final_norm, "weight", {h});
+    b.buffer(b.module("model.rotary_emb"), "inv_freq", rotary_dims / 2, DType::F32);
+    m.head = b.module("lm_head");
+    if (!tied) b.param(m.head, "weight", {vocab, h});
+    return m;
+}
+
 void addResidual(Builder& b, int32_t m, int64_t h) {
     Op& o = addElementwise(b, m, "residual", static_cast<double>(h), 1, 0, 3);
     o.io_bwd_act.per_token = 3 * static_cast<double>(h);
@@ -473,7 +518,7 @@ void addResidual(Builder& b, int32_t m, int64_t h) {
 
 // Reading HF config fields with errors that name the file and the field.
 
-const char* const kSupportedTypes = "llama, mistral, mixtral, qwen2, qwen3, gemma, gemma2, olmo2, phi3, gpt2, gpt_neox";
+const char* const kSupportedTypes = "llama, mistral, mixtral, qwen2, qwen3, gemma, gemma2, olmo2, phi3, deepseek_v3, gpt2, gpt_neox";
 
 class ConfigReader {
 public:
@@ -529,6 +574,20 @@ public:
         }
         return v.get<std::string>();
     }
+    // An integer from 0 to max (0 allowed: DeepSeek's first_k_dense_replace), `def` when absent.
+    int64_t nonNegative(const char* key, int64_t max, int64_t def = 0) {
+        if (!has(key)) return def;
+        const json& v = m_j.at(key);
+        const bool in_range = v.is_number_unsigned() ? v.get<uint64_t>() <= uint64_t(max)
+                              : v.is_number_integer() ? v.get<int64_t>() >= 0 && v.get<int64_t>() <= max
+                                                      : false;
+        if (!in_range) {
+            fail(std::string("field '") + key + "' must be an integer from 0 to " + std::to_string(max) + ", got " +
+                 jsonExcerpt(v));
+            return def;
+        }
+        return v.get<int64_t>();
+    }
     void check(bool ok, const std::string& message) {
         if (!ok) fail(message);
     }
@@ -557,6 +616,16 @@ private:
     std::string m_type;
     std::optional<Error> m_error;
 };
+
+// The sizes every config with HuggingFace's common names has (Llama family, GPT-NeoX, DeepSeek-V3).
+struct CoreSizes {
+    int64_t hidden, layers, heads, intermediate, vocab;
+};
+CoreSizes readCoreSizes(ConfigReader& r) {
+    return CoreSizes{r.required("hidden_size", limits::kMaxHidden), r.required("num_hidden_layers", limits::kMaxLayers),
+                     r.required("num_attention_heads", limits::kMaxHeads),
+                     r.required("intermediate_size", limits::kMaxIntermediate), r.required("vocab_size", limits::kMaxVocab)};
+}
 
 std::optional<ActImpl> parseAct(const std::string& s) {
     if (s == "silu" || s == "swish") return ActImpl::Silu;
@@ -634,11 +703,7 @@ Result<Model> buildLlamaFamily(const json& cfg, Model model) {
     // Phi-3 (modeling_phi3.py): one qkv_proj and one gate_up_proj, their outputs split by views.
     const bool phi3 = type == "phi3";
 
-    const int64_t h = r.required("hidden_size", limits::kMaxHidden);
-    const int64_t layers = r.required("num_hidden_layers", limits::kMaxLayers);
-    const int64_t heads = r.required("num_attention_heads", limits::kMaxHeads);
-    const int64_t inter = r.required("intermediate_size", limits::kMaxIntermediate);
-    const int64_t vocab = r.required("vocab_size", limits::kMaxVocab);
+    const auto [h, layers, heads, inter, vocab] = readCoreSizes(r);
     const int64_t kv = r.optional("num_key_value_heads", heads, limits::kMaxHeads);
     if (!r.has("head_dim"))
         r.check(h % heads == 0, "field 'hidden_size' (" + std::to_string(h) +
@@ -677,10 +742,7 @@ Result<Model> buildLlamaFamily(const json& cfg, Model model) {
     const int64_t qd = heads * head_dim, kvd = kv * head_dim;
 
     Builder b(model);
-    b.module("model");
-    const int32_t embed = b.module("model.embed_tokens");
-    b.param(embed, "weight", {vocab, h});
-    b.container("model.layers");
+    const int32_t embed = addEmbedTokens(b, vocab, h);
 
     struct LayerModules {
         int32_t layer, attn, q, k, v, o, in_norm, post_attn_norm, pre_ff_norm = -1, post_ff_norm = -1;
@@ -732,11 +794,7 @@ Result<Model> buildLlamaFamily(const json& cfg, Model model) {
             L.mlp.down = b.linear(p + ".mlp.down_proj", inter, h, mlp_bias);
             L.mlp.act = b.module(p + ".mlp.activation_fn");
         } else {
-            L.mlp.mlp = b.module(p + ".mlp");
-            L.mlp.gate = b.linear(p + ".mlp.gate_proj", h, inter, mlp_bias);
-            L.mlp.up = b.linear(p + ".mlp.up_proj", h, inter, mlp_bias);
-            L.mlp.down = b.linear(p + ".mlp.down_proj", inter, h, mlp_bias);
-            L.mlp.act = b.module(p + ".mlp.act_fn");
+            L.mlp = addGatedMlpModules(b, p + ".mlp", h, inter, mlp_bias);
         }
         auto norm_module = [&](const std::string& leaf) {
             const int32_t m = b.module(p + "." + leaf);
@@ -755,11 +813,7 @@ Result<Model> buildLlamaFamily(const json& cfg, Model model) {
             L.post_ff_norm = norm_module("post_feedforward_layernorm");
         }
     }
-    const int32_t final_norm = b.module("model.norm");
-    b.param(final_norm, "weight", {h});
-    b.buffer(b.module("model.rotary_emb"), "inv_freq", head_dim / 2, DType::F32);
-    const int32_t head = b.module("lm_head");
-    if (!tied) b.param(head, "weight", {vocab, h});
+    const auto [final_norm, head] = addNormRotaryHead(b, h, vocab, tied, head_dim);
 
     // Forward ops.
     addEmbedding(b, embed, h, true);
@@ -937,11 +991,7 @@ Result<Model> buildGpt2(const json& cfg, Model model) {
 
 Result<Model> buildGptNeox(const json& cfg, Model model) {
     ConfigReader r(cfg, model.source, "gpt_neox");
-    const int64_t h = r.required("hidden_size", limits::kMaxHidden);
-    const int64_t layers = r.required("num_hidden_layers", limits::kMaxLayers);
-    const int64_t heads = r.required("num_attention_heads", limits::kMaxHeads);
-    const int64_t inter = r.required("intermediate_size", limits::kMaxIntermediate);
-    const int64_t vocab = r.required("vocab_size", limits::kMaxVocab);
+    const auto [h, layers, heads, inter, vocab] = readCoreSizes(r);
     r.check(h % heads == 0, "field 'hidden_size' (" + std::to_string(h) +
                                 ") must be divisible by 'num_attention_heads' (" + std::to_string(heads) + ")");
     const double rotary_pct = r.fraction("rotary_pct", 0.25);
@@ -1037,6 +1087,160 @@ bool checkKeys(const json& obj, std::initializer_list<const char*> allowed, cons
     return true;
 }
 
+// DeepSeek-V3 (DeepseekV3ForCausalLM, transformers' modeling_deepseek_v3.py; Kimi K2 shares it).
+// Multi-head latent attention: q through a low-rank q_a_proj / q_a_layernorm / q_b_proj (or one
+// q_proj without q_lora_rank), k and v from kv_a_proj_with_mqa's latent (kv_lora_rank, normed,
+// expanded by kv_b_proj) plus one RoPE key head shared by every head; q and k heads of
+// qk_nope + qk_rope, v heads of v_head_dim. The first first_k_dense_replace blocks have a dense
+// MLP, the rest an MoE: a sigmoid router in fp32 over n_routed_experts, num_experts_per_tok of
+// them per token, and n_shared_experts' MLP on every token.
+Result<Model> buildDeepseekV3(const json& cfg, Model model) {
+    ConfigReader r(cfg, model.source, "deepseek_v3");
+    const auto [h, layers, heads, inter, vocab] = readCoreSizes(r);
+    const int64_t kv = r.optional("num_key_value_heads", heads, limits::kMaxHeads);
+    // modeling_deepseek_v3.py repeats k and v by heads / kv, but kv_b_proj already makes every
+    // head's: another count would not run.
+    r.check(kv == heads, "field 'num_key_value_heads' (" + std::to_string(kv) + ") must equal 'num_attention_heads' (" +
+                             std::to_string(heads) + "): multi-head latent attention makes every head's k and v");
+    const int64_t moe_inter = r.required("moe_intermediate_size", limits::kMaxIntermediate);
+    const int64_t experts = r.required("n_routed_experts", limits::kMaxExperts);
+    const int64_t shared = r.nonNegative("n_shared_experts", limits::kMaxExperts);
+    const int64_t top_k = r.required("num_experts_per_tok", limits::kMaxExperts);
+    r.check(top_k <= experts, "field 'num_experts_per_tok' (" + std::to_string(top_k) +
+                                  ") must not exceed 'n_routed_experts' (" + std::to_string(experts) + ")");
+    // Blocks from first_k_dense_replace on are MoE (DeepseekV3DecoderLayer); past the last, none.
+    const int64_t dense = std::min(layers, r.nonNegative("first_k_dense_replace", limits::kMaxLayers));
+    const int64_t q_lora = r.nonNegative("q_lora_rank", limits::kMaxHidden);  // null or absent: one q_proj
+    const int64_t kv_lora = r.required("kv_lora_rank", limits::kMaxHidden);
+    const int64_t rope = r.required("qk_rope_head_dim", limits::kMaxHeadDim);
+    const int64_t nope = r.required("qk_nope_head_dim", limits::kMaxHeadDim);
+    const int64_t vdim = r.required("v_head_dim", limits::kMaxHeadDim);
+    const bool tied = r.flag("tie_word_embeddings", false);
+    const bool bias = r.flag("attention_bias", false);
+    const double attn_dropout = r.probability("attention_dropout", 0.0);
+    (void)readAct(r, "hidden_act", "silu");
+    r.check((layers - dense) * experts <= limits::kMaxLayerExperts,
+            "MoE layers x 'n_routed_experts' (" + std::to_string(layers - dense) + " x " + std::to_string(experts) +
+                ") must be at most " + std::to_string(limits::kMaxLayerExperts) + " (the limit; see docs/limits.md)");
+    if (r.error()) return *r.error();
+    const int64_t qk = nope + rope;
+    model.arch = ModelArch{"deepseek_v3", h, layers, heads, kv, qk, inter, vocab, experts, top_k, tied};
+
+    Builder b(model);
+    const int32_t embed = addEmbedTokens(b, vocab, h);
+    struct LayerModules {
+        int32_t layer, attn, q_a = -1, q_norm = -1, q_b, kv_a, kv_norm, kv_b, o, in_norm, post_norm;
+        GatedMlpModules mlp{}, shared_mlp{};
+        int32_t router = -1;
+        std::vector<GatedMlpModules> experts;
+    };
+    std::vector<LayerModules> lm(static_cast<size_t>(layers));
+    auto mlpModules = [&](const std::string& m, int64_t size) { return addGatedMlpModules(b, m, h, size, false); };
+    for (int64_t i = 0; i < layers; ++i) {
+        LayerModules& L = lm[static_cast<size_t>(i)];
+        const std::string p = "model.layers." + std::to_string(i);
+        L.layer = b.block(p);
+        const std::string a = p + ".self_attn";
+        L.attn = b.module(a);
+        if (q_lora > 0) {
+            L.q_a = b.linear(a + ".q_a_proj", h, q_lora, bias);
+            L.q_norm = b.module(a + ".q_a_layernorm");
+            b.param(L.q_norm, "weight", {q_lora});
+            L.q_b = b.linear(a + ".q_b_proj", q_lora, heads * qk, false);
+        } else {
+            L.q_b = b.linear(a + ".q_proj", h, heads * qk, false);
+        }
+        L.kv_a = b.linear(a + ".kv_a_proj_with_mqa", h, kv_lora + rope, bias);
+        L.kv_norm = b.module(a + ".kv_a_layernorm");
+        b.param(L.kv_norm, "weight", {kv_lora});
+        L.kv_b = b.linear(a + ".kv_b_proj", kv_lora, heads * (nope + vdim), false);
+        L.o = b.linear(a + ".o_proj", heads * vdim, h, bias);
+        if (i < dense) {
+            L.mlp = mlpModules(p + ".mlp", inter);
+        } else {
+            L.mlp.mlp = b.module(p + ".mlp");
+            b.container(p + ".mlp.experts");
+            for (int64_t j = 0; j < experts; ++j) L.experts.push_back(mlpModules(p + ".mlp.experts." + std::to_string(j), moe_inter));
+            L.router = b.module(p + ".mlp.gate");
+            b.param(L.router, "weight", {experts, h});
+            b.buffer(L.router, "e_score_correction_bias", experts, DType::F32);
+            if (shared > 0) L.shared_mlp = mlpModules(p + ".mlp.shared_experts", moe_inter * shared);
+        }
+        L.in_norm = b.module(p + ".input_layernorm");
+        b.param(L.in_norm, "weight", {h});
+        L.post_norm = b.module(p + ".post_attention_layernorm");
+        b.param(L.post_norm, "weight", {h});
+    }
+    const auto [final_norm, head] = addNormRotaryHead(b, h, vocab, tied, rope);
+
+    // Forward ops.
+    addEmbedding(b, embed, h, true);
+    AttnShape shape{heads, kv, qk, true, false, attn_dropout};
+    shape.qk_dim = qk;
+    shape.v_dim = vdim;
+    // v is a split view of kv_b_proj's [tokens, heads x (nope + v)] output: saving v keeps it all.
+    shape.v_base = heads * (nope + vdim);
+    const double E = static_cast<double>(experts), k = static_cast<double>(top_k);
+    const double hd = static_cast<double>(h);
+    for (const LayerModules& L : lm) {
+        addNorm(b, L.in_norm, h, NormImpl::LlamaRms);
+        const size_t q_at = model.ops.size();
+        if (q_lora > 0) {
+            addMatmul(b, L.q_a, "q_a_proj", h, q_lora, true);
+            addNorm(b, L.q_norm, q_lora, NormImpl::LlamaRms);
+            addMatmul(b, L.q_b, "q_b_proj", q_lora, heads * qk, true);
+        } else {
+            addMatmul(b, L.q_b, "q_proj", h, heads * qk, true);
+        }
+        // The latent and the RoPE key read the block's normed input, as q does: saved once.
+        addSiblingMatmul(b, L.kv_a, "kv_a_proj_with_mqa", h, kv_lora + rope, static_cast<int16_t>(model.ops.size() - q_at));
+        addNorm(b, L.kv_norm, kv_lora, NormImpl::LlamaRms);
+        addMatmul(b, L.kv_b, "kv_b_proj", kv_lora, heads * (nope + vdim), true);
+        // RoPE on every head's q_rot and on the one shared k_rot; q = cat(q_nope, q_rot) and
+        // k = cat(k_nope, k_rot expanded to every head) are new tensors the kernel saves.
+        addRope(b, L.attn, heads * rope + rope);
+        addElementwise(b, L.attn, "qk.cat", static_cast<double>(2 * heads * qk), 0, 0);
+        addAttentionCore(b, L.attn, shape);
+        addAttnOutMatmul(b, L.o, "o_proj", heads * vdim, h);
+        addResidual(b, L.layer, h);
+        addNorm(b, L.post_norm, h, NormImpl::LlamaRms);
+        if (L.router < 0) {
+            addGatedMlp(b, L.mlp, h, inter);
+        } else {
+            // DeepseekV3TopkRouter: F.linear(x.float(), weight.float()) keeps both fp32 copies (the
+            // weight's is E x h whatever the tokens), sigmoid its output; the top-k choice runs
+            // under no_grad; gather keeps its index, the normalisation the weights.
+            Op& router = addMatmul(b, L.router, "router", h, experts, false);
+            router.saved_f32.per_token = hd + E;
+            router.saved_f32.fixed = E * hd;
+            Op& route = b.op(L.mlp.mlp, "routing", OpKind::Other);
+            route.flops.per_token = kSoftmaxFlopsPerElem * E;
+            route.saved_f32.per_token = k + 1;
+            route.saved_i64.per_token = k;
+            route.io_act.per_token = 2 * E;
+            // DeepseekV3MoE.moe, uniform routing: each expert gathers tokens x k / E tokens, its MLP,
+            // then output (bf16) x weight (fp32) is an fp32 product, which index_add_ puts into an
+            // fp32 accumulator and keeps (IndexAddBackward0 saves `source`); the mul keeps both
+            // operands; the gather and index_add_ keep the token indices, the weight lookup both.
+            const double f = k / E;
+            for (const GatedMlpModules& em : L.experts) {
+                addGatedMlp(b, em, h, moe_inter, f);
+                Op& scale = b.op(em.mlp, "route_scale", OpKind::Elementwise);
+                scale.flops.per_token = hd * f;
+                scale.saved_act.per_token = hd * f;
+                scale.saved_f32.per_token = (hd + 1) * f;
+                scale.saved_i64.per_token = 2 * f;
+                scale.io_act.per_token = 4 * hd * f;
+            }
+            if (shared > 0) addGatedMlp(b, L.shared_mlp, h, moe_inter * shared);
+        }
+        addResidual(b, L.layer, h);
+    }
+    addNorm(b, final_norm, h, NormImpl::LlamaRms);
+    addHeadAndLoss(b, head, h, vocab, false);
+    return model;
+}
+
 }  // namespace
 
 
@@ -1089,6 +1293,8 @@ Result<Model> importHfConfig(const json& config, std::string name, std::string s
         built = buildGpt2(config, std::move(model));
     } else if (type == "gpt_neox") {
         built = buildGptNeox(config, std::move(model));
+    } else if (type == "deepseek_v3") {
+        built = buildDeepseekV3(config, std::move(model));
     }
     if (built) {
         if (auto sized = checkModelSize(*built); !sized) return sized.error();

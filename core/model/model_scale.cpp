@@ -23,6 +23,7 @@ struct SizeKeys {
     const char* heads;
     const char* intermediate;  // may be absent or null in the config (gpt2's n_inner)
     bool rotary;               // head_dim must be even (rotary embeddings rotate pairs)
+    bool width = true;         // hidden= applies (DeepSeek-V3's latent and head sizes do not follow it)
 };
 
 std::optional<SizeKeys> sizeKeys(const std::string& model_type) {
@@ -32,6 +33,7 @@ std::optional<SizeKeys> sizeKeys(const std::string& model_type) {
         model_type == "mixtral" || model_type == "gpt_neox") {
         return SizeKeys{"hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", true};
     }
+    if (model_type == "deepseek_v3") return SizeKeys{"hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", true, false};
     return std::nullopt;
 }
 
@@ -90,6 +92,11 @@ Result<nlohmann::json> scaleHfConfig(const nlohmann::json& config, const ModelSc
     const auto keys = sizeKeys(type);
     if (!keys) return makeError(fmt::format("{}: model_type '{}' cannot be scaled", where, type));
     nlohmann::json out = config;
+    if (scale.hidden && !keys->width) {
+        return makeError(fmt::format("{}: model_type '{}' scales by layers only (its attention's latent and head sizes "
+                                     "are not a share of hidden); use layers=L",
+                                     where, type));
+    }
     if (scale.hidden) {
         auto h0 = positiveInt(config, keys->hidden, where);
         if (!h0) return h0.error();

@@ -72,7 +72,13 @@ TEST(ModelImportTest, EveryBundledConfigHasTheReferenceParameterCount) {
         {"phi-3-mini-4k", 3'821'079'552},
         // Gemma-7B: 28 * (3 * 3072 * 4096 + 4096 * 3072 + 3 * 3072 * 24576 + 2 * 3072) + 256000 * 3072 (tied)
         // + 3072 (q/k/v/o over 16 heads of 256).
-        {"gemma-7b", 8'537'680'896}};
+        {"gemma-7b", 8'537'680'896},
+        // DeepSeek-V3: per block MLA q_a 7168 * 1536 + 1536 + q_b 1536 * 128 * 192 + kv_a 7168 * 576 + 512
+        // + kv_b 512 * 128 * 256 + o 16384 * 7168 = 187,107,328, two norms 2 * 7168; 3 dense MLPs
+        // 3 * 7168 * 18432; 58 MoE MLPs of 257 experts (256 routed and 1 shared) x 3 * 7168 * 2048 and the
+        // router 256 * 7168; embed + lm_head 2 * 129280 * 7168 + 7168: 671,026,404,352, what
+        // transformers' DeepseekV3ForCausalLM counts (on the meta device, transformers 4.57).
+        {"deepseek-v3", 671'026'404'352}};
     for (auto it = ref.begin(); it != ref.end(); ++it)
         if (it.value().is_number_integer()) expected[it.key()] = it.value().get<int64_t>();
 
@@ -360,7 +366,7 @@ TEST(ModelImportTest, MissingFileSaysCannotOpen) {
 TEST(ModelImportTest, UnknownModelTypeListsSupportedTypes) {
     const auto path = writeTemp("bert.json", R"({"model_type": "bert", "hidden_size": 768})");
     const std::string e = errorOf(path);
-    EXPECT_NE(e.find("bert.json: unknown model_type 'bert'; supported: llama, mistral, mixtral, qwen2, qwen3, gemma, gemma2, olmo2, phi3, "
+    EXPECT_NE(e.find("bert.json: unknown model_type 'bert'; supported: llama, mistral, mixtral, qwen2, qwen3, gemma, gemma2, olmo2, phi3, deepseek_v3, "
                      "gpt2, gpt_neox"),
               std::string::npos)
         << e;
@@ -419,4 +425,60 @@ TEST(ModelImportTest, BundledModelsDirHonoursTheEnvironment) {
     ::unsetenv("SHARDCAST_MODELS_DIR");
     EXPECT_NE(std::find(names.begin(), names.end(), "only"), names.end());
     EXPECT_EQ(std::find(names.begin(), names.end(), "gpt2"), names.end());
+}
+
+// DeepSeek-V3's layout as transformers registers it (DeepseekV3Attention, DeepseekV3MoE): the
+// parameters of an MoE block in named_parameters() order, the dense blocks first.
+TEST(ModelImportTest, DeepseekV3HasTransformersLayout) {
+    const sc::Model m = load("deepseek-v3");
+    EXPECT_EQ(m.blocks.size(), 61u);
+    EXPECT_EQ(m.arch.experts, 256);
+    EXPECT_EQ(m.arch.experts_per_token, 8);
+    EXPECT_EQ(shapeOf(m, "model.layers.0.mlp.gate_proj.weight"), (std::vector<int64_t>{18432, 7168}));
+    EXPECT_EQ(findParam(m, "model.layers.3.mlp.gate_proj.weight"), nullptr);  // block 3 is MoE
+    std::vector<std::string> names;
+    for (const sc::Param& p : m.params) {
+        if (p.name.rfind("model.layers.3.", 0) == 0 && p.name.find(".experts.") == std::string::npos) names.push_back(p.name);
+    }
+    const std::vector<std::string> expected = {
+        "model.layers.3.self_attn.q_a_proj.weight",           "model.layers.3.self_attn.q_a_layernorm.weight",
+        "model.layers.3.self_attn.q_b_proj.weight",           "model.layers.3.self_attn.kv_a_proj_with_mqa.weight",
+        "model.layers.3.self_attn.kv_a_layernorm.weight",     "model.layers.3.self_attn.kv_b_proj.weight",
+        "model.layers.3.self_attn.o_proj.weight",             "model.layers.3.mlp.gate.weight",
+        "model.layers.3.mlp.shared_experts.gate_proj.weight", "model.layers.3.mlp.shared_experts.up_proj.weight",
+        "model.layers.3.mlp.shared_experts.down_proj.weight", "model.layers.3.input_layernorm.weight",
+        "model.layers.3.post_attention_layernorm.weight"};
+    EXPECT_EQ(names, expected);
+    EXPECT_EQ(shapeOf(m, "model.layers.3.self_attn.q_b_proj.weight"), (std::vector<int64_t>{128 * 192, 1536}));
+    EXPECT_EQ(shapeOf(m, "model.layers.3.self_attn.kv_a_proj_with_mqa.weight"), (std::vector<int64_t>{512 + 64, 7168}));
+    EXPECT_EQ(shapeOf(m, "model.layers.3.self_attn.kv_b_proj.weight"), (std::vector<int64_t>{128 * 256, 512}));
+    EXPECT_EQ(shapeOf(m, "model.layers.60.mlp.experts.255.down_proj.weight"), (std::vector<int64_t>{7168, 2048}));
+    // The experts come before the router in named_parameters(), as DeepseekV3MoE registers them.
+    size_t expert0 = 0, router = 0;
+    for (size_t i = 0; i < m.params.size(); ++i) {
+        if (m.params[i].name == "model.layers.3.mlp.experts.0.gate_proj.weight") expert0 = i;
+        if (m.params[i].name == "model.layers.3.mlp.gate.weight") router = i;
+    }
+    EXPECT_LT(expert0, router);
+}
+
+TEST(ModelImportTest, DeepseekV3OptionsAndBadFields) {
+    json cfg = json::parse(std::ifstream(kModels / "deepseek-v3.json"));
+    cfg["num_hidden_layers"] = 2;  // first_k_dense_replace 3 > 2: both blocks dense, as in transformers
+    cfg["q_lora_rank"] = nullptr;  // no q compression: one q_proj
+    auto m = sc::importHfConfig(cfg, "ds", "ds.json");
+    ASSERT_TRUE(m.ok()) << m.error().message;
+    EXPECT_NE(findParam(*m, "model.layers.1.mlp.down_proj.weight"), nullptr);
+    EXPECT_EQ(shapeOf(*m, "model.layers.1.self_attn.q_proj.weight"), (std::vector<int64_t>{128 * 192, 7168}));
+    cfg["num_key_value_heads"] = 8;
+    auto bad = sc::importHfConfig(cfg, "ds", "ds.json");
+    ASSERT_FALSE(bad.ok());
+    EXPECT_NE(bad.error().message.find("'num_key_value_heads' (8) must equal 'num_attention_heads' (128)"), std::string::npos)
+        << bad.error().message;
+    cfg["num_key_value_heads"] = 128;
+    cfg["first_k_dense_replace"] = -1;
+    auto neg = sc::importHfConfig(cfg, "ds", "ds.json");
+    ASSERT_FALSE(neg.ok());
+    EXPECT_NE(neg.error().message.find("ds.json: field 'first_k_dense_replace' must be an integer from 0"), std::string::npos)
+        << neg.error().message;
 }

@@ -184,6 +184,23 @@ TEST(ModelScaleTest, EveryBundledConfigScales) {
         SCOPED_TRACE(name);
         auto base = sc::resolveModel(name);
         ASSERT_TRUE(base.ok()) << base.error().message;
+        if (base->arch.model_type == "deepseek_v3") {
+            // Layers only: its latent and head sizes are not shares of hidden.
+            sc::ModelScale width;
+            width.hidden = 16 * base->arch.heads;
+            auto refused = sc::scaleModel(*base, width);
+            ASSERT_FALSE(refused.ok());
+            EXPECT_NE(refused.error().message.find("scales by layers only"), std::string::npos) << refused.error().message;
+            sc::ModelScale depth;
+            depth.layers = 4;
+            auto scaled = sc::scaleModel(*base, depth);
+            ASSERT_TRUE(scaled.ok()) << scaled.error().message;
+            EXPECT_EQ(scaled->blocks.size(), 4u);
+            // Three dense blocks (first_k_dense_replace) and one MoE block of 256 routed experts
+            // and a shared one: 3 x 583,483,392 + 11,507,286,016 + embed, head and norm 1,853,365,248.
+            EXPECT_EQ(scaled->numParams(), 3 * int64_t{583'483'392} + 11'507'286'016 + 1'853'365'248);
+            continue;
+        }
         const int64_t hidden = 16 * base->arch.heads;
         sc::ModelScale scale;
         scale.hidden = hidden;

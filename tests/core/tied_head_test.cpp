@@ -13,6 +13,7 @@
 #include "core/plan/plan.hpp"
 #include "core/plan/plan_build.hpp"
 #include "core/program/program.hpp"
+#include "tests/core/lowered_program.hpp"
 
 using namespace shardcast::core;
 
@@ -30,12 +31,7 @@ Program gemma7b(const char* ac, const char* frozen) {
     if (frozen) o.frozen = frozen;
     auto plan = buildPlan(o);
     EXPECT_TRUE(plan.ok()) << (plan.ok() ? "" : plan.error().message);
-    auto mesh = validatePlan(*plan);
-    EXPECT_TRUE(mesh.ok()) << (mesh.ok() ? "" : mesh.error().message);
-    Program p;
-    auto st = lower(*plan, *mesh, p);
-    EXPECT_TRUE(st.ok()) << (st.ok() ? "" : st.error().message);
-    return p;
+    return plan.ok() ? shardcast::core::testing::lowered(*plan) : Program{};
 }
 
 // The root's backward tasks in issue order: the head's segment first, the embedding's last.
