@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include "core/lower/lifecycle.hpp"
+#include "core/memory/memory.hpp"
 #include "simulator/cost_model.hpp"
 
 namespace shardcast::sim {
@@ -43,45 +45,21 @@ CheckpointFigures checkpointFigures(const core::Plan& plan, const core::Program&
                                     double step_s, int64_t budget_bytes) {
     const core::CheckpointSpec& k = plan.checkpoint;
     const core::ClusterSpec& c = plan.cluster;
-    const core::TrainingSpec& t = plan.training;
     CheckpointFigures f;
     f.mode = k.mode;
     f.every_steps = k.every_steps;
     f.budget_bytes = budget_bytes;
-    const int64_t item = core::itemSize(t.master_dtype);
-    const int states = core::optimizerStatesPerParam(t.optimizer);
-    const int tp = std::max(1, plan.sharding.tp);
     const int world = std::max(1, c.worldSize());
-
-    // The whole state: every parameter, and the optimizer's states of the trainable ones (their
-    // share in the rank's Program: the frozen pattern applies alike across the model).
-    int64_t params = 0, largest_param = 0;
-    for (const core::Param& p : plan.model->params) {
-        params += p.numel();
-        largest_param = std::max(largest_param, p.numel());
-    }
-    int64_t unit_params = 0, unit_trainable = 0, largest_unit = 0;
-    for (const core::UnitInfo& u : program.units) {
-        unit_params += u.params;
-        unit_trainable += u.trainable_params;
-        largest_unit = std::max(largest_unit, u.params * tp);  // gathered whole over the tp ranks too
-    }
-    const double trainable = unit_params > 0 ? static_cast<double>(unit_trainable) / static_cast<double>(unit_params) : 1.0;
-    f.model_bytes = params * item;
-    f.optimizer_bytes = std::llround(static_cast<double>(params) * trainable) * states * item;
+    const core::LifecycleMemory m = core::lifecycleMemory(plan, program);  // rules L3, L4
+    f.model_bytes = m.model_bytes;
+    f.optimizer_bytes = m.optimizer_bytes;
     const int64_t total = f.model_bytes + f.optimizer_bytes;
-
-    int64_t initial = 0;
-    for (int64_t b : program.initial) initial += b;
     const double host_link = profile.gpu.host_link_bytes_per_s;
     const double storage = c.storage_bytes_per_s_per_node;
-
     if (k.mode == core::CheckpointMode::Full) {
-        // What is gathered at once: FSDP1 a unit's FlatParameter, FSDP2 one tensor.
-        const int64_t piece = (plan.sharding.fsdp_version == 1 ? largest_unit : largest_param) * item;
-        f.rank0_peak_bytes = initial + (k.offload_to_cpu ? piece : total);
-        f.rank0_host_bytes = k.offload_to_cpu ? total : 0;
-        f.node_host_bytes = k.offload_to_cpu ? total * (k.rank0_only ? 1 : std::min(c.gpus_per_node, world)) : 0;
+        f.rank0_peak_bytes = m.full_save_rank0_bytes;
+        f.rank0_host_bytes = m.full_save_rank0_host_bytes;
+        f.node_host_bytes = m.full_save_node_host_bytes;
         // The gathers: each unit's model and optimizer bytes.
         f.gather_s = gatherUnitsSeconds(plan, program, profile, [](const core::UnitInfo& u, int64_t it, int st) {
             return (u.params + u.trainable_params * st) * it;
@@ -89,8 +67,8 @@ CheckpointFigures checkpointFigures(const core::Plan& plan, const core::Program&
         f.to_host_s = k.offload_to_cpu && host_link > 0 ? static_cast<double>(total) / host_link : 0;
         f.write_s = static_cast<double>(total) / storage;
     } else {
-        f.rank0_peak_bytes = initial;
-        f.per_rank_bytes = (total + world - 1) / world;
+        f.rank0_peak_bytes = core::total(program.initial);
+        f.per_rank_bytes = m.sharded_save_per_rank_bytes;
         f.to_host_s = host_link > 0 ? static_cast<double>(f.per_rank_bytes) / host_link : 0;
         f.write_s = static_cast<double>(f.per_rank_bytes) * std::min(c.gpus_per_node, world) / storage;
     }

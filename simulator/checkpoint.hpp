@@ -1,6 +1,7 @@
 #pragma once
 // Checkpoint saves under FSDP (issue 26): what a save costs in memory and time, and what the
-// chosen interval leaves of the job's time once failures are counted.
+// chosen interval leaves of the job's time once failures are counted. The memory (rules L3, L4)
+// is the lowering's, core/lower/lifecycle.hpp; this adds the time and the goodput.
 //
 // What is saved: the model's state (every parameter in the master dtype, as FSDP's state_dict
 // returns the original parameters) and the optimizer's (optimizerStatesPerParam states per

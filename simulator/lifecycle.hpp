@@ -1,6 +1,8 @@
 #pragma once
 // Around the training step (issue 26): what a rank's device holds when the model is made, and
-// when summon_full_params unshards it whole.
+// when summon_full_params unshards it whole. The memory rules (L1, L2) are the lowering's,
+// core/lower/lifecycle.hpp, and the eval step's replay core::replayEvalStep; this adds the time
+// and the verdicts against the budget.
 //
 // Init. torchtitan (and FSDP2's documentation) builds the model on the meta device, applies
 // fully_shard, then to_empty(device) and initialises the weights in place: a rank only ever holds

@@ -41,6 +41,8 @@
 //      and held, fp8 GEMMs and casts, the amax pass               pushBackwardOps, optimizerStep
 //   T1 a tied LM head's weight gradient held until the           tiedHeadGrad, segmentCosts, backwardSegment
 //      embedding's backward adds its own to it
+//   L1-L4 memory around the step: init, summon_full_params,       lifecycleMemory (lower_lifecycle.cpp,
+//      full and sharded state dicts                               core/lower/lifecycle.hpp)
 #include <array>
 #include <cassert>
 #include <climits>

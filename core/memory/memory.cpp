@@ -88,4 +88,45 @@ void replayMemory(const Program& program, MemoryReport& out, bool record_curve) 
     out.model_states.grads = out.max_per_category[index(MemCategory::ShardedGrad)] + program.host_grad_bytes;
 }
 
+EvalReplay replayEvalStep(const Program& program) {
+    EvalReplay r;
+    for (int32_t id = 0; id < program.size(); ++id) {
+        const Task& t = program.tasks[static_cast<size_t>(id)];
+        if (t.micro_batch == 0 && t.kind == TaskKind::Forward) r.last_forward_task = id;
+    }
+    if (r.last_forward_task < 0) return r;
+    const auto activation = index(MemCategory::Activation);
+    int64_t cur = total(program.initial);
+    int64_t peak = cur;
+    // Events other than Activation change the state; a span's Activation bytes (and, for the
+    // transient peak, its other bytes) are returned: Activation first, the rest second.
+    auto apply = [&](Span span, bool transient) {
+        std::pair<int64_t, int64_t> added{0, 0};
+        for (uint32_t i = 0; i < span.count; ++i) {
+            const MemEvent& e = program.mem[span.offset + i];
+            if (index(e.category) == activation) {
+                added.first += e.bytes;
+                continue;
+            }
+            added.second += e.bytes;
+            if (!transient) {
+                cur += e.bytes;
+                peak = std::max(peak, cur);
+            }
+        }
+        return added;
+    };
+    for (int32_t id = 0; id <= r.last_forward_task; ++id) {
+        const Task& t = program.tasks[static_cast<size_t>(id)];
+        if (t.micro_batch != 0) continue;
+        const int64_t at_start = std::max<int64_t>(0, apply(t.mem_start, false).first);
+        const auto [act_transient, other_transient] = apply(t.mem_peak, true);
+        peak = std::max(peak, cur + at_start + std::max<int64_t>(0, act_transient + other_transient));
+        const int64_t at_end = std::max<int64_t>(0, apply(t.mem_end, false).first);
+        peak = std::max(peak, cur + at_start + at_end);
+    }
+    r.peak_bytes = peak;
+    return r;
+}
+
 }  // namespace shardcast::core

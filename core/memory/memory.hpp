@@ -34,4 +34,16 @@ int64_t total(const CategoryBytes& b);
 // Asserts (debug) that no category goes negative: every free matches an earlier allocation.
 void replayMemory(const Program& program, MemoryReport& out, bool record_curve = false);
 
+// An eval step (model.eval() under torch.no_grad(), one micro-batch) replayed from the training
+// Program: its micro-batch 0 up to its last forward task (FSDP still unshards and reshards every
+// unit as in training's forward), from the steady state, each task's Activation (what training
+// keeps for backward) alive only while the task runs: nothing accumulates, the loss's logits count
+// where they are made. Exact where the peak is at the loss; inside a block it counts the block's
+// tensors at once, an upper bound. last_forward_task is -1 (and peak_bytes 0) without a forward.
+struct EvalReplay {
+    int32_t last_forward_task = -1;
+    int64_t peak_bytes = 0;
+};
+EvalReplay replayEvalStep(const Program& program);
+
 }  // namespace shardcast::core
