@@ -75,8 +75,8 @@ one tracker and one optimizer see them; before a stage's forward only its module
 are cleared.
 
 --tp T (default 1: plain FSDP2 over a 1-D mesh of --world ranks, unchanged): FSDP2 composed with tensor
-parallelism, Llama-family models only (q/k/v/o_proj, gate/up/down_proj, input/post_attention_layernorm;
-GPT-2's fused Conv1D c_attn is not supported). A 2-D mesh init_device_mesh(device, (world/T, T),
+parallelism, for Llama-family models (q/k/v/o_proj, gate/up/down_proj, input/post_attention_layernorm) and
+GPT-2 (its own plan, below). A 2-D mesh init_device_mesh(device, (world/T, T),
 mesh_dim_names=("dp", "tp")); TP is applied first with parallelize_module(.., mesh["tp"], plan) using
 torchtitan's Llama plan (models/llama3/infra/parallelize.py apply_tp): embed_tokens RowwiseParallel
 (Replicate -> Shard(1)), final norm and both block norms SequenceParallel, self_attn / mlp
@@ -95,10 +95,31 @@ num_key_value_groups (a ratio, unchanged by TP), so no head count needs changing
 num_heads / num_key_value_heads attributes on self_attn, if present, are divided by T (listed in the JSON
 as tp_attn_attrs_divided). --no-sp: no sequence parallelism (embedding and o/down_proj outputs Replicate,
 norms not parallelized, no PrepareModuleInput). T must divide --world, the attention and KV head counts
-and, with SP, --seq; tied input/output embeddings are refused. Extra JSON keys (tp>1 only): tp, dp,
-sequence_parallel, loss_parallel, tp_attn_attrs_divided. With T > 1, DeviceMesh's rank-tensor bookkeeping
-runs with the fake mode set aside (patch_device_mesh_tensor), since FSDP2 builds a dp+tp DeviceMesh inside
-fully_shard. FSDP2 warns that the root returns a view tensor (the local logits); harmless here.
+and, with SP, --seq; tied input/output embeddings are refused (except GPT-2's, below). Extra JSON keys
+(tp>1 only): tp, dp, sequence_parallel, loss_parallel, tp_attn_attrs_divided. With T > 1, DeviceMesh's
+rank-tensor bookkeeping runs with the fake mode set aside (patch_device_mesh_tensor), since FSDP2 builds a
+dp+tp DeviceMesh inside fully_shard. FSDP2 warns that the root returns a view tensor (the local logits);
+harmless here.
+
+--tp T on GPT-2 (GPT2LMHeadModel; torchtitan has no plan for it): a Megatron-style plan. Each block's
+transformers Conv1D (attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj; y = x @ W + b with W [in, out]) is first
+replaced by the equivalent nn.Linear(in, out) holding W^T (Colwise/RowwiseParallel take nn.Linear only). Plan:
+transformer.wte and transformer.wpe RowwiseParallel (Replicate -> Shard(1), the position table sharded by rows
+too; both outputs kept as DTensors under SP, as above), transformer.ln_f SequenceParallel, lm_head
+ColwiseParallel(input Shard(1), output Replicate, local); per block ln_1 / ln_2 SequenceParallel, attn and mlp
+PrepareModuleInput Shard(1) -> Replicate on their one positional input (4.57.6's GPT2Block calls
+self.attn(hidden_states, **kw) and self.mlp(hidden_states)), c_attn and c_fc ColwiseParallel, attn.c_proj and
+mlp.c_proj RowwiseParallel(output Shard(1)); --no-sp as for Llama. Heads: GPT2Attention.forward splits the
+local fused output with split(self.split_size) and views q/k/v as (.., -1, head_dim), so split_size (and, for
+consistency, num_heads and embed_dim) are divided by T; c_attn's columns are not permuted to Megatron's
+per-rank [q_i, k_i, v_i] order, which only values (not shapes) depend on. Tied embeddings are kept: both
+styles shard the [vocab, hidden] weight as Shard(0), so after parallelize_module lm_head.weight is set to the
+wte DTensor parameter again and FSDP2 sees one shared parameter (the same parameter count as without TP).
+The vocabulary need not divide T: DTensor's uneven Shard(0) (rank 0 holds ceil(50257 / T) rows) works through
+the MaskPartial embedding, the lm_head all-gather and FSDP2's dp sharding of the uneven TP-local rows. The
+embedding dropout (embd_pdrop) runs on the Shard(1) DTensor (DTensor's random-op path; on a cpu mesh torch
+only warns that random ops "may not have complete support"); block dropouts see local tensors.
+--loss-parallel and --lora are refused for GPT-2 with --tp.
 
 Needs torch >= 2.6 and transformers >= 4.45 (Llama-3.1 rope_scaling); measured with torch 2.15 and
 transformers 4.57.6. A full-size 8B model takes 15-30 s per run on 2 CPU cores and ~10 GB of RAM.
@@ -362,11 +383,95 @@ def patch_device_mesh_tensor():
     DeviceMesh.mesh = property(real(DeviceMesh.mesh.fget))
 
 
+def _conv1d_to_linear(parent, name):
+    """Replace transformers' Conv1D parent.<name> (y = x @ W + b, W [in, out]) by the equivalent
+    nn.Linear(in, out) holding W^T, on the same device and dtype (meta here, before to_empty)."""
+    conv = getattr(parent, name)
+    nx, nf = conv.weight.shape
+    lin = torch.nn.Linear(nx, nf, bias=True, device=conv.weight.device, dtype=conv.weight.dtype)
+    with torch.no_grad():
+        lin.weight.copy_(conv.weight.t())
+        lin.bias.copy_(conv.bias)
+    lin.weight.requires_grad_(conv.weight.requires_grad)
+    lin.bias.requires_grad_(conv.bias.requires_grad)
+    setattr(parent, name, lin)
+
+
+def apply_tp_gpt2(model, layers, cfg, tp_mesh, tp, sp):
+    """Megatron-style TP (+SP) for HF GPT-2 (see the header). Returns the attention attributes divided by tp."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
+                                                   SequenceParallel, parallelize_module)
+    from transformers.pytorch_utils import Conv1D
+    tr = getattr(model, "transformer", None)
+    if tr is None or not all(hasattr(tr, n) for n in ("wte", "wpe", "ln_f")) or not hasattr(model, "lm_head"):
+        raise SystemExit("--tp > 1 on gpt2 needs GPT2LMHeadModel (transformer.wte/wpe/ln_f, lm_head)")
+    if getattr(cfg, "add_cross_attention", False):
+        raise SystemExit("--tp > 1 on gpt2: cross-attention is not supported")
+    for blk in layers:
+        for parent, name in ((blk.attn, "c_attn"), (blk.attn, "c_proj"), (blk.mlp, "c_fc"), (blk.mlp, "c_proj")):
+            if not isinstance(getattr(parent, name), Conv1D):
+                raise SystemExit(f"--tp > 1 on gpt2: {name} is {type(getattr(parent, name)).__name__}, not Conv1D")
+            _conv1d_to_linear(parent, name)
+
+    # 4.57.6's GPT2Attention.forward splits the fused c_attn output with split(self.split_size, dim=2) and
+    # views q/k/v as (.., -1, head_dim): with c_attn column-sharded each rank holds 3*hidden/tp columns, so
+    # split_size must be hidden/tp (num_heads and embed_dim are divided too for consistency; head_dim stays).
+    # A real Megatron implementation permutes c_attn's columns so that rank i's slice is [q_i, k_i, v_i];
+    # under FakeTensorMode only the shapes matter, so the columns are left in HF's [q, k, v] order.
+    divided = []
+    for blk in layers:
+        for attr in ("split_size", "num_heads", "embed_dim"):
+            v = getattr(blk.attn, attr)
+            if v % tp:
+                raise SystemExit(f"--tp {tp} does not divide GPT2Attention.{attr} ({v})")
+            setattr(blk.attn, attr, v // tp)
+            if attr not in divided:
+                divided.append(attr)
+
+    seq_l = Shard(1) if sp else Replicate()
+    root_plan = {
+        # SP: keep the DTensors so GPT2Model's mask / position bookkeeping sees the global sequence;
+        # the position table is sharded by rows like the token table (MaskPartial, then reduce-scatter)
+        "transformer.wte": RowwiseParallel(input_layouts=Replicate(), output_layouts=seq_l, use_local_output=not sp),
+        "transformer.wpe": RowwiseParallel(input_layouts=Replicate(), output_layouts=seq_l, use_local_output=not sp),
+        "lm_head": ColwiseParallel(input_layouts=seq_l, output_layouts=Replicate(), use_local_output=True),
+    }
+    if sp:
+        root_plan["transformer.ln_f"] = SequenceParallel()
+    parallelize_module(model, tp_mesh, root_plan)
+    # Tied embeddings: RowwiseParallel (embedding) and ColwiseParallel (linear) both shard the [vocab, hidden]
+    # weight as Shard(0), so one DTensor parameter serves both; parallelize_module made two, re-tie them so
+    # that FSDP2 sees one parameter, as without TP.
+    model.lm_head.weight = model.transformer.wte.weight
+    assert model.lm_head.weight is model.transformer.wte.weight
+    for blk in layers:
+        plan = {
+            "attn.c_attn": ColwiseParallel(), "attn.c_proj": RowwiseParallel(output_layouts=seq_l),
+            "mlp.c_fc": ColwiseParallel(), "mlp.c_proj": RowwiseParallel(output_layouts=seq_l),
+        }
+        if sp:
+            plan.update({
+                "ln_1": SequenceParallel(), "ln_2": SequenceParallel(),
+                # transformers 4.57.6's GPT2Block calls self.attn(hidden_states, past_key_values=.., ...) and
+                # self.mlp(hidden_states): hidden_states is positional in both
+                "attn": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
+                "mlp": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
+            })
+        parallelize_module(blk, tp_mesh, plan)
+        if sp:
+            blk.attn.register_forward_pre_hook(_check_attn_replicated, with_kwargs=True)
+            blk.register_forward_pre_hook(_blocks_to_local, with_kwargs=True)
+    return divided
+
+
 def apply_tp(model, layers, cfg, tp_mesh, tp, sp, loss_par):
     """TP (+SP) with torchtitan's Llama plan, HF module names. Returns the attention attributes divided by tp."""
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
                                                    SequenceParallel, parallelize_module)
+    if cfg.model_type == "gpt2":
+        return apply_tp_gpt2(model, layers, cfg, tp_mesh, tp, sp)
     base = getattr(model, "model", None)
     need_blk = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
                 "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj", "input_layernorm", "post_attention_layernorm")
@@ -379,7 +484,7 @@ def apply_tp(model, layers, cfg, tp_mesh, tp, sp, loss_par):
 
     if not (base is not None and has(base, "embed_tokens") and has(base, "norm") and has(model, "lm_head")
             and all(has(blk, n) for blk in layers for n in need_blk)):
-        raise SystemExit(f"--tp > 1 supports Llama-family models only ({cfg.model_type} does not have the "
+        raise SystemExit(f"--tp > 1 supports Llama-family models and GPT-2 only ({cfg.model_type} does not have the "
                          "q/k/v/o_proj, gate/up/down_proj, *_layernorm, embed_tokens, norm, lm_head modules)")
     if model.get_output_embeddings().weight is model.get_input_embeddings().weight:
         raise SystemExit("--tp > 1: tied input/output embeddings are not supported")
@@ -451,7 +556,7 @@ def main():
     ap.add_argument("--attn-dropout", type=float, default=None,
                     help="override the attention dropout probability (attn_pdrop / attention_dropout)")
     ap.add_argument("--tp", type=int, default=1,
-                    help="tensor-parallel degree (Llama family): 2-D mesh (world/tp, tp), TP then FSDP2 over dp")
+                    help="tensor-parallel degree (Llama family, GPT-2): 2-D mesh (world/tp, tp), TP then FSDP2 over dp")
     ap.add_argument("--no-sp", action="store_true", help="with --tp > 1: no sequence parallelism")
     ap.add_argument("--loss-parallel", action="store_true",
                     help="with --tp > 1: lm_head output stays vocab-sharded, loss under loss_parallel()")
@@ -540,6 +645,9 @@ def main():
             raise SystemExit(f"--tp {a.tp} must divide the attention heads ({heads}) and KV heads ({kv})")
         if not a.no_sp and a.seq % a.tp:
             raise SystemExit(f"--tp {a.tp} with sequence parallelism must divide --seq {a.seq}")
+        if cfg.model_type == "gpt2" and (a.loss_parallel or a.lora):
+            raise SystemExit("--tp > 1 on gpt2: --loss-parallel and --lora are not supported (the lm_head output "
+                             "is gathered to Replicate; LoRA would wrap the Conv1D layers the TP plan replaces)")
     cfg.use_cache = False
     attn_dropout_fields = [f for f in ("attn_pdrop", "attention_dropout") if hasattr(cfg, f)]
     if a.attn_dropout is not None:

@@ -82,9 +82,17 @@ MATRIX = {
     "mistral-7b-2k-w16-lora16": ("mistral-7b-v0.1", 2048, 16, True, "none", "sdpa"),
     # AC full for the families whose rows above have none.
     "mistral-7b-2k-acfull": ("mistral-7b-v0.1", 2048, 8, True, "full", "sdpa"),
+    "mistral-7b-4k-w16-acfull": ("mistral-7b-v0.1", 4096, 16, True, "full", "sdpa"),
     "qwen2-7b-2k": ("qwen2-7b", 2048, 8, True, "none", "sdpa"),
     "qwen2-7b-2k-w16-acfull": ("qwen2-7b", 2048, 16, True, "full", "sdpa"),
     "gpt2-sdpa-acfull": ("gpt2", 1024, 8, True, "full", "sdpa"),
+    # GPT-2 under tensor parallelism (Megatron-LM's plan; torch_peer.py converts the Conv1D layers to nn.Linear).
+    "gpt2-tp2": ("gpt2", 1024, 8, True, "none", "sdpa"),
+    "gpt2-tp4": ("gpt2", 1024, 8, True, "none", "sdpa"),
+    "gpt2-w16-tp2-acfull": ("gpt2", 1024, 16, True, "full", "sdpa"),
+    "gpt2-w16-tp4-acfull": ("gpt2", 1024, 16, True, "full", "sdpa"),
+    "gpt2-w16-tp4": ("gpt2", 1024, 16, True, "none", "sdpa"),
+    "gpt2-tp2-nosp": ("gpt2", 1024, 8, True, "none", "sdpa"),
     # Mixtral: the peer routes tokens balanced (torch_peer.py patch_moe_balanced_routing), as planned.
     "mixtral-8x7b-4k-w16": ("mixtral-8x7b", 4096, 16, True, "none", "sdpa"),
     "mixtral-8x7b-2k-w16-acfull": ("mixtral-8x7b", 2048, 16, True, "full", "sdpa"),
@@ -109,6 +117,8 @@ LORA = {
 TP = {
     "8b-2k-tp2": (2, True), "8b-2k-tp4": (4, True), "8b-2k-w16-tp2-acfull": (2, True),
     "8b-2k-w16-tp4-acfull": (4, True), "8b-2k-w16-tp4": (4, True), "8b-2k-w16-tp2-acfull-nosp": (2, False),
+    "gpt2-tp2": (2, True), "gpt2-tp4": (4, True), "gpt2-w16-tp2-acfull": (2, True), "gpt2-w16-tp4-acfull": (4, True),
+    "gpt2-w16-tp4": (4, True), "gpt2-tp2-nosp": (2, False),
 }
 
 # Extra arguments of the PyTorch side for a row, and why (printed under its table). On the CPU,
@@ -121,6 +131,8 @@ PEER_ARGS = {
 }
 PEER_ARGS["gpt2-lora8"] = PEER_ARGS["gpt2-sdpa"]
 PEER_ARGS["gpt2-sdpa-acfull"] = PEER_ARGS["gpt2-sdpa"]
+for _row in ("gpt2-tp2", "gpt2-tp4", "gpt2-w16-tp2-acfull", "gpt2-w16-tp4-acfull", "gpt2-w16-tp4", "gpt2-tp2-nosp"):
+    PEER_ARGS[_row] = PEER_ARGS["gpt2-sdpa"]
 
 # FSDPMemTracker's category names (_FSDPRefType values) -> shardcast's (core/base/units.cpp).
 CATEGORIES = [

@@ -188,6 +188,62 @@ std::vector<std::vector<std::string>> unitsOfPolicy(const core::WrapPolicy& wrap
     return units;
 }
 
+// GPT-2's TP plan (Megatron-LM's layout, core/model/model_io.cpp applyGpt2TpPlan) on HuggingFace's
+// GPT2LMHeadModel: each Conv1D becomes the nn.Linear the parallel styles take, c_attn's output
+// columns reordered so that tp rank i's slice is [q_i, k_i, v_i]; the tied embedding and LM head
+// both shard the vocabulary rows and are tied again after parallelize_module. `embed` and `head`
+// are the styles of the token embedding and the LM head (as for Llama).
+std::string gpt2TensorParallelCode(const core::ShardingSpec& sh, const core::Mesh& mesh, const std::string& embed,
+                                   const std::string& head) {
+    const bool sp = sh.sequence_parallel;
+    const std::string seq = sp ? "Shard(1)" : "Replicate()";
+    std::string s;
+    s += fmt::format("tp = {}\n", mesh.tp);
+    s += "def _as_linear(conv, qkv=False):  # transformers' Conv1D (x @ W + b, W [in, out]) as nn.Linear holding W^T\n";
+    s += "    nx, nf = conv.weight.shape\n";
+    s += "    w, b = conv.weight.detach().t(), conv.bias.detach()\n";
+    s += "    if qkv:  # Megatron-LM's order: rank i's columns are [q_i, k_i, v_i]\n";
+    s += "        w = w.reshape(3, tp, nf // (3 * tp), nx).transpose(0, 1).reshape(nf, nx)\n";
+    s += "        b = b.reshape(3, tp, nf // (3 * tp)).transpose(0, 1).reshape(nf)\n";
+    s += "    lin = torch.nn.Linear(nx, nf, device=conv.weight.device, dtype=conv.weight.dtype)\n";
+    s += "    with torch.no_grad():\n";
+    s += "        lin.weight.copy_(w)\n";
+    s += "        lin.bias.copy_(b)\n";
+    s += "    return lin\n";
+    s += "for block in model.transformer.h:\n";
+    s += "    block.attn.c_attn = _as_linear(block.attn.c_attn, qkv=True)\n";
+    s += "    block.attn.c_proj = _as_linear(block.attn.c_proj)\n";
+    s += "    block.mlp.c_fc = _as_linear(block.mlp.c_fc)\n";
+    s += "    block.mlp.c_proj = _as_linear(block.mlp.c_proj)\n";
+    s += fmt::format("parallelize_module(model, tp_mesh, {{\n"
+                     "    \"transformer.wte\": {0},\n"
+                     "    \"transformer.wpe\": {0},\n"
+                     "{1}"
+                     "    \"lm_head\": {2},\n"
+                     "}})\n",
+                     embed, sp ? "    \"transformer.ln_f\": SequenceParallel(),\n" : "", head);
+    s += "model.lm_head.weight = model.transformer.wte.weight  # tied again: both shard the vocabulary rows\n";
+    s += "for block in model.transformer.h:\n";
+    s += "    plan = {\n";
+    if (sp) {
+        s += "        \"ln_1\": SequenceParallel(), \"ln_2\": SequenceParallel(),\n";
+        s += "        \"attn\": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),\n";
+        s += "        \"mlp\": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),\n";
+    }
+    s += fmt::format("        \"attn.c_attn\": ColwiseParallel(), \"attn.c_proj\": RowwiseParallel(output_layouts={}),\n", seq);
+    s += fmt::format("        \"mlp.c_fc\": ColwiseParallel(), \"mlp.c_proj\": RowwiseParallel(output_layouts={}),\n", seq);
+    s += "    }\n";
+    s += "    parallelize_module(block, tp_mesh, plan)\n";
+    if (sp) s += "    block.register_forward_pre_hook(_local_shard, with_kwargs=True)\n";
+    s += "    for attr in (\"split_size\", \"num_heads\", \"embed_dim\"):  # each rank: heads / tp\n";
+    s += "        setattr(block.attn, attr, getattr(block.attn, attr) // tp)\n";
+    if (sh.loss_parallel) {
+        s += "# loss_parallel: run the forward (HF computes the loss) and backward inside\n";
+        s += "# `with torch.distributed.tensor.parallel.loss_parallel():`\n";
+    }
+    return s;
+}
+
 // The device mesh (dp_replicate, dp_shard, tp) and torchtitan's Llama TP plan on HuggingFace's
 // module names (torchtitan/models/llama3/infra/parallelize.py, apply_tp); `mesh` is then the dp
 // part that fully_shard shards over.
@@ -213,6 +269,22 @@ std::string tensorParallelCode(const core::Plan& plan, const core::Mesh& mesh, b
     const std::string head =
         fmt::format("ColwiseParallel(input_layouts={}, output_layouts={}, use_local_output={})", seq,
                     sh.loss_parallel ? "Shard(-1)" : "Replicate()", sh.loss_parallel ? "False" : "True");
+    if (sp) {
+        // HuggingFace's LlamaModel reads the sequence length off the embedding output (mask, positions,
+        // rotary), GPT2Model too (mask, positions): it stays a DTensor there, and each block takes its
+        // local sequence shard, as torchtitan passes activations between blocks.
+        s += "def _local_shard(mod, args, kwargs):  # the embedding's Shard(1) DTensor -> this rank's shard\n";
+        s += "    if args and isinstance(args[0], DTensor):\n";
+        s += "        args = (args[0].to_local(),) + tuple(args[1:])\n";
+        s += "    if isinstance(kwargs.get(\"hidden_states\"), DTensor):\n";
+        s += "        kwargs = dict(kwargs, hidden_states=kwargs[\"hidden_states\"].to_local())\n";
+        s += "    return args, kwargs\n";
+    }
+    if (plan.model->tp_plan == "megatron-gpt2") {
+        s += gpt2TensorParallelCode(sh, mesh, embed, head);
+        s += mesh.replicate_size > 1 ? "mesh = world[\"dp_replicate\", \"dp_shard\"]\n" : "mesh = world[\"dp_shard\"]\n";
+        return s;
+    }
     if (pipeline) {
         s += "top = {}\n";
         s += fmt::format("if is_first:\n    top[\"model.embed_tokens\"] = {}\n", embed);
@@ -227,17 +299,6 @@ std::string tensorParallelCode(const core::Plan& plan, const core::Mesh& mesh, b
                          "    \"lm_head\": {},\n"
                          "}})\n",
                          embed, sp ? "    \"model.norm\": SequenceParallel(),\n" : "", head);
-    }
-    if (sp) {
-        // HuggingFace's LlamaModel reads the sequence length off the embedding output (mask, positions,
-        // rotary): it stays a DTensor there, and each block takes its local sequence shard, as
-        // torchtitan passes activations between blocks.
-        s += "def _local_shard(mod, args, kwargs):  # the embedding's Shard(1) DTensor -> this rank's shard\n";
-        s += "    if args and isinstance(args[0], DTensor):\n";
-        s += "        args = (args[0].to_local(),) + tuple(args[1:])\n";
-        s += "    if isinstance(kwargs.get(\"hidden_states\"), DTensor):\n";
-        s += "        kwargs = dict(kwargs, hidden_states=kwargs[\"hidden_states\"].to_local())\n";
-        s += "    return args, kwargs\n";
     }
     s += "for block in model.model.layers:\n";
     s += "    plan = {\n";

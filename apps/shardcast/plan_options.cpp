@@ -52,7 +52,7 @@ void addPlanOptions(CLI::App& cmd, core::PlanOverrides& o) {
     addOpt(cmd, "--shard-size", o.shard_size, "N",
            "Ranks a parameter is sharded over; 0: world size (GPUs per node for hybrid)", "0");
     addOpt(cmd, "--tp", o.tp, "T",
-           "Tensor-parallel degree: torchtitan's Llama plan (parallelize_module) over T consecutive ranks inside a "
+           "Tensor-parallel degree: torchtitan's Llama plan (Megatron-LM's for GPT-2) over T consecutive ranks inside a "
            "node, then fully_shard over the world / T data-parallel ranks; T divides the GPUs per node and the "
            "attention and KV heads",
            "1");

@@ -370,6 +370,7 @@ private:
     void tpAfter(int64_t ai, bool backward);
     static constexpr uint8_t kOverlapNext = 1, kOverlapPrevious = 2;  // OpShape::overlap under async TP
     void pushTpCollective(OpShapeKind kind, int64_t bytes, uint8_t overlap = 0);
+    int64_t vocabRows(const Op& op) const;
     // Active op `ai` as this rank runs it: the model's, or its TP-local view.
     const Op& opAt(int64_t ai) const {
         const auto oi = static_cast<size_t>(m_s.active[static_cast<size_t>(ai)]);

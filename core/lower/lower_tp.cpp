@@ -193,7 +193,7 @@ void Lowering::tpBefore(int64_t ai, bool backward) {
     // Backward, before the op's own: the output gradient gathered back from sequence shards.
     if (m_sp && op.tp == TpRole::Rowwise)
         pushTpCollective(OpShapeKind::TpAllGather, m_tokens * op.out_features * item, kOverlapNext);
-    if (m_sp && op.tp == TpRole::Vocab) pushTpCollective(OpShapeKind::TpAllGather, m_tokens * m_model.arch.hidden * item);
+    if (m_sp && op.tp == TpRole::Vocab) pushTpCollective(OpShapeKind::TpAllGather, vocabRows(op) * m_model.arch.hidden * item);
 }
 
 // After the forward of active op `ai` (and, mirrored, after its backward): a rowwise linear's or
@@ -205,13 +205,17 @@ void Lowering::tpAfter(int64_t ai, bool backward) {
     const OpShapeKind reduce = m_sp ? OpShapeKind::TpReduceScatter : OpShapeKind::TpAllReduce;
     if (!backward) {
         if (op.tp == TpRole::Rowwise) pushTpCollective(reduce, m_tokens * op.out_features * item, kOverlapPrevious);
-        if (op.tp == TpRole::Vocab) pushTpCollective(reduce, m_tokens * m_model.arch.hidden * item);
+        if (op.tp == TpRole::Vocab) pushTpCollective(reduce, vocabRows(op) * m_model.arch.hidden * item);
         return;
     }
     const Op* prev = ai > 0 ? &opAt(ai - 1) : nullptr;
     if (op.tp == TpRole::Colwise && (!prev || prev->tp != TpRole::Colwise))
         pushTpCollective(reduce, m_tokens * op.in_features * item, kOverlapPrevious);
 }
+
+// The rows an embedding's output has: the micro-batch's tokens, or one sequence's when it is
+// broadcast over the batch (GPT-2's position embedding).
+int64_t Lowering::vocabRows(const Op& op) const { return op.batch_shared ? m_seq : m_tokens; }
 
 void Lowering::pushTpCollective(OpShapeKind kind, int64_t bytes, uint8_t overlap) {
     const int32_t gi = m_group[static_cast<size_t>(GroupKind::Tensor)];

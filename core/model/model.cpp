@@ -152,7 +152,8 @@ bool sameCosts(const Op& a, const Op& b) {
            sameCoef(a.bwd_temp_act, b.bwd_temp_act) && sameCoef(a.bwd_temp_f32, b.bwd_temp_f32) &&
            a.temp_f32_tensors == b.temp_f32_tensors && a.bwd_temp_f32_tensors == b.bwd_temp_f32_tensors &&
            sameCoef(a.io_act, b.io_act) && a.kernel == b.kernel && a.in_features == b.in_features &&
-           a.out_features == b.out_features && a.token_share == b.token_share && a.heads == b.heads &&
+           a.out_features == b.out_features && a.token_share == b.token_share && a.batch_shared == b.batch_shared &&
+           a.heads == b.heads &&
            a.kv_heads == b.kv_heads && a.head_dim == b.head_dim && a.tp == b.tp &&
            sameCoef(a.wgrad_saved_act, b.wgrad_saved_act) && sameCoef(a.wgrad_saved_f32, b.wgrad_saved_f32) &&
            a.same_input_back == b.same_input_back && a.input_kept_under == b.input_kept_under;

@@ -30,8 +30,9 @@ struct Param {
     std::vector<int64_t> shape;  // as stored (GPT-2's Conv1D keeps [in, out]); dim 0 is sharded
     int32_t module = 0;          // owning module (index into Model::modules)
     std::optional<DType> dtype;  // unset: the training's master dtype
-    // Tensor parallelism (Model::tp_plan): the dim the TP plan shards (0: ColwiseParallel's
-    // weight and bias, an embedding's vocab rows; 1: RowwiseParallel's weight); -1 replicated.
+    // Tensor parallelism (Model::tp_plan): the dim the TP plan shards (the output features of a
+    // ColwiseParallel weight and bias, an embedding's rows, the input features of a RowwiseParallel
+    // weight: 0 or 1 as the weight is stored, [out, in] or Conv1D's [in, out]); -1 replicated.
     int8_t tp_dim = -1;
     bool lora = false;  // a LoRA adapter (core/model/model_lora.hpp): trainable while the rest is frozen
     int64_t numel() const;
@@ -59,7 +60,8 @@ struct Module {
 enum class OpKind : uint8_t { Matmul, Attention, Norm, Elementwise, Dropout, Embedding, Loss, Other };
 
 // How a tensor-parallel plan (torchtitan's Llama plan, models/llama3/infra/parallelize.py
-// apply_tp) splits an op over the tp ranks. The importer sets it for architectures with a plan.
+// apply_tp; Megatron-LM's for GPT-2) splits an op over the tp ranks. The importer sets it for
+// architectures with a plan.
 //  Sequence  on the residual stream (norms, residual adds): its tokens are sharded under
 //            sequence parallelism (SequenceParallel, Shard(1)) and replicated without it
 //  Heads     between a colwise and a rowwise linear (RoPE, attention core, the MLP activation):
@@ -68,8 +70,9 @@ enum class OpKind : uint8_t { Matmul, Attention, Norm, Elementwise, Dropout, Emb
 //            the sequence under SP (the saved input is the whole [tokens, in]) or replicated
 //  Rowwise   RowwiseParallel linear: input features sharded; its partial output is
 //            reduce-scattered to the sequence shards under SP, all-reduced without
-//  Vocab     the token embedding over a vocab shard (RowwiseParallel on nn.Embedding): its
-//            partial output is reduce-scattered (SP) or all-reduced
+//  Vocab     an embedding over a shard of its rows (RowwiseParallel on nn.Embedding: the token
+//            table's vocabulary, GPT-2's position table): its partial output is reduce-scattered
+//            (SP) or all-reduced
 //  Loss      cross-entropy over the logits: vocab-sharded under loss_parallel, else over the
 //            all-gathered logits
 enum class TpRole : uint8_t { Replicated, Sequence, Heads, Colwise, Rowwise, Vocab, Loss };
@@ -158,6 +161,9 @@ struct Op {
     KernelShape kernel = KernelShape::Elementwise;
     int64_t in_features = 0, out_features = 0;  // Linear: the weight is [out_features, in_features]
     double token_share = 1;                     // Linear: share of the tokens it sees (an MoE expert: k/E)
+    // The output is one sequence's, broadcast over the micro-batch (GPT-2's position embedding of
+    // position ids [1, seq]): its tensor-parallel collectives move [seq, ...], not [tokens, ...].
+    bool batch_shared = false;
     int32_t heads = 0, kv_heads = 0, head_dim = 0;  // attention kernels
 
     bool existsUnder(uint8_t attention_bit, uint8_t kernel_bit) const {
@@ -187,8 +193,8 @@ struct Model {
     std::vector<BufferSpec> buffers;
     std::vector<Op> ops;            // forward execution order
     std::vector<int32_t> blocks;    // indices of block modules, in forward order
-    // The tensor-parallel plan Op::tp and Param::tp_dim follow ("torchtitan-llama"); empty: the
-    // model has none and refuses tp > 1.
+    // The tensor-parallel plan Op::tp and Param::tp_dim follow ("torchtitan-llama",
+    // "megatron-gpt2"); empty: the model has none and refuses tp > 1.
     std::string tp_plan;
 
     int64_t numParams() const;

@@ -444,6 +444,7 @@ void addActivation(Builder& b, int32_t m, int64_t inter, ActImpl impl) {
 void addEmbedding(Builder& b, int32_t m, int64_t h, bool saves_indices) {
     Op& o = b.op(m, "embedding", OpKind::Embedding);
     o.saved_i64.per_token = saves_indices ? 1 : 0;
+    o.batch_shared = !saves_indices;  // GPT-2's position ids [1, seq]: no indices kept for backward
     o.io_act.per_token = static_cast<double>(h);
 }
 
@@ -643,23 +644,51 @@ ActImpl readAct(ConfigReader& r, const char* key, const char* def) {
     return ActImpl::Silu;
 }
 
+// What a tensor-parallel plan gives each parameter and op, from the role of the module that holds
+// or runs it (`style`, on the module's last name). A linear's weight is [out, in] (nn.Linear), or
+// [in, out] (`in_out`: transformers' Conv1D, which the plan runs as the nn.Linear holding its
+// transpose: ColwiseParallel and RowwiseParallel take nn.Linear only); colwise weights and biases,
+// and embeddings, are sharded along their output rows, rowwise weights along their input (their
+// bias replicated). False (and nothing set) when an op the plan shards is not a linear.
+template <typename Style>
+bool applyTpRoles(Model& model, Style style, bool in_out) {
+    auto leaf = [&](int32_t m) -> std::string_view {
+        const std::string_view name = model.modules[static_cast<size_t>(m)].name;
+        const size_t dot = name.rfind('.');
+        return dot == std::string_view::npos ? name : name.substr(dot + 1);
+    };
+    for (const Op& op : model.ops) {
+        if (op.kind == OpKind::Loss || op.name == "logit_softcap" || op.module == 0) continue;
+        const TpRole r = style(leaf(op.module));
+        if ((r == TpRole::Colwise || r == TpRole::Rowwise) && op.kernel != KernelShape::Linear) return false;
+    }
+    for (Param& p : model.params) {
+        const TpRole r = style(leaf(p.module));
+        const bool bias = p.shape.size() == 1;
+        if (r == TpRole::Vocab) p.tp_dim = 0;
+        if (r == TpRole::Colwise) p.tp_dim = static_cast<int8_t>(bias || !in_out ? 0 : 1);
+        if (r == TpRole::Rowwise && !bias) p.tp_dim = static_cast<int8_t>(in_out ? 0 : 1);
+    }
+    for (Op& op : model.ops) {
+        if (op.kind == OpKind::Loss || op.name == "logit_softcap") {
+            op.tp = TpRole::Loss;
+            continue;
+        }
+        op.tp = op.module == 0 ? TpRole::Sequence : style(leaf(op.module));
+    }
+    return true;
+}
+
 // torchtitan's tensor-parallel plan for Llama (torchtitan/models/llama3/infra/parallelize.py,
 // apply_tp), on HuggingFace's module names: the token embedding RowwiseParallel (vocab rows
 // sharded), q/k/v and gate/up ColwiseParallel, o_proj and down_proj RowwiseParallel, the norms
 // SequenceParallel, lm_head ColwiseParallel (vocab rows sharded). Ops take their role from the
 // module that runs them; what sits between a colwise and a rowwise linear (RoPE, the attention
 // core, the MLP activation) runs on sharded heads or features. Models with experts (no expert
-// parallelism here) or tied input and output embeddings (the two plans shard one weight two
-// ways) get no plan.
+// parallelism here) or tied input and output embeddings (torchtitan unties them) get no plan.
 void applyLlamaTpPlan(Model& model) {
     if (model.arch.experts > 0 || model.arch.tied_embeddings) return;
-    auto leaf = [&](int32_t m) -> std::string_view {
-        const std::string_view name = model.modules[static_cast<size_t>(m)].name;
-        const size_t dot = name.rfind('.');
-        return dot == std::string_view::npos ? name : name.substr(dot + 1);
-    };
-    auto style = [&](int32_t m) -> TpRole {
-        const std::string_view l = leaf(m);
+    auto style = [](std::string_view l) -> TpRole {
         if (l == "q_proj" || l == "k_proj" || l == "v_proj" || l == "gate_proj" || l == "up_proj" || l == "lm_head")
             return TpRole::Colwise;
         if (l == "o_proj" || l == "down_proj") return TpRole::Rowwise;
@@ -667,23 +696,26 @@ void applyLlamaTpPlan(Model& model) {
         if (l == "self_attn" || l == "mlp" || l == "act_fn" || l == "q_norm" || l == "k_norm") return TpRole::Heads;
         return TpRole::Sequence;  // norms, residual adds (the block), the embedding scale (the model)
     };
-    for (Param& p : model.params) {
-        const TpRole r = style(p.module);
-        const bool bias = p.shape.size() == 1;
-        if (r == TpRole::Colwise || r == TpRole::Vocab) p.tp_dim = 0;
-        if (r == TpRole::Rowwise && !bias) p.tp_dim = 1;
-    }
-    for (Op& op : model.ops) {
-        if (op.kind == OpKind::Loss || op.name == "logit_softcap") {
-            op.tp = TpRole::Loss;
-            continue;
-        }
-        op.tp = op.module == 0 ? TpRole::Sequence : style(op.module);
-        if (op.tp == TpRole::Colwise || op.tp == TpRole::Rowwise) {
-            if (op.kernel != KernelShape::Linear) return;  // not the layout the plan names
-        }
-    }
-    model.tp_plan = "torchtitan-llama";
+    if (applyTpRoles(model, style, false)) model.tp_plan = "torchtitan-llama";
+}
+
+// GPT-2 has no torchtitan plan; this is Megatron-LM's layout (Shoeybi et al. 2019, section 3:
+// the MLP's first GEMM column-parallel and its second row-parallel, attention split by heads,
+// the vocabulary-parallel embedding shared with the output layer) as torch's parallel styles
+// express it: transformer.wte and transformer.wpe RowwiseParallel (the position table sharded by
+// rows like the token table), attn.c_attn and mlp.c_fc ColwiseParallel (c_attn's columns permuted
+// so that rank i holds [q_i, k_i, v_i]), attn.c_proj and mlp.c_proj RowwiseParallel, ln_1, ln_2
+// and ln_f SequenceParallel, lm_head ColwiseParallel. Both styles shard the tied [vocab, hidden]
+// weight by rows, so it stays one parameter. The dropouts after c_proj run on sequence shards.
+void applyGpt2TpPlan(Model& model) {
+    auto style = [](std::string_view l) -> TpRole {
+        if (l == "c_attn" || l == "c_fc" || l == "lm_head") return TpRole::Colwise;
+        if (l == "c_proj") return TpRole::Rowwise;
+        if (l == "wte" || l == "wpe") return TpRole::Vocab;
+        if (l == "attn" || l == "act") return TpRole::Heads;
+        return TpRole::Sequence;  // ln_1, ln_2, ln_f, the dropouts, residual adds, the position add
+    };
+    if (applyTpRoles(model, style, true)) model.tp_plan = "megatron-gpt2";
 }
 
 // Llama family: llama, mistral, qwen2, qwen3, gemma, gemma2, olmo2, phi3, mixtral (LlamaForCausalLM layout).
@@ -984,6 +1016,7 @@ Result<Model> buildGpt2(const json& cfg, Model model) {
     }
     addNorm(b, ln_f, h, NormImpl::LayerNorm);
     addHeadAndLoss(b, head, h, vocab, false);
+    applyGpt2TpPlan(model);
     return model;
 }
 

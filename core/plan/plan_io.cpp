@@ -671,8 +671,8 @@ Status checkParallelDims(const Plan& plan, int world) {
     if (s.tp == 1) return Ok{};
     if (m.tp_plan.empty()) {
         return makeError(fmt::format(
-            "sharding.tp {}: model '{}' has no tensor-parallel plan (torchtitan's Llama plan covers llama, mistral "
-            "and qwen2 configs without experts or tied embeddings); use tp 1",
+            "sharding.tp {}: model '{}' has no tensor-parallel plan (torchtitan's Llama plan covers llama, mistral, "
+            "qwen2 and qwen3 configs without experts or tied embeddings; GPT-2 has Megatron-LM's plan); use tp 1",
             s.tp, m.name));
     }
     const int64_t heads = m.arch.heads, kv = m.arch.kv_heads;

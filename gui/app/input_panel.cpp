@@ -226,7 +226,7 @@ InputPanel::InputPanel(QWidget* parent) : QWidget(parent) {
             "Ranks each parameter is sharded over (the shard dimension of init_device_mesh).", 0, 1048576,
             "default");
     addSpin(sharding, "tp", "sharding.tp", "tensor parallel",
-            "Tensor-parallel degree: torchtitan's Llama plan (parallelize_module) over this many consecutive ranks "
+            "Tensor-parallel degree: torchtitan's Llama plan (Megatron-LM's for GPT-2) over this many consecutive ranks "
             "inside a node, then fully_shard over the rest (the tp dimension of init_device_mesh).",
             1, 1024, "");
     addCombo(sharding, "sequence-parallel", "sharding.sequence_parallel", "sequence parallel",

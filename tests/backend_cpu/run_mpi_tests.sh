@@ -72,6 +72,8 @@ verify4)
     # 2 x 2 meshes: FSDP2 over tensor parallelism (the tp collectives inside the compute tasks).
     verify 4 "$llama" --strategy FULL_SHARD --tp 2
     verify 4 "$llama" --strategy FULL_SHARD --tp 2 --ac full --sequence-parallel false --loss-parallel false
+    # GPT-2 under Megatron-LM's plan (two embeddings, the tied LM head, the uneven vocabulary).
+    verify 4 "$gpt2" --strategy FULL_SHARD --tp 2 --grad-accum 2
     # 2 x 2 meshes: FSDP2 inside 2 pipeline stages (P2P sends and receives between them).
     verify 4 "$llama" --strategy FULL_SHARD --pp 2 --grad-accum 3
     verify 4 "$llama" --strategy FULL_SHARD --pp 2 --pp-schedule GPipe --grad-accum 2 --ac full

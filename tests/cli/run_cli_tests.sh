@@ -292,7 +292,8 @@ fi
 expect_bad_input "--tp 3 names the valid degrees" "valid: 1, 2, 4, 8" "$bin" plan --model llama-3.1-8b --tp 3
 expect_bad_input "--tp 16 on 16 GPUs per node: KV heads" "key-value heads" \
     "$bin" plan --model llama-3.1-8b --gpus-per-node 16 --tp 16
-expect_bad_input "--tp 2 on gpt2: no TP plan" "no tensor-parallel plan" "$bin" plan --model gpt2 --tp 2
+expect_bad_input "--tp 2 on phi-3: no TP plan" "no tensor-parallel plan" "$bin" plan --model phi-3-mini-4k --tp 2
+expect_bad_input "--tp 8 on gpt2: 12 heads" "must divide the attention heads \\(12\\).*valid: 1, 2, 4" "$bin" plan --model gpt2 --tp 8
 expect_bad_input "--pp above the blocks plus embedding and output" "valid: 1 to 14" "$bin" plan --model llama-3.1-8b --scale layers=12 --nodes 2 --pp 16 --grad-accum 16
 expect_bad_input "--pp not dividing the world" "must divide the world size 8" "$bin" plan --model llama-3.1-8b --pp 3 --grad-accum 3
 expect_bad_input "--pp 1F1B with fewer micro-batches" "training.grad_accum 2 < pp 4" "$bin" plan --model llama-3.1-8b --pp 4 --grad-accum 2

@@ -7,8 +7,10 @@
 
 #include <algorithm>
 #include <array>
+#include <initializer_list>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -21,6 +23,7 @@
 #include "core/program/program_io.hpp"
 #include "simulator/cost_model.hpp"
 #include "simulator/evaluation.hpp"
+#include "simulator/pytorch_code.hpp"
 #include "tests/simulator/test_plan.hpp"
 
 namespace shardcast::sim {
@@ -191,6 +194,15 @@ TEST(TensorParallelTest, KernelsRunTheLocalShapes) {
 //   scripts/torch_peer.py models/llama-3.1-8b.json --world W --seq 2048 --reshard true --attn sdpa
 //       --hf-unpacked-mask skip --layers 4 --ac AC --tp T
 // Bytes at the tracker's global peak (both peaks fall in the root's backward).
+// Each category at the peak within 1% or 16 MiB of what FSDPMemTracker measured.
+void expectAtPeakNear(const core::CategoryBytes& at, std::initializer_list<std::pair<core::MemCategory, int64_t>> measured) {
+    for (const auto& [category, bytes] : measured) {
+        const int64_t predicted = at[core::index(category)];
+        EXPECT_LE(std::llabs(predicted - bytes), std::max<int64_t>(bytes / 100, 16 * kMiB))
+            << core::categoryName(category) << ": predicted " << predicted << " B, measured " << bytes << " B";
+    }
+}
+
 struct PeerRow {
     int world, tp;
     core::Checkpointing ac;
@@ -206,18 +218,13 @@ TEST_P(PeerMemory, EveryCategoryAtThePeakWithinOnePercentOr16MiB) {
     plan.training.hf_mask = core::HfMask::V5;
     auto e = evaluatePlan(plan, nullptr);
     ASSERT_TRUE(e.ok()) << e.error().message;
-    const core::CategoryBytes& at = e->memory.at_peak;
-    auto near = [](int64_t predicted, int64_t measured) {
-        return std::llabs(predicted - measured) <= std::max<int64_t>(measured / 100, 16 * kMiB);
-    };
     using core::MemCategory;
-    auto get = [&](MemCategory c) { return at[core::index(c)]; };
-    EXPECT_PRED2(near, get(MemCategory::ShardedParam), r.sharded_param);
-    EXPECT_PRED2(near, get(MemCategory::UnshardedParam), r.unsharded_param);
-    EXPECT_PRED2(near, get(MemCategory::Activation), r.activation);
-    EXPECT_PRED2(near, get(MemCategory::Temp), r.temp);
-    EXPECT_PRED2(near, get(MemCategory::AllGather), r.all_gather);
-    EXPECT_PRED2(near, get(MemCategory::OptState), r.opt_state);
+    expectAtPeakNear(e->memory.at_peak, {{MemCategory::ShardedParam, r.sharded_param},
+                                         {MemCategory::UnshardedParam, r.unsharded_param},
+                                         {MemCategory::Activation, r.activation},
+                                         {MemCategory::Temp, r.temp},
+                                         {MemCategory::AllGather, r.all_gather},
+                                         {MemCategory::OptState, r.opt_state}});
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -326,11 +333,140 @@ TEST(TensorParallelTest, BadMeshesNameTheValidChoices) {
     core::Plan ddp = tpPlan(2, 2);
     ddp.sharding.strategy = core::Strategy::NoShard;
     refused(ddp, "needs a sharded strategy");
-    auto gpt2 = core::resolveModel("gpt2");
-    ASSERT_TRUE(gpt2.ok());
+    auto phi3 = core::resolveModel("phi-3-mini-4k");  // fused qkv_proj and gate_up_proj: no plan
+    ASSERT_TRUE(phi3.ok());
     core::Plan g = tpPlan(2, 2);
-    g.model = std::make_shared<const core::Model>(std::move(*gpt2));
+    g.model = std::make_shared<const core::Model>(std::move(*phi3));
     refused(g, "has no tensor-parallel plan");
+}
+
+// GPT-2 under Megatron-LM's plan (core/model/model_io.cpp, applyGpt2TpPlan), by hand from its
+// config (hidden 768, 12 heads, MLP 3072, vocabulary 50257, 1024 positions; Conv1D weights [in, out]).
+core::Plan gpt2Plan(int tp, int world, int64_t micro_batch = 1) {
+    core::Plan plan = tpPlan(1, tp, world / 8, 1024);
+    auto gpt2 = core::resolveModel("gpt2");
+    EXPECT_TRUE(gpt2.ok());
+    plan.model = std::make_shared<const core::Model>(std::move(*gpt2));
+    plan.model_ref = "gpt2";
+    plan.training.micro_batch = micro_batch;
+    return plan;
+}
+
+// TP1 on GPT-2 at tp 2: a block keeps ln_1 and ln_2 whole (4 x 768), c_attn's columns [768, 1152]
+// and bias [1152], attn.c_proj's rows [384, 768] and its bias whole [768], c_fc [768, 1536] + [1536],
+// mlp.c_proj [1536, 768] + [768]: 3,072 + 885,888 + 295,680 + 1,181,184 + 1,180,416 = 3,546,240.
+// The root: rank 0's wte rows, ceil(50257 / 2) = 25,129 x 768 = 19,299,072 (the LM head is the same
+// parameter), wpe 512 x 768 = 393,216, ln_f 1,536: 19,693,824. At tp 4: a block 3,072 + 442,944 +
+// 148,224 + 590,592 + 590,592 = 1,775,424; the root 12,565 x 768 + 256 x 768 + 1,536 = 9,848,064.
+TEST(TensorParallelTest, Gpt2ShardsMegatronsLayout) {
+    const core::Program p2 = lowered(gpt2Plan(2, 8));
+    ASSERT_EQ(p2.units.size(), 13u);
+    EXPECT_EQ(p2.units[1].params, 3'546'240);
+    EXPECT_EQ(p2.units[0].params, 19'693'824);
+    const core::Program p4 = lowered(gpt2Plan(4, 8));
+    ASSERT_EQ(p4.units.size(), 13u);
+    EXPECT_EQ(p4.units[1].params, 1'775'424);
+    EXPECT_EQ(p4.units[0].params, 9'848'064);
+    // tp 8 does not divide the 12 heads: refused with the valid choices.
+    core::Plan bad = gpt2Plan(8, 8);
+    auto mesh = core::validatePlan(bad);
+    ASSERT_FALSE(mesh.ok());
+    EXPECT_NE(mesh.error().message.find("must divide the attention heads (12)"), std::string::npos) << mesh.error().message;
+}
+
+// TP3 on GPT-2 with SP, micro-batch 2 of 1,024 tokens: per block 2 all-gathers (before c_attn and
+// c_fc) and 2 reduce-scatters (after the two c_proj) of 2,048 x 768 x 2 = 3,145,728 B; the root's
+// token embedding reduce-scatters as much, the position embedding one sequence's [1, 1024, 768]:
+// 1,572,864 B (position ids are shared across the batch); the LM head's input all-gather
+// 3,145,728 B and, loss_parallel off, the logits' 2,048 x 50,257 x 2 = 205,852,672 B. Backward
+// mirrors them.
+TEST(TensorParallelTest, Gpt2CollectivesAndThePositionEmbedding) {
+    const core::Program p = lowered(gpt2Plan(2, 8, 2));
+    int rs_full = 0, rs_seq = 0, ag_full = 0, ag_seq = 0, ag_logits = 0, other = 0;
+    for (const core::Task& t : p.tasks) {
+        if (t.micro_batch != 0) continue;
+        const core::OpShape* ops = p.opsBegin(t);
+        for (uint32_t i = 0; i < t.ops.count; ++i) {
+            const core::OpShape& o = ops[i];
+            if (!core::isTpCollective(o.kind)) continue;
+            const bool fwd = t.kind == core::TaskKind::Forward;
+            if (o.kind == OpShapeKind::TpReduceScatter && o.bytes == 3'145'728) rs_full += fwd ? 1 : 100;
+            else if (o.kind == OpShapeKind::TpReduceScatter && o.bytes == 1'572'864) rs_seq += fwd ? 1 : 100;
+            else if (o.kind == OpShapeKind::TpAllGather && o.bytes == 3'145'728) ag_full += fwd ? 1 : 100;
+            else if (o.kind == OpShapeKind::TpAllGather && o.bytes == 1'572'864) ag_seq += fwd ? 1 : 100;
+            else if (o.kind == OpShapeKind::TpAllGather && o.bytes == int64_t{2048} * 50257 * 2) ag_logits += fwd ? 1 : 100;
+            else ++other;
+        }
+    }
+    // Forward (units) and backward (hundreds): backward reduce-scatters the input gradients after
+    // c_attn, c_fc and the LM head, and all-gathers the output gradients before the two c_proj and
+    // both embeddings.
+    EXPECT_EQ(rs_full, 2 * 12 + 1 + 100 * (2 * 12 + 1));
+    EXPECT_EQ(rs_seq, 1);
+    EXPECT_EQ(ag_full, 2 * 12 + 1 + 100 * (2 * 12 + 1));
+    EXPECT_EQ(ag_seq, 100);
+    EXPECT_EQ(ag_logits, 1);
+    EXPECT_EQ(other, 0);
+}
+
+// plan --pytorch for GPT-2 under TP: the Conv1D layers as nn.Linear (c_attn in Megatron-LM's column
+// order), both embeddings RowwiseParallel, the tie restored, the block plan on GPT-2's names and
+// its attention's split size divided. scripts/check-emitted-tp.py runs such a file on a small GPT-2.
+TEST(TensorParallelTest, Gpt2PytorchCodeAppliesMegatronsPlan) {
+    core::Plan plan = gpt2Plan(2, 8);
+    auto mesh = core::validatePlan(plan);
+    ASSERT_TRUE(mesh.ok()) << mesh.error().message;
+    const std::string code = pytorchCode(plan, *mesh, unitsOfPlan(plan));
+    for (const char* want :
+         {"block.attn.c_attn = _as_linear(block.attn.c_attn, qkv=True)", "w.reshape(3, tp, nf // (3 * tp), nx).transpose(0, 1)",
+          "\"transformer.wpe\": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1), use_local_output=False)",
+          "\"transformer.ln_f\": SequenceParallel()", "model.lm_head.weight = model.transformer.wte.weight",
+          "\"attn.c_attn\": ColwiseParallel(), \"attn.c_proj\": RowwiseParallel(output_layouts=Shard(1))",
+          "for attr in (\"split_size\", \"num_heads\", \"embed_dim\")", "mesh = world[\"dp_shard\"]",
+          "fully_shard(model.transformer.h[0], mesh=mesh"}) {
+        EXPECT_NE(code.find(want), std::string::npos) << want << "\n" << code;
+    }
+    EXPECT_EQ(code.find("model.model.layers"), std::string::npos) << code;
+}
+
+// Memory against PyTorch on GPT-2: FSDP2 + TP (the plan above; torch_peer.py runs each Conv1D as
+// the equivalent nn.Linear, which Colwise/RowwiseParallel need) under FakeTensorMode with
+// FSDPMemTracker, seq 1024, micro-batch 1, sdpa with attention dropout 0, transformers 4.57.6:
+//   scripts/torch_peer.py models/gpt2.json --world W --seq 1024 --reshard true --ac AC --attn sdpa
+//       --hf-unpacked-mask keep --attn-dropout 0 --tp T
+// Bytes at the tracker's peak (the root's backward in both).
+TEST(TensorParallelTest, Gpt2MemoryAgainstTheTracker) {
+    struct Row {
+        int world, tp;
+        core::Checkpointing ac;
+        int64_t sharded_param, unsharded_param, buffer, activation, temp, all_gather, opt_state;
+    };
+    for (const Row& r : {Row{8, 2, core::Checkpointing::None, 62'251'008, 39'392'256, 12'582'960, 526'678'024,
+                             411'705'344, 7'092'480, 124'502'608},
+                         Row{16, 4, core::Checkpointing::Full, 31'155'456, 19'700'736, 12'582'960, 213'791'752,
+                             411'705'344, 3'550'848, 62'311'504}}) {
+        core::Plan plan = gpt2Plan(r.tp, r.world);
+        plan.training.ac = r.ac;
+        plan.training.hf_mask = core::HfMask::V4;
+        auto e = evaluatePlan(plan, nullptr);
+        ASSERT_TRUE(e.ok()) << e.error().message;
+        const core::CategoryBytes& at = e->memory.at_peak;
+        using core::MemCategory;
+        SCOPED_TRACE("world " + std::to_string(r.world) + ", tp " + std::to_string(r.tp));
+        expectAtPeakNear(at, {{MemCategory::ShardedParam, r.sharded_param},
+                              {MemCategory::UnshardedParam, r.unsharded_param},
+                              {MemCategory::Buffer, r.buffer},
+                              {MemCategory::Activation, r.activation},
+                              {MemCategory::Temp, r.temp},
+                              {MemCategory::AllGather, r.all_gather},
+                              {MemCategory::OptState, r.opt_state}});
+        int64_t total = 0, measured = r.sharded_param + r.unsharded_param + r.buffer + r.activation + r.temp +
+                                          r.all_gather + r.opt_state + 16'384;  // + Inputs
+        for (size_t c = 0; c < at.size(); ++c) {
+            if (c != core::index(MemCategory::RuntimeOverhead)) total += at[c];
+        }
+        EXPECT_LE(std::llabs(total - measured), measured / 200) << total << " vs " << measured;
+    }
 }
 
 }  // namespace
