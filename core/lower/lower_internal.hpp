@@ -41,6 +41,8 @@
 //      and held, fp8 GEMMs and casts, the amax pass               pushBackwardOps, optimizerStep
 //   T1 a tied LM head's weight gradient held until the           tiedHeadGrad, segmentCosts, backwardSegment
 //      embedding's backward adds its own to it
+//   C1 under checkpointing, transformers 4.5x's boolean mask kept   checkpointKeepsMask, splitIntoSegments
+//      by every block's checkpoint until the first block's backward
 //   L1-L4 memory around the step: init, summon_full_params,       lifecycleMemory (lower_lifecycle.cpp,
 //      full and sharded state dicts                               core/lower/lifecycle.hpp)
 #include <array>
@@ -371,6 +373,7 @@ private:
     static constexpr uint8_t kOverlapNext = 1, kOverlapPrevious = 2;  // OpShape::overlap under async TP
     void pushTpCollective(OpShapeKind kind, int64_t bytes, uint8_t overlap = 0);
     int64_t vocabRows(const Op& op) const;
+    bool checkpointKeepsMask() const;
     // Active op `ai` as this rank runs it: the model's, or its TP-local view.
     const Op& opAt(int64_t ai) const {
         const auto oi = static_cast<size_t>(m_s.active[static_cast<size_t>(ai)]);

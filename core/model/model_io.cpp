@@ -374,9 +374,10 @@ GatedMlpModules addGatedMlpModules(Builder& b, const std::string& m, int64_t h, 
 // The gated activation act(gate) * up over I elements per token (eager: act_fn, then the product;
 // fused: one kernel that saves gate and up). `act_saved` / `mul_saved`: what the two eager ops keep
 // (they differ when gate and up are views of one fused output); `split_grads`: the two halves'
-// gradients are concatenated back into one [tokens, 2 I] (a fused gate_up projection).
+// gradients are concatenated back into one [tokens, 2 I] (a fused gate_up projection). `h`: the
+// hidden size, of the residual stream's gradient.
 void addGatedActivation(Builder& b, const GatedMlpModules& mm, double I, double act_saved, double mul_saved,
-                        bool split_grads) {
+                        bool split_grads, double h) {
     Op& act = b.op(mm.act, "act_fn", OpKind::Elementwise);
     act.kernel_variants = variant::kEagerKernels;
     act.flops.per_token = kActFlopsPerElem * I;
@@ -390,6 +391,11 @@ void addGatedActivation(Builder& b, const GatedMlpModules& mm, double I, double 
     mul.io_act.per_token = 3 * I;
     // grad * up and grad * act: two kernels of 3 each (and the concatenation of the halves: 4 more).
     mul.io_bwd_act.per_token = (split_grads ? 10 : 6) * I;
+    // Its backward holds the product's gradient (down_proj's input gradient) beside the two it
+    // makes, three [tokens, I] tensors, while the block's output gradient [tokens, h] waits for
+    // the skip connection (FSDPMemTracker, Mistral-7B at seq 4096 under AC full: there [tokens, I]
+    // is as large as an MLP weight and this moment is the block's backward peak).
+    mul.bwd_temp_act.per_token = 3 * I + h;
     mul.bwd_kernels = split_grads ? 3 : 2;
     // Fused gated activation: saves the gate and up outputs only.
     Op& fused = b.op(mm.mlp, "gated_act", OpKind::Elementwise);
@@ -406,7 +412,7 @@ void addGatedMlp(Builder& b, const GatedMlpModules& mm, int64_t h, int64_t inter
     const double I = static_cast<double>(inter) * f;
     addMatmul(b, mm.gate, "gate_proj", h, inter, true, f);
     addSiblingMatmul(b, mm.up, "up_proj", h, inter, 1, f);  // same input as gate, saved once
-    addGatedActivation(b, mm, I, I, 2 * I, false);
+    addGatedActivation(b, mm, I, I, 2 * I, false, static_cast<double>(h));
     addMatmul(b, mm.down, "down_proj", inter, h, true, f);
 }
 
@@ -416,7 +422,7 @@ void addGatedMlp(Builder& b, const GatedMlpModules& mm, int64_t h, int64_t inter
 void addFusedGatedMlp(Builder& b, const GatedMlpModules& mm, int64_t h, int64_t inter) {
     const double I = static_cast<double>(inter);
     addMatmul(b, mm.gate, "gate_up_proj", h, 2 * inter, true);
-    addGatedActivation(b, mm, I, 2 * I, I, true);
+    addGatedActivation(b, mm, I, 2 * I, I, true, static_cast<double>(h));
     addMatmul(b, mm.down, "down_proj", inter, h, true);
 }
 

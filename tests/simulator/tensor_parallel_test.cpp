@@ -52,15 +52,7 @@ core::Plan tpPlan(int layers, int tp, int nodes = 1, int64_t seq = 2048) {
     return plan;
 }
 
-core::Program lowered(const core::Plan& plan) {
-    core::Program p;
-    auto mesh = core::validatePlan(plan);
-    EXPECT_TRUE(mesh.ok()) << (mesh.ok() ? "" : mesh.error().message);
-    if (!mesh) return p;
-    auto st = core::lower(plan, *mesh, p);
-    EXPECT_TRUE(st.ok()) << (st.ok() ? "" : st.error().message);
-    return p;
-}
+core::Program lowered(const core::Plan& plan) { return testing::loweredProgram(plan); }
 
 // TP collectives of micro-batch 0 by kind and by task kind, with their sizes.
 struct TpCounts {

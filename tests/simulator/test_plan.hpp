@@ -62,6 +62,17 @@ inline core::Plan ppPlan(int layers, int pp, int grad_accum, core::PpSchedule sc
     return plan;
 }
 
+// The Program of a plan that validates and lowers (a failure fails the test).
+inline core::Program loweredProgram(const core::Plan& plan) {
+    core::Program p;
+    auto mesh = core::validatePlan(plan);
+    EXPECT_TRUE(mesh.ok()) << (mesh.ok() ? "" : mesh.error().message);
+    if (!mesh) return p;
+    auto st = core::lower(plan, *mesh, p);
+    EXPECT_TRUE(st.ok()) << (st.ok() ? "" : st.error().message);
+    return p;
+}
+
 // Pipeline rank `rank`'s Program of a plan that validates (a failure fails the test).
 inline core::Program stageProgram(const core::Plan& plan, int rank) {
     core::Program p;
