@@ -741,7 +741,11 @@ Result<Model> buildLlamaFamily(const json& cfg, Model model) {
     // Phi-3 (modeling_phi3.py): one qkv_proj and one gate_up_proj, their outputs split by views.
     const bool phi3 = type == "phi3";
 
-    const auto [h, layers, heads, inter, vocab] = readCoreSizes(r);
+    // Named locals, not a structured binding: lambdas below capture them (C++17 clang refuses a
+    // captured binding).
+    const CoreSizes sizes = readCoreSizes(r);
+    const int64_t h = sizes.hidden, layers = sizes.layers, heads = sizes.heads, inter = sizes.intermediate,
+                  vocab = sizes.vocab;
     const int64_t kv = r.optional("num_key_value_heads", heads, limits::kMaxHeads);
     if (!r.has("head_dim"))
         r.check(h % heads == 0, "field 'hidden_size' (" + std::to_string(h) +
@@ -1030,7 +1034,11 @@ Result<Model> buildGpt2(const json& cfg, Model model) {
 
 Result<Model> buildGptNeox(const json& cfg, Model model) {
     ConfigReader r(cfg, model.source, "gpt_neox");
-    const auto [h, layers, heads, inter, vocab] = readCoreSizes(r);
+    // Named locals, not a structured binding: lambdas below capture them (C++17 clang refuses a
+    // captured binding).
+    const CoreSizes sizes = readCoreSizes(r);
+    const int64_t h = sizes.hidden, layers = sizes.layers, heads = sizes.heads, inter = sizes.intermediate,
+                  vocab = sizes.vocab;
     r.check(h % heads == 0, "field 'hidden_size' (" + std::to_string(h) +
                                 ") must be divisible by 'num_attention_heads' (" + std::to_string(heads) + ")");
     const double rotary_pct = r.fraction("rotary_pct", 0.25);
@@ -1135,7 +1143,11 @@ bool checkKeys(const json& obj, std::initializer_list<const char*> allowed, cons
 // them per token, and n_shared_experts' MLP on every token.
 Result<Model> buildDeepseekV3(const json& cfg, Model model) {
     ConfigReader r(cfg, model.source, "deepseek_v3");
-    const auto [h, layers, heads, inter, vocab] = readCoreSizes(r);
+    // Named locals, not a structured binding: lambdas below capture them (C++17 clang refuses a
+    // captured binding).
+    const CoreSizes sizes = readCoreSizes(r);
+    const int64_t h = sizes.hidden, layers = sizes.layers, heads = sizes.heads, inter = sizes.intermediate,
+                  vocab = sizes.vocab;
     const int64_t kv = r.optional("num_key_value_heads", heads, limits::kMaxHeads);
     // modeling_deepseek_v3.py repeats k and v by heads / kv, but kv_b_proj already makes every
     // head's: another count would not run.
