@@ -21,7 +21,10 @@ core::Status checkAccelerateExpressible(const core::Plan& plan, const core::Mesh
     const core::ShardingSpec& s = plan.sharding;
     const core::TrainingSpec& t = plan.training;
     auto no = [&](std::string_view field, const std::string& what) -> core::Status { return cannotIn(format, field, what); };
-    if (mesh.tp > 1) return no("sharding.tp", "is more than 1; accelerate applies the model's own HF TP plan, not torchtitan's");
+    if (mesh.tp > 1) {
+        return no("sharding.tp", "is more than 1; accelerate applies the model's own HF TP plan, not the one shardcast "
+                                 "plans (torchtitan's, or Megatron-LM's for GPT-2)");
+    }
     if (mesh.pp > 1) return no("sharding.pp", "is more than 1; accelerate has no pipeline parallelism");
     if (t.computeDtype() != t.reduceDtype()) {
         return no("training.reduce_dtype", "differs from param_dtype; accelerate's mixed precision reduces in the compute dtype");
