@@ -29,20 +29,6 @@ int64_t withSlack(double ns) {
 
 }  // namespace
 
-void BoundAnalyzer::markActivationBuffers(const core::Program& program) {
-    m_activation.assign(static_cast<size_t>(std::max(0, program.buffer_count)), 0);
-    for (const core::Task& t : program.tasks) {
-        for (const core::Span span : {t.mem_start, t.mem_end}) {
-            const core::MemEvent* e = program.memBegin(span);
-            for (uint32_t k = 0; k < span.count; ++k) {
-                if (e[k].bytes <= 0 || e[k].buffer < 0 || static_cast<size_t>(e[k].buffer) >= m_activation.size()) continue;
-                m_activation[static_cast<size_t>(e[k].buffer)] =
-                    e[k].category == core::MemCategory::Activation || t.kind == core::TaskKind::Recompute;
-            }
-        }
-    }
-}
-
 void BoundAnalyzer::livePerKernel(const core::Program& program) {
     const int32_t n = program.size();
     m_group_points.clear();
@@ -96,11 +82,11 @@ void BoundAnalyzer::livePerKernel(const core::Program& program) {
     std::vector<int32_t>& lo = m_lo;
     std::vector<int32_t>& hi = m_hi;
     std::vector<int64_t>& bytes = m_bytes;
-    markActivationBuffers(program);
-    const std::vector<uint8_t>& activation = m_activation;
+    std::vector<uint8_t>& activation = m_activation;
     lo.assign(buffers, kNone);
     hi.assign(buffers, kNone);
     bytes.assign(buffers, 0);
+    activation.assign(buffers, 0);
     for (int32_t id = 0; id < n; ++id) {
         const core::Task& t = program.tasks[id];
         const int32_t c = m_compute_index[id];
@@ -113,6 +99,7 @@ void BoundAnalyzer::livePerKernel(const core::Program& program) {
                 if (e[k].bytes > 0) {
                     lo[b] = c >= 0 ? c + at_end : m_min_desc[id];
                     bytes[b] = e[k].bytes;
+                    activation[b] = activatesBuffer(t, e[k]);
                 } else if (e[k].timed_after >= 0) {
                     hi[b] = -1;  // a deferred free: not counted
                 } else {
@@ -175,7 +162,8 @@ GroupBoundPart BoundAnalyzer::groupPart(const core::Program& program, const Cost
         if (isKernel(t)) part.kernels_ns += cost.durationNs(t, program);
     }
     // The compute stream's Activation in Program order: start events, the transient peak, end events.
-    markActivationBuffers(program);
+    // A buffer is marked where it is allocated (before any of its frees, in Program order).
+    m_activation.assign(static_cast<size_t>(std::max(0, program.buffer_count)), 0);
     bool premise = true;
     int64_t live = 0, high = 0;
     for (const core::Task& t : program.tasks) {
@@ -185,6 +173,8 @@ GroupBoundPart BoundAnalyzer::groupPart(const core::Program& program, const Cost
             int64_t delta = 0;
             for (uint32_t k = 0; k < span.count; ++k) {
                 if (!activationEvent(t, e[k])) continue;
+                if (e[k].bytes > 0 && e[k].buffer >= 0 && static_cast<size_t>(e[k].buffer) < m_activation.size())
+                    m_activation[static_cast<size_t>(e[k].buffer)] = 1;
                 if (!compute) {
                     // Another stream may only add Activation for an instant (the copy-in cast).
                     if (!transient || e[k].bytes < 0) premise = false;

@@ -137,11 +137,13 @@ private:
     void livePerKernel(const core::Program& program);
     // Which buffers hold activations for the bounds: allocated as Activation, or made by a
     // recompute (the lowering files those as Temp, as FSDPMemTracker does, but like the forward's
-    // they depend on the checkpointing and the micro-batch, not on the sharding).
-    void markActivationBuffers(const core::Program& program);
+    // they depend on the checkpointing and the micro-batch, not on the sharding). m_activation
+    // marks such buffers as their allocations are met, so that their frees count too.
+    static bool activatesBuffer(const core::Task& t, const core::MemEvent& e) {
+        return e.category == core::MemCategory::Activation || (t.kind == core::TaskKind::Recompute && e.bytes > 0);
+    }
     bool activationEvent(const core::Task& t, const core::MemEvent& e) const {
-        if (e.category == core::MemCategory::Activation) return true;
-        if (t.kind == core::TaskKind::Recompute && e.bytes > 0) return true;
+        if (activatesBuffer(t, e)) return true;
         return e.buffer >= 0 && static_cast<size_t>(e.buffer) < m_activation.size() && m_activation[static_cast<size_t>(e.buffer)];
     }
     // Durations of every task but the kernels (collectives scaled by min(1, g)).
@@ -156,7 +158,7 @@ private:
     std::vector<int64_t> m_group_points, m_sharding_points;
     std::vector<int32_t> m_lo, m_hi;  // per buffer: the compute ordinals it is live over
     std::vector<int64_t> m_bytes;
-    std::vector<uint8_t> m_activation;  // per buffer (markActivationBuffers)
+    std::vector<uint8_t> m_activation;  // per buffer: holds activations (activatesBuffer)
     std::vector<std::vector<int64_t>> m_group_per_mb, m_sharding_per_mb;
 };
 
