@@ -10,6 +10,7 @@
 #include <numeric>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/base/units.hpp"
 #include "core/lower/lower.hpp"
@@ -1425,6 +1426,25 @@ core::Result<OptimizeResult> optimize(const core::Plan& base, const OptimizeSpac
             }
         }
     }
+    // A global batch that splits over no degree of the space: name the tensor-parallel degrees it
+    // would split over (each GPU then shares its sequences with tp - 1 others).
+    auto withHint = [&](core::Error e) {
+        if (e.message.find("does not split over") == std::string::npos) return e;
+        const int64_t gpus = int64_t{base.cluster.nodes} * base.cluster.gpus_per_node;
+        const int pp = std::max(1, base.sharding.pp);
+        std::vector<std::string> fits;
+        for (int tp = 2; tp <= base.cluster.gpus_per_node; ++tp) {
+            if (std::find(tps.begin(), tps.end(), tp) != tps.end() || gpus % (int64_t{tp} * pp) != 0) continue;
+            const int64_t dp = gpus / (int64_t{tp} * pp);
+            if (options.global_batch % dp == 0 && probe(tp, 1, {})) fits.push_back(std::to_string(tp));
+        }
+        if (!fits.empty()) {
+            e.message += fmt::format("; tensor parallelism leaves fewer data-parallel ranks, and the global batch "
+                                     "splits over them with --tp {}",
+                                     fmt::join(fits, ","));
+        }
+        return e;
+    };
     std::vector<OptimizeResult> subs;
     std::vector<std::string> skipped;
     size_t spaces = 0;
@@ -1441,7 +1461,8 @@ core::Result<OptimizeResult> optimize(const core::Plan& base, const OptimizeSpac
                     // With several degrees, one whose space is empty (the global batch does not split
                     // over its data-parallel ranks, nothing left to search, nothing valid) is left out
                     // and said so.
-                    if (!several || r.error().cancelled) return r.error();
+                    if (r.error().cancelled) return r.error();
+                    if (!several) return withHint(r.error());
                     skipped.push_back(pp > 1 ? fmt::format("tp {} x pp {} {}: {}", tp, pp, pipelineScheduleChoiceName(sched),
                                                            r.error().message)
                                              : fmt::format("tp {}: {}", tp, r.error().message));
@@ -1451,7 +1472,9 @@ core::Result<OptimizeResult> optimize(const core::Plan& base, const OptimizeSpac
             }
         }
     }
-    if (subs.empty()) return core::makeError("no tensor- or pipeline-parallel degree leaves anything to search: " + skipped.front());
+    if (subs.empty()) {
+        return withHint(core::Error{"no tensor- or pipeline-parallel degree leaves anything to search: " + skipped.front()});
+    }
     OptimizeResult out = subs.size() == 1 ? std::move(subs.front()) : mergeTpResults(std::move(subs), options.top);
     for (std::string& s : skipped) out.not_searched.push_back(std::move(s));
     return out;

@@ -48,9 +48,9 @@ int widestInstanceNodes(int64_t size, int64_t stride, int64_t world, int64_t gpu
 }  // namespace
 
 Lowering::Lowering(const Plan& plan, const Mesh& mesh, Program& out, LowerScratch& scratch, int stage,
-                   const Model* full_model, const ChunkContext& chunk)
+                   std::shared_ptr<const Model> full_model, const ChunkContext& chunk)
     : m_plan(plan), m_model(*plan.model), m_tr(plan.training), m_sh(plan.sharding), m_mesh(mesh), m_p(out),
-      m_s(scratch), m_full_model(full_model ? full_model : plan.model.get()), m_pp(mesh.pp),
+      m_s(scratch), m_full_model(full_model ? std::move(full_model) : plan.model), m_pp(mesh.pp),
       m_virtual(mesh.virtual_stages), m_stage(stage), m_chunk(chunk.chunk), m_unit_offset(chunk.unit_offset) {
     m_s.host_pending.clear();
     m_s.free_queue.clear();
@@ -174,8 +174,8 @@ void Lowering::fillProgramHeader() {
     m_p.compute_dtype = m_pdt;
     m_p.micro_batches = static_cast<int>(m_tr.grad_accum);
     m_p.tokens_per_micro_batch = m_tokens;
-    if (m_s.flops_model != m_plan.model || m_s.flops_seq != m_seq) {
-        m_s.flops_model = m_plan.model;
+    if (m_s.flops_model != m_full_model || m_s.flops_seq != m_seq) {
+        m_s.flops_model = m_full_model;
         m_s.flops_seq = m_seq;
         m_s.flops_per_token = m_full_model->modelFlopsPerToken(m_seq);
     }
@@ -327,7 +327,7 @@ Status Lowerer::lowerStage(const Plan& plan, const Mesh& mesh, int stage, Progra
     };
     if (mesh.virtual_stages == 1) {
         const Plan stage_plan = stagePlan(stage);
-        detail::Lowering lowering(stage_plan, mesh, out, s, stage, plan.model.get());
+        detail::Lowering lowering(stage_plan, mesh, out, s, stage, plan.model);
         return lowering.run();
     }
     // Rule PP5 (lower_pp.cpp): the rank's stages stage, stage + pp, ... each lowered by its own
@@ -352,7 +352,7 @@ Status Lowerer::lowerStage(const Plan& plan, const Mesh& mesh, int stage, Progra
             ctx.host_deps = chunks.front()->hostDeps();
         }
         chunks.push_back(std::make_unique<detail::Lowering>(plans[c], mesh, out, *m_chunk_scratch[c],
-                                                            mesh.rankStage(stage, static_cast<int>(c)), plan.model.get(), ctx));
+                                                            mesh.rankStage(stage, static_cast<int>(c)), plan.model, ctx));
         if (auto st = chunks.back()->prepare(); !st) return st;
         units += chunks.back()->unitCount();
     }

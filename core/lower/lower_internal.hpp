@@ -264,16 +264,23 @@ struct LowerScratch {
     };
     OpCostKey op_cost_key;
     std::vector<uint8_t> module_float8;  // per module: it holds a Float8Linear weight (with the active ops)
-    // Tensor parallelism: the model's ops as one tp rank sees them (tpLocalOp), kept while the
-    // model and the TP settings repeat.
+    // Tensor parallelism: the model's ops as one tp rank sees them (tpLocalOp), kept per model and
+    // TP settings (a pipeline's stages are models of their own, lowered in turn: a few entries,
+    // the oldest replaced).
     struct TpKey {
         std::shared_ptr<const Model> model;
         int tp = 1;
         bool sp = true, lp = true;
         bool operator==(const TpKey&) const = default;
     };
-    TpKey tp_key;
-    std::vector<Op> tp_ops;
+    struct TpOps {
+        TpKey key;
+        std::vector<Op> ops;
+    };
+    static constexpr size_t kTpCacheEntries = 32;
+    std::vector<TpOps> tp_cache;
+    size_t tp_next = 0;                      // the entry replaced next once the cache is full
+    const std::vector<Op>* tp_ops = nullptr;  // this lowering's (tpLocalOps)
     int active_tp = 1;  // the tp the parameter shapes of activeOpTables were taken for
     std::shared_ptr<const Model> flops_model;
     int64_t flops_seq = -1;
@@ -311,7 +318,7 @@ public:
     // `stage`: the pipeline stage `plan` (whose model is that stage's) is lowered for, and
     // `full_model` the whole model (its FLOPs per token); pp 1: stage 0 and plan's model.
     Lowering(const Plan& plan, const Mesh& mesh, Program& out, LowerScratch& scratch, int stage = 0,
-             const Model* full_model = nullptr, const ChunkContext& chunk = {});
+             std::shared_ptr<const Model> full_model = nullptr, const ChunkContext& chunk = {});
     Status run();
     // Interleaved1F1B, driven stage by stage over one Program (Lowerer::lowerStage): prepare()
     // appends the stage's units and starting memory, act() lowers one action of the rank's
@@ -377,7 +384,7 @@ private:
     // Active op `ai` as this rank runs it: the model's, or its TP-local view.
     const Op& opAt(int64_t ai) const {
         const auto oi = static_cast<size_t>(m_s.active[static_cast<size_t>(ai)]);
-        return m_tp > 1 ? m_s.tp_ops[oi] : m_model.ops[oi];
+        return m_tp > 1 ? (*m_s.tp_ops)[oi] : m_model.ops[oi];
     }
 
     // lower_pp.cpp: pipeline parallelism.
@@ -555,7 +562,7 @@ private:
     std::vector<MemEvent>* m_host_events = nullptr;
 
     // Pipeline parallelism (lower_pp.cpp).
-    const Model* m_full_model = nullptr;  // the whole model (FLOPs per token)
+    std::shared_ptr<const Model> m_full_model;  // the whole model (FLOPs per token)
     // m_stage: the pipeline stage (0 to m_pp x m_virtual - 1), on rank m_stage mod m_pp.
     int m_pp = 1, m_virtual = 1, m_stage = 0, m_slots = 1, m_chunk = 0;
     int32_t m_unit_offset = 0;

@@ -169,11 +169,27 @@ Op tpLocalOp(const Op& op, int tp, bool sp, bool lp) {
 
 void Lowering::tpLocalOps() {
     const LowerScratch::TpKey key{m_plan.model, static_cast<int>(m_tp), m_sp, m_lp};
-    if (m_s.tp_key == key) return;
-    m_s.tp_key = key;
-    m_s.tp_ops.clear();
-    m_s.tp_ops.reserve(m_model.ops.size());
-    for (const Op& op : m_model.ops) m_s.tp_ops.push_back(tpLocalOp(op, static_cast<int>(m_tp), m_sp, m_lp));
+    for (const LowerScratch::TpOps& e : m_s.tp_cache) {
+        if (e.key == key) {
+            m_s.tp_ops = &e.ops;
+            return;
+        }
+    }
+    // Reserved once: an entry never moves, so the pointer a lowering holds stays valid.
+    m_s.tp_cache.reserve(LowerScratch::kTpCacheEntries);
+    size_t slot = m_s.tp_cache.size();
+    if (slot < LowerScratch::kTpCacheEntries) {
+        m_s.tp_cache.emplace_back();
+    } else {
+        slot = m_s.tp_next;
+        m_s.tp_next = (m_s.tp_next + 1) % LowerScratch::kTpCacheEntries;
+    }
+    LowerScratch::TpOps& e = m_s.tp_cache[slot];
+    e.key = key;
+    e.ops.clear();
+    e.ops.reserve(m_model.ops.size());
+    for (const Op& op : m_model.ops) e.ops.push_back(tpLocalOp(op, static_cast<int>(m_tp), m_sp, m_lp));
+    m_s.tp_ops = &e.ops;
 }
 
 // Before the forward of active op `ai` (and, mirrored, after its backward): an all-gather of a

@@ -101,6 +101,12 @@ if [ ! -e "$tmp/none.json" ]; then pass "optimize: nothing fits writes no plan";
 # --- bad input: exit 2, one line naming the flag -----------------------------------------------------
 expect_bad_input "optimize: batch that does not split over the ranks" "--global-batch 12" \
     "$bin" optimize --model llama-3.1-8b --global-batch 12
+# 4 sequences over 8 GPUs: tp 2, 4 and 8 leave 4, 2 and 1 data-parallel ranks, each a divisor of 4.
+expect_bad_input "optimize: a batch below one sequence per rank names the tp degrees it splits over" \
+    "--global-batch 4 does not split over 8 ranks.*--tp 2,4,8$" "$bin" optimize --model llama-3.1-8b --global-batch 4
+# 6 sequences: only tp 4 (2 ranks) and tp 8 (1 rank) divide it.
+expect_bad_input "optimize: only the tp degrees the batch splits over are named" \
+    "--tp 4,8$" "$bin" optimize --model llama-3.1-8b --global-batch 6
 expect_bad_input "optimize: missing --global-batch" "global-batch" "$bin" optimize --model llama-3.1-8b
 expect_bad_input "optimize: bad --strategy" "--strategy: 'zero9'" "$bin" optimize "${job[@]}" --strategy zero3,zero9
 expect_bad_input "optimize: bad --ac" "--ac" "$bin" optimize "${job[@]}" --ac none,selective
