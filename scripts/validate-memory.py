@@ -83,6 +83,9 @@ MATRIX = {
     # AC full for the families whose rows above have none.
     "mistral-7b-2k-acfull": ("mistral-7b-v0.1", 2048, 8, True, "full", "sdpa"),
     "mistral-7b-4k-w16-acfull": ("mistral-7b-v0.1", 4096, 16, True, "full", "sdpa"),
+    # TP without SP where the gated MLP's product backward is the peak: its [tokens, hidden]
+    # residual gradient stays whole.
+    "mistral-7b-4k-w16-tp2-acfull-nosp": ("mistral-7b-v0.1", 4096, 16, True, "full", "sdpa"),
     "qwen2-7b-2k": ("qwen2-7b", 2048, 8, True, "none", "sdpa"),
     "qwen2-7b-2k-w16-acfull": ("qwen2-7b", 2048, 16, True, "full", "sdpa"),
     "gpt2-sdpa-acfull": ("gpt2", 1024, 8, True, "full", "sdpa"),
@@ -118,7 +121,7 @@ TP = {
     "8b-2k-tp2": (2, True), "8b-2k-tp4": (4, True), "8b-2k-w16-tp2-acfull": (2, True),
     "8b-2k-w16-tp4-acfull": (4, True), "8b-2k-w16-tp4": (4, True), "8b-2k-w16-tp2-acfull-nosp": (2, False),
     "gpt2-tp2": (2, True), "gpt2-tp4": (4, True), "gpt2-w16-tp2-acfull": (2, True), "gpt2-w16-tp4-acfull": (4, True),
-    "gpt2-w16-tp4": (4, True), "gpt2-tp2-nosp": (2, False),
+    "gpt2-w16-tp4": (4, True), "gpt2-tp2-nosp": (2, False), "mistral-7b-4k-w16-tp2-acfull-nosp": (2, False),
 }
 
 # Extra arguments of the PyTorch side for a row, and why (printed under its table). On the CPU,

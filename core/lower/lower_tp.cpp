@@ -135,6 +135,8 @@ Op tpLocalOp(const Op& op, int tp, bool sp, bool lp) {
         case TpRole::Heads:
             // The [b, 1, s, s] mask transformers 4.5x hands SDPA is per sequence, not per head.
             divideAll(true, true);
+            // The residual stream's gradient it holds is sequence-sharded only under SP.
+            if (!sp) o.bwd_temp_act.per_token += op.bwd_temp_residual * (1.0 - 1.0 / d);
             o.heads = static_cast<int32_t>(op.heads / tp);
             o.kv_heads = static_cast<int32_t>(op.kv_heads / tp);
             break;

@@ -150,7 +150,7 @@ bool sameCosts(const Op& a, const Op& b) {
            sameCoef(a.io_bwd_act, b.io_bwd_act) && sameCoef(a.io_fused_act, b.io_fused_act) && a.fwd_kernels == b.fwd_kernels && a.bwd_kernels == b.bwd_kernels &&
            sameCoef(a.saved_i64, b.saved_i64) && sameCoef(a.temp_act, b.temp_act) && sameCoef(a.temp_f32, b.temp_f32) &&
            sameCoef(a.bwd_temp_act, b.bwd_temp_act) && sameCoef(a.bwd_temp_f32, b.bwd_temp_f32) &&
-           a.temp_f32_tensors == b.temp_f32_tensors && a.bwd_temp_f32_tensors == b.bwd_temp_f32_tensors &&
+           a.bwd_temp_residual == b.bwd_temp_residual && a.temp_f32_tensors == b.temp_f32_tensors && a.bwd_temp_f32_tensors == b.bwd_temp_f32_tensors &&
            sameCoef(a.io_act, b.io_act) && a.kernel == b.kernel && a.in_features == b.in_features &&
            a.out_features == b.out_features && a.token_share == b.token_share && a.batch_shared == b.batch_shared &&
            a.heads == b.heads &&

@@ -137,6 +137,9 @@ struct Op {
     Coef temp_act, temp_f32;
     // Transient while the backward op runs (gradients of outputs and inputs).
     Coef bwd_temp_act, bwd_temp_f32;
+    // Of bwd_temp_act.per_token, the residual stream's [tokens, hidden] share: an op that tensor
+    // parallelism splits by heads still holds it whole without sequence parallelism (tpLocalOp).
+    double bwd_temp_residual = 0;
     // How many equal fp32 tensors temp_f32 and bwd_temp_f32 stand for: PyTorch's caching
     // allocator places each tensor on its own, so two 1 GiB temporaries fit two cached 1 GiB
     // blocks where one 2 GiB block would not.

@@ -396,6 +396,7 @@ void addGatedActivation(Builder& b, const GatedMlpModules& mm, double I, double 
     // the skip connection (FSDPMemTracker, Mistral-7B at seq 4096 under AC full: there [tokens, I]
     // is as large as an MLP weight and this moment is the block's backward peak).
     mul.bwd_temp_act.per_token = 3 * I + h;
+    mul.bwd_temp_residual = h;
     mul.bwd_kernels = split_grads ? 3 : 2;
     // Fused gated activation: saves the gate and up outputs only.
     Op& fused = b.op(mm.mlp, "gated_act", OpKind::Elementwise);

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/lower/lower.hpp"
+#include "core/lower/lower_internal.hpp"
 #include "core/model/model_io.hpp"
 #include "core/model/model_scale.hpp"
 #include "core/plan/plan.hpp"
@@ -158,6 +159,23 @@ TEST(TensorParallelTest, RecomputeRepeatsTheForwardCollectives) {
 // TP2: per tp rank, each linear does 1/tp of the GEMM: q_proj over 2048 tokens is
 // [2048, 4096] x [4096, 4096 / 4] at tp 4; o_proj [2048, 1024] x [1024, 4096]; the flash
 // attention kernel runs 32 / 4 heads and 8 / 4 KV heads.
+// The gated MLP's product backward (Llama-3.1-8B: I = 14,336, h = 4,096) holds three [tokens, I]
+// tensors, split by heads, and the block's output gradient [tokens, h], the residual stream's:
+// sequence-sharded under SP, whole without. Per token at tp 2: (3 x 14,336 + 4,096) / 2 = 23,552
+// with SP; 3 x 14,336 / 2 + 4,096 = 25,600 without.
+TEST(TensorParallelTest, ProductBackwardKeepsTheResidualGradientWholeWithoutSp) {
+    const auto model = llama8b(1);
+    const core::Op* mul = nullptr;
+    for (const core::Op& op : model->ops) {
+        if (op.name == "mul") mul = &op;
+    }
+    ASSERT_NE(mul, nullptr);
+    EXPECT_EQ(mul->bwd_temp_act.per_token, 3 * 14336 + 4096);
+    EXPECT_EQ(core::detail::tpLocalOp(*mul, 2, true, true).bwd_temp_act.per_token, 23552);
+    EXPECT_EQ(core::detail::tpLocalOp(*mul, 2, false, true).bwd_temp_act.per_token, 25600);
+    EXPECT_EQ(core::detail::tpLocalOp(*mul, 4, false, true).bwd_temp_act.per_token, 3 * 14336 / 4 + 4096);
+}
+
 TEST(TensorParallelTest, KernelsRunTheLocalShapes) {
     const core::Program p = lowered(tpPlan(1, 4));
     bool q = false, o = false, attn = false;
