@@ -120,38 +120,77 @@ struct GemmBuffers {
     }
 };
 
-// Every rank runs the same GEMMs at once, as the backend's ranks do: they share the cores'
-// caches and the memory bandwidth.
-sim::GemmPoint measureGemm(int64_t m, int64_t n, int64_t k, bool backward, double target_s, int32_t rank) {
+// A barrier whose waiting ranks sleep (mpi_wait.hpp) instead of spinning on the cores the ranks
+// measuring meanwhile need.
+void politeBarrier(int32_t rank) {
+    MPI_Request request = MPI_REQUEST_NULL;
+    check(MPI_Ibarrier(MPI_COMM_WORLD, &request), "MPI_Ibarrier", rank);
+    if (core::Status waited = waitPolitely(request, "MPI_Ibarrier", rank); !waited) {
+        throw std::runtime_error(waited.error().message);
+    }
+}
+
+// Ranks measuring CPU work at once: a node's ranks take turns in groups of at most its cores, so
+// that each measures its rate with a core to itself, beside as many ranks as there are cores
+// (sharing the caches and the memory bandwidth as the backend's ranks do). The simulator then
+// shares the cores among the ranks that compute at once (HardwareProfile::host_cores).
+struct Turns {
+    int count = 1;  // turns, the same on every rank
+    int mine = 0;   // this rank's
+    int cores = 1;  // this node's
+};
+
+Turns rankTurns(int32_t rank) {
+    MPI_Comm node = MPI_COMM_NULL;
+    check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node), "MPI_Comm_split_type",
+          rank);
+    int local_rank = 0, local_size = 1;
+    check(MPI_Comm_rank(node, &local_rank), "MPI_Comm_rank", rank);
+    check(MPI_Comm_size(node, &local_size), "MPI_Comm_size", rank);
+    check(MPI_Comm_free(&node), "MPI_Comm_free", rank);
+    Turns t;
+    t.cores = core::hostCores();
+    const int mine = (local_size + t.cores - 1) / t.cores;
+    check(MPI_Allreduce(&mine, &t.count, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD), "MPI_Allreduce", rank);
+    t.mine = local_rank / t.cores;
+    return t;
+}
+
+// Each rank measures in its turn (Turns); the point is the slowest rank's typical time.
+sim::GemmPoint measureGemm(int64_t m, int64_t n, int64_t k, bool backward, double target_s, const Turns& turns,
+                           int32_t rank) {
     GemmBuffers g(m, n, k);
-    check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier", rank);
-    double t0 = MPI_Wtime();
-    g.run();  // warmup: page faults, packing buffers
-    const double first = MPI_Wtime() - t0;
-    // Every rank must run as many: the iteration count is the slowest rank's.
-    const int mine = std::clamp(static_cast<int>(target_s / std::max(first, 1e-9)), kMinIterations, kMaxIterations);
-    int iterations = mine;
-    check(MPI_Allreduce(&mine, &iterations, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD), "MPI_Allreduce", rank);
     std::vector<double> times;
-    for (int i = 0; i < iterations; ++i) {
-        t0 = MPI_Wtime();
-        g.run();
-        times.push_back(MPI_Wtime() - t0);
+    for (int turn = 0; turn < turns.count; ++turn) {
+        politeBarrier(rank);
+        if (turn != turns.mine) continue;
+        double t0 = MPI_Wtime();
+        g.run();  // warmup: page faults, packing buffers
+        const double first = MPI_Wtime() - t0;
+        const int iterations = std::clamp(static_cast<int>(target_s / std::max(first, 1e-9)), kMinIterations, kMaxIterations);
+        for (int i = 0; i < iterations; ++i) {
+            t0 = MPI_Wtime();
+            g.run();
+            times.push_back(MPI_Wtime() - t0);
+        }
     }
     return {m, n, k, backward, maxOverRanks(typical(times), MPI_COMM_WORLD, rank)};
 }
 
 // The backend's bandwidth-bound ops are memcpys of half their byte count (read half, write half).
-MemoryPoint measureMemory(int64_t bytes, int iterations, int32_t rank) {
+MemoryPoint measureMemory(int64_t bytes, int iterations, const Turns& turns, int32_t rank) {
     std::vector<char> src(static_cast<size_t>(bytes), 1), dst(static_cast<size_t>(bytes), 0);
-    check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier", rank);
-    std::memcpy(dst.data(), src.data(), src.size());  // warmup
     std::vector<double> times;
-    for (int i = 0; i < iterations; ++i) {
-        src[static_cast<size_t>(i)] = static_cast<char>(i);
-        const double t0 = MPI_Wtime();
-        std::memcpy(dst.data(), src.data(), src.size());
-        times.push_back(MPI_Wtime() - t0);
+    for (int turn = 0; turn < turns.count; ++turn) {
+        politeBarrier(rank);
+        if (turn != turns.mine) continue;
+        std::memcpy(dst.data(), src.data(), src.size());  // warmup
+        for (int i = 0; i < iterations; ++i) {
+            src[static_cast<size_t>(i)] = static_cast<char>(i);
+            const double t0 = MPI_Wtime();
+            std::memcpy(dst.data(), src.data(), src.size());
+            times.push_back(MPI_Wtime() - t0);
+        }
     }
     if (dst[0] != src[0]) throw std::runtime_error("memory calibration: memcpy did not copy");
     MemoryPoint p;
@@ -327,7 +366,7 @@ std::optional<HostLoad> hostLoad() {
     std::ifstream in("/proc/loadavg");
     HostLoad load;
     if (!(in >> load.load_1min)) return std::nullopt;
-    load.cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+    load.cores = core::hostCores();
     return load;
 }
 
@@ -364,25 +403,28 @@ core::Result<CalibrationResult> calibrateCpu(const MpiSession& session, const Ca
     const int overlap_points = world > 1 ? 1 : 0;
     Progress progress(options, gemm_points + memory_points + collective_points + overlap_points, rank == 0);
 
+    const Turns turns = rankTurns(rank);
     CalibrationMeasurements m;
     m.load_at_start = hostLoad();
+    m.cores = turns.cores;
+    m.turns = turns.count;
     m.world_size = world;
     m.eigen_threads = Eigen::nbThreads();
     m.simd = Eigen::SimdInstructionSetsInUse();
     for (int64_t s : sizes.square) {
-        m.gemm.push_back(measureGemm(s, s, s, false, sizes.gemm_target_s, rank));
+        m.gemm.push_back(measureGemm(s, s, s, false, sizes.gemm_target_s, turns, rank));
         progress.step(fmt::format("GEMM {0}x{0}x{0}", s));
     }
     for (const Linear& l : sizes.linears) {
-        m.gemm.push_back(measureGemm(l.tokens, l.out, l.in, false, sizes.gemm_target_s, rank));
+        m.gemm.push_back(measureGemm(l.tokens, l.out, l.in, false, sizes.gemm_target_s, turns, rank));
         progress.step(fmt::format("GEMM forward {}x{}x{}", l.tokens, l.out, l.in));
-        m.gemm.push_back(measureGemm(l.tokens, l.in, l.out, true, sizes.gemm_target_s, rank));
+        m.gemm.push_back(measureGemm(l.tokens, l.in, l.out, true, sizes.gemm_target_s, turns, rank));
         progress.step(fmt::format("GEMM dgrad {}x{}x{}", l.tokens, l.in, l.out));
-        m.gemm.push_back(measureGemm(l.out, l.in, l.tokens, true, sizes.gemm_target_s, rank));
+        m.gemm.push_back(measureGemm(l.out, l.in, l.tokens, true, sizes.gemm_target_s, turns, rank));
         progress.step(fmt::format("GEMM wgrad {}x{}x{}", l.out, l.in, l.tokens));
     }
     for (int64_t bytes : sizes.memory_bytes) {
-        m.memory.push_back(measureMemory(bytes, options.quick ? 3 : 5, rank));
+        m.memory.push_back(measureMemory(bytes, options.quick ? 3 : 5, turns, rank));
         progress.step(fmt::format("memcpy {} MiB", bytes >> 20));
     }
     for (const Group& group : groups) {
@@ -465,6 +507,8 @@ core::Result<CalibrationResult> calibrateCpu(const MpiSession& session, const Ca
     // No PyTorch dispatch or FSDP hooks run on the CPU backend.
     r.profile.task_launch_ns = 0;
     r.profile.unit_hook_ns = 0;
+    // The rates are one rank's with a core to itself: the simulator shares the node's cores.
+    r.profile.host_cores = r.measured.cores;
     if (r.measured.overlap) {
         // Contention both ways, each at least 1 (nothing runs faster than alone).
         r.profile.overlap_compute_slowdown = std::max(1.0, r.measured.overlap->computeSlowdown());
@@ -478,6 +522,13 @@ core::Result<CalibrationResult> calibrateCpu(const MpiSession& session, const Ca
     r.notes.push_back(fmt::format("the profile describes {} rank(s) on this machine: calibrate with as many ranks "
                                   "as `shardcast run` will use (they share the cores)",
                                   world));
+    r.notes.push_back(fmt::format(
+        "host_cores {}: GEMMs and copies were measured {}, so their rates are one rank's with a core to itself; the "
+        "simulator shares the {} cores among the ranks that compute at once",
+        r.measured.cores,
+        r.measured.turns > 1 ? fmt::format("by {} ranks at a time ({} turns)", r.measured.cores, r.measured.turns)
+                             : std::string("by every rank at once (no more ranks than cores)"),
+        r.measured.cores));
     if (r.measured.overlap) {
         r.notes.push_back(fmt::format(
             "overlap: a GEMM under an all-gather ran {:.2f}x as long (overlap_compute_slowdown {:.3f}), the "

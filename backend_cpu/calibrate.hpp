@@ -62,6 +62,8 @@ struct CalibrationMeasurements {
     std::vector<sim::CollectivePoint> collectives;  // lower quartile per op/size/group, slowest rank
     std::optional<OverlapPoint> overlap;            // world of 2+ ranks only
     std::optional<HostLoad> load_at_start;          // rank 0's, before the first measurement
+    int cores = 1;  // rank 0's node's (core::hostCores)
+    int turns = 1;  // the GEMMs and copies measured by a node's ranks in turns of at most `cores`
 };
 
 struct CalibrationResult {

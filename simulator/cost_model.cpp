@@ -106,7 +106,15 @@ double CostModel::opSeconds(const core::OpShape& op, TaskKind kind) const {
         case core::OpShapeKind::Gemm: {
             const double eff = kind == TaskKind::Backward ? p.backward_efficiency_max : p.forward_efficiency_max;
             const double flops = static_cast<double>(core::opFlops(op));
-            double rate = p.peakFlops(op.dtype) * clock * eff * gemmShapeEfficiency(op.m, op.n, op.k, op.batch);
+            // A GPU preset's GEMM loses to its thread-block tiles and waves; a calibrated profile (no
+            // SM count: calibratedProfile) has its measured curve instead, rate_max x f / (f + half)
+            // over one GEMM's FLOPs f, the fit calibrate made of the backend's own kernel.
+            const double shape =
+                p.gpu.sm_count > 0 || p.gemm_half_flops <= 0
+                    ? gemmShapeEfficiency(op.m, op.n, op.k, op.batch)
+                    : flops / static_cast<double>(std::max<int64_t>(1, op.batch)) /
+                          (flops / static_cast<double>(std::max<int64_t>(1, op.batch)) + p.gemm_half_flops);
+            double rate = p.peakFlops(op.dtype) * clock * eff * shape;
             // No shape runs faster than the best one a sweep measured (GpuSpec::max_matmul_flops_bf16).
             if (const double cap = p.gpu.matmulFlopsCap(); cap > 0 && (op.dtype == core::DType::BF16 || op.dtype == core::DType::F16)) {
                 rate = std::min(rate, cap * eff);
@@ -115,7 +123,7 @@ double CostModel::opSeconds(const core::OpShape& op, TaskKind kind) const {
             // Operands read once and the output written once: a GEMM with a small dimension is
             // bandwidth-bound.
             const double bytes = (m * k + k * n + m * n) * item * static_cast<double>(op.batch);
-            return std::max(flops / rate, bytes / hbm) + launch;
+            return (std::max(flops / rate, bytes / hbm) + launch) * m_core_slowdown;
         }
         case core::OpShapeKind::Attention:
         case core::OpShapeKind::AttentionBackward: {
@@ -132,11 +140,11 @@ double CostModel::opSeconds(const core::OpShape& op, TaskKind kind) const {
                 t += pairs * kAttnExpPerPair / sfu;
             }
             t += pairs * (fwd ? kAttnFwdFp32PerPair : kAttnBwdFp32PerPair) / (p.gpu.peak_flops_fp32 * clock);
-            return t + launch;
+            return (t + launch) * m_core_slowdown;
         }
         case core::OpShapeKind::Elementwise: {
             const double flop_s = static_cast<double>(op.flops) / (p.gpu.peakFlops(core::DType::F32) * clock);
-            return std::max(static_cast<double>(op.bytes) / hbm, flop_s) + launch;
+            return (std::max(static_cast<double>(op.bytes) / hbm, flop_s) + launch) * m_core_slowdown;
         }
         case core::OpShapeKind::TpAllGather:
         case core::OpShapeKind::TpReduceScatter:
@@ -234,9 +242,9 @@ double CostModel::computeSeconds(const core::Task& task, const core::Program& pr
     // activations, residual adds (memory-bound). They run one after another, so their times add.
     // A single kernel (copy, cast, optimizer) is a roofline: the larger of the two.
     if (task.kind == TaskKind::Forward || task.kind == TaskKind::Backward || task.kind == TaskKind::Recompute) {
-        return flop_s + mem_s;
+        return (flop_s + mem_s) * m_core_slowdown;
     }
-    return std::max(flop_s, mem_s);
+    return std::max(flop_s, mem_s) * m_core_slowdown;
 }
 
 double CostModel::durationSeconds(const core::Task& task, const core::Program& program) const {

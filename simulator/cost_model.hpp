@@ -57,8 +57,15 @@ public:
                (task.stream == core::Stream::Compute || task.stream == core::Stream::AllGatherCopyIn);
     }
 
+    // Ranks sharing CPU cores (HardwareProfile::host_cores): a kernel's and a task's CPU work takes
+    // `slowdown` (>= 1) times its time with a core to itself. Tensor-parallel collectives, the
+    // other collectives and transfers are waits, not CPU work: they keep their times. Default 1.
+    void setCoreSlowdown(double slowdown) { m_core_slowdown = slowdown; }
+    double coreSlowdown() const { return m_core_slowdown; }
+
 private:
     const HardwareProfile* m_profile;
+    double m_core_slowdown = 1.0;
 };
 
 // An error when a step's upper bound (Simulator::stepBoundSeconds) is beyond kMaxStepSeconds, so

@@ -117,6 +117,10 @@ core::Status Evaluator::evaluateWhole(const core::Plan& given, const HardwarePro
     if (out.mesh.pp == 1) {
         if (enter(EvaluationStage::Simulate)) return core::cancelledError();
         if (!(m_simulator.profile() == out.profile)) m_simulator.setProfile(out.profile);
+        // Ranks sharing a node's cores all run the same tasks at once: each gets its share.
+        const int64_t cores = out.profile.host_cores;
+        const int node_ranks = std::min(plan->cluster.nodes * plan->cluster.gpus_per_node, plan->cluster.gpus_per_node);
+        m_simulator.setCoreSlowdown(cores > 0 ? std::max(1.0, static_cast<double>(node_ranks) / static_cast<double>(cores)) : 1.0);
         m_simulator.run(out.program, out.timeline);
         if (!m_simulator.inRange()) return checkStepBound(m_simulator.stepBoundSeconds()).error();
     }
@@ -185,7 +189,7 @@ core::Status Evaluator::timePipeline(const core::Plan& plan, const EvaluationOpt
     }
     if (options.cancel && options.cancel->cancelled()) return core::cancelledError();
     if (options.progress) options.progress(EvaluationStage::Simulate);
-    if (auto timed = m_pipeline.run(m_simulator, m_stage_programs, m_stage_timelines); !timed) return timed;
+    if (auto timed = timeStages(plan, out); !timed) return timed;
     int64_t step_ns = 0;
     for (const core::Timeline& t : m_stage_timelines) step_ns = std::max(step_ns, t.step_ns);
     // Every stage's figures; the binding stage is the one with the most memory (reserved where
@@ -225,6 +229,42 @@ core::Status Evaluator::timePipeline(const core::Plan& plan, const EvaluationOpt
     out.timeline = m_stage_timelines[static_cast<size_t>(out.stage)];
     out.timeline.step_ns = step_ns;  // the rank waits for the slowest stage before the next step
     return core::Ok{};
+}
+
+core::Status Evaluator::timeStages(const core::Plan& plan, const Evaluation& out) {
+    const int64_t cores = out.profile.host_cores;
+    if (cores <= 0) {
+        m_simulator.setCoreSlowdown(1.0);
+        m_pipeline.setCoreSlowdowns(nullptr);
+        return m_pipeline.run(m_simulator, m_stage_programs, m_stage_timelines);
+    }
+    // Ranks sharing a node's cores (HardwareProfile::host_cores): pipeline rank s's stage holds
+    // ranks [s S, (s + 1) S), S = world / pp, and node h ranks [h G, (h + 1) G). How many compute
+    // at once depends on the stages' timelines, which depend on the shares: a fixed point, each
+    // pass simulating the pipeline at the mean of the last shares and those its timelines give,
+    // until none moves by more than 0.1% (at most kSharingPasses passes).
+    constexpr int kSharingPasses = 30;
+    const int pp = out.mesh.pp;
+    const int gpn = plan.cluster.gpus_per_node;
+    const int per_stage = plan.cluster.nodes * gpn / pp;
+    std::vector<int> host(static_cast<size_t>(pp)), ranks(static_cast<size_t>(pp), std::min(per_stage, gpn));
+    for (int s = 0; s < pp; ++s) host[static_cast<size_t>(s)] = s * per_stage / gpn;
+    std::vector<double> shares(static_cast<size_t>(pp));
+    for (size_t s = 0; s < shares.size(); ++s) shares[s] = std::max(1.0, static_cast<double>(ranks[s]) / static_cast<double>(cores));
+    m_pipeline.setCoreSlowdowns(&shares);
+    core::Status status = core::Ok{};
+    for (int pass = 0; pass < kSharingPasses; ++pass) {
+        status = m_pipeline.run(m_simulator, m_stage_programs, m_stage_timelines);
+        if (!status) break;
+        const std::vector<double> next = coreSlowdowns(m_stage_timelines, m_stage_programs, host, ranks, cores);
+        bool settled = true;
+        for (size_t s = 0; s < shares.size(); ++s) settled = settled && std::abs(next[s] - shares[s]) <= 1e-3 * shares[s];
+        if (settled) break;
+        for (size_t s = 0; s < shares.size(); ++s) shares[s] = 0.5 * (shares[s] + next[s]);
+    }
+    m_pipeline.setCoreSlowdowns(nullptr);
+    m_simulator.setCoreSlowdown(1.0);
+    return status;
 }
 
 void Evaluator::judgeReserved(double headroom, Evaluation& out) {

@@ -161,6 +161,8 @@ private:
     // pp > 1: lowers and times every stage (PipelineTimer), fills out.stages and leaves the stage
     // whose memory binds in out.program and out.timeline.
     core::Status timePipeline(const core::Plan& plan, const EvaluationOptions& options, Evaluation& out);
+    // The stage Programs timed as one pipeline, at the cores' shares where ranks share them.
+    core::Status timeStages(const core::Plan& plan, const Evaluation& out);
 
     core::Lowerer m_lowerer;
     Simulator m_simulator;

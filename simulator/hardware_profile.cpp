@@ -94,6 +94,7 @@ constexpr double kMaxHalfFlops = 1e18;
 constexpr double kMaxHalfBytes = 1125899906842624.0;  // 2^50
 constexpr double kMaxIssueNs = 1e9;                   // 1 s per task or hook
 constexpr double kMinSlowdown = 1 / kMaxSlowdown;
+constexpr double kMaxHostCores = 1 << 20;
 
 using DoubleField = double HardwareProfile::*;
 using Int64Field = int64_t HardwareProfile::*;
@@ -125,6 +126,7 @@ const std::vector<Field>& fields() {
         {"overlap_collective_slowdown", &HardwareProfile::overlap_collective_slowdown, kMinSlowdown, kMaxSlowdown},
         {"task_launch_ns", &HardwareProfile::task_launch_ns, 0, kMaxIssueNs},
         {"unit_hook_ns", &HardwareProfile::unit_hook_ns, 0, kMaxIssueNs},
+        {"host_cores", &HardwareProfile::host_cores, 0, kMaxHostCores},
     };
     return f;
 }

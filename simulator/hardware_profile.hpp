@@ -60,6 +60,12 @@ struct HardwareProfile {
     int64_t task_launch_ns = 0;
     int64_t unit_hook_ns = 0;
 
+    // Ranks that compute on a host's CPU cores (the CPU backend; a calibrated CPU profile): the
+    // cores one node's ranks share, 0 when each rank has a device of its own (GPUs). The rates
+    // above are then one rank's with a core to itself; when more of a node's ranks compute at once
+    // than it has cores, each gets its share (processor sharing, coreSlowdowns in pipeline.hpp).
+    int64_t host_cores = 0;
+
     static HardwareProfile fromCluster(const core::ClusterSpec& cluster);
     bool operator==(const HardwareProfile&) const = default;
     double peakFlops(core::DType compute) const { return gpu.peakFlops(compute); }

@@ -123,6 +123,7 @@ core::Status PipelineTimer::run(Simulator& simulator, const std::vector<core::Pr
     for (size_t s = 0; s < n; ++s) m_ready[s].assign(stages[s].tasks.size(), -1);
     simulator.setReadyTimes(nullptr);
     for (size_t s = 0; s < n; ++s) {
+        if (m_slowdowns) simulator.setCoreSlowdown((*m_slowdowns)[s]);
         simulator.run(stages[s], out[s]);
         if (!simulator.inRange()) return checkStepBound(simulator.stepBoundSeconds());
     }
@@ -156,6 +157,7 @@ core::Status PipelineTimer::run(Simulator& simulator, const std::vector<core::Pr
             if (!m_stale[s]) continue;
             m_stale[s] = 0;
             simulator.setReadyTimes(&m_ready[s]);
+            if (m_slowdowns) simulator.setCoreSlowdown((*m_slowdowns)[s]);
             simulator.run(stages[s], out[s]);
             simulator.setReadyTimes(nullptr);
             if (!simulator.inRange()) return checkStepBound(simulator.stepBoundSeconds());
@@ -165,6 +167,54 @@ core::Status PipelineTimer::run(Simulator& simulator, const std::vector<core::Pr
         if (!changed) break;
     }
     return core::Ok{};
+}
+
+std::vector<double> coreSlowdowns(const std::vector<core::Timeline>& timelines, const std::vector<core::Program>& stages,
+                                  const std::vector<int>& host, const std::vector<int>& ranks, int64_t cores) {
+    const size_t n = timelines.size();
+    const auto c = static_cast<double>(std::max<int64_t>(1, cores));
+    std::vector<double> out(n);
+    for (size_t s = 0; s < n; ++s) out[s] = std::max(1.0, ranks[s] / c);
+    // Busy edges of every rank's compute stream: (time, rank, +1 start / -1 end), ends first at a tie.
+    struct Edge {
+        int64_t t;
+        int delta;
+        size_t rank;
+    };
+    std::vector<Edge> edges;
+    for (size_t s = 0; s < n; ++s) {
+        const core::Program& p = stages[s];
+        for (size_t id = 0; id < p.tasks.size(); ++id) {
+            if (p.tasks[id].stream != core::Stream::Compute) continue;
+            const core::TaskTime& tt = timelines[s].tasks[id];
+            if (tt.end_ns <= tt.start_ns) continue;
+            edges.push_back({tt.start_ns, 1, s});
+            edges.push_back({tt.end_ns, -1, s});
+        }
+    }
+    std::sort(edges.begin(), edges.end(),
+              [](const Edge& a, const Edge& b) { return a.t != b.t ? a.t < b.t : a.delta < b.delta; });
+    std::vector<int> busy(n, 0);
+    std::vector<double> weighted(n, 0), time(n, 0);
+    std::map<int, double> computing;  // per node: ranks computing
+    int64_t last = edges.empty() ? 0 : edges.front().t;
+    for (const Edge& e : edges) {
+        if (const auto d = static_cast<double>(e.t - last); d > 0) {
+            for (size_t s = 0; s < n; ++s) {
+                if (busy[s] == 0) continue;
+                weighted[s] += d * std::max(1.0, computing[host[s]] / c);
+                time[s] += d;
+            }
+        }
+        last = e.t;
+        const bool was = busy[e.rank] > 0;
+        busy[e.rank] += e.delta;
+        if (was != (busy[e.rank] > 0)) computing[host[e.rank]] += (was ? -1 : 1) * ranks[e.rank];
+    }
+    for (size_t s = 0; s < n; ++s) {
+        if (time[s] > 0) out[s] = weighted[s] / time[s];
+    }
+    return out;
 }
 
 }  // namespace shardcast::sim

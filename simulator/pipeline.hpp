@@ -31,6 +31,9 @@ public:
     // Simulation passes over the stages the last run made after the delay model (1: its landing
     // times held).
     int lastPasses() const { return m_passes; }
+    // Per pipeline rank, the core slowdown its stage is simulated at (Simulator::setCoreSlowdown);
+    // null (the default): the simulator's own. The vector must outlive the runs.
+    void setCoreSlowdowns(const std::vector<double>* slowdowns) { m_slowdowns = slowdowns; }
 
     static constexpr int kMaxPasses = 1000;
 
@@ -50,7 +53,19 @@ private:
     std::vector<std::vector<Edge>> m_edges;     // per stage, its receives in program order
     std::vector<std::vector<int64_t>> m_ready;  // per stage, per task: landing time or -1
     std::vector<uint8_t> m_stale;               // per stage: landing times moved since its last simulation
+    const std::vector<double>* m_slowdowns = nullptr;
     int m_passes = 0;
 };
+
+// Ranks sharing a host's CPU cores (HardwareProfile::host_cores), processor sharing: while k of a
+// node's ranks compute and the node has c cores, each computes at min(1, c / k) of its rate alone.
+// Pipeline rank s has ranks[s] ranks of its stage on node host[s] (its stage's ranks are
+// consecutive, pipeline outermost in the mesh), all computing when its Program's compute stream is
+// busy (their tensor- and data-parallel peers run the same tasks at once). Returns per pipeline
+// rank the mean slowdown max(1, k / c) over the time its compute stream is busy in `timelines`, k
+// counting the ranks of every stage on its node busy then; a rank never busy gets its stage alone,
+// max(1, ranks[s] / c).
+std::vector<double> coreSlowdowns(const std::vector<core::Timeline>& timelines, const std::vector<core::Program>& stages,
+                                  const std::vector<int>& host, const std::vector<int>& ranks, int64_t cores);
 
 }  // namespace shardcast::sim

@@ -65,6 +65,14 @@ public:
     // their transfer time. Repeats are not skipped while set. The vector must outlive the runs.
     void setReadyTimes(const std::vector<int64_t>* ready_ns) { m_ready = ready_ns; }
 
+    // Ranks sharing CPU cores: every task's CPU work takes `slowdown` times as long
+    // (CostModel::setCoreSlowdown). Kept for the next runs; 1 (the default) for devices of their own.
+    void setCoreSlowdown(double slowdown) {
+        if (slowdown == m_cost.coreSlowdown()) return;
+        m_cost.setCoreSlowdown(slowdown);
+        m_span_ops.clear();  // the kernel durations kept were timed at the old share
+    }
+    double coreSlowdown() const { return m_cost.coreSlowdown(); }
     // Copy proven repeats of identical blocks instead of simulating them (the default); false
     // simulates every event (the reference the tests compare with).
     void setSkipRepeats(bool on) { m_skip_repeats = on; }

@@ -1,10 +1,13 @@
 #include "core/base/host_info.hpp"
 
+#include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <ctime>
 #include <fstream>
+#include <thread>
 
 namespace shardcast::core {
 
@@ -27,6 +30,15 @@ int64_t physicalMemoryBytes() {
     const long pages = sysconf(_SC_PHYS_PAGES);
     const long page_size = sysconf(_SC_PAGE_SIZE);
     return pages > 0 && page_size > 0 ? static_cast<int64_t>(pages) * page_size : 0;
+}
+
+int hostCores() {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+        if (const int n = CPU_COUNT(&set); n > 0) return n;
+    }
+    return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
 }
 
 std::string cpuModelName() {

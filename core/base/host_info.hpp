@@ -11,6 +11,9 @@ namespace shardcast::core {
 int64_t meminfoBytes(std::string_view field);
 // MemTotal, or the physical pages times the page size where /proc/meminfo is missing.
 int64_t physicalMemoryBytes();
+// The CPU cores this process may run on (sched_getaffinity: a container's cpuset), else
+// std::thread::hardware_concurrency(); at least 1.
+int hostCores();
 // /proc/cpuinfo's first "model name"; "unknown" when missing.
 std::string cpuModelName();
 // gethostname; "unknown" when it fails.

@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "core/base/host_info.hpp"
 #include "core/plan/cluster.hpp"
 #include "simulator/hardware_profile.hpp"
 
@@ -115,6 +116,9 @@ TEST_F(CalibrateCliTest, TwoRanksWriteAProfileTheSimulatorLoadsAndUses) {
     EXPECT_EQ(p->gpu.cuda_context_bytes, 0);
     EXPECT_EQ(p->gpu.nccl_bytes_per_communicator, 0);
     EXPECT_EQ(p->task_launch_ns, 0);
+    // The node's cores, which the simulator shares among the ranks computing at once; this
+    // process may run on as many (sched_getaffinity), and the note says how the ranks took turns.
+    EXPECT_EQ(p->host_cores, core::hostCores());
 
     // --json: the measured points (2 ranks: the world only) and the profile that was written.
     const nlohmann::json j = nlohmann::json::parse(readFile(json_out));
@@ -139,6 +143,10 @@ TEST_F(CalibrateCliTest, TwoRanksWriteAProfileTheSimulatorLoadsAndUses) {
                      overlap.at("gemm_overlapped_seconds").get<double>() / overlap.at("gemm_alone_seconds").get<double>());
     EXPECT_DOUBLE_EQ(p->overlap_compute_slowdown, std::max(1.0, overlap.at("compute_slowdown").get<double>()));
     EXPECT_EQ(j.at("profile"), sim::profileToJson(*p));
+    const std::string turns = core::hostCores() >= 2 ? "by every rank at once" : "by 1 ranks at a time (2 turns)";
+    bool noted = false;
+    for (const auto& note : j.at("notes")) noted = noted || note.get<std::string>().find(turns) != std::string::npos;
+    EXPECT_TRUE(noted) << j.at("notes").dump();
 
     // `simulate --profile` runs on it and reports the CPU's figures, not the preset's.
     const fs::path sim_out = m_dir / "sim.json";

@@ -95,6 +95,41 @@ TEST(OpTimeTest, GemmRateIsCappedAtTheMeasuredBestShapeRate) {
                 2.0 * 8192 * 8192 * 8192 / fp32_rate + 3e-6, 1e-9);
 }
 
+// A calibrated profile (no SM count: calibratedProfile) times its GEMMs on the curve calibrate
+// fitted, rate_max x f / (f + half): peak 1e12 FLOP/s, forward efficiency 0.5, half 1e9 FLOPs; a
+// 1000^3 GEMM (f = 2e9) takes (f + half) / (peak x 0.5) = 6 ms, its operands (6 MB at 1e15 B/s)
+// nothing. No GPU tiles: a 100-row GEMM of the same FLOPs (100 x 1000 x 10000) takes as long. A
+// batched GEMM's curve is one GEMM's: 4 x (250 x 1000 x 1000) takes 4 x (5e8 + 1e9) / 5e11 = 12 ms.
+// Ranks sharing cores (setCoreSlowdown 2) double the CPU work, not a tensor-parallel collective.
+TEST(OpTimeTest, CalibratedProfileGemmsFollowTheMeasuredCurve) {
+    HardwareProfile p = profileFor("A100-80G");
+    p.gpu.sm_count = 0;
+    p.gpu.peak_flops_bf16 = 1e12;
+    p.gpu.boost_clock_mhz = p.gpu.sustained_clock_mhz = p.gpu.tdp_w = p.gpu.power_limit_w = 0;
+    p.gpu.max_matmul_flops_bf16 = 0;
+    p.gpu.hbm_bytes_per_s = 1e15;
+    p.hbm_efficiency = 1;
+    p.forward_efficiency_max = 0.5;
+    p.gemm_half_flops = 1e9;
+    p.kernel_launch_ns = 0;
+    CostModel cost(p);
+    EXPECT_NEAR(cost.opSeconds(gemm(1000, 1000, 1000), core::TaskKind::Forward), 6e-3, 1e-12);
+    EXPECT_NEAR(cost.opSeconds(gemm(100, 1000, 10000), core::TaskKind::Forward), 6e-3, 1e-12);
+    core::OpShape batched = gemm(250, 1000, 1000);
+    batched.batch = 4;
+    EXPECT_NEAR(cost.opSeconds(batched, core::TaskKind::Forward), 12e-3, 1e-12);
+    core::OpShape tp;
+    tp.kind = core::OpShapeKind::TpAllReduce;
+    tp.dtype = core::DType::BF16;
+    tp.bytes = 1 << 20;
+    tp.group_size = 2;
+    tp.group_nodes = 1;
+    const double tp_alone = cost.opSeconds(tp, core::TaskKind::Forward);
+    cost.setCoreSlowdown(2);
+    EXPECT_NEAR(cost.opSeconds(gemm(1000, 1000, 1000), core::TaskKind::Forward), 12e-3, 1e-12);
+    EXPECT_EQ(cost.opSeconds(tp, core::TaskKind::Forward), tp_alone);
+}
+
 TEST(OpTimeTest, EagerElementwiseKernelIsBytesOverBandwidthPlusLaunch) {
     const HardwareProfile p = profileFor("A100-80G");
     const CostModel cost(p);

@@ -295,6 +295,68 @@ TEST(PipelineTest, TransfersAddToTheWavesHandWorked) {
     EXPECT_EQ(pipelineStep(gpipe, pp), 40 * kMs);
 }
 
+// Processor sharing (coreSlowdowns), by hand: two pipeline ranks of one compute task each, rank 0
+// busy over [0, 10) ms and rank 1 over [5, 15) ms, on a node of 2 cores.
+TEST(PipelineTest, CoreSharesAreHandWorked) {
+    std::vector<core::Program> stages;
+    std::vector<core::Timeline> timelines(2);
+    for (int s = 0; s < 2; ++s) {
+        testing::ProgramBuilder b(1);
+        b.compute(core::TaskKind::Forward, 0, 1);
+        stages.push_back(std::move(b.program()));
+        timelines[static_cast<size_t>(s)].tasks = {core::TaskTime{5 * kMs * s, 5 * kMs * s + 10 * kMs}};
+    }
+    auto shares = [&](std::vector<int> host, std::vector<int> ranks) { return coreSlowdowns(timelines, stages, host, ranks, 2); };
+    // 2 ranks a stage: alone 2 / 2 = 1 for 5 ms, with the other stage 4 / 2 = 2 for 5 ms: 1.5 each.
+    EXPECT_NEAR(shares({0, 0}, {2, 2})[0], 1.5, 1e-12);
+    EXPECT_NEAR(shares({0, 0}, {2, 2})[1], 1.5, 1e-12);
+    // 4 ranks a stage: 2, then 8 / 2 = 4: 3.
+    EXPECT_NEAR(shares({0, 0}, {4, 4})[0], 3.0, 1e-12);
+    // 1 and 3 ranks: rank 0 computes at max(1, 1/2) = 1, then 4 / 2 = 2: 1.5; rank 1 at 2, then 3 / 2: 1.75.
+    EXPECT_NEAR(shares({0, 0}, {1, 3})[0], 1.5, 1e-12);
+    EXPECT_NEAR(shares({0, 0}, {1, 3})[1], 1.75, 1e-12);
+    // On nodes of their own the stages share nothing: 4 ranks on 2 cores, 2 all along.
+    EXPECT_NEAR(shares({0, 1}, {4, 4})[0], 2.0, 1e-12);
+    EXPECT_NEAR(shares({0, 1}, {2, 2})[1], 1.0, 1e-12);
+    // A rank whose compute stream is never busy gets its stage alone.
+    timelines[1].tasks[0] = core::TaskTime{0, 0};
+    EXPECT_NEAR(shares({0, 0}, {4, 4})[1], 2.0, 1e-12);
+    EXPECT_NEAR(shares({0, 0}, {4, 4})[0], 2.0, 1e-12);
+}
+
+// A plan whose ranks share a node's cores (HardwareProfile::host_cores): without pipeline stages
+// every rank computes at once, 4 ranks on 2 cores each at half its rate: the compute stream's tasks
+// take exactly twice as long. With 2 stages of 2 ranks the share lies between a stage alone (1)
+// and both always computing (2): 1F1B's steady state overlaps them, its warm-up and drain do not.
+TEST(PipelineTest, RanksSharingCoresComputeAtTheirShare) {
+    core::Plan plan = ppPlan(4, 1, 4, core::PpSchedule::OneFOneB, 4);
+    HardwareProfile own = HardwareProfile::fromCluster(plan.cluster);
+    own.overlap_compute_slowdown = 1;
+    own.overlap_collective_slowdown = 1;
+    HardwareProfile shared = own;
+    shared.host_cores = 2;
+    EvaluationOptions options;
+    options.reserved_memory = false;
+    auto busy = [&](const core::Plan& p, const HardwareProfile& profile) {
+        auto e = evaluatePlan(p, &profile, options);
+        EXPECT_TRUE(e.ok()) << e.error().message;
+        return e.ok() ? e->timeline.busyNs(core::Stream::Compute) : 0;
+    };
+    const int64_t alone = busy(plan, own), sharing = busy(plan, shared);
+    EXPECT_GT(alone, 0);
+    EXPECT_NEAR(static_cast<double>(sharing) / static_cast<double>(alone), 2.0, 1e-6);
+    // As many cores as ranks: nothing shared.
+    shared.host_cores = 4;
+    EXPECT_EQ(busy(plan, shared), alone);
+
+    plan.sharding.pp = 2;
+    shared.host_cores = 2;
+    const int64_t stage_alone = busy(plan, own), stage_sharing = busy(plan, shared);
+    const double ratio = static_cast<double>(stage_sharing) / static_cast<double>(stage_alone);
+    EXPECT_GT(ratio, 1.05);
+    EXPECT_LT(ratio, 1.95);
+}
+
 // A receive without its send is refused, naming it.
 TEST(PipelineTest, UnmatchedReceiveIsAnError) {
     std::vector<core::Program> stages;

@@ -87,6 +87,8 @@ void printTables(const cpu::CalibrationResult& r, const std::string& out) {
                m.overlap ? "" : "  (default, not measured)");
     fmt::print("  overlap_collective_slowdown           {:10.3f} x{}\n", p.overlap_collective_slowdown,
                m.overlap ? "" : "  (default, not measured)");
+    fmt::print("  host_cores                            {:10d} cores (shared by the ranks computing at once)\n",
+               p.host_cores);
     for (const std::string& note : r.notes) fmt::print("Note: {}\n", note);
     fmt::print("Wrote {}\n", out);
 }
@@ -103,6 +105,7 @@ nlohmann::ordered_json resultJson(const cpu::CalibrationResult& r, const std::st
         j["load_average_at_start"] = m.load_at_start->load_1min;
         j["cores"] = m.load_at_start->cores;
     }
+    j["gemm_turns"] = m.turns;
     j["profile_file"] = out;
     nlohmann::ordered_json gemm = nlohmann::ordered_json::array();
     for (const sim::GemmPoint& g : m.gemm) {
