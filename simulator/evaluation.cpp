@@ -120,7 +120,8 @@ core::Status Evaluator::evaluateWhole(const core::Plan& given, const HardwarePro
         // Ranks sharing a node's cores all run the same tasks at once: each gets its share.
         const int64_t cores = out.profile.host_cores;
         const int node_ranks = std::min(plan->cluster.nodes * plan->cluster.gpus_per_node, plan->cluster.gpus_per_node);
-        m_simulator.setCoreSlowdown(cores > 0 ? std::max(1.0, static_cast<double>(node_ranks) / static_cast<double>(cores)) : 1.0);
+        out.core_slowdown = cores > 0 ? std::max(1.0, static_cast<double>(node_ranks) / static_cast<double>(cores)) : 1.0;
+        m_simulator.setCoreSlowdown(out.core_slowdown);
         m_simulator.run(out.program, out.timeline);
         if (!m_simulator.inRange()) return checkStepBound(m_simulator.stepBoundSeconds()).error();
     }
@@ -209,6 +210,7 @@ core::Status Evaluator::timePipeline(const core::Plan& plan, const EvaluationOpt
         f.compute_s = static_cast<double>(tl.busyNs(core::Stream::Compute)) * 1e-9;
         f.idle_s = std::max(0.0, static_cast<double>(step_ns) * 1e-9 - f.compute_s);
         f.p2p_s = static_cast<double>(tl.busyNs(core::Stream::PipelinePrev) + tl.busyNs(core::Stream::PipelineNext)) * 1e-9;
+        f.core_slowdown = m_core_shares.empty() ? 1.0 : m_core_shares[static_cast<size_t>(s)];
         f.peak_bytes = m_stage_timed.peak_bytes;
         int64_t judged = f.peak_bytes;
         if (options.reserved_memory && !out.profile.gpu.host_device) {
@@ -225,6 +227,7 @@ core::Status Evaluator::timePipeline(const core::Plan& plan, const EvaluationOpt
         out.stages.push_back(f);
     }
     out.stage = options.pipeline_stage >= 0 && options.pipeline_stage < pp ? options.pipeline_stage : out.binding_stage;
+    out.core_slowdown = out.stages[static_cast<size_t>(out.stage)].core_slowdown;
     out.program = m_stage_programs[static_cast<size_t>(out.stage)];
     out.timeline = m_stage_timelines[static_cast<size_t>(out.stage)];
     out.timeline.step_ns = step_ns;  // the rank waits for the slowest stage before the next step
@@ -233,6 +236,7 @@ core::Status Evaluator::timePipeline(const core::Plan& plan, const EvaluationOpt
 
 core::Status Evaluator::timeStages(const core::Plan& plan, const Evaluation& out) {
     const int64_t cores = out.profile.host_cores;
+    m_core_shares.clear();
     if (cores <= 0) {
         m_simulator.setCoreSlowdown(1.0);
         m_pipeline.setCoreSlowdowns(nullptr);
@@ -264,6 +268,7 @@ core::Status Evaluator::timeStages(const core::Plan& plan, const Evaluation& out
     }
     m_pipeline.setCoreSlowdowns(nullptr);
     m_simulator.setCoreSlowdown(1.0);
+    m_core_shares = shares;
     return status;
 }
 

@@ -89,6 +89,7 @@ struct StageFigures {
     double idle_s = 0;                // compute stream idle within the pipeline's step: the bubble
                                       // (waiting for other stages) and exposed communication
     double p2p_s = 0;                 // P2P stream busy, receives' waits included
+    double core_slowdown = 1;         // ranks sharing CPU cores: its CPU work's slowdown (coreSlowdowns)
     int64_t peak_bytes = 0;           // allocated peak on the simulated timeline
     int64_t reserved_bytes = 0;       // reserved peak + runtime overhead; 0 without reserved memory
 };
@@ -119,6 +120,10 @@ struct Evaluation {
     // tensor parallelism; under async TP what the overlapped GEMMs leave exposed): part of
     // compute_s, shown on their own.
     double tp_comm_s = 0;
+    // Ranks sharing a node's CPU cores (HardwareProfile::host_cores): how many times longer the
+    // shown rank's CPU work takes than with a core to itself (a mean over its busy time with
+    // pipeline stages); 1 when nothing is shared.
+    double core_slowdown = 1;
     std::vector<StageFigures> stages;  // pp > 1: per pipeline stage
     int32_t stage = 0;                 // pp > 1: the stage `program` is
     int32_t binding_stage = 0;         // pp > 1: the stage whose memory binds (the most reserved, else allocated)
@@ -163,6 +168,7 @@ private:
     core::Status timePipeline(const core::Plan& plan, const EvaluationOptions& options, Evaluation& out);
     // The stage Programs timed as one pipeline, at the cores' shares where ranks share them.
     core::Status timeStages(const core::Plan& plan, const Evaluation& out);
+    std::vector<double> m_core_shares;  // per pipeline rank, the last timeStages' (empty: none shared)
 
     core::Lowerer m_lowerer;
     Simulator m_simulator;

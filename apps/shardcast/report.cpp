@@ -219,6 +219,11 @@ void appendTimeSection(std::string& out, const sim::Evaluation& e) {
         line(fmt::format("  tensor parallel {:>10.2f} ms   of the compute stream's time: the tp group's collectives it waits for",
                          ms(e.tp_comm_s)));
     }
+    if (e.core_slowdown > 1) {
+        line(fmt::format("  shared cores    {:>10.2f} x    CPU work takes this many times its time with a core to itself: "
+                         "the ranks computing at once share the node's {} cores (profile host_cores)",
+                         e.core_slowdown, e.profile.host_cores));
+    }
     line(fmt::format("  MFU             {:>10.3f}      over {} {} peak", ts.mfu, core::formatFlopRate(ts.peak_flops),
                      core::dtypeName(prog.compute_dtype)));
     line(fmt::format("  HFU             {:>10.3f}", ts.hfu));
@@ -369,6 +374,7 @@ nlohmann::ordered_json planResultJson(const core::Plan& plan, const sim::Evaluat
             {"exposed_comm_s", ts.exposed_comm_s},
             {"comm_s", {{"all_gather", ts.all_gather_s}, {"reduce_scatter", ts.reduce_scatter_s}, {"all_reduce", ts.all_reduce_s}}},
             {"tp_comm_s", e.tp_comm_s},
+            {"core_slowdown", e.core_slowdown},
             {"mfu", ts.mfu},
             {"hfu", ts.hfu},
             {"tokens_per_s_per_gpu", ts.tokens_per_s_per_gpu},

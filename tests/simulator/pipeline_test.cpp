@@ -355,6 +355,18 @@ TEST(PipelineTest, RanksSharingCoresComputeAtTheirShare) {
     const double ratio = static_cast<double>(stage_sharing) / static_cast<double>(stage_alone);
     EXPECT_GT(ratio, 1.05);
     EXPECT_LT(ratio, 1.95);
+    // The evaluation says the shown rank's share, and each stage's.
+    auto e = evaluatePlan(plan, &shared, options);
+    ASSERT_TRUE(e.ok()) << e.error().message;
+    EXPECT_NEAR(e->core_slowdown, ratio, 1e-3);
+    for (const StageFigures& f : e->stages) {
+        EXPECT_GT(f.core_slowdown, 1.05);
+        EXPECT_LT(f.core_slowdown, 1.95);
+    }
+    plan.sharding.pp = 1;
+    auto flat = evaluatePlan(plan, &shared, options);
+    ASSERT_TRUE(flat.ok()) << flat.error().message;
+    EXPECT_EQ(flat->core_slowdown, 2.0);
 }
 
 // A receive without its send is refused, naming it.

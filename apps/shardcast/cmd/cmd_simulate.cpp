@@ -35,6 +35,11 @@ void printText(const sim::Evaluation& e) {
     if (const std::string period = periodText(e); !period.empty()) fmt::print("  {}\n", period);
     fmt::print("  compute (busy)    {:10.2f} ms\n", s.compute_s * 1e3);
     fmt::print("  exposed comm      {:10.2f} ms\n", s.exposed_comm_s * 1e3);
+    if (e.core_slowdown > 1) {
+        fmt::print("  shared cores      {:10.2f} x   (CPU work against a core to itself: the ranks computing at once "
+                   "share the node's {} cores)\n",
+                   e.core_slowdown, e.profile.host_cores);
+    }
     fmt::print("Collectives (summed durations)\n");
     fmt::print("  all-gather        {:10.2f} ms\n", s.all_gather_s * 1e3);
     fmt::print("  reduce-scatter    {:10.2f} ms\n", s.reduce_scatter_s * 1e3);
