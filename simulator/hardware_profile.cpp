@@ -94,7 +94,7 @@ constexpr double kMaxHalfFlops = 1e18;
 constexpr double kMaxHalfBytes = 1125899906842624.0;  // 2^50
 constexpr double kMaxIssueNs = 1e9;                   // 1 s per task or hook
 constexpr double kMinSlowdown = 1 / kMaxSlowdown;
-constexpr double kMaxHostCores = 1 << 20;
+constexpr double kMaxHostCores = 1e6;
 
 using DoubleField = double HardwareProfile::*;
 using Int64Field = int64_t HardwareProfile::*;
