@@ -117,10 +117,11 @@ core::Status Evaluator::evaluateWhole(const core::Plan& given, const HardwarePro
     if (out.mesh.pp == 1) {
         if (enter(EvaluationStage::Simulate)) return core::cancelledError();
         if (!(m_simulator.profile() == out.profile)) m_simulator.setProfile(out.profile);
-        // Ranks sharing a node's cores all run the same tasks at once: each gets its share.
+        // Ranks sharing a node's cores (its gpus_per_node ranks) all run the same tasks at once:
+        // each gets its share.
         const int64_t cores = out.profile.host_cores;
-        const int node_ranks = std::min(plan->cluster.nodes * plan->cluster.gpus_per_node, plan->cluster.gpus_per_node);
-        out.core_slowdown = cores > 0 ? std::max(1.0, static_cast<double>(node_ranks) / static_cast<double>(cores)) : 1.0;
+        const double node_ranks = plan->cluster.gpus_per_node;
+        out.core_slowdown = cores > 0 ? std::max(1.0, node_ranks / static_cast<double>(cores)) : 1.0;
         m_simulator.setCoreSlowdown(out.core_slowdown);
         m_simulator.run(out.program, out.timeline);
         if (!m_simulator.inRange()) return checkStepBound(m_simulator.stepBoundSeconds()).error();
