@@ -45,6 +45,10 @@ verify() {
             if (m != p && !d) { print "category line wrong: " $0; bad = 1 } } END { exit bad }' "$log"; then
         fail "np $np $*: per-category lines"; cat "$log"; return
     fi
+    # compare says the verified run's checks are CPU work the plan does not have (the first only).
+    if [ "$n" = 1 ] && ! "$shardcast" compare run "$out" 2>&1 | grep -q "^Verified: the run checked every collective's data"; then
+        fail "np $np $*: compare of a --verify run does not say so"; return
+    fi
     echo "ok   np $np $(basename "$model") $* ($((SECONDS - start)) s): $(grep -o 'OK: [0-9]* collectives' "$log")"
 }
 

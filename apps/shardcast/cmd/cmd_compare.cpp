@@ -85,6 +85,10 @@ void printText(const core::RunRecord& run, const core::Program& program, const c
     fmt::print("Measured: rank {}'s timeline of the median of {} steps ({} warmup steps discarded)\n",
                run.recorded_rank, run.step_ns.size(), run.warmup_steps);
     if (!run.compute_note.empty()) fmt::print("Compute: {}\n", run.compute_note);
+    if (run.environment.is_object() && run.environment.value("verify", false)) {
+        fmt::print("Verified: the run checked every collective's data (--verify), CPU work the plan does not have: "
+                   "its compute and step run longer than the prediction says; time a run without --verify\n");
+    }
     if (c.excluded_task_count > 0) {
         fmt::print("Emulated: {} collective tasks were filled locally, not communicated (--emulate-rank): they are left "
                    "out of the stream and task errors, and the step time, which contains them, is not compared\n",
