@@ -7,7 +7,8 @@
 #     ranks; each RUN.json is
 #     checked by run_record_check (loads, world size, step count, timeline, counted memory == the
 #     prediction's counted allocations, exact bytes).
-#   save: run --save stores the run, its plan and prediction; compare --run --prediction reads them.
+#   save: run --save stores the run, its plan and prediction; compare --run --prediction reads them;
+#     a profile calibrated on other cores (host_cores) gets a note.
 #   faults: a corrupted all-gather fails verify naming unit, rank and element; a world-size
 #     mismatch and a plan too big for this machine exit 2; a failing or killed rank ends the run
 #     within 30 s naming the rank, and no RUN.json is written.
@@ -118,6 +119,16 @@ PY
     fi
     grep -q "Saved cmp-1" "$tmp/cmp.log" || { fail "compare --save: no saved line"; cat "$tmp/cmp.log"; }
     echo "ok   run --save, db export, compare --run --prediction --save"
+    # A CPU profile calibrated on a machine of other cores: the run says so (and still runs).
+    python3 -c 'import json,sys; p=json.load(open(sys.argv[1]))["profile"]; p["host_cores"]=999; json.dump(p, open(sys.argv[2], "w"))' \
+        "$tmp/saved.json" "$tmp/other-cores.json" || fail "writing a profile of 999 cores"
+    if ! timeout 120 "$mpirun_sh" -np 2 "$shardcast" run --backend cpu --model "$llama" --nodes 1 --gpus-per-node 2 \
+        "${small[@]}" --profile "$tmp/other-cores.json" >"$tmp/cores.log" 2>&1; then
+        fail "run with a profile of other cores exited non-zero"; cat "$tmp/cores.log"
+    fi
+    grep -q "note: the profile's host_cores is 999 but this process may run on" "$tmp/cores.log" ||
+        { fail "run with a profile of other cores: no note"; cat "$tmp/cores.log"; }
+    echo "ok   run with a profile calibrated on other cores says so"
     ;;
 faults)
     base=(run --backend cpu --model "$llama" --nodes 1 --gpus-per-node 2 "${small[@]}")

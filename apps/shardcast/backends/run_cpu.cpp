@@ -61,6 +61,14 @@ int runOnCpu(const RunOptions& o) {
             core::formatBytes(available)));
     }
 
+    // A profile calibrated on another machine shares its cores, not this one's: said, not refused.
+    if (const int64_t cores = predicted.profile.host_cores; launch.rank == 0 && cores > 0 && cores != core::hostCores()) {
+        fmt::print(stderr,
+                   "shardcast: note: the profile's host_cores is {} but this process may run on {} cores: the "
+                   "prediction shares {} cores among the ranks computing at once; calibrate on this machine "
+                   "(scripts/mpirun.sh -np {} shardcast calibrate --backend cpu) for a prediction of it\n",
+                   cores, core::hostCores(), cores, needed);
+    }
     auto session = cpu::MpiSession::start(nullptr, nullptr);
     if (!session) {
         fmt::print(stderr, "shardcast: error: {}\n", session.error().message);
