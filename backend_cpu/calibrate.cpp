@@ -140,20 +140,22 @@ struct Turns {
     int cores = 1;  // this node's
 };
 
-Turns rankTurns(int32_t rank) {
-    MPI_Comm node = MPI_COMM_NULL;
-    check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node), "MPI_Comm_split_type",
-          rank);
-    int local_rank = 0, local_size = 1;
-    check(MPI_Comm_rank(node, &local_rank), "MPI_Comm_rank", rank);
-    check(MPI_Comm_size(node, &local_size), "MPI_Comm_size", rank);
-    check(MPI_Comm_free(&node), "MPI_Comm_free", rank);
+Turns rankTurns(const MpiSession& session) {
     Turns t;
     t.cores = core::hostCores();
-    const int mine = (local_size + t.cores - 1) / t.cores;
-    check(MPI_Allreduce(&mine, &t.count, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD), "MPI_Allreduce", rank);
-    t.mine = local_rank / t.cores;
+    const int mine = (session.localRanks() + t.cores - 1) / t.cores;
+    check(MPI_Allreduce(&mine, &t.count, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD), "MPI_Allreduce", session.rank());
+    t.mine = session.localRank() / t.cores;
     return t;
+}
+
+// Runs `measure` in this rank's turn; every rank passes every turn's barrier.
+template <class F>
+void inTurn(const Turns& turns, int32_t rank, F&& measure) {
+    for (int turn = 0; turn < turns.count; ++turn) {
+        politeBarrier(rank);
+        if (turn == turns.mine) measure();
+    }
 }
 
 // Each rank measures in its turn (Turns); the point is the slowest rank's typical time.
@@ -161,9 +163,7 @@ sim::GemmPoint measureGemm(int64_t m, int64_t n, int64_t k, bool backward, doubl
                            int32_t rank) {
     GemmBuffers g(m, n, k);
     std::vector<double> times;
-    for (int turn = 0; turn < turns.count; ++turn) {
-        politeBarrier(rank);
-        if (turn != turns.mine) continue;
+    inTurn(turns, rank, [&] {
         double t0 = MPI_Wtime();
         g.run();  // warmup: page faults, packing buffers
         const double first = MPI_Wtime() - t0;
@@ -173,7 +173,7 @@ sim::GemmPoint measureGemm(int64_t m, int64_t n, int64_t k, bool backward, doubl
             g.run();
             times.push_back(MPI_Wtime() - t0);
         }
-    }
+    });
     return {m, n, k, backward, maxOverRanks(typical(times), MPI_COMM_WORLD, rank)};
 }
 
@@ -181,9 +181,7 @@ sim::GemmPoint measureGemm(int64_t m, int64_t n, int64_t k, bool backward, doubl
 MemoryPoint measureMemory(int64_t bytes, int iterations, const Turns& turns, int32_t rank) {
     std::vector<char> src(static_cast<size_t>(bytes), 1), dst(static_cast<size_t>(bytes), 0);
     std::vector<double> times;
-    for (int turn = 0; turn < turns.count; ++turn) {
-        politeBarrier(rank);
-        if (turn != turns.mine) continue;
+    inTurn(turns, rank, [&] {
         std::memcpy(dst.data(), src.data(), src.size());  // warmup
         for (int i = 0; i < iterations; ++i) {
             src[static_cast<size_t>(i)] = static_cast<char>(i);
@@ -191,7 +189,7 @@ MemoryPoint measureMemory(int64_t bytes, int iterations, const Turns& turns, int
             std::memcpy(dst.data(), src.data(), src.size());
             times.push_back(MPI_Wtime() - t0);
         }
-    }
+    });
     if (dst[0] != src[0]) throw std::runtime_error("memory calibration: memcpy did not copy");
     MemoryPoint p;
     p.buffer_bytes = bytes;
@@ -403,7 +401,7 @@ core::Result<CalibrationResult> calibrateCpu(const MpiSession& session, const Ca
     const int overlap_points = world > 1 ? 1 : 0;
     Progress progress(options, gemm_points + memory_points + collective_points + overlap_points, rank == 0);
 
-    const Turns turns = rankTurns(rank);
+    const Turns turns = rankTurns(session);
     CalibrationMeasurements m;
     m.load_at_start = hostLoad();
     m.cores = turns.cores;

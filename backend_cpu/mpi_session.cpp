@@ -37,6 +37,7 @@ core::Result<std::unique_ptr<MpiSession>> MpiSession::start(int* argc, char*** a
         return s.error();
     }
     MPI_Comm_size(local, &session->m_local_ranks);
+    MPI_Comm_rank(local, &session->m_local_rank);
     MPI_Comm_free(&local);
     return session;
 }

@@ -24,6 +24,7 @@ public:
     int32_t rank() const { return m_rank; }
     int32_t worldSize() const { return m_world_size; }
     int32_t localRanks() const { return m_local_ranks; }  // ranks on this machine
+    int32_t localRank() const { return m_local_rank; }    // this rank's place among them
     std::string libraryVersion() const;                  // MPI_Get_library_version, first line
     // Prints "shardcast: error: MESSAGE" and ends every rank (MPI_Abort on MPI_COMM_WORLD).
     [[noreturn]] void abort(std::string_view message) const noexcept;
@@ -33,6 +34,7 @@ private:
     int32_t m_rank = 0;
     int32_t m_world_size = 1;
     int32_t m_local_ranks = 1;
+    int32_t m_local_rank = 0;
 };
 
 }  // namespace shardcast::cpu

@@ -109,11 +109,10 @@ double CostModel::opSeconds(const core::OpShape& op, TaskKind kind) const {
             // A GPU preset's GEMM loses to its thread-block tiles and waves; a calibrated profile (no
             // SM count: calibratedProfile) has its measured curve instead, rate_max x f / (f + half)
             // over one GEMM's FLOPs f, the fit calibrate made of the backend's own kernel.
-            const double shape =
-                p.gpu.sm_count > 0 || p.gemm_half_flops <= 0
-                    ? gemmShapeEfficiency(op.m, op.n, op.k, op.batch)
-                    : flops / static_cast<double>(std::max<int64_t>(1, op.batch)) /
-                          (flops / static_cast<double>(std::max<int64_t>(1, op.batch)) + p.gemm_half_flops);
+            const double one = flops / static_cast<double>(std::max<int64_t>(1, op.batch));
+            const double shape = p.gpu.sm_count > 0 || p.gemm_half_flops <= 0
+                                     ? gemmShapeEfficiency(op.m, op.n, op.k, op.batch)
+                                     : one / (one + p.gemm_half_flops);
             double rate = p.peakFlops(op.dtype) * clock * eff * shape;
             // No shape runs faster than the best one a sweep measured (GpuSpec::max_matmul_flops_bf16).
             if (const double cap = p.gpu.matmulFlopsCap(); cap > 0 && (op.dtype == core::DType::BF16 || op.dtype == core::DType::F16)) {

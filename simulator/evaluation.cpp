@@ -120,8 +120,7 @@ core::Status Evaluator::evaluateWhole(const core::Plan& given, const HardwarePro
         // Ranks sharing a node's cores (its gpus_per_node ranks) all run the same tasks at once:
         // each gets its share.
         const int64_t cores = out.profile.host_cores;
-        const double node_ranks = plan->cluster.gpus_per_node;
-        out.core_slowdown = cores > 0 ? std::max(1.0, node_ranks / static_cast<double>(cores)) : 1.0;
+        out.core_slowdown = cores > 0 ? sharedCoreSlowdown(plan->cluster.gpus_per_node, cores) : 1.0;
         m_simulator.setCoreSlowdown(out.core_slowdown);
         m_simulator.run(out.program, out.timeline);
         if (!m_simulator.inRange()) return checkStepBound(m_simulator.stepBoundSeconds()).error();
@@ -255,7 +254,7 @@ core::Status Evaluator::timeStages(const core::Plan& plan, const Evaluation& out
     std::vector<int> host(static_cast<size_t>(pp)), ranks(static_cast<size_t>(pp), std::min(per_stage, gpn));
     for (int s = 0; s < pp; ++s) host[static_cast<size_t>(s)] = s * per_stage / gpn;
     std::vector<double> shares(static_cast<size_t>(pp));
-    for (size_t s = 0; s < shares.size(); ++s) shares[s] = std::max(1.0, static_cast<double>(ranks[s]) / static_cast<double>(cores));
+    for (size_t s = 0; s < shares.size(); ++s) shares[s] = sharedCoreSlowdown(ranks[s], cores);
     m_pipeline.setCoreSlowdowns(&shares);
     core::Status status = core::Ok{};
     for (int pass = 0; pass < kSharingPasses; ++pass) {

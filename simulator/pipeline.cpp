@@ -172,9 +172,8 @@ core::Status PipelineTimer::run(Simulator& simulator, const std::vector<core::Pr
 std::vector<double> coreSlowdowns(const std::vector<core::Timeline>& timelines, const std::vector<core::Program>& stages,
                                   const std::vector<int>& host, const std::vector<int>& ranks, int64_t cores) {
     const size_t n = timelines.size();
-    const auto c = static_cast<double>(std::max<int64_t>(1, cores));
     std::vector<double> out(n);
-    for (size_t s = 0; s < n; ++s) out[s] = std::max(1.0, ranks[s] / c);
+    for (size_t s = 0; s < n; ++s) out[s] = sharedCoreSlowdown(ranks[s], cores);
     // Busy edges of every rank's compute stream: (time, rank, +1 start / -1 end), ends first at a tie.
     struct Edge {
         int64_t t;
@@ -202,7 +201,7 @@ std::vector<double> coreSlowdowns(const std::vector<core::Timeline>& timelines, 
         if (const auto d = static_cast<double>(e.t - last); d > 0) {
             for (size_t s = 0; s < n; ++s) {
                 if (busy[s] == 0) continue;
-                weighted[s] += d * std::max(1.0, computing[host[s]] / c);
+                weighted[s] += d * sharedCoreSlowdown(computing[host[s]], cores);
                 time[s] += d;
             }
         }

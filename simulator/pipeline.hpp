@@ -12,6 +12,7 @@
 // 1F1B step's critical path turns at every micro-batch; the last pass's timelines are the answer).
 // A stage whose landing times are exactly those of its last simulation is not simulated again: it
 // would time the same.
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -65,6 +66,12 @@ private:
 // rank the mean slowdown max(1, k / c) over the time its compute stream is busy in `timelines`, k
 // counting the ranks of every stage on its node busy then; a rank never busy gets its stage alone,
 // max(1, ranks[s] / c).
+// `ranks` of a node computing at once on its `cores` (> 0): each at cores / ranks of its rate alone,
+// never faster than alone.
+inline double sharedCoreSlowdown(double ranks, int64_t cores) {
+    return std::max(1.0, ranks / static_cast<double>(std::max<int64_t>(1, cores)));
+}
+
 std::vector<double> coreSlowdowns(const std::vector<core::Timeline>& timelines, const std::vector<core::Program>& stages,
                                   const std::vector<int>& host, const std::vector<int>& ranks, int64_t cores);
 
