@@ -18,7 +18,7 @@ for lib in libcublasLt.so.13 libnccl.so.2; do
 done
 for lib in "$pack"/fallback/*; do
     [ -e "$lib" ] || continue
-    ldconfig -p | grep -q "$(basename "$lib") " || { mkdir -p "$pack/missing"; cp "$lib" "$pack/missing/"; }
+    ldconfig -p | grep "$(basename "$lib") " >/dev/null || { mkdir -p "$pack/missing"; cp "$lib" "$pack/missing/"; }
 done
 [ -d "$pack/missing" ] && libdirs="$libdirs:$pack/missing" && echo "gpu-prebuilt: packed fallbacks used: $(ls "$pack/missing" | tr '\n' ' ')"
 export LD_LIBRARY_PATH="$libdirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"

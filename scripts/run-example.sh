@@ -12,7 +12,7 @@ if [ ! -f build/build.ninja ]; then
     cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
 fi
 targets=(shardcast)
-if cmake --build build --target help | grep -q '^shardcast-gui:'; then
+if cmake --build build --target help | grep '^shardcast-gui:' >/dev/null; then
     targets+=(shardcast-gui)
 fi
 cmake --build build -j "$(nproc)" --target "${targets[@]}"

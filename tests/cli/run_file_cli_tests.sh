@@ -51,6 +51,6 @@ expect_bad_input "--write-plan that cannot finish is exit 2 naming the file" "ke
     "$bin" plan --model llama-3.1-405b --gpus-per-node 8 --nodes 4 --write-plan "$tmp/kept.plan.json"
 if cmp -s "$tmp/kept.plan.json" "$tmp/kept.orig"; then pass "the old plan is intact after the failed write"
 else fail "the old plan is intact after the failed write" "$(head -c 200 "$tmp/kept.plan.json")"; fi
-if ls -a "$tmp" | grep -q '\.tmp-'; then fail "no temporary file is left" "$(ls -a "$tmp")"; else pass "no temporary file is left"; fi
+if ls -a "$tmp" | grep '\.tmp-' >/dev/null; then fail "no temporary file is left" "$(ls -a "$tmp")"; else pass "no temporary file is left"; fi
 
 finish "file CLI tests"
