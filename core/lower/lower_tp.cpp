@@ -25,7 +25,13 @@
 //       A recompute repeats the forward's.                                   tpCollectives
 //  TP4  async TP (torch._inductor's micro-pipelined TP: fused_all_gather_matmul and
 //       fused_matmul_reduce_scatter): an all-gather runs under the matmuls that read it, a
-//       reduce-scatter under the matmul that makes its input (OpShape::overlap).   tpBefore, tpAfter
+//       reduce-scatter under the matmul that makes its input (OpShape::overlap). Around them, on
+//       the compute stream, the kernels of torch's symmetric-memory implementation
+//       (torch/distributed/_symmetric_memory/__init__.py): before the all-gather's pipeline, its
+//       local shard copied into the symmetric buffer (_pipelined_multi_all_gather_and_consume: not
+//       overlapped with the first matmul, "mv"), S / tp read and written; after the
+//       reduce-scatter's pipeline, the sum of the tp partial chunks (stacked_partials, reduce_fn):
+//       S read, S / tp written.                          tpBefore, tpAfter, pushTpCollective
 //  TP5  the vocab-parallel embedding's weight gradient is the whole vocabulary's: DTensor runs
 //       aten.embedding_dense_backward with output [vocab, hidden] and a Replicate() gradient
 //       (torch 2.15, seen with a dispatch mode on a fake group; docs/validation-memory.md).
@@ -239,6 +245,12 @@ void Lowering::pushTpCollective(OpShapeKind kind, int64_t bytes, uint8_t overlap
     const int32_t gi = m_group[static_cast<size_t>(GroupKind::Tensor)];
     assert(gi >= 0);
     const ProcessGroup& g = m_p.groups[static_cast<size_t>(gi)];
+    // Inductor's micro-pipelined TP fuses all-gathers and reduce-scatters of sequence parallelism
+    // with their matmuls; an all-reduce (no SP) stays on its own.
+    const uint8_t fused = m_sh.async_tp && kind != OpShapeKind::TpAllReduce ? overlap : 0;
+    const int64_t shard = bytes / g.size;
+    // TP4: the all-gather's local shard copied into the symmetric buffer first.
+    if (fused == kOverlapNext) pushElementwise(2 * shard, 0, m_pdt);
     OpShape& o = m_p.ops.emplace_back();
     o.kind = kind;
     o.dtype = m_pdt;
@@ -246,9 +258,12 @@ void Lowering::pushTpCollective(OpShapeKind kind, int64_t bytes, uint8_t overlap
     o.group = gi;
     o.group_size = g.size;
     o.group_nodes = g.nodes;
-    // Inductor's micro-pipelined TP fuses all-gathers and reduce-scatters of sequence parallelism
-    // with their matmuls; an all-reduce (no SP) stays on its own.
-    o.overlap = m_sh.async_tp && kind != OpShapeKind::TpAllReduce ? overlap : 0;
+    o.overlap = fused;
+    if (fused == kOverlapPrevious) {
+        // TP4: the tp partial chunks summed into this rank's (its own kernel: nothing fuses into it).
+        pushElementwise(bytes + shard, (bytes - shard) / itemSize(m_pdt), m_pdt);
+        m_chain_from = m_p.ops.size();
+    }
 }
 
 }  // namespace shardcast::core::detail

@@ -511,6 +511,30 @@ TEST(TensorParallelTest, AsyncTpMarksTheFusedCollectives) {
     EXPECT_EQ(next, 2 + 2 + 1);
     EXPECT_EQ(previous, 2 + 2 + 1);
     EXPECT_EQ(alone, 2);
+    // Torch's symmetric-memory kernels around them, by hand for tp 2 and S bytes: a fused all-gather's
+    // local shard copied into the symmetric buffer first (S / 2 read and written: S bytes), a fused
+    // reduce-scatter's 2 partial chunks summed after it (S read, S / 2 written, S / 4 bf16 adds).
+    for (size_t i = 0; i < p.ops.size(); ++i) {
+        const core::OpShape& op = p.ops[i];
+        if (op.overlap == 1) {
+            ASSERT_GT(i, 0U);
+            EXPECT_EQ(p.ops[i - 1].kind, OpShapeKind::Elementwise);
+            EXPECT_EQ(p.ops[i - 1].bytes, op.bytes);
+            EXPECT_EQ(p.ops[i - 1].flops, 0);
+        } else if (op.overlap == 2) {
+            ASSERT_LT(i + 1, p.ops.size());
+            EXPECT_EQ(p.ops[i + 1].kind, OpShapeKind::Elementwise);
+            EXPECT_EQ(p.ops[i + 1].bytes, op.bytes + op.bytes / 2);
+            EXPECT_EQ(p.ops[i + 1].flops, op.bytes / 4);
+        }
+    }
+    // Vanilla TP has none of them: 10 elementwise kernels fewer (the reduction is NCCL's).
+    core::Plan vanilla = plan;
+    vanilla.sharding.async_tp = false;
+    auto elementwise = [](const core::Program& q) {
+        return std::count_if(q.ops.begin(), q.ops.end(), [](const core::OpShape& o) { return o.kind == OpShapeKind::Elementwise; });
+    };
+    EXPECT_EQ(elementwise(p) - elementwise(lowered(vanilla)), next + previous);
     core::Plan eager = plan;
     eager.training.kernels = core::KernelImpl::Eager;
     auto mesh = core::validatePlan(eager);
