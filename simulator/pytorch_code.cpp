@@ -302,18 +302,28 @@ std::string tensorParallelCode(const core::Plan& plan, const core::Mesh& mesh, b
     }
     s += "for block in model.model.layers:\n";
     s += "    plan = {\n";
+    // Rule F8-TP: with Float8 linears and sequence parallelism, torchao's float8 styles (the input
+    // cast once on its shard and all-gathered in fp8), as torchtitan's apply_tp uses them.
+    const bool float8_tp = sp && plan.training.all_gather_dtype == core::AllGatherDtype::Fp8;
+    const char* colwise = float8_tp ? "Float8ColwiseParallel" : "ColwiseParallel";
+    const char* rowwise = float8_tp ? "Float8RowwiseParallel" : "RowwiseParallel";
+    const char* prepare = float8_tp ? "PrepareFloat8ModuleInput" : "PrepareModuleInput";
+    if (float8_tp) {
+        s.insert(0, "from torchao.float8.float8_tensor_parallel import (Float8ColwiseParallel, Float8RowwiseParallel,\n"
+                    "                                                  PrepareFloat8ModuleInput)\n");
+    }
     if (sp) {
         s += "        \"input_layernorm\": SequenceParallel(),\n";
         s += "        \"post_attention_layernorm\": SequenceParallel(),\n";
-        s += "        \"self_attn\": PrepareModuleInput(input_kwarg_layouts={\"hidden_states\": Shard(1)},\n";
-        s += "                                         desired_input_kwarg_layouts={\"hidden_states\": Replicate()}),\n";
-        s += "        \"mlp\": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),\n";
+        s += fmt::format("        \"self_attn\": {}(input_kwarg_layouts={{\"hidden_states\": Shard(1)}},\n", prepare);
+        s += "            desired_input_kwarg_layouts={\"hidden_states\": Replicate()}),\n";
+        s += fmt::format("        \"mlp\": {}(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),\n", prepare);
     }
-    s += "        \"self_attn.q_proj\": ColwiseParallel(), \"self_attn.k_proj\": ColwiseParallel(),\n";
-    s += "        \"self_attn.v_proj\": ColwiseParallel(),\n";
-    s += fmt::format("        \"self_attn.o_proj\": RowwiseParallel(output_layouts={}),\n", seq);
-    s += "        \"mlp.gate_proj\": ColwiseParallel(), \"mlp.up_proj\": ColwiseParallel(),\n";
-    s += fmt::format("        \"mlp.down_proj\": RowwiseParallel(output_layouts={}),\n", seq);
+    s += fmt::format("        \"self_attn.q_proj\": {0}(), \"self_attn.k_proj\": {0}(),\n", colwise);
+    s += fmt::format("        \"self_attn.v_proj\": {}(),\n", colwise);
+    s += fmt::format("        \"self_attn.o_proj\": {}(output_layouts={}),\n", rowwise, seq);
+    s += fmt::format("        \"mlp.gate_proj\": {0}(), \"mlp.up_proj\": {0}(),\n", colwise);
+    s += fmt::format("        \"mlp.down_proj\": {}(output_layouts={}),\n", rowwise, seq);
     s += "    }\n";
     s += "    parallelize_module(block, tp_mesh, plan)\n";
     if (sp) s += "    block.register_forward_pre_hook(_local_shard, with_kwargs=True)\n";
@@ -532,6 +542,9 @@ std::string pytorchCode(const core::Plan& plan, const core::Mesh& mesh, const st
     s += "import torch\n";
     s += "from torch.distributed.device_mesh import init_device_mesh\n";
     s += "from torch.distributed.fsdp import fully_shard, MixedPrecisionPolicy\n\n";
+    // torchtitan's order: the float8 conversion (a model converter), then tensor parallelism, whose
+    // float8 styles need the Float8Linear modules, then fully_shard.
+    s += float8Code(plan);
     if (mesh.tp > 1) {
         // FSDP over TP (torchtitan's apply_tp, then fully_shard on the dp dimensions): tp innermost.
         s += tensorParallelCode(plan, mesh, false);
@@ -547,7 +560,6 @@ std::string pytorchCode(const core::Plan& plan, const core::Mesh& mesh, const st
     const std::string reduce = tr.reduce_dtype ? torchDtype(*tr.reduce_dtype) : "None";
     s += fmt::format("mp = MixedPrecisionPolicy(param_dtype={}, reduce_dtype={})\n", param, reduce);
     s += loraCode(plan);
-    s += float8Code(plan);
     s += checkpointCode(plan);
     const std::string raf = reshardArg(plan.sharding);
     for (const auto& unit : units) {

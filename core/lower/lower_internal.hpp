@@ -173,6 +173,10 @@ struct OpCost {
     // io and io_bwd) with their kernels.
     bool float8 = false;
     int64_t cast_fwd = 0, cast_bwd_grad = 0, cast_bwd_input = 0, cast_bwd_weight = 0;
+    // Float8 tensor parallelism (rule F8-TP): the all-gather before this linear moves fp8, and the
+    // casts before it (forward: cast_fwd on a colwise run's input shard; backward: a rowwise
+    // linear's cast_bwd_grad on the gradient's shard and cast_bwd_weight) run before the all-gather.
+    bool float8_tp = false;
 };
 
 }  // namespace detail

@@ -227,7 +227,17 @@ bool Lowering::checkpointKeepsMask() const {
 // bf16 input again for the weight gradient, and the fp8 weight transposed for the input gradient
 // (_scaled_mm's second operand is column-major: read and write one byte per element, 1 kernel).
 // Activations do not change: Float8Linear saves the bf16 input and the weight (float8_linear.py).
+// Rule F8-TP: under tensor and sequence parallelism torchtitan applies torchao's float8 styles
+// (torchao/float8/float8_tensor_parallel.py: PrepareFloat8ModuleInput, Float8ColwiseParallel,
+// Float8RowwiseParallel; torchtitan's apply_tp with tensorwise float8). The input of a colwise run
+// (attention's, the MLP's) is cast once, on this rank's sequence shard, before its all-gather, which
+// moves one byte per element; the run's linears then get it in fp8 (no cast of their own) and keep
+// it in fp8 for their weight gradients (no second cast: _scaled_mm's column-major operand, read and
+// written once, 1 kernel, as the weight's transpose). A rowwise linear's output gradient is cast (e5m2,
+// _NoopFwToFloat8BwDynamic) on its sequence shard before the backward's all-gather, which moves
+// fp8 too. Reduce-scatters stay in bf16.
 void Lowering::float8Costs() {
+    const bool tp = m_tp > 1 && m_sp;
     for (size_t ai = 0; ai < m_s.active.size(); ++ai) {
         const Op& op = opAt(static_cast<int64_t>(ai));
         if (op.kernel != KernelShape::Linear || !m_s.module_float8[static_cast<size_t>(op.module)]) continue;
@@ -238,6 +248,15 @@ void Lowering::float8Costs() {
         c.cast_bwd_grad = 5 * rows * op.out_features;
         c.cast_bwd_input = 5 * rows * op.in_features;
         c.cast_bwd_weight = 2 * op.in_features * op.out_features;
+        if (tp && op.tp == TpRole::Colwise) {
+            const bool first = ai == 0 || opAt(static_cast<int64_t>(ai) - 1).tp != TpRole::Colwise;
+            c.float8_tp = true;
+            c.cast_fwd = first ? 5 * (rows / m_tp) * op.in_features : 0;
+            c.cast_bwd_input = 2 * rows * op.in_features;  // the fp8 input transposed for the weight gradient
+        } else if (tp && op.tp == TpRole::Rowwise) {
+            c.float8_tp = true;
+            c.cast_bwd_grad = 5 * (rows / m_tp) * op.out_features;
+        }
         c.io += c.cast_fwd;
         c.io_bwd += c.cast_bwd_grad + c.cast_bwd_input + c.cast_bwd_weight;
     }
@@ -582,7 +601,7 @@ void Lowering::pushForwardOps(const Op& op, const OpCost& c) {
     const int64_t b = m_tr.micro_batch, s = m_seq;
     switch (op.kernel) {
         case KernelShape::Linear: {
-            if (c.float8) pushEagerKernels(c.cast_fwd, 0, 2);
+            if (c.float8 && !c.float8_tp) pushEagerKernels(c.cast_fwd, 0, 2);
             pushGemm(linearRows(op), op.out_features, op.in_features, 1, c.float8 ? std::optional(DType::F8) : std::nullopt);
             return;
         }
@@ -610,13 +629,15 @@ void Lowering::pushBackwardOps(const Op& op, const OpCost& c, uint8_t grad) {
         case KernelShape::Linear: {
             const int64_t rows = linearRows(op);
             const auto dtype = c.float8 ? std::optional(DType::F8) : std::nullopt;
-            if (c.float8) pushEagerKernels(c.cast_bwd_grad, 0, 2);
+            // Rule F8-TP: a rowwise linear's gradient and weight casts ran before the all-gather.
+            const bool cast_before = c.float8_tp && op.tp == TpRole::Rowwise;
+            if (c.float8 && !cast_before) pushEagerKernels(c.cast_bwd_grad, 0, 2);
             if (grad & kInputGrad) {
-                if (c.float8) pushEagerKernels(c.cast_bwd_weight, 0, 1);
+                if (c.float8 && !cast_before) pushEagerKernels(c.cast_bwd_weight, 0, 1);
                 pushGemm(rows, op.in_features, op.out_features, 1, dtype);
             }
             if (grad & kWeightGrad) {
-                if (c.float8) pushEagerKernels(c.cast_bwd_input, 0, 2);
+                if (c.float8) pushEagerKernels(c.cast_bwd_input, 0, c.float8_tp && op.tp == TpRole::Colwise ? 1 : 2);
                 pushGemm(op.out_features, op.in_features, rows, 1, dtype);
             }
             return;

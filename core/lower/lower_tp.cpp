@@ -207,16 +207,27 @@ void Lowering::tpBefore(int64_t ai, bool backward) {
     const Op& op = opAt(ai);
     const Op* prev = ai > 0 ? &opAt(ai - 1) : nullptr;
     const int64_t item = itemSize(m_pdt);
+    // Rule F8-TP: a Float8Linear's casts run on the shard before its all-gather, which moves fp8.
+    const OpCost& c = m_s.op_cost[static_cast<size_t>(ai)];
+    const int64_t gathered_item = c.float8_tp ? 1 : item;
     if (!backward) {
-        if (op.tp == TpRole::Colwise && (!prev || prev->tp != TpRole::Colwise) && m_sp)
-            pushTpCollective(OpShapeKind::TpAllGather, m_tokens * op.in_features * item, kOverlapNext);
+        if (op.tp == TpRole::Colwise && (!prev || prev->tp != TpRole::Colwise) && m_sp) {
+            if (c.float8_tp) pushEagerKernels(c.cast_fwd, 0, 2);
+            pushTpCollective(OpShapeKind::TpAllGather, m_tokens * op.in_features * gathered_item, kOverlapNext);
+        }
         if (op.tp == TpRole::Loss && !m_lp && (!prev || prev->tp != TpRole::Loss))
             pushTpCollective(OpShapeKind::TpAllGather, m_tokens * m_model.arch.vocab * item);
         return;
     }
     // Backward, before the op's own: the output gradient gathered back from sequence shards.
-    if (m_sp && op.tp == TpRole::Rowwise)
-        pushTpCollective(OpShapeKind::TpAllGather, m_tokens * op.out_features * item, kOverlapNext);
+    if (m_sp && op.tp == TpRole::Rowwise) {
+        const uint8_t grad = m_s.any_frozen ? m_s.op_grad[static_cast<size_t>(ai)] : kInputGrad | kWeightGrad;
+        if (c.float8_tp && grad != 0) {
+            pushEagerKernels(c.cast_bwd_grad, 0, 2);
+            if (grad & kInputGrad) pushEagerKernels(c.cast_bwd_weight, 0, 1);
+        }
+        pushTpCollective(OpShapeKind::TpAllGather, m_tokens * op.out_features * gathered_item, kOverlapNext);
+    }
     if (m_sp && op.tp == TpRole::Vocab) pushTpCollective(OpShapeKind::TpAllGather, vocabRows(op) * m_model.arch.hidden * item);
 }
 

@@ -589,3 +589,91 @@ TEST(TensorParallelTest, AsyncTpPairCostsTheLongerPlusOneChunk) {
 
 }  // namespace
 }  // namespace shardcast::sim
+
+namespace shardcast::sim {
+namespace {
+
+// Rule F8-TP (torchao's float8 TP styles, as torchtitan applies them with tensorwise Float8):
+// Llama-8B, one block, tp 2, seq 2048, eager kernels, by hand. A colwise run's input is cast once on
+// this rank's sequence shard (5 bytes per element of 1,024 x 4,096, in the cast's 2 kernels of
+// 10,485,760 bytes), then all-gathered in fp8: 2,048 x 4,096 x 1 = 8,388,608 bytes, half the bf16
+// twin's; its linears then run back to back, no cast between them. In backward a rowwise linear's
+// output gradient is cast on its shard, and its fp8 weight transposed (2 bytes per element of its
+// local weight), before the fp8 all-gather.
+TEST(TensorParallelTest, Float8TpGathersFp8AfterOneCastOfTheShard) {
+    core::Plan plan = tpPlan(1, 2);
+    plan.training.all_gather_dtype = core::AllGatherDtype::Fp8;
+    const core::Program p = lowered(plan);
+    int forward = 0, backward = 0;
+    for (const core::Task& t : p.tasks) {
+        const core::OpShape* ops = p.opsBegin(t);
+        for (uint32_t i = 0; i + 1 < t.ops.count; ++i) {
+            if (ops[i].kind != OpShapeKind::TpAllGather) continue;
+            if (ops[i + 1].kind != OpShapeKind::Gemm || ops[i + 1].dtype != core::DType::F8) continue;
+            EXPECT_EQ(ops[i].bytes, 8'388'608);
+            ASSERT_GE(i, 2U);
+            if (t.kind == core::TaskKind::Backward) {
+                ++backward;
+                EXPECT_EQ(ops[i - 1].kind, OpShapeKind::Elementwise);
+                // The weight transposed: down_proj's 7,168 x 4,096 local rows first, then o_proj's 2,048.
+                EXPECT_EQ(ops[i - 1].bytes, backward == 1 ? 2 * 7168 * 4096 : 2 * 2048 * 4096);
+                EXPECT_EQ(ops[i - 2].bytes, 10'485'760);        // the gradient's cast, second kernel
+                continue;
+            }
+            ++forward;
+            EXPECT_EQ(ops[i - 1].bytes, 10'485'760);
+            EXPECT_EQ(ops[i - 2].bytes, 10'485'760);
+            // q, k, v (or gate, up) back to back in fp8.
+            const uint32_t run = ops[i + 2].kind == OpShapeKind::Gemm && ops[i + 3].kind == OpShapeKind::Gemm ? 3 : 2;
+            for (uint32_t j = 1; j <= run; ++j) {
+                EXPECT_EQ(ops[i + j].kind, OpShapeKind::Gemm);
+                EXPECT_EQ(ops[i + j].dtype, core::DType::F8);
+            }
+        }
+    }
+    EXPECT_EQ(forward, 2);   // attention's and the MLP's inputs
+    EXPECT_EQ(backward, 2);  // o_proj's and down_proj's output gradients
+    // The bf16 twin gathers twice the bytes.
+    core::Plan bf16 = tpPlan(1, 2);
+    bool seen = false;
+    for (const core::OpShape& op : lowered(bf16).ops) {
+        if (op.kind == OpShapeKind::TpAllGather && op.bytes == 2 * 8'388'608) seen = true;
+    }
+    EXPECT_TRUE(seen);
+}
+
+}  // namespace
+}  // namespace shardcast::sim
+
+namespace shardcast::sim {
+namespace {
+
+// plan --pytorch with Float8 and TP (rule F8-TP): the float8 conversion first (Float8ColwiseParallel
+// refuses a module that is not a Float8Linear), then torchao's float8 styles on the block's linears
+// and their modules' inputs; the LM head, not converted, keeps ColwiseParallel. Without Float8 none.
+TEST(TensorParallelTest, Float8PytorchCodeUsesTorchaosStylesAfterTheConversion) {
+    core::Plan plan = tpPlan(2, 2);
+    plan.training.all_gather_dtype = core::AllGatherDtype::Fp8;
+    auto mesh = core::validatePlan(plan);
+    ASSERT_TRUE(mesh.ok()) << mesh.error().message;
+    const std::string code = pytorchCode(plan, *mesh, unitsOfPlan(plan));
+    const size_t convert = code.find("convert_to_float8_training(");
+    const size_t tp = code.find("parallelize_module(");
+    ASSERT_NE(convert, std::string::npos) << code;
+    ASSERT_NE(tp, std::string::npos) << code;
+    EXPECT_LT(convert, tp);
+    for (const char* want : {"from torchao.float8.float8_tensor_parallel import (Float8ColwiseParallel",
+                             "\"self_attn\": PrepareFloat8ModuleInput(input_kwarg_layouts=",
+                             "\"mlp\": PrepareFloat8ModuleInput(input_layouts=(Shard(1),)",
+                             "\"self_attn.q_proj\": Float8ColwiseParallel()",
+                             "\"self_attn.o_proj\": Float8RowwiseParallel(output_layouts=Shard(1))",
+                             "\"mlp.down_proj\": Float8RowwiseParallel(output_layouts=Shard(1))",
+                             "\"lm_head\": ColwiseParallel("}) {
+        EXPECT_NE(code.find(want), std::string::npos) << want << "\n" << code;
+    }
+    plan.training.all_gather_dtype = core::AllGatherDtype::Param;
+    EXPECT_EQ(pytorchCode(plan, *mesh, unitsOfPlan(plan)).find("Float8"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace shardcast::sim
