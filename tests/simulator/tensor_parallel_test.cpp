@@ -587,12 +587,6 @@ TEST(TensorParallelTest, AsyncTpPairCostsTheLongerPlusOneChunk) {
     EXPECT_DOUBLE_EQ(exposed, comm);
 }
 
-}  // namespace
-}  // namespace shardcast::sim
-
-namespace shardcast::sim {
-namespace {
-
 // Rule F8-TP (torchao's float8 TP styles, as torchtitan applies them with tensorwise Float8):
 // Llama-8B, one block, tp 2, seq 2048, eager kernels, by hand. A colwise run's input is cast once on
 // this rank's sequence shard (5 bytes per element of 1,024 x 4,096, in the cast's 2 kernels of
@@ -641,12 +635,6 @@ TEST(TensorParallelTest, Float8TpGathersFp8AfterOneCastOfTheShard) {
     }
     EXPECT_TRUE(seen);
 }
-
-}  // namespace
-}  // namespace shardcast::sim
-
-namespace shardcast::sim {
-namespace {
 
 // plan --pytorch with Float8 and TP (rule F8-TP): the float8 conversion first (Float8ColwiseParallel
 // refuses a module that is not a Float8Linear), then torchao's float8 styles on the block's linears
