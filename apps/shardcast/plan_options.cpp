@@ -66,7 +66,8 @@ void addPlanOptions(CLI::App& cmd, core::PlanOverrides& o) {
            "true");
     addOpt(cmd, "--async-tp", o.async_tp, "true|false",
            "With --tp and --kernels compile: torch._inductor's micro-pipelined TP, each all-gather overlapped with "
-           "the matmuls that read it and each reduce-scatter with the matmul that feeds it",
+           "the matmuls that read it and each reduce-scatter with the matmul that feeds it (with the copy into "
+           "and the sum out of the symmetric-memory buffers)",
            "false");
     addOpt(cmd, "--pp", o.pp, "P",
            "Pipeline stages (torch.distributed.pipelining): the blocks split into P stages, outermost in the mesh, "
@@ -148,7 +149,8 @@ void addPlanOptions(CLI::App& cmd, core::PlanOverrides& o) {
            "What FSDP2 all-gathers: parameters in param_dtype, or (fp8) torchao float8 training's "
            "enable_fsdp_float8_all_gather with precomputed scales: the Float8Linear weights (every linear but the "
            "output whose dims are multiples of 16) gathered and held unsharded in float8, one amax pass and "
-           "all-reduce after the optimizer step, and their GEMMs in fp8 with the casts of inputs and gradients",
+           "all-reduce after the optimizer step, and their GEMMs in fp8 with the casts of inputs and gradients; "
+           "with --tp, torchao's float8 TP styles (activations cast on their sequence shards, all-gathered in fp8)",
            "param");
     addOpt(cmd, "--clip-grad-norm", o.clip_grad_norm, "MAX_NORM",
            "clip_grad_norm_(max_norm) before each optimizer step: the gradients' norm (one pass over them), its "
