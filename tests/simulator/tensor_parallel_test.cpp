@@ -627,6 +627,21 @@ TEST(TensorParallelTest, Float8TpGathersFp8AfterOneCastOfTheShard) {
     }
     EXPECT_EQ(forward, 2);   // attention's and the MLP's inputs
     EXPECT_EQ(backward, 2);  // o_proj's and down_proj's output gradients
+    // Under async TP every fused all-gather is followed by the fp8 GEMMs it feeds, which it then
+    // overlaps (a cast between them would leave it nothing to overlap).
+    core::Plan async = plan;
+    async.sharding.async_tp = true;
+    async.training.kernels = core::KernelImpl::Compile;
+    const core::Program q = lowered(async);
+    int fused = 0;
+    for (size_t i = 0; i + 1 < q.ops.size(); ++i) {
+        if (q.ops[i].kind != OpShapeKind::TpAllGather || q.ops[i].overlap != 1) continue;
+        if (q.ops[i].bytes != 8'388'608) continue;  // the LM head's all-gather is bf16, its GEMM too
+        ++fused;
+        EXPECT_EQ(q.ops[i + 1].kind, OpShapeKind::Gemm);
+        EXPECT_EQ(q.ops[i + 1].dtype, core::DType::F8);
+    }
+    EXPECT_EQ(fused, 4);
     // The bf16 twin gathers twice the bytes.
     core::Plan bf16 = tpPlan(1, 2);
     bool seen = false;
