@@ -233,9 +233,12 @@ bool Lowering::checkpointKeepsMask() const {
 // (attention's, the MLP's) is cast once, on this rank's sequence shard, before its all-gather, which
 // moves one byte per element; the run's linears then get it in fp8 (no cast of their own) and keep
 // it in fp8 for their weight gradients (no second cast: _scaled_mm's column-major operand, read and
-// written once, 1 kernel, as the weight's transpose). A rowwise linear's output gradient is cast (e5m2,
-// _NoopFwToFloat8BwDynamic) on its sequence shard before the backward's all-gather, which moves
-// fp8 too. Reduce-scatters stay in bf16.
+// written once, 1 kernel, as the weight's transpose). A rowwise linear's input is cast by its style
+// (on its local columns, as without TP) and kept in fp8 the same way. A rowwise linear's output
+// gradient is cast (e5m2, _NoopFwToFloat8BwDynamic) on its sequence shard before the backward's
+// all-gather, which moves fp8 too. Reduce-scatters stay in bf16. scripts/probe-float8-tp.py shows
+// this on torch 2.15 with torchao 0.18: one activation cast and an e4m3 all-gather in forward, an
+// e5m2 all-gather in backward, and no cast of a saved input.
 void Lowering::float8Costs() {
     const bool tp = m_tp > 1 && m_sp;
     for (size_t ai = 0; ai < m_s.active.size(); ++ai) {
@@ -248,13 +251,16 @@ void Lowering::float8Costs() {
         c.cast_bwd_grad = 5 * rows * op.out_features;
         c.cast_bwd_input = 5 * rows * op.in_features;
         c.cast_bwd_weight = 2 * op.in_features * op.out_features;
+        if (tp && (op.tp == TpRole::Colwise || op.tp == TpRole::Rowwise)) {
+            // Both styles hand the linear an fp8 input, which it saves: the weight gradient reads it
+            // transposed (matmul_with_hp_or_float8_args skips the cast of an fp8 tensor).
+            c.float8_tp = true;
+            c.cast_bwd_input = 2 * rows * op.in_features;
+        }
         if (tp && op.tp == TpRole::Colwise) {
             const bool first = ai == 0 || opAt(static_cast<int64_t>(ai) - 1).tp != TpRole::Colwise;
-            c.float8_tp = true;
             c.cast_fwd = first ? 5 * (rows / m_tp) * op.in_features : 0;
-            c.cast_bwd_input = 2 * rows * op.in_features;  // the fp8 input transposed for the weight gradient
         } else if (tp && op.tp == TpRole::Rowwise) {
-            c.float8_tp = true;
             c.cast_bwd_grad = 5 * (rows / m_tp) * op.out_features;
         }
         c.io += c.cast_fwd;
@@ -601,7 +607,8 @@ void Lowering::pushForwardOps(const Op& op, const OpCost& c) {
     const int64_t b = m_tr.micro_batch, s = m_seq;
     switch (op.kernel) {
         case KernelShape::Linear: {
-            if (c.float8 && !c.float8_tp) pushEagerKernels(c.cast_fwd, 0, 2);
+            // Rule F8-TP: a colwise run's input cast ran on its shard, before the all-gather.
+            if (c.float8 && !(c.float8_tp && op.tp == TpRole::Colwise)) pushEagerKernels(c.cast_fwd, 0, 2);
             pushGemm(linearRows(op), op.out_features, op.in_features, 1, c.float8 ? std::optional(DType::F8) : std::nullopt);
             return;
         }
@@ -637,7 +644,7 @@ void Lowering::pushBackwardOps(const Op& op, const OpCost& c, uint8_t grad) {
                 pushGemm(rows, op.in_features, op.out_features, 1, dtype);
             }
             if (grad & kWeightGrad) {
-                if (c.float8) pushEagerKernels(c.cast_bwd_input, 0, c.float8_tp && op.tp == TpRole::Colwise ? 1 : 2);
+                if (c.float8) pushEagerKernels(c.cast_bwd_input, 0, c.float8_tp ? 1 : 2);
                 pushGemm(op.out_features, op.in_features, rows, 1, dtype);
             }
             return;

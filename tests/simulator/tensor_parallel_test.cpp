@@ -627,6 +627,22 @@ TEST(TensorParallelTest, Float8TpGathersFp8AfterOneCastOfTheShard) {
     }
     EXPECT_EQ(forward, 2);   // attention's and the MLP's inputs
     EXPECT_EQ(backward, 2);  // o_proj's and down_proj's output gradients
+    // down_proj (rowwise, 7,168 local input columns) casts its input in forward (5 x 2,048 x 7,168
+    // bytes in 2 kernels) and keeps it in fp8: its weight gradient reads it transposed (2 bytes per
+    // element, 1 kernel), no second cast. Backward's casts of that size are gate's and up's output
+    // gradients (7,168 local columns each, 2 kernels each); a second cast of down's input would add 2.
+    int fwd_cast = 0, bwd_cast = 0, bwd_transpose = 0;
+    for (const core::Task& t : p.tasks) {
+        const core::OpShape* ops = p.opsBegin(t);
+        for (uint32_t i = 0; i < t.ops.count; ++i) {
+            if (ops[i].kind != OpShapeKind::Elementwise) continue;
+            if (ops[i].bytes == 5 * 2048 * 7168 / 2) ++(t.kind == core::TaskKind::Backward ? bwd_cast : fwd_cast);
+            if (ops[i].bytes == 2 * 2048 * 7168 && t.kind == core::TaskKind::Backward) ++bwd_transpose;
+        }
+    }
+    EXPECT_EQ(fwd_cast, 2);
+    EXPECT_EQ(bwd_cast, 4);  // gate's and up's local output gradients (7,168 columns each), not down's input
+    EXPECT_EQ(bwd_transpose, 1);
     // Under async TP every fused all-gather is followed by the fp8 GEMMs it feeds, which it then
     // overlaps (a cast between them would leave it nothing to overlap).
     core::Plan async = plan;

@@ -174,7 +174,7 @@ double maxReservedGiB(const Evaluation& e) {
     return static_cast<double>(most) / static_cast<double>(core::kGiB);
 }
 
-// The throughputs are printed, not asserted: the model reads them 23-40% above the published ones
+// The throughputs are printed, not asserted: the model reads them 22-39% above the published ones
 // (docs/validation-time.md, "3D"), the H100 optimism of the 1D and 2D rows.
 TEST(TorchtitanCheckTest, Llama3_405B3dInterleavedGainAndMemory) {
     const core::StepSummary one_f_one_b = predict(run405b3d(core::PpSchedule::OneFOneB, 4, 8192));
