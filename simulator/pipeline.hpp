@@ -58,6 +58,12 @@ private:
     int m_passes = 0;
 };
 
+// `ranks` of a node computing at once on its `cores` (> 0): each at cores / ranks of its rate alone,
+// never faster than alone.
+inline double sharedCoreSlowdown(double ranks, int64_t cores) {
+    return std::max(1.0, ranks / static_cast<double>(std::max<int64_t>(1, cores)));
+}
+
 // Ranks sharing a host's CPU cores (HardwareProfile::host_cores), processor sharing: while k of a
 // node's ranks compute and the node has c cores, each computes at min(1, c / k) of its rate alone.
 // Pipeline rank s has ranks[s] ranks of its stage on node host[s] (its stage's ranks are
@@ -66,12 +72,6 @@ private:
 // rank the mean slowdown max(1, k / c) over the time its compute stream is busy in `timelines`, k
 // counting the ranks of every stage on its node busy then; a rank never busy gets its stage alone,
 // max(1, ranks[s] / c).
-// `ranks` of a node computing at once on its `cores` (> 0): each at cores / ranks of its rate alone,
-// never faster than alone.
-inline double sharedCoreSlowdown(double ranks, int64_t cores) {
-    return std::max(1.0, ranks / static_cast<double>(std::max<int64_t>(1, cores)));
-}
-
 std::vector<double> coreSlowdowns(const std::vector<core::Timeline>& timelines, const std::vector<core::Program>& stages,
                                   const std::vector<int>& host, const std::vector<int>& ranks, int64_t cores);
 

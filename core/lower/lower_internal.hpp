@@ -390,6 +390,15 @@ private:
         const auto oi = static_cast<size_t>(m_s.active[static_cast<size_t>(ai)]);
         return m_tp > 1 ? (*m_s.tp_ops)[oi] : m_model.ops[oi];
     }
+    // Whether active op `ai` is the first colwise linear of a run (q of q/k/v, gate of gate/up):
+    // the one whose input the run's all-gather brings (rules TP3, F8-TP).
+    bool startsColwiseRun(int64_t ai) const {
+        return opAt(ai).tp == TpRole::Colwise && (ai == 0 || opAt(ai - 1).tp != TpRole::Colwise);
+    }
+    // The gradients active op `ai` computes (rule G1): both unless parameters are frozen.
+    uint8_t opGradBits(int64_t ai) const {
+        return m_s.any_frozen ? m_s.op_grad[static_cast<size_t>(ai)] : kInputGrad | kWeightGrad;
+    }
 
     // lower_pp.cpp: pipeline parallelism.
     void pipelineStep();

@@ -258,8 +258,7 @@ void Lowering::float8Costs() {
             c.cast_bwd_input = 2 * rows * op.in_features;
         }
         if (tp && op.tp == TpRole::Colwise) {
-            const bool first = ai == 0 || opAt(static_cast<int64_t>(ai) - 1).tp != TpRole::Colwise;
-            c.cast_fwd = first ? 5 * (rows / m_tp) * op.in_features : 0;
+            c.cast_fwd = startsColwiseRun(static_cast<int64_t>(ai)) ? 5 * (rows / m_tp) * op.in_features : 0;
         } else if (tp && op.tp == TpRole::Rowwise) {
             c.cast_bwd_grad = 5 * (rows / m_tp) * op.out_features;
         }
@@ -589,7 +588,7 @@ void Lowering::segmentOps(Segment& seg) {
             }
             recomputed = true;
         }
-        const uint8_t grad = m_s.any_frozen ? m_s.op_grad[static_cast<size_t>(ai)] : kInputGrad | kWeightGrad;
+        const uint8_t grad = opGradBits(ai);
         tpBefore(ai, true);
         pushBackwardOps(opAt(ai), m_s.op_cost[static_cast<size_t>(ai)], grad);
         tpAfter(ai, true);

@@ -211,7 +211,7 @@ void Lowering::tpBefore(int64_t ai, bool backward) {
     const OpCost& c = m_s.op_cost[static_cast<size_t>(ai)];
     const int64_t gathered_item = c.float8_tp ? 1 : item;
     if (!backward) {
-        if (op.tp == TpRole::Colwise && (!prev || prev->tp != TpRole::Colwise) && m_sp) {
+        if (startsColwiseRun(ai) && m_sp) {
             if (c.float8_tp) pushEagerKernels(c.cast_fwd, 0, 2);
             pushTpCollective(OpShapeKind::TpAllGather, m_tokens * op.in_features * gathered_item, kOverlapNext);
         }
@@ -221,7 +221,7 @@ void Lowering::tpBefore(int64_t ai, bool backward) {
     }
     // Backward, before the op's own: the output gradient gathered back from sequence shards.
     if (m_sp && op.tp == TpRole::Rowwise) {
-        const uint8_t grad = m_s.any_frozen ? m_s.op_grad[static_cast<size_t>(ai)] : kInputGrad | kWeightGrad;
+        const uint8_t grad = opGradBits(ai);
         if (c.float8_tp && grad != 0) {
             pushEagerKernels(c.cast_bwd_grad, 0, 2);
             if (grad & kInputGrad) pushEagerKernels(c.cast_bwd_weight, 0, 1);
@@ -243,9 +243,7 @@ void Lowering::tpAfter(int64_t ai, bool backward) {
         if (op.tp == TpRole::Vocab) pushTpCollective(reduce, vocabRows(op) * m_model.arch.hidden * item);
         return;
     }
-    const Op* prev = ai > 0 ? &opAt(ai - 1) : nullptr;
-    if (op.tp == TpRole::Colwise && (!prev || prev->tp != TpRole::Colwise))
-        pushTpCollective(reduce, m_tokens * op.in_features * item, kOverlapPrevious);
+    if (startsColwiseRun(ai)) pushTpCollective(reduce, m_tokens * op.in_features * item, kOverlapPrevious);
 }
 
 // The rows an embedding's output has: the micro-batch's tokens, or one sequence's when it is
